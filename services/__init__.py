@@ -1,0 +1,1 @@
+"""protolab systems under test: one data contract over REST and gRPC."""

@@ -1,0 +1,1 @@
+"""Code shared by every protolab service: settings, the record pool, cgroups, metrics, workers."""

@@ -1,0 +1,115 @@
+"""Service settings from environment variables: every knob and its default in one place."""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+SECONDS = 1.0
+
+
+class ConfigError(ValueError):
+    """An environment variable holds a value the service cannot use."""
+
+
+def _int(name: str, default: int, minimum: int = 0) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={value} must be >= {minimum}")
+    return value
+
+
+def _float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if value < 0:
+        raise ConfigError(f"{name}={value} must be >= 0")
+    return value
+
+
+def _bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean (use 1 or 0)")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a service reads from its environment, with units in the names."""
+
+    host: str
+    port: int
+    metrics_port: int
+    metrics_enabled: bool
+    workers: int | None  # None: derive from the cgroup CPU quota
+    tls_cert_file: Path | None
+    tls_key_file: Path | None
+    alpn_protocols: tuple[str, ...]
+    record_pool_size: int
+    record_seed: int
+    record_mode: str  # "pool" or "live"
+    default_count: int
+    max_count: int
+    shutdown_drain_seconds: float
+    shutdown_grace_seconds: float
+    grpc_max_concurrent_rpcs: int | None
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
+
+
+def load_settings(default_port: int, default_metrics_port: int) -> Settings:
+    """Read the settings; a bad value raises ConfigError naming the variable."""
+    cert = os.environ.get("TLS_CERT_FILE", "").strip()
+    key = os.environ.get("TLS_KEY_FILE", "").strip()
+    if bool(cert) != bool(key):
+        raise ConfigError("TLS_CERT_FILE and TLS_KEY_FILE must be set together")
+    for name, value in (("TLS_CERT_FILE", cert), ("TLS_KEY_FILE", key)):
+        if value and not Path(value).is_file():
+            raise ConfigError(f"{name}={value} does not exist (run scripts/gen_certs.py)")
+    record_mode = os.environ.get("RECORD_MODE", "pool").strip() or "pool"
+    if record_mode not in {"pool", "live"}:
+        raise ConfigError(f"RECORD_MODE={record_mode!r} must be 'pool' or 'live'")
+    alpn = tuple(p.strip() for p in os.environ.get("ALPN_PROTOCOLS", "h2,http/1.1").split(",") if p.strip())
+    if not alpn or not set(alpn) <= {"h2", "http/1.1"}:
+        raise ConfigError(f"ALPN_PROTOCOLS={alpn!r} must list h2 and/or http/1.1")
+    max_count = _int("MAX_COUNT", 1000, minimum=1)
+    default_count = _int("DEFAULT_COUNT", 100, minimum=1)
+    if default_count > max_count:
+        raise ConfigError(f"DEFAULT_COUNT={default_count} exceeds MAX_COUNT={max_count}")
+    workers = _int("WORKERS", 0)
+    max_rpcs = _int("GRPC_MAX_CONCURRENT_RPCS", 0)
+    return Settings(
+        host=os.environ.get("HOST", "127.0.0.1").strip() or "127.0.0.1",
+        port=_int("PORT", default_port),
+        metrics_port=_int("METRICS_PORT", default_metrics_port),
+        metrics_enabled=_bool("METRICS_ENABLED", True),
+        workers=workers or None,
+        tls_cert_file=Path(cert) if cert else None,
+        tls_key_file=Path(key) if key else None,
+        alpn_protocols=alpn,
+        record_pool_size=_int("RECORD_POOL_SIZE", 10_000, minimum=1),
+        record_seed=_int("RECORD_SEED", 42),
+        record_mode=record_mode,
+        default_count=default_count,
+        max_count=max_count,
+        shutdown_drain_seconds=_float("SHUTDOWN_DRAIN_SECONDS", 0.5 * SECONDS),
+        shutdown_grace_seconds=_float("SHUTDOWN_GRACE_SECONDS", 10 * SECONDS),
+        grpc_max_concurrent_rpcs=max_rpcs or None,
+    )

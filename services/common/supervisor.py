@@ -1,0 +1,197 @@
+"""Run a service as forked worker processes under a supervisor that serves metrics and signals.
+
+Import this only after services.common.multiprocess.prepare_multiprocess_dir() has run.
+
+Workers share the listening port with SO_REUSEPORT, so the kernel spreads connections
+over them; that is the only reason reuse-port is on (a single worker binds plainly, so
+a port clash fails loudly). Workers are forked before any gRPC object or event loop
+exists (fork after gRPC initialises is unsupported, see grpc/grpc#16001). The record
+pool is loaded before the fork and shared copy-on-write.
+
+Shutdown: SIGTERM or SIGINT to the supervisor is forwarded as SIGTERM to every worker,
+which reports not-serving on health, keeps serving for the drain time, stops accepting
+and finishes in-flight requests within the grace period, then exits 0. A second signal,
+or the end of the grace period, kills the workers at once.
+"""
+
+import json
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+
+from services.common.cgroup import worker_count
+from services.common.config import ConfigError, Settings
+from services.common.metrics import start_metrics_server
+from services.common.records import RecordSource, load_pool
+
+log = logging.getLogger("protolab.supervisor")
+_STARTUP_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """What a worker needs: its settings, records, the port and whether to share it."""
+
+    settings: Settings
+    records: RecordSource
+    port: int
+    reuse_port: bool
+    index: int
+    report_listening: Callable[[int], None]  # call with the bound port once accepting
+
+
+WorkerMain = Callable[[WorkerContext], None]
+
+
+def record_source(settings: Settings) -> RecordSource:
+    """The records a worker serves: the pool (loaded or generated once), or live Faker records."""
+    live = settings.record_mode == "live"
+    return RecordSource(
+        pool=[] if live else load_pool(settings.record_pool_size, settings.record_seed),
+        max_count=settings.max_count,
+        default_count=settings.default_count,
+        live=live,
+    )
+
+
+def _reserve_shared_port(host: str, port: int) -> socket.socket:
+    """Bind (without listening) so port 0 resolves once for all workers; it takes no connections."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _worker_entry(worker_main: WorkerMain, context: WorkerContext) -> None:
+    # Ctrl-C reaches the whole process group; only the supervisor's SIGTERM stops a worker,
+    # so one key press is one graceful shutdown, not two signals and a kill.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_main(context)
+
+
+def run_service(service: str, server: str, settings: Settings, worker_main: WorkerMain) -> int:
+    """Start the workers, print the listening line, supervise until shutdown; the exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    workers = settings.workers or worker_count()
+    records = record_source(settings)
+    reuse_port = workers > 1
+    reservation = _reserve_shared_port(settings.host, settings.port) if reuse_port else None
+    port = reservation.getsockname()[1] if reservation else settings.port
+
+    fork = multiprocessing.get_context("fork")
+    listening: multiprocessing.SimpleQueue[tuple[int, int]] = fork.SimpleQueue()
+    processes = []
+    for index in range(workers):
+        context = WorkerContext(
+            settings, records, port, reuse_port, index, lambda p, i=index: listening.put((i, p))
+        )
+        process = fork.Process(target=_worker_entry, args=(worker_main, context), name=f"{service}-{index}")
+        process.start()
+        processes.append(process)
+
+    stop_requests: list[int] = []
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        stop_requests.append(signum)
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+    bound_ports = _await_listening(listening, processes)
+    if reservation:
+        reservation.close()
+    if bound_ports is None:
+        _kill(processes)
+        return 1
+    metrics_port = start_metrics_server(settings.host, settings.metrics_port, service, server, workers)
+    print_listening(service, bound_ports.pop(), metrics_port, workers, settings.tls)
+    return _supervise(processes, settings, stop_requests)
+
+
+def print_listening(service: str, port: int, metrics_port: int, workers: int, tls: bool) -> None:
+    """Print the one JSON line (docs/CONTRACTS.md) that tests and the local backend read the ports from."""
+    event = {
+        "event": "listening",
+        "service": service,
+        "port": port,
+        "metrics_port": metrics_port,
+        "workers": workers,
+        "tls": tls,
+    }
+    print(json.dumps(event), flush=True)
+
+
+def _await_listening(
+    listening: "multiprocessing.SimpleQueue[tuple[int, int]]", processes: list[multiprocessing.Process]
+) -> set[int] | None:
+    """The set of bound ports once every worker listens; None if one died first."""
+    ports: dict[int, int] = {}
+    deadline = time.monotonic() + _STARTUP_TIMEOUT_SECONDS
+    while len(ports) < len(processes):
+        if any(p.exitcode is not None for p in processes) or time.monotonic() > deadline:
+            log.error("a worker exited or hung before listening; see its error above")
+            return None
+        if listening.empty():
+            time.sleep(0.01)
+            continue
+        index, port = listening.get()
+        ports[index] = port
+    return set(ports.values())
+
+
+def _supervise(processes: list[multiprocessing.Process], settings: Settings, stop_requests: list[int]) -> int:
+    """Wait for a stop signal or a worker death; forward the stop; the exit code."""
+    deadline: float | None = None
+    forwarded = 0
+    while any(p.is_alive() for p in processes):
+        if len(stop_requests) > forwarded:
+            if forwarded == 0:
+                log.info("stopping: draining %.1f s, grace %.1f s", settings.shutdown_drain_seconds,
+                         settings.shutdown_grace_seconds)  # fmt: skip
+                for process in processes:
+                    if process.pid:
+                        os.kill(process.pid, signal.SIGTERM)
+                deadline = (
+                    time.monotonic() + settings.shutdown_drain_seconds + settings.shutdown_grace_seconds + 1
+                )
+            else:
+                log.warning("second stop signal: killing workers now")
+                _kill(processes)
+                return 1
+            forwarded = len(stop_requests)
+        if deadline is not None and time.monotonic() > deadline:
+            log.warning("grace period over: killing workers")
+            _kill(processes)
+            return 1
+        if deadline is None and any(p.exitcode is not None for p in processes):
+            log.error("a worker died unexpectedly (exit codes %s); stopping", [p.exitcode for p in processes])
+            _kill(processes)
+            return 1
+        multiprocessing.connection.wait([p.sentinel for p in processes if p.is_alive()], timeout=0.1)
+    return 0 if all(p.exitcode == 0 for p in processes) else 1
+
+
+def _kill(processes: list[multiprocessing.Process]) -> None:
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+    for process in processes:
+        process.join(timeout=5)
+
+
+def main_guard(run: Callable[[], int]) -> None:
+    """Exit with run()'s code; configuration errors print one clear line, no traceback."""
+    try:
+        sys.exit(run())
+    except ConfigError as error:
+        print(f"configuration error: {error}", file=sys.stderr)
+        sys.exit(2)
