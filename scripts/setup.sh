@@ -17,6 +17,7 @@ fi
 missing=()
 command -v prometheus >/dev/null || missing+=(prometheus)
 command -v influxd >/dev/null || missing+=(influxdb)
+command -v curl >/dev/null || missing+=(curl)  # the InfluxDB image's health check, tested natively
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]} from Debian"
   sudo_cmd=()
