@@ -1,0 +1,1 @@
+"""Orchestration package behind scripts/run_matrix.py and scripts/local_obs.py."""

