@@ -68,7 +68,7 @@ class ServiceInfoCollector(Collector):
     def __init__(self, service: str, server: str, workers: int) -> None:
         self._workers = workers
         self._info = {
-            "service": service,
+            "implementation": service,  # not "service": the runner's target label has that name
             "server": server,
             "server_version": version(server),
             "python": platform.python_version(),

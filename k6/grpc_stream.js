@@ -1,0 +1,55 @@
+// gRPC server-streaming load: RecordService/StreamRecords({count: COUNT}), one Record per
+// message; one protolab_reqs per completed stream (see docs/CONTRACTS.md).
+import { check } from 'k6';
+import { Stream } from 'k6/net/grpc';
+import {
+  COUNT, buildOptions, connectOnce, grpcClient, logFirstFailure, nowMs, record, recordChecks,
+  sampled,
+} from './lib/common.js';
+
+export { handleSummary } from './lib/common.js';
+
+const METHOD = 'protolab.cars.v1.RecordService/StreamRecords';
+const REQUEST = { count: COUNT };
+// Throughput streams drop each message in Go (k6 still emits an empty 'data' event per
+// message, so counting works); sampled streams decode them for checking.
+const FAST = { discardResponseMessage: true };
+const DECODE = {};
+
+const client = grpcClient();
+
+export const options = buildOptions();
+
+export default function () {
+  connectOnce(client);
+  const decode = sampled();
+  const received = [];
+  let count = 0;
+  let finished = false;
+  const start = nowMs();
+  // k6 emits 'error' before 'end' on a failed stream; record exactly one outcome either way.
+  const finish = (ok) => {
+    if (finished) return;
+    finished = true;
+    record(ok, nowMs() - start);
+  };
+
+  const stream = new Stream(client, METHOD, decode ? DECODE : FAST);
+  stream.on('data', (message) => {
+    count += 1;
+    if (decode) received.push(message);
+  });
+  stream.on('error', (err) => {
+    logFirstFailure(`${METHOD} stream error: ${JSON.stringify(err)}`);
+    finish(false);
+  });
+  stream.on('end', () => {
+    if (finished) return;
+    let ok = count === COUNT;
+    if (!ok) logFirstFailure(`${METHOD} ended after ${count} messages, want ${COUNT}`);
+    if (decode) ok = check(received, recordChecks(received, true));
+    finish(ok);
+  });
+  stream.write(REQUEST);
+  stream.end();
+}

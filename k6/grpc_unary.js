@@ -1,0 +1,34 @@
+// gRPC unary load: RecordService/ListRecords({count: COUNT}) (see docs/CONTRACTS.md).
+import { check } from 'k6';
+import grpc from 'k6/net/grpc';
+import {
+  COUNT, buildOptions, connectOnce, grpcClient, logFirstFailure, nowMs, record, recordChecks,
+  sampled,
+} from './lib/common.js';
+
+export { handleSummary } from './lib/common.js';
+
+const METHOD = 'protolab.cars.v1.RecordService/ListRecords';
+const REQUEST = { count: COUNT };
+// Throughput calls drop the response in Go; sampled calls decode it for checking.
+const FAST = { discardResponseMessage: true };
+const DECODE = {};
+
+const client = grpcClient();
+
+export const options = buildOptions();
+
+export default function () {
+  connectOnce(client);
+  const decode = sampled();
+  const start = nowMs();
+  const res = client.invoke(METHOD, REQUEST, decode ? DECODE : FAST);
+  const duration = nowMs() - start;
+  let ok = res.status === grpc.StatusOK;
+  if (!ok) logFirstFailure(`${METHOD} status ${res.status}: ${JSON.stringify(res.error)}`);
+  if (decode) {
+    const records = res.message ? res.message.records : null;
+    ok = check(res, Object.assign({ 'status is OK': () => ok }, recordChecks(records, true)));
+  }
+  record(ok, duration);
+}

@@ -1,0 +1,192 @@
+// Shared k6 pieces for every protolab script: env parsing, load models, the uniform
+// protolab_* metrics, record checks and handleSummary. See docs/CONTRACTS.md.
+import exec from 'k6/execution';
+import { Counter, Rate, Trend } from 'k6/metrics';
+import grpc from 'k6/net/grpc';
+
+// Uniform metrics for every protocol, so requests/s and latency compare like for like.
+// protolab_reqs and protolab_req_duration hold successful requests only (a failed
+// request is never throughput); protolab_req_failed has one sample per attempt.
+export const reqs = new Counter('protolab_reqs');
+export const reqDuration = new Trend('protolab_req_duration', true);
+export const reqFailed = new Rate('protolab_req_failed');
+
+const TREND_STATS = ['avg', 'min', 'med', 'max', 'p(50)', 'p(90)', 'p(95)', 'p(99)', 'count'];
+
+// k6's default system tags minus 'scenario': the system tag would overwrite the runner's
+// `--tag scenario=<id>` with the k6 scenario name ("main").
+const SYSTEM_TAGS = [
+  'proto', 'subproto', 'status', 'method', 'url', 'name', 'group', 'check', 'error',
+  'error_code', 'tls_version', 'service', 'expected_response',
+];
+
+export function envString(name, fallback) {
+  const value = __ENV[name];
+  if (value !== undefined && value !== '') return value;
+  if (fallback === undefined) throw new Error(`protolab: env ${name} is required`);
+  return fallback;
+}
+
+export function envInt(name, fallback) {
+  const raw = envString(name, fallback === undefined ? undefined : String(fallback));
+  if (!/^\d+$/.test(raw)) throw new Error(`protolab: env ${name}=${raw} is not a non-negative integer`);
+  return parseInt(raw, 10);
+}
+
+export const COUNT = envInt('COUNT', 100);
+export const CHECK_EVERY = Math.max(1, envInt('CHECK_EVERY', 50));
+export const TLS = envString('TLS', '0') === '1';
+
+// Decode and check this iteration's response? Every VU's first iteration, then 1 in CHECK_EVERY.
+export function sampled() {
+  return __ITER % CHECK_EVERY === 0;
+}
+
+// Monotonic clock in ms with sub-ms resolution (Date.now() only has whole ms).
+export function nowMs() {
+  return exec.instance.currentTestRunDuration;
+}
+
+let failureLogged = false;
+
+// Logs the first failure of each VU only, so an outage does not flood the output.
+export function logFirstFailure(message) {
+  if (failureLogged) return;
+  failureLogged = true;
+  console.error(`protolab: VU ${exec.vu.idInTest}: ${message}`);
+}
+
+// Records one finished request in the uniform metrics.
+export function record(ok, durationMs) {
+  reqFailed.add(!ok);
+  if (ok) {
+    reqs.add(1);
+    reqDuration.add(durationMs);
+  }
+}
+
+// Parses STAGES "5s:10,20s:10,5s:0" into k6 stages.
+export function parseStages(spec) {
+  return spec.split(',').map((part) => {
+    const match = /^\s*(\d+(?:\.\d+)?(?:ms|s|m|h))\s*:\s*(\d+)\s*$/.exec(part);
+    if (!match) throw new Error(`protolab: bad STAGES entry ${part} (want e.g. 5s:10,20s:10,5s:0)`);
+    return { duration: match[1], target: parseInt(match[2], 10) };
+  });
+}
+
+const LOAD_MODELS = ['constant-vus', 'ramping-vus', 'constant-arrival-rate'];
+
+function scenarioFromEnv() {
+  const model = envString('LOAD_MODEL', 'constant-vus');
+  const duration = envString('DURATION', '10s');
+  if (model === 'constant-vus') {
+    return { executor: model, vus: envInt('VUS', 10), duration };
+  }
+  if (model === 'ramping-vus') {
+    return { executor: model, startVUs: 0, stages: parseStages(envString('STAGES')) };
+  }
+  if (model === 'constant-arrival-rate') {
+    const preAllocatedVUs = envInt('PRE_ALLOCATED_VUS', envInt('VUS', 10));
+    return {
+      executor: model,
+      rate: envInt('RATE'),
+      timeUnit: '1s',
+      duration,
+      preAllocatedVUs,
+      maxVUs: envInt('MAX_VUS', preAllocatedVUs),
+    };
+  }
+  throw new Error(`protolab: unknown LOAD_MODEL=${model} (want ${LOAD_MODELS.join(', ')})`);
+}
+
+// k6 options shared by every script: one scenario "main" from the env load model.
+export function buildOptions() {
+  return {
+    scenarios: { main: scenarioFromEnv() },
+    thresholds: {
+      protolab_req_failed: [{ threshold: 'rate<0.01', abortOnFail: false }],
+      checks: [{ threshold: 'rate==1.0', abortOnFail: false }],
+    },
+    summaryTrendStats: TREND_STATS,
+    systemTags: SYSTEM_TAGS,
+  };
+}
+
+// Check functions for decoded records: COUNT of them, each with every Car and Driver field.
+// grpcDefaults: k6 may drop proto3 zero-valued numbers from decoded gRPC messages (it does
+// for stream messages), and on the wire an absent number is 0, so year/mileage may be absent.
+export function recordChecks(records, grpcDefaults) {
+  const list = Array.isArray(records) ? records : [];
+  const valid = (rec) => hasAllFields(rec, grpcDefaults);
+  return {
+    'record count == COUNT': () => list.length === COUNT,
+    'record fields present': () => list.length > 0 && list.every(valid),
+  };
+}
+
+const CAR_STRINGS = ['make', 'model', 'trim', 'color'];
+const CAR_NUMBERS = ['year', 'mileage'];
+const DRIVER_STRINGS = ['firstname', 'lastname', 'driverId'];
+
+const isString = (v) => typeof v === 'string';
+
+function hasAllFields(rec, grpcDefaults) {
+  if (rec === null || typeof rec !== 'object' || !rec.car || !rec.driver) return false;
+  const isNumber = (v) => typeof v === 'number' || (grpcDefaults && v === undefined);
+  return (
+    CAR_STRINGS.every((f) => isString(rec.car[f])) &&
+    CAR_NUMBERS.every((f) => isNumber(rec.car[f])) &&
+    DRIVER_STRINGS.every((f) => isString(rec.driver[f]))
+  );
+}
+
+function stat(data, metric, key) {
+  const m = data.metrics[metric];
+  return m && m.values[key] !== undefined ? m.values[key] : 0;
+}
+
+function thresholdsOk(data) {
+  return Object.values(data.metrics).every(
+    (m) => !m.thresholds || Object.values(m.thresholds).every((t) => t.ok),
+  );
+}
+
+// One stdout line plus the full summary JSON at SUMMARY_FILE (when set).
+export function handleSummary(data) {
+  const line =
+    `protolab: ok_reqs=${stat(data, 'protolab_reqs', 'count')} ` +
+    `(${stat(data, 'protolab_reqs', 'rate').toFixed(1)}/s) ` +
+    `failed=${(100 * stat(data, 'protolab_req_failed', 'rate')).toFixed(2)}% ` +
+    `p50=${stat(data, 'protolab_req_duration', 'p(50)').toFixed(3)}ms ` +
+    `p99=${stat(data, 'protolab_req_duration', 'p(99)').toFixed(3)}ms ` +
+    `checks=${(100 * stat(data, 'checks', 'rate')).toFixed(2)}% ` +
+    `dropped=${stat(data, 'dropped_iterations', 'count')} ` +
+    `thresholds=${thresholdsOk(data) ? 'ok' : 'FAILED'}\n`;
+  const out = { stdout: line };
+  const file = __ENV.SUMMARY_FILE;
+  if (file) out[file] = JSON.stringify(data, null, 2);
+  return out;
+}
+
+// gRPC client with cars.proto loaded from PROTO_DIR (relative paths resolve against the
+// script's folder); call from a script's init context.
+export function grpcClient() {
+  const client = new grpc.Client();
+  client.load([envString('PROTO_DIR', '../proto')], 'cars.proto');
+  return client;
+}
+
+// Each VU has its own JS runtime, so this flag is per VU: one connection per VU.
+let connected = false;
+
+// Connects on the VU's first iteration; a failed connect counts as a failed request.
+export function connectOnce(client) {
+  if (connected) return;
+  try {
+    client.connect(envString('GRPC_ADDR'), { plaintext: !TLS, timeout: '10s' });
+  } catch (e) {
+    record(false, 0);
+    throw e;
+  }
+  connected = true;
+}

@@ -1,0 +1,45 @@
+"""CLI: start, stop or show the local Prometheus and InfluxDB used by the local backend."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from labrunner import observability
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("command", choices=["start", "stop", "status"])
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=observability.REPO / ".lab" / "obs",
+        help="state, data and logs (default: <repo>/.lab/obs)",
+    )
+    parser.add_argument(
+        "--targets-dir",
+        type=Path,
+        default=observability.DEFAULT_TARGETS_DIR,
+        help="where Prometheus reads file_sd JSON (default: <repo>/prometheus/targets)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "start":
+            for name, url in observability.start(args.dir, args.targets_dir).items():
+                print(f"{name}: {url}")
+        elif args.command == "stop":
+            observability.stop(args.dir)
+            print("stopped")
+        else:
+            print(json.dumps(observability.status(args.dir), indent=2))
+    except observability.ObservabilityError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
