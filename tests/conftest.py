@@ -1,5 +1,6 @@
 """Shared fixtures: real services started with `python -m services.<name>` on ephemeral ports."""
 
+import contextlib
 import json
 import os
 import select
@@ -31,6 +32,16 @@ class RunningService:
         if self.process.poll() is None:
             self.process.send_signal(sig)
         return self.process.wait(timeout=timeout)
+
+    def kill(self) -> int:
+        return _kill_group(self.process)
+
+
+def _kill_group(process: subprocess.Popen[str]) -> int:
+    """SIGKILL the service's process group: killing the supervisor alone would orphan its workers."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    return process.wait()
 
 
 def tls_env() -> dict[str, str]:
@@ -67,6 +78,7 @@ def launch_service(
         text=True,
         # Unsafe with threads only for callables that take locks; tests pass one os-level write.
         preexec_fn=preexec_fn,  # noqa: PLW1509
+        start_new_session=True,  # its own process group, so _kill_group reaches the forked workers
     )
     assert process.stdout is not None
     deadline = time.monotonic() + timeout
@@ -83,8 +95,7 @@ def launch_service(
                 )
         elif process.poll() is not None:
             break
-    process.kill()
-    raise AssertionError(f"services.{module} did not print its listening line (exit {process.poll()})")
+    raise AssertionError(f"services.{module} did not print its listening line (exit {_kill_group(process)})")
 
 
 @pytest.fixture
@@ -99,6 +110,4 @@ def start_service() -> Iterator[Callable[..., RunningService]]:
 
     yield start
     for service in started:
-        if service.process.poll() is None:
-            service.process.kill()
-            service.process.wait()
+        service.kill()

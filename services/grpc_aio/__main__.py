@@ -1,0 +1,22 @@
+"""Run the grpc.aio service: python -m services.grpc_aio (settings from env, see docs/CONTRACTS.md)."""
+
+from services.common.multiprocess import prepare_multiprocess_dir
+
+# prometheus_client chooses multiprocess storage when first imported, so the directory
+# must be ready before the imports below pull it in.
+prepare_multiprocess_dir()
+
+from services.common.config import load_settings  # noqa: E402
+from services.common.supervisor import main_guard, run_service  # noqa: E402
+from services.grpc_aio.server import worker_main  # noqa: E402
+
+DEFAULT_PORT = 50051
+DEFAULT_METRICS_PORT = 9103
+
+
+def main() -> int:
+    return run_service("grpc_aio", "grpcio", load_settings(DEFAULT_PORT, DEFAULT_METRICS_PORT), worker_main)
+
+
+if __name__ == "__main__":
+    main_guard(main)
