@@ -14,6 +14,7 @@ and finishes in-flight requests within the grace period, then exits 0. A second 
 or the end of the grace period, kills the workers at once.
 """
 
+import ctypes
 import json
 import logging
 import multiprocessing
@@ -33,6 +34,7 @@ from services.common.metrics import start_metrics_server
 from services.common.records import RecordSource, load_pool
 
 log = logging.getLogger("protolab.supervisor")
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _STARTUP_TIMEOUT_SECONDS = 60.0
 
 
@@ -71,10 +73,15 @@ def _reserve_shared_port(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker_entry(worker_main: WorkerMain, context: WorkerContext) -> None:
+def _worker_entry(worker_main: WorkerMain, context: WorkerContext, supervisor_pid: int) -> None:
     # Ctrl-C reaches the whole process group; only the supervisor's SIGTERM stops a worker,
     # so one key press is one graceful shutdown, not two signals and a kill.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A supervisor killed outright (SIGKILL, OOM) cannot forward SIGTERM: have the kernel do it,
+    # so no worker outlives it holding the port.
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != supervisor_pid:  # it died before prctl took effect
+        return
     worker_main(context)
 
 
@@ -94,7 +101,9 @@ def run_service(service: str, server: str, settings: Settings, worker_main: Work
         context = WorkerContext(
             settings, records, port, reuse_port, index, lambda p, i=index: listening.put((i, p))
         )
-        process = fork.Process(target=_worker_entry, args=(worker_main, context), name=f"{service}-{index}")
+        process = fork.Process(
+            target=_worker_entry, args=(worker_main, context, os.getpid()), name=f"{service}-{index}"
+        )
         process.start()
         processes.append(process)
 
