@@ -5,6 +5,7 @@ PROMETHEUS_MULTIPROC_DIR. Files left by an earlier run would add their counts to
 this one, so the directory is wiped at every start.
 """
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -21,4 +22,7 @@ def prepare_multiprocess_dir() -> Path:
     else:
         directory = Path(tempfile.mkdtemp(prefix="protolab-metrics-"))
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+        # Ours alone: remove it when this (supervising) process exits. Forked workers leave
+        # through os._exit, which skips atexit, so they cannot remove it under the others.
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
     return directory

@@ -79,10 +79,15 @@ def _worker_entry(worker_main: WorkerMain, context: WorkerContext, supervisor_pi
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # A supervisor killed outright (SIGKILL, OOM) cannot forward SIGTERM: have the kernel do it,
     # so no worker outlives it holding the port.
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != supervisor_pid:  # it died before prctl took effect
+    if not signal_when_parent_dies(signal.SIGTERM, supervisor_pid):
         return
     worker_main(context)
+
+
+def signal_when_parent_dies(signum: int, parent_pid: int) -> bool:
+    """Have the kernel send signum to this process when its parent exits; False if it already has."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signum)
+    return os.getppid() == parent_pid  # checked after prctl, so no death goes unnoticed
 
 
 def run_service(service: str, server: str, settings: Settings, worker_main: WorkerMain) -> int:

@@ -1,0 +1,23 @@
+"""Run the aiohttp REST service: python -m services.rest_aiohttp (settings from env, docs/CONTRACTS.md)."""
+
+from services.common.multiprocess import prepare_multiprocess_dir
+
+# prometheus_client chooses multiprocess storage when first imported, so the directory
+# must be ready before the imports below pull it in.
+prepare_multiprocess_dir()
+
+from services.common.config import load_settings  # noqa: E402
+from services.common.supervisor import main_guard, run_service  # noqa: E402
+from services.rest_aiohttp.server import worker_main  # noqa: E402
+
+DEFAULT_PORT = 8081
+DEFAULT_METRICS_PORT = 9101
+
+
+def main() -> int:
+    settings = load_settings(DEFAULT_PORT, DEFAULT_METRICS_PORT)
+    return run_service("rest_aiohttp", "aiohttp", settings, worker_main)
+
+
+if __name__ == "__main__":
+    main_guard(main)

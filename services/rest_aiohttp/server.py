@@ -1,0 +1,142 @@
+"""The aiohttp worker: /records, /healthz and /openapi.json over HTTP/1.1 on a uvloop event loop."""
+
+import asyncio
+import logging
+import signal
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+
+import orjson
+import uvloop
+from aiohttp import web
+from prometheus_client import Histogram
+
+from services.common.config import Settings
+from services.common.metrics import http_request_duration
+from services.common.records import BadRequest, RecordSource
+from services.common.rest import (
+    JSON,
+    KEEP_ALIVE_TIMEOUT_SECONDS,
+    LISTEN_BACKLOG,
+    Health,
+    error_body,
+    openapi_document,
+    records_body,
+    route_label,
+)
+from services.common.supervisor import WorkerContext
+
+log = logging.getLogger("protolab.rest_aiohttp")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
+
+
+def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=body, content_type=JSON, headers=headers)
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Routing errors (404, 405) as JSON bodies; anything unexpected as a logged JSON 500."""
+    try:
+        return await handler(request)
+    except web.HTTPException as error:
+        allow = error.headers.get("Allow")
+        return _json(error.status, error_body(error.status), {"Allow": allow} if allow else None)
+    except Exception:
+        log.exception("unexpected error serving %s %s", request.method, request.path)
+        return _json(500, error_body(500))
+
+
+def _observe(duration: Histogram) -> Middleware:
+    """Record every response in the HTTP duration histogram, errors included."""
+
+    @web.middleware
+    async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        response = await handler(request)
+        elapsed = time.perf_counter() - started
+        resource = request.match_info.route.resource  # None when no route matched (404, 405)
+        route = route_label(None if resource is None else resource.canonical, request.path)
+        version = f"{request.version.major}.{request.version.minor}"
+        duration.labels(request.method, route, str(response.status), version).observe(elapsed)
+        return response
+
+    return observe
+
+
+def build_app(records: RecordSource, health: Health, settings: Settings) -> web.Application:
+    """The application: its routes, and the metrics middleware only when metrics are enabled."""
+    observe = [_observe(http_request_duration())] if settings.metrics_enabled else []
+    app = web.Application(middlewares=[*observe, _json_errors])
+    openapi = orjson.dumps(openapi_document(settings.max_count, settings.default_count))
+
+    async def list_records(request: web.Request) -> web.Response:
+        try:
+            body = records_body(records, request.query.get("count"), request.query.get("offset"))
+        except BadRequest as error:
+            return _json(400, error_body(400, str(error)))
+        return _json(200, body)
+
+    async def healthz(_request: web.Request) -> web.Response:
+        status, body = health.response()
+        return _json(status, body)
+
+    async def openapi_json(_request: web.Request) -> web.Response:
+        return _json(200, openapi)
+
+    app.router.add_get("/records", list_records)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/openapi.json", openapi_json)
+    return app
+
+
+def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    # Hypercorn's TLS settings, so both REST servers pay for the same handshakes and ciphers.
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers("ECDHE+AESGCM")
+    context.options |= ssl.OP_NO_COMPRESSION
+    context.set_alpn_protocols(["http/1.1"])
+    context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    return context
+
+
+async def _serve(context: WorkerContext) -> None:
+    settings = context.settings
+    health = Health()
+    runner = web.AppRunner(
+        build_app(context.records, health, settings),
+        access_log=None,  # a log line per request would cost more than the request
+        keepalive_timeout=KEEP_ALIVE_TIMEOUT_SECONDS,
+        shutdown_timeout=settings.shutdown_grace_seconds,
+    )
+    await runner.setup()
+    site = web.TCPSite(
+        runner,
+        settings.host,
+        context.port,
+        ssl_context=_ssl_context(settings),
+        backlog=LISTEN_BACKLOG,
+        reuse_port=context.reuse_port,
+    )
+    stopping = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
+    await site.start()
+    context.report_listening(site.port)
+    await stopping.wait()
+
+    # Health first, so clients and load balancers move away while requests still succeed.
+    health.start_draining()
+    await asyncio.sleep(settings.shutdown_drain_seconds)
+    # Stops accepting, closes idle connections, waits for in-flight requests up to shutdown_timeout.
+    await runner.cleanup()
+
+
+def worker_main(context: WorkerContext) -> None:
+    """One worker process: serve until SIGTERM, drain, finish in-flight requests, return (exit 0)."""
+    uvloop.run(_serve(context))

@@ -1,0 +1,108 @@
+"""The Quart application each Hypercorn worker imports: services.rest_quart.app:app."""
+
+import logging
+import multiprocessing
+import os
+import signal
+import time
+
+import orjson
+from quart import Quart, Response, g, request
+from werkzeug.exceptions import HTTPException
+
+from services.common.config import load_settings
+from services.common.metrics import http_request_duration
+from services.common.records import BadRequest
+from services.common.rest import JSON, Health, error_body, openapi_document, records_body, route_label
+from services.common.supervisor import record_source, signal_when_parent_dies
+from services.rest_quart import DEFAULT_METRICS_PORT, DEFAULT_PORT, DRAIN_FLAG, READY_PREFIX, runtime_dir
+
+log = logging.getLogger("protolab.rest_quart")
+
+
+def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> Response:
+    return Response(body, status=status, headers=headers, content_type=JSON)
+
+
+def create_app() -> Quart:
+    """The application, configured from the environment; the record pool is loaded here, at import."""
+    settings = load_settings(DEFAULT_PORT, DEFAULT_METRICS_PORT)
+    records = record_source(settings)
+    health = Health(flag_file=runtime_dir() / DRAIN_FLAG)
+    openapi = orjson.dumps(openapi_document(settings.max_count, settings.default_count))
+
+    app = Quart(__name__)
+    # OPTIONS answers 405 as on aiohttp, and as the OpenAPI document (GET only) says.
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+
+    @app.before_request
+    async def receive_whole_request() -> None:
+        # Hypercorn 0.18 drops the whole HTTP/2 connection when request body frames arrive
+        # after the response closed their stream (pgjones/hypercorn#329): a POST answered 405
+        # would take every other stream on the connection with it. Reading the body first
+        # avoids that; a request without a body (every GET of a load test) is complete already.
+        if request.http_version == "2":
+            await request.get_data()
+
+    @app.get("/records")
+    async def list_records() -> Response:
+        try:
+            body = records_body(records, request.args.get("count"), request.args.get("offset"))
+        except BadRequest as error:
+            return _json(400, error_body(400, str(error)))
+        return _json(200, body)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        status, body = health.response()
+        return _json(status, body)
+
+    @app.get("/openapi.json")
+    async def openapi_json() -> Response:
+        return _json(200, openapi)
+
+    @app.errorhandler(HTTPException)
+    async def http_error(error: HTTPException) -> Response:
+        status = error.code or 500
+        allow = dict(error.get_headers()).get("Allow")
+        return _json(status, error_body(status), {"Allow": allow} if allow else None)
+
+    @app.errorhandler(Exception)
+    async def unexpected_error(_error: Exception) -> Response:
+        log.exception("unexpected error serving %s %s", request.method, request.path)
+        return _json(500, error_body(500))
+
+    @app.before_serving
+    async def started() -> None:
+        # Hypercorn's supervisor terminates the other workers as soon as the first one has
+        # shut down, cutting their in-flight requests; its shutdown event stops a worker
+        # gracefully, so SIGTERM must not.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # A supervisor killed outright cannot stop its workers: the kernel does, so none
+        # outlives it holding the port.
+        supervisor = multiprocessing.parent_process()
+        if supervisor is None or not signal_when_parent_dies(signal.SIGKILL, supervisor.pid):
+            os.kill(os.getpid(), signal.SIGKILL)
+        (runtime_dir() / f"{READY_PREFIX}{os.getpid()}").touch()
+
+    if settings.metrics_enabled:
+        duration = http_request_duration()
+
+        @app.before_request
+        async def start_timer() -> None:
+            g.request_started = time.perf_counter()
+
+        @app.after_request
+        async def observe(response: Response) -> Response:
+            # Runs for error responses too: the error handlers above produce every one of them.
+            elapsed = time.perf_counter() - g.request_started
+            rule = request.url_rule  # None when no route matched (404, 405)
+            route = route_label(None if rule is None else rule.rule, request.path)
+            labels = (request.method, route, str(response.status_code), request.http_version)
+            duration.labels(*labels).observe(elapsed)
+            return response
+
+    return app
+
+
+app = create_app()
