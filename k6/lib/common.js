@@ -74,7 +74,7 @@ export function parseStages(spec) {
   });
 }
 
-const LOAD_MODELS = ['constant-vus', 'ramping-vus', 'constant-arrival-rate'];
+const LOAD_MODELS = ['constant-vus', 'ramping-vus', 'constant-arrival-rate', 'shared-iterations'];
 
 function scenarioFromEnv() {
   const model = envString('LOAD_MODEL', 'constant-vus');
@@ -94,6 +94,13 @@ function scenarioFromEnv() {
       duration,
       preAllocatedVUs,
       maxVUs: envInt('MAX_VUS', preAllocatedVUs),
+    };
+  }
+  if (model === 'shared-iterations') {
+    // Sequential latency: VUS clients (1: one request at a time) share ITERATIONS requests;
+    // DURATION caps the run.
+    return {
+      executor: model, vus: envInt('VUS', 1), iterations: envInt('ITERATIONS'), maxDuration: duration,
     };
   }
   throw new Error(`protolab: unknown LOAD_MODEL=${model} (want ${LOAD_MODELS.join(', ')})`);

@@ -1,6 +1,7 @@
 """The run_matrix.py command line: parse options, expand the matrix, then list, plan or run it."""
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -50,6 +51,9 @@ output (--out, default results/<run id>/):
   manifest.json               git SHA, tool and library versions, host, the expanded matrix
   summary.csv, summary.md     one row per scenario, regenerated after every scenario
   k6/, logs/                  k6 summaries, k6 output and service logs
+  report.md, report.html      at the end (also of an interrupted run): statistics over repeats,
+                              comparisons, charts/, payload.json, serialization.json;
+                              regenerate with scripts/report.py RUN_DIR [--baseline OTHER_RUN_DIR]
 
 observability:
   --influxdb URL sends measured k6 samples to database myk6db; tags: run, scenario, target,
@@ -101,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument("--count", action="append", metavar="N[,N]", help="records per response")
     pick.add_argument("--load-model", action="append", metavar="NAME[,NAME]", help="load models")
     pick.add_argument("--vus", type=int, help="VUs of constant-vus load models")
-    pick.add_argument("--rate", type=int, help="iterations/s of constant-arrival-rate load models")
+    pick.add_argument(
+        "--rate", type=int, help="iterations/s of constant-arrival-rate load models (a search's first step)"
+    )
     pick.add_argument("--duration", help="measured k6 time, e.g. 30s (ramping models use their stages)")
     pick.add_argument("--warmup", help="unmeasured k6 time before measuring, e.g. 10s; 0 skips it")
     pick.add_argument("--repeats", type=int, help="independent runs per scenario")
@@ -239,11 +245,25 @@ def _run(
     )
     print(f"run {run_id}: {len(plan.scenarios)} scenarios, backend {backend_name} ({reason}), out {out_dir}")
     try:
-        ok = run_plan(plan, config, backend, settings, say=lambda line: print(line, flush=True))
+        ok = run_plan(plan, config, backend, settings, say=_say)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finish with: --resume --run-id {run_id}", file=sys.stderr)
+        with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C skips the partial report
+            _finish(out_dir, benchmark=False)
         return EXIT_INTERRUPTED
+    _finish(out_dir, benchmark=True)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _finish(out_dir: Path, benchmark: bool) -> None:
+    # Imported here: matplotlib and scipy take a second to load, and only the report needs them.
+    from labrunner.report import finish_run  # noqa: PLC0415
+
+    finish_run(out_dir, benchmark, _say)
 
 
 def _minutes(seconds: float) -> str:
@@ -307,4 +327,8 @@ def _describe_load(model: LoadModel) -> str:
     if model.executor == "ramping-vus":
         stages = ",".join(f"{format_duration(s.duration_s)}:{s.target}" for s in model.stages)
         return f"{model.name} (VUs {stages})"
+    if model.executor == "shared-iterations":
+        return f"{model.name} ({model.iterations} requests, {model.vus} VU)"
+    if model.search is not None:
+        return f"{model.name} (search from {model.rate}/s, p99 <= {model.search.slo_p99_ms:g} ms)"
     return f"{model.name} ({model.rate}/s, {model.pre_allocated_vus}-{model.max_vus} VUs)"

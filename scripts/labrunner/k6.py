@@ -16,6 +16,7 @@ from labrunner.matrix import LoadModel, Scenario, format_duration
 INFLUX_DATABASE = "myk6db"
 # The runner reads these; passing them makes the summary independent of the script's options.
 SUMMARY_TREND_STATS = "avg,min,med,max,p(50),p(90),p(95),p(99),count"
+EXIT_THRESHOLDS_CROSSED = 99  # k6's exit code when a threshold failed (the run itself completed)
 LATENCY_STATS = {"avg": "avg", "p50": "p(50)", "p90": "p(90)", "p95": "p(95)", "p99": "p(99)", "max": "max"}
 
 
@@ -180,4 +181,6 @@ def _load_env(model: LoadModel) -> dict[str, str]:
         env["PRE_ALLOCATED_VUS"] = str(model.pre_allocated_vus)
     if model.max_vus is not None:
         env["MAX_VUS"] = str(model.max_vus)
+    if model.iterations is not None:
+        env["ITERATIONS"] = str(model.iterations)
     return env

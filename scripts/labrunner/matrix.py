@@ -11,7 +11,7 @@ from typing import Any
 
 BACKENDS = ("local", "docker")
 PROTOCOLS = ("http1.1", "http2", "grpc")
-EXECUTORS = ("constant-vus", "ramping-vus", "constant-arrival-rate")
+EXECUTORS = ("constant-vus", "ramping-vus", "constant-arrival-rate", "shared-iterations")
 # What k6 reports as res.proto for each REST protocol.
 REST_PROTO = {"http1.1": "HTTP/1.1", "http2": "HTTP/2.0"}
 # Keys a [defaults], [defaults.<backend>], [presets.<name>] or [presets.<name>.<backend>] may set.
@@ -78,6 +78,19 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class CapacitySearch:
+    """Step an open model's arrival rate up from its `rate` until a step breaks the SLO.
+
+    Each step is one k6 run of the scenario's duration (see labrunner.capacity).
+    """
+
+    slo_p99_ms: float
+    max_error_rate: float
+    max_steps: int
+    growth: float  # rate multiplier while every step passes
+
+
+@dataclass(frozen=True)
 class LoadModel:
     """A k6 executor and its parameters."""
 
@@ -88,11 +101,16 @@ class LoadModel:
     rate: int | None = None  # iterations per second
     pre_allocated_vus: int | None = None
     max_vus: int | None = None
+    iterations: int | None = None  # shared-iterations: requests in all, one at a time per VU
+    search: CapacitySearch | None = None  # constant-arrival-rate: a capacity search from `rate`
 
     def measured_seconds(self, duration_s: float) -> float:
-        """How long a k6 run lasts: the stages for ramping-vus, else the scenario duration."""
+        """How long k6 runs: the stages for ramping-vus, every step of a search, else the duration
+        (for shared-iterations the cap; the run ends earlier once every iteration is done)."""
         if self.executor == "ramping-vus":
             return sum(stage.duration_s for stage in self.stages)
+        if self.search is not None:
+            return duration_s * self.search.max_steps
         return duration_s
 
 
@@ -410,13 +428,15 @@ def _load_model(name: str, table: Mapping[str, Any]) -> LoadModel:
         "constant-vus": {"vus"},
         "ramping-vus": {"stages"},
         "constant-arrival-rate": {"rate", "pre_allocated_vus", "max_vus"},
+        "shared-iterations": {"vus", "iterations"},
     }
     if executor not in needed:
         raise MatrixError(f"{where} executor: {executor!r} must be one of {', '.join(EXECUTORS)}")
-    _check_keys(table, {"executor"} | needed[executor], where, required=needed[executor])
+    optional = {"search"} if executor == "constant-arrival-rate" else set()
+    _check_keys(table, {"executor"} | needed[executor] | optional, where, required=needed[executor])
     ints = {
         k: _positive_int(table[k], f"{where} {k}")
-        for k in ("vus", "rate", "pre_allocated_vus", "max_vus")
+        for k in ("vus", "rate", "pre_allocated_vus", "max_vus", "iterations")
         if k in table
     }
     if ints.get("max_vus", 0) < ints.get("pre_allocated_vus", 0):
@@ -424,7 +444,26 @@ def _load_model(name: str, table: Mapping[str, Any]) -> LoadModel:
     stages = tuple(_stage(s, f"{where} stages[{i}]") for i, s in enumerate(table.get("stages", [])))
     if executor == "ramping-vus" and not stages:
         raise MatrixError(f"{where} stages: must list at least one stage")
-    return LoadModel(name, executor, stages=stages, **ints)
+    search = _search(table["search"], f"{where} search") if "search" in table else None
+    return LoadModel(name, executor, stages=stages, search=search, **ints)
+
+
+def _search(value: object, where: str) -> CapacitySearch:
+    keys = {"slo_p99", "max_error_rate", "max_steps", "growth"}
+    if not isinstance(value, Mapping):
+        raise MatrixError(f"{where}: must be a table {{ {', '.join(sorted(keys))} }}")
+    _check_keys(value, keys, where, required=keys)
+    error_rate, growth = value["max_error_rate"], value["growth"]
+    if isinstance(error_rate, bool) or not isinstance(error_rate, int | float) or not 0 <= error_rate < 1:
+        raise MatrixError(f"{where} max_error_rate: {error_rate!r} must be a fraction in [0, 1)")
+    if isinstance(growth, bool) or not isinstance(growth, int | float) or growth <= 1:
+        raise MatrixError(f"{where} growth: {growth!r} must be a number above 1")
+    return CapacitySearch(
+        slo_p99_ms=_positive_duration(value["slo_p99"], f"{where} slo_p99") * 1000,
+        max_error_rate=float(error_rate),
+        max_steps=_positive_int(value["max_steps"], f"{where} max_steps"),
+        growth=float(growth),
+    )
 
 
 def _stage(value: object, where: str) -> Stage:

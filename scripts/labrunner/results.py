@@ -22,6 +22,9 @@ RESULT_SCHEMA = "protolab.result/1"
 MANIFEST_SCHEMA = "protolab.manifest/1"
 K6_SATURATED = 0.8  # above this share of its CPUs, k6 may be what limits throughput
 MAX_ERROR_RATE = 0.01
+# Below this share of its quota under a closed model, something else held the service back.
+SERVICE_CPU_BOUND = 0.5
+CLOSED_EXECUTORS = ("constant-vus", "ramping-vus")
 SUMMARY_COLUMNS = (
     "scenario",
     "status",
@@ -125,6 +128,8 @@ def scenario_dict(scenario: Scenario) -> dict[str, Any]:
             "rate": model.rate,
             "pre_allocated_vus": model.pre_allocated_vus,
             "max_vus": model.max_vus,
+            "iterations": model.iterations,
+            "search": asdict(model.search) if model.search else None,
         },
         "duration_s": scenario.duration_s,
         "measured_s": scenario.measured_seconds,
@@ -157,7 +162,7 @@ def build_result(outcome: Outcome) -> dict[str, Any]:
         "service": service,
         "timings_s": dict(outcome.timings_s),
         "notes": list(outcome.handle.notes) if outcome.handle else [],
-        "suspect": _suspect(metrics, k6_section),
+        "suspect": _suspect(metrics, k6_section, service, outcome.scenario),
     }
 
 
@@ -369,17 +374,36 @@ def _verification(verification: "Verification") -> dict[str, Any]:
     }
 
 
-def _suspect(metrics: Mapping[str, Any] | None, k6_section: Mapping[str, Any] | None) -> list[str]:
+def _suspect(
+    metrics: Mapping[str, Any] | None,
+    k6_section: Mapping[str, Any] | None,
+    service: Mapping[str, Any] | None,
+    scenario: Scenario,
+) -> list[str]:
     """Reasons not to trust a measured number as the service's capacity."""
     reasons = []
+    model = scenario.load_model
     k6_cpu = (k6_section or {}).get("cpu_utilisation")
     if k6_cpu is not None and k6_cpu > K6_SATURATED:
         reasons.append(f"k6 used {k6_cpu:.0%} of its CPUs (load generator saturated)")
     if metrics:
-        if metrics["dropped_iterations"]:
+        # shared-iterations counts what the cap cut off as dropped: the reason below says it better.
+        if metrics["dropped_iterations"] and model.iterations is None:
             reasons.append(f"{metrics['dropped_iterations']} iterations dropped")
         if metrics["error_rate"] is not None and metrics["error_rate"] > MAX_ERROR_RATE:
             reasons.append(f"error rate {metrics['error_rate']:.2%}")
+        if model.iterations is not None and metrics["attempts"] < model.iterations:
+            reasons.append(
+                f"only {metrics['attempts']} of {model.iterations} requests within the "
+                f"{scenario.duration_s:g}s cap"
+            )
+    utilisation = ((service or {}).get("usage") or {}).get("cpu_utilisation")
+    closed = model.executor in CLOSED_EXECUTORS
+    if metrics and closed and utilisation is not None and utilisation < SERVICE_CPU_BOUND:
+        reasons.append(
+            f"service used {utilisation:.0%} of its {scenario.profile.cpus:g}-CPU quota under a "
+            "closed model: not CPU-bound, so something else limited throughput"
+        )
     return reasons
 
 

@@ -5,12 +5,12 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from labrunner import k6, promsd, verify
+from labrunner import capacity, docker_backend, k6, promsd, verify
 from labrunner.backend import (
     Backend,
     BackendSettings,
@@ -22,7 +22,7 @@ from labrunner.backend import (
     ServiceUsage,
 )
 from labrunner.local import LocalBackend
-from labrunner.matrix import Plan, Scenario
+from labrunner.matrix import LoadModel, Plan, Scenario
 from labrunner.results import (
     Outcome,
     build_manifest,
@@ -55,17 +55,31 @@ class RunConfig:
 
 
 def create_backend(name: str, settings: BackendSettings) -> Backend:
-    """Instantiate a backend by name."""
+    """Instantiate a backend by name; BackendUnavailable when docker has no engine to talk to."""
     if name == "local":
         return LocalBackend(settings)
-    raise BackendUnavailable(f"the {name} backend is not implemented yet; use --backend local")
+    if name == "docker":
+        try:
+            client = docker_backend.connect()
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(f"--backend docker: {exc}; start Docker or use --backend local") from exc
+        return docker_backend.DockerBackend(settings, client)
+    raise BackendUnavailable(f"unknown backend {name!r}")
 
 
 def choose_backend(requested: str) -> tuple[str, str]:
-    """The backend to use and why; `auto` will prefer docker when that backend exists (issue 5)."""
-    if requested == "auto":
-        return "local", "auto: no docker backend yet"
-    return requested, "requested"
+    """The backend to use and why: `auto` takes docker when an engine answers, else local."""
+    if requested != "auto":
+        return requested, "requested"
+    try:
+        client = docker_backend.connect(timeout_s=docker_backend.PROBE_TIMEOUT_S)
+    except BackendUnavailable as exc:
+        return "local", f"auto: {exc}"
+    try:
+        version = client.version().get("Version", "unknown")
+    finally:
+        client.close()  # create_backend connects again, with the run's timeouts
+    return "docker", f"auto: Docker engine {version} answered"
 
 
 def run_plan(plan: Plan, config: RunConfig, backend: Backend, settings: BackendSettings, say: Say) -> bool:
@@ -148,6 +162,7 @@ def _run_scenario(
     handle: ServiceHandle | None = None
     verification: verify.Verification | None = None
     k6_run: K6Run | None = None
+    search: capacity.Outcome | None = None
     usage: ServiceUsage | None = None
     failure: ScenarioFailed | None = None
     started_at = datetime.now(UTC)
@@ -172,8 +187,12 @@ def _run_scenario(
                 warmup = backend.run_k6(handle, invocation(True), measured=False)
             _check_warmup(warmup)
         with _timed(timings, "measure"):
-            k6_run = backend.run_k6(handle, invocation(False), measured=True)
-        _check_measured(k6_run)
+            if scenario.load_model.search is not None:
+                search = capacity.search(scenario, handle, backend, invocation, say)
+                k6_run = search.run  # the search checked every step
+            else:
+                k6_run = backend.run_k6(handle, invocation(False), measured=True)
+                _check_measured(k6_run)
     except ScenarioFailed as exc:
         failure = exc
     except Exception as exc:  # a bug or an OS error in one scenario must not end the run
@@ -203,6 +222,9 @@ def _run_scenario(
             timings_s=timings,
         )
         result = build_result(outcome)
+        if search is not None:
+            result["capacity"] = search.as_dict()
+            result["suspect"] += search.suspect
     timings["overhead"] = sum(timings.get(phase, 0.0) for phase in OVERHEAD_PHASES)
     timings["total"] = time.monotonic() - began
     result["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
@@ -211,11 +233,12 @@ def _run_scenario(
 
 def _invocation_factory(
     scenario: Scenario, config: RunConfig, settings: BackendSettings, handle: ServiceHandle
-) -> Callable[[bool], K6Invocation]:
-    def invocation(warmup: bool) -> K6Invocation:
-        phase = "warmup" if warmup else "measure"
+) -> Callable[..., K6Invocation]:
+    def invocation(warmup: bool, model: LoadModel | None = None, step: int | None = None) -> K6Invocation:
+        """model and step: one step of a capacity search, with its own summary file."""
+        phase = "warmup" if warmup else "measure" if step is None else f"step{step}"
         return k6.build_invocation(
-            scenario,
+            scenario if model is None else replace(scenario, load_model=model),
             handle,
             run_id=config.run_id,
             root=settings.root,

@@ -1,0 +1,83 @@
+"""Bytes per response body for JSON and protobuf, raw and gzip, from the services' record pool."""
+
+import gzip
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+from google.protobuf import json_format
+
+from services.common.config import load_settings
+from services.common.pb import cars_pb2
+from services.common.records import Record, load_pool
+
+SCHEMA = "protolab.payload/1"
+COUNTS = (1, 10, 100, 1000)
+# zlib's default, and what aiohttp and gRPC's gzip use unless configured otherwise.
+GZIP_LEVEL = 6
+
+
+@dataclass(frozen=True)
+class PayloadRow:
+    """The bodies of one response of `count` records, as each server sends them."""
+
+    count: int
+    json_bytes: int
+    json_gzip_bytes: int
+    protobuf_bytes: int
+    protobuf_gzip_bytes: int
+
+
+def pool_records(count: int) -> list[Record]:
+    """The records a server returns for (count, offset=0): the first ones of the pool."""
+    settings = load_settings(0, 0)
+    pool = load_pool(settings.record_pool_size, settings.record_seed)
+    return [pool[i % len(pool)] for i in range(count)]
+
+
+def json_body(records: Sequence[Record]) -> bytes:
+    """The REST body, encoded as services.common.rest.records_body encodes it."""
+    return orjson.dumps({"records": list(records)})
+
+
+def protobuf_message(records: Sequence[Record]) -> cars_pb2.ListRecordsResponse:
+    """The gRPC response for the same records, parsed from the JSON body: equal content by construction."""
+    return json_format.Parse(json_body(records), cars_pb2.ListRecordsResponse())
+
+
+def measure(counts: Sequence[int] = COUNTS) -> list[PayloadRow]:
+    """One row per count, from the same records for both encodings."""
+    records = pool_records(max(counts))
+    rows = []
+    for count in counts:
+        body = json_body(records[:count])
+        message = protobuf_message(records[:count]).SerializeToString()
+        rows.append(
+            PayloadRow(
+                count=count,
+                json_bytes=len(body),
+                json_gzip_bytes=len(gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)),
+                protobuf_bytes=len(message),
+                protobuf_gzip_bytes=len(gzip.compress(message, compresslevel=GZIP_LEVEL, mtime=0)),
+            )
+        )
+    return rows
+
+
+def as_document(rows: Sequence[PayloadRow]) -> dict[str, Any]:
+    """payload.json in a run directory."""
+    settings = load_settings(0, 0)
+    return {
+        "schema": SCHEMA,
+        "pool": {"size": settings.record_pool_size, "seed": settings.record_seed},
+        "gzip_level": GZIP_LEVEL,
+        "rows": [asdict(row) for row in rows],
+    }
+
+
+def rows_from_document(document: Any) -> list[PayloadRow]:
+    """The rows of a payload.json; empty when it is not one."""
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        return []
+    return [PayloadRow(**row) for row in document["rows"]]
