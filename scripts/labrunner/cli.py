@@ -11,7 +11,7 @@ from pathlib import Path
 
 import gen_certs
 
-from labrunner import provenance
+from labrunner import observability, provenance
 from labrunner.backend import BackendSettings, BackendUnavailable
 from labrunner.k6 import K6NotFound, find_k6
 from labrunner.matrix import (
@@ -57,7 +57,8 @@ output (--out, default results/<run id>/):
 
 observability:
   --influxdb URL sends measured k6 samples to database myk6db; tags: run, scenario, target,
-  protocol, profile. A Prometheus file_sd file for the running service goes to
+  protocol, profile; each scenario's measured window is marked in measurement
+  protolab_scenario (Grafana annotations). A Prometheus file_sd file for the running service goes to
   --prometheus-targets once it is healthy and is deleted when it stops (labels: run,
   scenario, target, protocol, profile, service); scraped samples keep their labels.
 
@@ -88,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         choices=("auto", "docker", "local"),
         default="auto",
-        help="local: services as processes in cgroups on this host; docker: containers "
-        "(not implemented yet, issue 5); auto: docker once it exists and an engine answers, "
+        help="local: services as processes in cgroups on this host; docker: a container per "
+        "scenario next to `docker compose up -d`; auto: docker when an engine answers, "
         "else local (default: auto)",
     )
     where.add_argument(
@@ -122,7 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
         "resumes the latest unfinished run in results/",
     )
     out.add_argument(
-        "--influxdb", metavar="URL", help="InfluxDB 1.x for k6 samples, e.g. http://127.0.0.1:8086"
+        "--influxdb",
+        metavar="URL",
+        default="auto",
+        help="InfluxDB 1.x for k6 samples, e.g. http://127.0.0.1:8086; 'none' sends nothing; "
+        "'auto' (default) uses the one on 127.0.0.1:8086 when it answers, else, for the local "
+        "backend, starts local Prometheus and InfluxDB for the run (data in .lab/obs)",
     )
     out.add_argument(
         "--prometheus-targets",
@@ -229,11 +235,12 @@ def _run(
         stop_timeout_s=plan.stop_timeout_s,
     )
     backend = create_backend(backend_name, settings)
+    cleanup = contextlib.ExitStack()  # stops local observability if this run started it
     config = RunConfig(
         run_id=run_id,
         out_dir=out_dir,
         targets_dir=targets_dir,
-        influxdb_url=args.influxdb,
+        influxdb_url=_influxdb_url(args.influxdb, backend_name, targets_dir, cleanup),
         resume=args.resume,
         argv=tuple(sys.argv if argv is None else ["run_matrix.py", *argv]),
         backend_reason=reason,
@@ -245,7 +252,8 @@ def _run(
     )
     print(f"run {run_id}: {len(plan.scenarios)} scenarios, backend {backend_name} ({reason}), out {out_dir}")
     try:
-        ok = run_plan(plan, config, backend, settings, say=_say)
+        with cleanup:
+            ok = run_plan(plan, config, backend, settings, say=_say)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finish with: --resume --run-id {run_id}", file=sys.stderr)
         with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C skips the partial report
@@ -253,6 +261,38 @@ def _run(
         return EXIT_INTERRUPTED
     _finish(out_dir, benchmark=True)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _influxdb_url(
+    requested: str, backend_name: str, targets_dir: Path | None, cleanup: contextlib.ExitStack
+) -> str | None:
+    """Resolve --influxdb; for 'auto' on the local backend, start local observability if none answers."""
+    if requested == "none":
+        return None
+    if requested != "auto":
+        return requested
+    ports = observability.Ports.from_env()
+    url = f"http://{observability.HOST}:{ports.influxdb}"
+    if observability.answers(f"{url}/ping"):
+        print(f"observability: k6 samples go to the InfluxDB at {url}")
+        return url
+    if backend_name != "local":
+        print(
+            f"observability: no InfluxDB at {url} (`docker compose up -d` starts it); k6 samples not stored"
+        )
+        return None
+    lab = ROOT / ".lab" / "obs"
+    try:
+        urls = observability.start(lab, targets_dir or observability.DEFAULT_TARGETS_DIR, ports)
+    except observability.ObservabilityError as exc:
+        print(f"observability: could not start local Prometheus/InfluxDB ({exc}); k6 samples not stored")
+        return None
+    cleanup.callback(observability.stop, lab)
+    print(
+        f"observability: started Prometheus {urls['prometheus']} and InfluxDB {urls['influxdb']} for this "
+        f"run; they stop at its end, data stays in {lab} (`scripts/local_obs.py start` to look again)"
+    )
+    return urls["influxdb"]
 
 
 def _say(line: str) -> None:

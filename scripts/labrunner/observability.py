@@ -125,6 +125,15 @@ def status(directory: Path | str) -> dict[str, dict[str, Any]]:
     return {name: {**proc, "running": _running(proc)} for name, proc in state.items()}
 
 
+def answers(url: str) -> bool:
+    """Whether an HTTP GET of url succeeds within a second (an InfluxDB /ping, a Prometheus /-/ready)."""
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def _start_prometheus(directory: Path, targets_dir: Path, port: int) -> dict[str, Any]:
     targets_dir.mkdir(parents=True, exist_ok=True)
     config = derive_prometheus_config(targets_dir, port, directory / "prometheus.yml")

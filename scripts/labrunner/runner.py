@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from labrunner import capacity, docker_backend, k6, promsd, verify
+from labrunner import annotations, capacity, docker_backend, k6, promsd, verify
 from labrunner.backend import (
     Backend,
     BackendSettings,
@@ -186,7 +186,7 @@ def _run_scenario(
             with _timed(timings, "warmup"):
                 warmup = backend.run_k6(handle, invocation(True), measured=False)
             _check_warmup(warmup)
-        with _timed(timings, "measure"):
+        with _timed(timings, "measure"), _marked_window(config, scenario, say):
             if scenario.load_model.search is not None:
                 search = capacity.search(scenario, handle, backend, invocation, say)
                 k6_run = search.run  # the search checked every step
@@ -277,6 +277,25 @@ def _check_measured(run: K6Run) -> None:
         raise ScenarioFailed("measure", f"k6 exited with code {run.exit_code}", run.output_tail)
     if metrics.requests == 0:
         raise ScenarioFailed("measure", "no successful requests", run.output_tail)
+
+
+@contextmanager
+def _marked_window(config: RunConfig, scenario: Scenario, say: Say) -> Iterator[None]:
+    """Mark the measured window in InfluxDB for Grafana's annotations; a failed mark is only a note."""
+    if config.influxdb_url is None:
+        yield
+        return
+    _mark(config.influxdb_url, config.run_id, scenario, "start", say)
+    try:
+        yield
+    finally:
+        _mark(config.influxdb_url, config.run_id, scenario, "end", say)
+
+
+def _mark(influxdb_url: str, run_id: str, scenario: Scenario, event: str, say: Say) -> None:
+    problem = annotations.mark(influxdb_url, run_id, scenario, event)
+    if problem:
+        say(f"    note: {problem}")
 
 
 @contextmanager
