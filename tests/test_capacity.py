@@ -88,7 +88,7 @@ def test_bounded_search_on_a_real_service(tmp_path: Path) -> None:
             sys.executable, "scripts/run_matrix.py", "--backend", "local", "--matrix", str(matrix),
             "--preset", "ci", "--target", "grpc", "--load-model", "capacity",
             "--duration", "2s", "--warmup", "1s", "--out", str(out), "--prometheus-targets", "",
-            "--influxdb", "none",
+            "--influxdb", "none", "--prometheus", "none",
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip

@@ -258,6 +258,7 @@ def run_config(tmp_path: Path) -> runner.RunConfig:
         out_dir=tmp_path / "out",
         targets_dir=tmp_path / "targets",
         influxdb_url="http://127.0.0.1:8086",
+        prometheus_url=None,
         resume=False,
         argv=("run_matrix.py",),
         backend_reason="test",

@@ -78,6 +78,7 @@ def ci_run(obs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dic
         "--preset", "ci",
         "--out", str(out),
         "--influxdb", obs["influxdb"],
+        "--prometheus", obs["prometheus"],
         "--prometheus-targets", str(obs["targets"]),
     )  # fmt: skip
     time.sleep(4)  # two scrape intervals: the last scenario's final samples reach Prometheus
@@ -186,6 +187,7 @@ def test_a_target_that_fails_verification_fails_alone(tmp_path: Path) -> None:
         "--duration", "2s",
         "--out", str(out),
         "--influxdb", "none",
+        "--prometheus", "none",
         "--prometheus-targets", "",
     )  # fmt: skip
     assert completed.returncode == 1, completed.stdout

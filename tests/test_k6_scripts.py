@@ -31,7 +31,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from google.protobuf import json_format
-from grpc_tools import protoc
 from labrunner import observability
 
 REPO = Path(__file__).resolve().parents[1]
@@ -394,20 +393,11 @@ def test_k6_metrics_reach_influxdb(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def pb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ModuleType, ModuleType]]:
-    """cars_pb2 and cars_pb2_grpc generated into a temp dir (independent of services/)."""
-    out = tmp_path_factory.mktemp("pb")
-    assert (
-        protoc.main(
-            ["protoc", f"-I{REPO / 'proto'}", f"--python_out={out}", f"--grpc_python_out={out}", "cars.proto"]
-        )
-        == 0
+def pb() -> tuple[ModuleType, ModuleType]:
+    """The project's generated stubs: a second copy would clash in the protobuf descriptor pool."""
+    return importlib.import_module("services.common.pb.cars_pb2"), importlib.import_module(
+        "services.common.pb.cars_pb2_grpc"
     )
-    sys.path.insert(0, str(out))
-    try:
-        yield importlib.import_module("cars_pb2"), importlib.import_module("cars_pb2_grpc")
-    finally:
-        sys.path.remove(str(out))
 
 
 class GrpcServer:

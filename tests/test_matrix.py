@@ -48,7 +48,14 @@ def test_repo_matrix_profiles_and_targets() -> None:
         "p2": (4.0, 4 * 2**30),
         "small": (0.5, 512 * 2**20),
     }
-    assert list(matrix.targets) == ALL_TARGETS
+    assert list(matrix.targets) == [
+        *ALL_TARGETS,
+        *(f"{t}-nometrics" for t in ("aiohttp-h1", "quart-h1", "grpc")),
+    ]
+    for name in ("aiohttp-h1", "quart-h1", "grpc"):
+        uninstrumented = matrix.targets[f"{name}-nometrics"]
+        assert dict(uninstrumented.env) == {"METRICS_ENABLED": "0"}
+        assert uninstrumented.service == matrix.targets[name].service
     quart_h2 = matrix.targets["quart-h2-tls"]
     assert (quart_h2.protocol, quart_h2.tls, quart_h2.expect_proto) == ("http2", True, "HTTP/2.0")
     assert dict(quart_h2.env) == {"ALPN_PROTOCOLS": "h2"}
@@ -77,7 +84,7 @@ def test_ci_preset_is_short_and_small() -> None:
 
 def test_overrides_filter_and_multiply_with_repeats_outermost() -> None:
     overrides = Overrides(
-        targets=split_list(["quart-*", "grpc"]),
+        targets=split_list(["quart-h1,quart-*-tls", "grpc"]),
         counts=(100, 10),
         repeats=2,
         duration="1m30s",

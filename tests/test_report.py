@@ -201,7 +201,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--backend", "local", "--preset", "ci",
             "--target", "aiohttp-h1,grpc", "--load-model", "closed,seq-100",
             "--repeats", "2", "--duration", "2s", "--warmup", "1s",
-            "--out", str(out), "--prometheus-targets", "", "--influxdb", "none",
+            "--out", str(out), "--prometheus-targets", "", "--influxdb", "none", "--prometheus", "none",
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip

@@ -6,6 +6,7 @@ import json
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -131,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
         "backend, starts local Prometheus and InfluxDB for the run (data in .lab/obs)",
     )
     out.add_argument(
+        "--prometheus",
+        metavar="URL",
+        default="auto",
+        help="Prometheus that scrapes the services, e.g. http://127.0.0.1:9090; the runner waits "
+        "(bounded) until it scrapes each service before measuring; 'none' skips that; 'auto' as "
+        "for --influxdb",
+    )
+    out.add_argument(
         "--prometheus-targets",
         metavar="DIR",
         default=str(ROOT / "prometheus" / "targets"),
@@ -236,11 +245,13 @@ def _run(
     )
     backend = create_backend(backend_name, settings)
     cleanup = contextlib.ExitStack()  # stops local observability if this run started it
+    obs = _observability(args, backend_name, targets_dir, cleanup)
     config = RunConfig(
         run_id=run_id,
         out_dir=out_dir,
         targets_dir=targets_dir,
-        influxdb_url=_influxdb_url(args.influxdb, backend_name, targets_dir, cleanup),
+        influxdb_url=obs.influxdb_url,
+        prometheus_url=obs.prometheus_url,
         resume=args.resume,
         argv=tuple(sys.argv if argv is None else ["run_matrix.py", *argv]),
         backend_reason=reason,
@@ -263,36 +274,46 @@ def _run(
     return EXIT_OK if ok else EXIT_FAILED
 
 
-def _influxdb_url(
-    requested: str, backend_name: str, targets_dir: Path | None, cleanup: contextlib.ExitStack
-) -> str | None:
-    """Resolve --influxdb; for 'auto' on the local backend, start local observability if none answers."""
-    if requested == "none":
-        return None
-    if requested != "auto":
-        return requested
+@dataclass(frozen=True)
+class _Observability:
+    influxdb_url: str | None
+    prometheus_url: str | None
+
+
+def _observability(
+    args: argparse.Namespace, backend_name: str, targets_dir: Path | None, cleanup: contextlib.ExitStack
+) -> _Observability:
+    """Resolve --influxdb and --prometheus; 'auto' uses what answers on 127.0.0.1 and, for the
+    local backend, starts local Prometheus and InfluxDB for the run when neither does."""
     ports = observability.Ports.from_env()
-    url = f"http://{observability.HOST}:{ports.influxdb}"
-    if observability.answers(f"{url}/ping"):
-        print(f"observability: k6 samples go to the InfluxDB at {url}")
-        return url
-    if backend_name != "local":
-        print(
-            f"observability: no InfluxDB at {url} (`docker compose up -d` starts it); k6 samples not stored"
-        )
-        return None
-    lab = ROOT / ".lab" / "obs"
-    try:
-        urls = observability.start(lab, targets_dir or observability.DEFAULT_TARGETS_DIR, ports)
-    except observability.ObservabilityError as exc:
-        print(f"observability: could not start local Prometheus/InfluxDB ({exc}); k6 samples not stored")
-        return None
-    cleanup.callback(observability.stop, lab)
-    print(
-        f"observability: started Prometheus {urls['prometheus']} and InfluxDB {urls['influxdb']} for this "
-        f"run; they stop at its end, data stays in {lab} (`scripts/local_obs.py start` to look again)"
-    )
-    return urls["influxdb"]
+    found = {
+        "influxdb": f"http://{observability.HOST}:{ports.influxdb}",
+        "prometheus": f"http://{observability.HOST}:{ports.prometheus}",
+    }
+    health = {"influxdb": "/ping", "prometheus": "/-/ready"}
+    requested = {"influxdb": args.influxdb, "prometheus": args.prometheus}
+    urls: dict[str, str | None] = {}
+    for name, value in requested.items():
+        if value == "auto":
+            urls[name] = found[name] if observability.answers(found[name] + health[name]) else None
+        else:
+            urls[name] = None if value == "none" else value
+    wanted_auto = [n for n, v in requested.items() if v == "auto" and urls[n] is None]
+    if wanted_auto and backend_name == "local" and len(wanted_auto) == len(requested):
+        lab = ROOT / ".lab" / "obs"
+        try:
+            urls.update(observability.start(lab, targets_dir or observability.DEFAULT_TARGETS_DIR, ports))
+            cleanup.callback(observability.stop, lab)
+            print(
+                f"observability: started Prometheus {urls['prometheus']} and InfluxDB {urls['influxdb']} "
+                f"for this run; they stop at its end, data stays in {lab} "
+                "(`scripts/local_obs.py start` to look again)"
+            )
+        except observability.ObservabilityError as exc:
+            print(f"observability: could not start local Prometheus/InfluxDB: {exc}")
+    for name, url in urls.items():
+        print(f"observability: {name} {url or 'none (not used)'}")
+    return _Observability(urls["influxdb"], urls["prometheus"])
 
 
 def _say(line: str) -> None:

@@ -8,6 +8,10 @@ ephemeral port, under the wrong labels. delete_run() clears whatever an interrup
 run left.
 """
 
+import json
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from labrunner.backend import ServiceHandle
@@ -45,3 +49,28 @@ def delete_run(targets_dir: Path, run_id: str) -> None:
     """Remove every file of the run (normally none are left)."""
     for path in targets_dir.glob(f"{run_id}-*.json"):
         path.unlink(missing_ok=True)
+
+
+def wait_scraped(prometheus_url: str, run_id: str, scenario: Scenario, timeout_s: float = 15.0) -> str | None:
+    """Wait until Prometheus has scraped the scenario's target successfully; a message if it has not.
+
+    Without this a short scenario can end before Prometheus discovers its file (file_sd
+    refresh plus a scrape interval), and its server-side series would be missing.
+    """
+    deadline = time.monotonic() + timeout_s
+    url = f"{prometheus_url.rstrip('/')}/api/v1/targets?state=active"
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                targets = json.load(response)["data"]["activeTargets"]
+        except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
+            return f"could not ask Prometheus at {prometheus_url} for its targets: {exc}"
+        wanted = {"run": run_id, "scenario": scenario.id}
+        if any(
+            target.get("health") == "up" and wanted.items() <= target.get("labels", {}).items()
+            for target in targets
+        ):
+            return None
+        if time.monotonic() > deadline:
+            return f"Prometheus at {prometheus_url} did not scrape the service within {timeout_s:g} s"
+        time.sleep(0.25)

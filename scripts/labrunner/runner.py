@@ -33,7 +33,7 @@ from labrunner.results import (
     write_summaries,
 )
 
-OVERHEAD_PHASES = ("start", "health", "verify", "stop", "collect")
+OVERHEAD_PHASES = ("start", "health", "verify", "scrape", "stop", "collect")
 ASSUMED_OVERHEAD_S = 5.0  # per scenario, for the ETA until one has been measured
 K6_THRESHOLDS_CROSSED = 99  # k6's exit code when a threshold failed
 
@@ -48,6 +48,7 @@ class RunConfig:
     out_dir: Path
     targets_dir: Path | None  # Prometheus file_sd directory; None = do not write
     influxdb_url: str | None
+    prometheus_url: str | None  # waited on until it scrapes each service; None = do not wait
     resume: bool
     argv: tuple[str, ...]
     backend_reason: str
@@ -186,6 +187,11 @@ def _run_scenario(
             with _timed(timings, "warmup"):
                 warmup = backend.run_k6(handle, invocation(True), measured=False)
             _check_warmup(warmup)
+        if config.prometheus_url is not None and config.targets_dir is not None:
+            with _timed(timings, "scrape"):
+                problem = promsd.wait_scraped(config.prometheus_url, config.run_id, scenario)
+            if problem:
+                say(f"    note: {problem}")
         with _timed(timings, "measure"), _marked_window(config, scenario, say):
             if scenario.load_model.search is not None:
                 search = capacity.search(scenario, handle, backend, invocation, say)
