@@ -1,6 +1,7 @@
 """The local backend: each service a process in its own cgroup, k6 on the CPUs left over."""
 
 import contextlib
+import ctypes
 import functools
 import json
 import os
@@ -63,6 +64,9 @@ LOG_TAIL_LINES = 30
 _POLL_S = 0.1
 _K6_INTERRUPT_GRACE_S = 10.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# Looked up once here: a child between fork and exec must not dlopen (see _enter_limits).
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
 _Number = TypeVar("_Number", int, float)
 
 
@@ -176,7 +180,7 @@ class LocalBackend:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 # Set before exec: Go starts its threads early and they keep the mask they see.
-                preexec_fn=functools.partial(os.sched_setaffinity, 0, handle.k6_cpus),  # noqa: PLW1509
+                preexec_fn=functools.partial(_enter_k6_cpus, handle.k6_cpus),  # noqa: PLW1509
             )
         try:
             cpu_seconds = _wait_with_usage(process)
@@ -289,11 +293,20 @@ def _enter_limits(cgroup: Cgroup | None, cpus: tuple[int, ...]) -> None:
     """Runs in the child between fork and exec.
 
     preexec_fn is unsafe when the parent has threads that may hold locks at fork time;
-    this function only makes system calls (open, write, sched_setaffinity), so none is needed.
+    this function only makes system calls (open, write, sched_setaffinity, prctl), so none is needed.
     """
     if cgroup is not None:
         join_cgroup(cgroup)
     os.sched_setaffinity(0, cpus)
+    # A runner killed outright (SIGKILL, OOM) cannot stop its service: the kernel asks it to
+    # stop gracefully instead, and its workers follow their supervisor.
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _enter_k6_cpus(cpus: tuple[int, ...]) -> None:
+    """Runs in k6 between fork and exec: its CPUs, and no load from it once the runner is gone."""
+    os.sched_setaffinity(0, cpus)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _pump_stdout(stdout: IO[bytes], log_file: Path, service: _Service) -> None:
@@ -341,16 +354,23 @@ def _terminate(process: subprocess.Popen[bytes], grace_s: float) -> None:
     is also the process group id, cannot be reused by an unrelated process meanwhile.
     """
     pid = process.pid
-    if process.returncode is None:
-        process.send_signal(signal.SIGTERM)
+    if process.returncode is None and not _exited(pid):
+        # os.kill, not send_signal: send_signal reaps a leader that already exited (a crashed
+        # service), and waitid would then fail on a pid that is no longer ours.
+        os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        while not _exited(pid):
             if time.monotonic() > deadline:
                 break
             time.sleep(_POLL_S / 2)
     with contextlib.suppress(ProcessLookupError):  # workers left behind, or a stuck leader
         os.killpg(pid, signal.SIGKILL)
     process.wait()
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child has exited, leaving it unreaped."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
 def _session_stats(session_id: int, pinned_cpus: int) -> CgroupStats:

@@ -191,6 +191,9 @@ def _supervise(processes: list[multiprocessing.Process], settings: Settings, sto
             _kill(processes)
             return 1
         multiprocessing.connection.wait([p.sentinel for p in processes if p.is_alive()], timeout=0.1)
+    if deadline is None:  # every worker died before the loop above could see one die alone
+        log.error("workers died unexpectedly (exit codes %s)", [p.exitcode for p in processes])
+        return 1
     return 0 if all(p.exitcode == 0 for p in processes) else 1
 
 

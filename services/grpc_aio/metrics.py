@@ -8,8 +8,8 @@ of an instrumented method exists from start-up at 0, so rate() sees the first re
 Workers write multiprocess files; the supervisor serves them (services.common.metrics).
 
 Calls rejected before the handler runs are not counted: undecodable requests (as in
-go-grpc-prometheus) and RESOURCE_EXHAUSTED from maximum_concurrent_rpcs, which grpc.aio
-sends after the interceptors ran but without calling the handler. k6 counts both.
+go-grpc-prometheus), which k6 counts. RESOURCE_EXHAUSTED from GRPC_MAX_CONCURRENT_RPCS
+comes from the handler, so it is counted like any other code.
 """
 
 import asyncio

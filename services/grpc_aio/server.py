@@ -1,6 +1,7 @@
 """The grpc.aio worker: RecordService, health and reflection on a uvloop event loop."""
 
 import asyncio
+import contextlib
 import signal
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -66,11 +67,35 @@ class _ResponseCache:
         return response
 
 
+class _CallLimit:
+    """At most `limit` RecordService calls at once in this worker (None: unlimited); the rest are
+    refused with RESOURCE_EXHAUSTED.
+
+    grpc.aio's maximum_concurrent_rpcs would count health checks too: a saturated server would
+    then fail its own health check, and be restarted for being busy.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self._limit = limit
+        self._active = 0
+
+    @contextlib.asynccontextmanager
+    async def slot(self, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+        if self._limit is not None and self._active >= self._limit:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded")
+        self._active += 1
+        try:
+            yield
+        finally:
+            self._active -= 1
+
+
 class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
     """Serves the pool as protobuf messages built at start-up (or live Faker records, converted per call)."""
 
-    def __init__(self, source: RecordSource) -> None:
+    def __init__(self, source: RecordSource, max_concurrent_calls: int | None = None) -> None:
         self._source = source
+        self._calls = _CallLimit(max_concurrent_calls)
         self._window: list[cars_pb2.Record] = []
         if not source.live:
             # The same layout as RecordSource's window (the pool, then its first max_count
@@ -95,22 +120,24 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
     async def ListRecords(
         self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext
     ) -> cars_pb2.ListRecordsResponse:
-        count, offset = await self._validated(request, context)
-        if self._source.live:
-            return cars_pb2.ListRecordsResponse(records=self._live_messages(count, offset))
-        return self._responses.get(self._source.start(count, offset), count)
+        async with self._calls.slot(context):
+            count, offset = await self._validated(request, context)
+            if self._source.live:
+                return cars_pb2.ListRecordsResponse(records=self._live_messages(count, offset))
+            return self._responses.get(self._source.start(count, offset), count)
 
     async def StreamRecords(
         self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[cars_pb2.Record]:
-        count, offset = await self._validated(request, context)
-        if self._source.live:
-            messages = self._live_messages(count, offset)
-        else:
-            start = self._source.start(count, offset)
-            messages = self._window[start : start + count]
-        for message in messages:
-            yield message
+        async with self._calls.slot(context):
+            count, offset = await self._validated(request, context)
+            if self._source.live:
+                messages = self._live_messages(count, offset)
+            else:
+                start = self._source.start(count, offset)
+                messages = self._window[start : start + count]
+            for message in messages:
+                yield message
 
 
 def _server_options(context: WorkerContext) -> list[tuple[str, int]]:
@@ -138,9 +165,9 @@ async def _serve(context: WorkerContext) -> None:
     server = grpc.aio.server(
         interceptors=[GrpcServerMetrics([RECORD_SERVICE])] if settings.metrics_enabled else [],
         options=_server_options(context),
-        maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
     )
-    cars_pb2_grpc.add_RecordServiceServicer_to_server(RecordServicer(context.records), server)
+    servicer = RecordServicer(context.records, settings.grpc_max_concurrent_rpcs)
+    cars_pb2_grpc.add_RecordServiceServicer_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for service in ("", RECORD_SERVICE.full_name):

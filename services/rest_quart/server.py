@@ -83,8 +83,8 @@ def _announce_when_ready(
     ready.set()
 
 
-def _stop_on_signal(settings: Settings, ready: threading.Event) -> None:
-    """Drain, then let Hypercorn stop; a second signal kills the workers at once."""
+def _stop_on_signal(settings: Settings, ready: threading.Event, killed: threading.Event) -> None:
+    """Drain, then let Hypercorn stop; a second signal, or the end of the grace period, kills the workers."""
     signal.sigwait(_STOP_SIGNALS)
     ready.wait()  # Hypercorn installs its handler right after starting the workers, before any is ready
     log.info("stopping: draining %.1f s, grace %.1f s", settings.shutdown_drain_seconds,
@@ -94,9 +94,13 @@ def _stop_on_signal(settings: Settings, ready: threading.Event) -> None:
     hypercorn_shutdown = signal.getsignal(signal.SIGTERM)
     if callable(hypercorn_shutdown):
         hypercorn_shutdown(signal.SIGTERM, None)
+    # Hypercorn's graceful_timeout does not bound its workers' stop: under uvloop, closing the
+    # server waits for every connection to close first, so a client that never reads its
+    # response would hold a worker forever. The grace period is enforced here instead.
     if second is None:
-        signal.sigwait(_STOP_SIGNALS)
-    log.warning("second stop signal: killing workers now")
+        second = signal.sigtimedwait(_STOP_SIGNALS, settings.shutdown_grace_seconds + 1)
+    log.warning("second stop signal: killing workers now" if second else "grace period over: killing workers")
+    killed.set()
     for pid in _ready_pids():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -135,10 +139,12 @@ def main() -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     metrics_port = start_metrics_server(settings.host, settings.metrics_port, SERVICE, "hypercorn", workers)
     ready = threading.Event()
+    killed = threading.Event()
     announce = (port, metrics_port, workers, settings.tls, ready)
     threading.Thread(target=_announce_when_ready, args=announce, daemon=True).start()
-    threading.Thread(target=_stop_on_signal, args=(settings, ready), daemon=True).start()
+    threading.Thread(target=_stop_on_signal, args=(settings, ready, killed), daemon=True).start()
 
     exit_code = run(config)
     clean = _wait_for_workers(settings)
-    return 0 if exit_code == 0 and clean else 1
+    # hypercorn.run.run reports 0 once every worker is gone, even killed ones: a kill is no clean stop.
+    return 0 if exit_code == 0 and clean and not killed.is_set() else 1
