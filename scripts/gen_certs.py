@@ -100,10 +100,10 @@ def generate(directory: Path) -> None:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    _write(directory / CA_KEY_FILE, _pem_key(ca_key), KEY_MODE)
-    _write(directory / SERVER_KEY_FILE, _pem_key(server_key), KEY_MODE)
-    _write(directory / CA_FILE, ca.public_bytes(serialization.Encoding.PEM), CERT_MODE)
-    _write(directory / SERVER_FILE, server.public_bytes(serialization.Encoding.PEM), CERT_MODE)
+    write_file(directory / CA_KEY_FILE, _pem_key(ca_key), KEY_MODE)
+    write_file(directory / SERVER_KEY_FILE, _pem_key(server_key), KEY_MODE)
+    write_file(directory / CA_FILE, ca.public_bytes(serialization.Encoding.PEM), CERT_MODE)
+    write_file(directory / SERVER_FILE, server.public_bytes(serialization.Encoding.PEM), CERT_MODE)
 
 
 def _builder(
@@ -145,8 +145,10 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
-    # mkstemp creates the file 0600, so a key is never readable by others, not even briefly.
+def write_file(path: Path, data: bytes, mode: int) -> None:
+    """Write atomically with the given mode; mkstemp creates the file 0600, so a key is never
+    readable by others, not even briefly."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -8,7 +8,6 @@ import math
 import os
 import re
 import tarfile
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -417,7 +416,7 @@ class DockerBackend:
         directory = self._settings.certs_dir
         changed = sorted(n for n, data in files.items() if _read_bytes(directory / n) != data)
         for file_name in changed:
-            _write_file(directory / file_name, files[file_name], _CERT_MODES[file_name])
+            gen_certs.write_file(directory / file_name, files[file_name], _CERT_MODES[file_name])
         self._certs_adopted = True
         if not changed:
             return []
@@ -575,20 +574,6 @@ def _read_bytes(path: Path) -> bytes | None:
         return path.read_bytes()
     except OSError:
         return None
-
-
-def _write_file(path: Path, data: bytes, mode: int) -> None:
-    # mkstemp creates the file 0600, so a key is never readable by others, not even briefly.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _logs_tail(container: Container) -> str:
