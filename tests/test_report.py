@@ -89,6 +89,17 @@ def test_pairs_come_from_target_attributes() -> None:
     }
 
 
+def test_uninstrumented_targets_answer_only_metrics_on_vs_off() -> None:
+    targets = ("aiohttp-h1", "grpc", "aiohttp-h1-nometrics", "grpc-nometrics")
+    groups = group_results([_result(s, 100.0 + s.repeat) for s in _scenarios(targets, ("small",), 2)])
+    assert _pairs(compare_groups(groups)) == {
+        ("metrics on vs off", "aiohttp-h1", "aiohttp-h1-nometrics"),
+        ("metrics on vs off", "grpc", "grpc-nometrics"),
+        ("gRPC vs REST", "grpc", "aiohttp-h1"),
+        ("gRPC vs REST", "grpc-nometrics", "aiohttp-h1-nometrics"),
+    }
+
+
 def test_budget_pairs_compare_consecutive_profiles_of_one_target() -> None:
     scenarios = _scenarios(("grpc", "quart-h1"), ("small", "p1", "p2"), 2)
     results = [

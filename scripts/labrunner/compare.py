@@ -80,6 +80,7 @@ class Group:
     service: str
     protocol: str
     tls: bool
+    instrumented: bool  # request metrics on (METRICS_ENABLED is not "0" in the target's env)
     profile: str
     cpus: float
     count: int
@@ -123,8 +124,14 @@ class _Rule:
     is_pair: Callable[[Group, Group], bool]  # (candidate, baseline)
 
 
-_SCENARIO = ("profile", "count", "load_model")
+# Every question compares like with like: same scenario, and instrumented with instrumented.
+_SCENARIO = ("profile", "count", "load_model", "instrumented")
 _RULES = (
+    _Rule(
+        "metrics on vs off",
+        ("service", "protocol", "tls", "profile", "count", "load_model"),
+        lambda c, b: c.instrumented and not b.instrumented,
+    ),
     _Rule(
         "HTTP/2 vs HTTP/1.1",
         ("service", "tls", *_SCENARIO),
@@ -159,6 +166,7 @@ def group_results(results: Iterable[Result]) -> list[Group]:
                 service=scenario["service"],
                 protocol=scenario["protocol"],
                 tls=scenario["tls"],
+                instrumented=scenario.get("env", {}).get("METRICS_ENABLED") != "0",
                 profile=scenario["profile"]["name"],
                 cpus=scenario["profile"]["cpus"],
                 count=scenario["count"],
