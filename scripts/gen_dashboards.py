@@ -194,6 +194,20 @@ def timeseries(
     return Panel(body, width)
 
 
+def k6_data_transfer(width: int = 12) -> Panel:
+    """Bytes per second k6 received and sent: the same panel on both k6 dashboards."""
+    return timeseries(
+        "Data transfer",
+        "Bytes per second on the wire, as k6 counts them.",
+        [
+            influx(influx_buckets(PER_SECOND, "data_received"), "received $tag_scenario"),
+            influx(influx_buckets(PER_SECOND, "data_sent"), "sent $tag_scenario"),
+        ],
+        "Bps",
+        width,
+    )
+
+
 def _reduce(values: bool = False) -> Json:
     return {"values": values, "calcs": ["lastNotNull"], "fields": ""}
 
@@ -490,15 +504,7 @@ def k6_http() -> Json:
             setup,
             "ms",
         ),
-        timeseries(
-            "Data transfer",
-            "Bytes per second on the wire, as k6 counts them.",
-            [
-                influx(influx_buckets(PER_SECOND, "data_received"), "received $tag_scenario"),
-                influx(influx_buckets(PER_SECOND, "data_sent"), "sent $tag_scenario"),
-            ],
-            "Bps",
-        ),
+        k6_data_transfer(),
     ]
     return dashboard(
         "protolab-k6-http",
@@ -593,16 +599,7 @@ def k6_grpc() -> Json:
             "short",
             8,
         ),
-        timeseries(
-            "Data transfer",
-            "Bytes per second on the wire, as k6 counts them.",
-            [
-                influx(influx_buckets(PER_SECOND, "data_received"), "received $tag_scenario"),
-                influx(influx_buckets(PER_SECOND, "data_sent"), "sent $tag_scenario"),
-            ],
-            "Bps",
-            8,
-        ),
+        k6_data_transfer(width=8),
     ]
     return dashboard(
         "protolab-k6-grpc",
