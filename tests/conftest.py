@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+# The tests probe gRPC health from threads while forking k6 and services (preexec_fn);
+# gRPC's fork handlers would shut down the probes' sockets (see scripts/labrunner/__init__.py).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 ROOT = Path(__file__).resolve().parent.parent
 CERTS = ROOT / "certs"
 

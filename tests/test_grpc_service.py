@@ -1,8 +1,11 @@
 """services.grpc_aio over real sockets: contract, equal work, bad input, metrics, shutdown and limits."""
 
 import asyncio
+import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -525,3 +528,49 @@ def test_max_concurrent_rpcs_rejects_the_excess(start_service: Callable[..., Run
     with grpc.insecure_channel(target(service)) as opened:
         stub = cars_pb2_grpc.RecordServiceStub(opened)
         assert len(stub.ListRecords(request(count=5), timeout=5).records) == 5
+
+
+# Health checks on fresh channels from a thread while the main thread forks children with a
+# preexec_fn, as the runner does when it launches k6 and services; run in a fresh interpreter
+# that imports labrunner first, so it sees the runner's gRPC settings and nothing of pytest's.
+FORK_WHILE_PROBING = """
+import os, subprocess, sys, threading, time
+sys.path[:0] = sys.argv[2:]
+import labrunner  # noqa: F401
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+failures, checks, stop = [], [], threading.Event()
+def probe():
+    while not stop.is_set():
+        try:
+            with grpc.insecure_channel(sys.argv[1]) as channel:
+                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        except grpc.RpcError as error:
+            failures.append(error.details())
+        checks.append(1)
+thread = threading.Thread(target=probe)
+thread.start()
+end = time.monotonic() + 5
+while time.monotonic() < end:
+    subprocess.run(["true"], preexec_fn=lambda: None, check=True)
+stop.set()
+thread.join()
+print(len(checks), failures[:3])
+sys.exit(1 if failures or len(checks) < 50 else 0)
+"""
+
+
+def test_forking_children_does_not_break_the_runners_grpc_connections(
+    plain_service: RunningService,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    root = Path(__file__).resolve().parent.parent
+    completed = subprocess.run(
+        [sys.executable, "-c", FORK_WHILE_PROBING, target(plain_service), str(root / "scripts"), str(root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr[-2000:]
