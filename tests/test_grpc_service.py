@@ -308,7 +308,7 @@ def handled_total(samples: Samples, labels: dict[str, str]) -> float:
 
 
 def scrape_until(service: RunningService, done: Callable[[Samples], bool], timeout: float = 10) -> Samples:
-    """Handlers record after the client may already have its answer; poll briefly for that gap."""
+    """Workers write their counts every FLUSH_SECONDS, after the client has its answer; poll for that gap."""
     deadline = time.monotonic() + timeout
     samples = scrape(service)
     while not done(samples) and time.monotonic() < deadline:
@@ -317,11 +317,16 @@ def scrape_until(service: RunningService, done: Callable[[Samples], bool], timeo
     return samples
 
 
-def settled(samples: Samples) -> bool:
-    return all(
-        samples[series("grpc_server_started_total", labels)] == handled_total(samples, labels)
-        for labels in (UNARY, STREAM)
-    )
+def settled(unary: int, stream: int) -> Callable[[Samples], bool]:
+    """Done when this many calls of each kind were started and every started call was handled."""
+
+    def done(samples: Samples) -> bool:
+        return all(
+            samples[series("grpc_server_started_total", labels)] == calls == handled_total(samples, labels)
+            for labels, calls in ((UNARY, unary), (STREAM, stream))
+        )
+
+    return done
 
 
 def test_metrics_move_with_traffic(start_service: Callable[..., RunningService]) -> None:
@@ -352,7 +357,7 @@ def test_metrics_move_with_traffic(start_service: Callable[..., RunningService])
         with pytest.raises(grpc.RpcError):
             list(stub.StreamRecords(request(count=0), timeout=5))
 
-        after = scrape_until(service, settled)
+        after = scrape_until(service, settled(unary=7, stream=4))
         value = after.__getitem__
         assert value(series("grpc_server_started_total", UNARY)) == 7
         assert value(series("grpc_server_msg_received_total", UNARY)) == 7
@@ -387,7 +392,7 @@ def test_metrics_move_with_traffic(start_service: Callable[..., RunningService])
             list(expiring)
         assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
-    final = scrape_until(service, settled)
+    final = scrape_until(service, settled(unary=7, stream=6))
     assert final[series("grpc_server_started_total", STREAM)] == 6
     assert final[series("grpc_server_handled_total", STREAM, grpc_code="Canceled")] == 1
     assert final[series("grpc_server_handled_total", STREAM, grpc_code="DeadlineExceeded")] == 1
@@ -408,7 +413,7 @@ def test_exact_totals_with_two_workers(start_service: Callable[..., RunningServi
             assert len(stub.ListRecords(request(count=3), timeout=5).records) == 3
             assert len(list(stub.StreamRecords(request(count=4), timeout=5))) == 4
 
-    samples = scrape_until(service, settled)
+    samples = scrape_until(service, settled(unary=connections, stream=connections))
     assert samples[series("protolab_workers", {})] == 2
     for labels, sent in ((UNARY, connections), (STREAM, 4 * connections)):
         assert samples[series("grpc_server_started_total", labels)] == connections

@@ -3,14 +3,24 @@
 Workers record into prometheus_client's multiprocess files; the supervisor process
 serves them merged, with the cgroup and build-info collectors, on METRICS_PORT. The
 supervisor does no request work, so scrapes stay prompt while the workers are saturated.
+
+Workers batch what they record (MetricBatch): in multiprocess mode every Counter.inc, each
+of the two writes of a Histogram.observe and every labels() lookup takes a lock and calls
+into the mmap'd files. Inside a loaded aiohttp worker (one CPU, 10 k6 VUs, count=100)
+labels() took 9 us and observe() 11 us: 8% of the worker's CPU per request. Batched, a
+request adds to plain Python numbers, and the files trail the requests by at most
+FLUSH_SECONDS, a quarter of Prometheus' scrape interval.
 """
 
+import asyncio
+import contextlib
 import platform
-from collections.abc import Iterable
+from bisect import bisect_left
+from collections.abc import AsyncIterator, Iterable
 from importlib.metadata import version
 
 from google.protobuf.internal import api_implementation
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
@@ -24,14 +34,128 @@ LATENCY_BUCKETS_SECONDS = (
 )  # fmt: skip
 
 
-def http_request_duration() -> Histogram:
-    """The OpenTelemetry HTTP server duration histogram, with its attribute names as labels."""
-    return Histogram(
-        "http_server_request_duration_seconds",
-        "Duration of HTTP server requests.",
-        ["http_request_method", "http_route", "http_response_status_code", "network_protocol_version"],
-        buckets=LATENCY_BUCKETS_SECONDS,
-    )
+FLUSH_SECONDS = 0.5
+# OpenTelemetry's known HTTP methods; any other is recorded as _OTHER, so clients cannot grow the label set.
+KNOWN_HTTP_METHODS = frozenset(
+    ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
+)
+
+
+class BatchedCounter:
+    """One labelled Counter child's increments since the last flush."""
+
+    __slots__ = ("_child", "pending")
+
+    def __init__(self, child: Counter) -> None:
+        self._child = child
+        self.pending = 0
+
+    def inc(self) -> None:
+        self.pending += 1
+
+    def flush(self) -> None:
+        if self.pending:
+            amount, self.pending = self.pending, 0
+            self._child.inc(amount)
+
+
+class BatchedHistogram:
+    """One labelled Histogram child's bucket counts and sum since the last flush.
+
+    prometheus_client has no public call that adds n observations at once, so flush adds to
+    the child's bucket and sum values (_buckets, _sum; prometheus_client is pinned, and the
+    tests compare scraped histograms with the requests made).
+    """
+
+    __slots__ = ("_bounds", "_child", "_counts", "_sum")
+
+    def __init__(self, child: Histogram) -> None:
+        self._child = child
+        self._bounds = child._upper_bounds  # ends with +Inf, so every duration has a bucket
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self._counts[bisect_left(self._bounds, seconds)] += 1  # the first bound >= seconds, as observe()
+        self._sum += seconds
+
+    def flush(self) -> None:
+        if not any(self._counts):
+            return
+        for bucket, count in zip(self._child._buckets, self._counts, strict=True):
+            if count:
+                bucket.inc(count)
+        self._child._sum.inc(self._sum)
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+
+
+class MetricBatch:
+    """A worker's batched series, written to the multiprocess files together.
+
+    Used from the worker's event loop only (record, flush and the flushing task share its
+    thread), so nothing needs a lock.
+    """
+
+    def __init__(self) -> None:
+        self._series: list[BatchedCounter | BatchedHistogram] = []
+
+    def counter(self, child: Counter) -> BatchedCounter:
+        batched = BatchedCounter(child)
+        self._series.append(batched)
+        return batched
+
+    def histogram(self, child: Histogram) -> BatchedHistogram:
+        batched = BatchedHistogram(child)
+        self._series.append(batched)
+        return batched
+
+    def flush(self) -> None:
+        for series in self._series:
+            series.flush()
+
+    @contextlib.asynccontextmanager
+    async def flushing(self) -> AsyncIterator["MetricBatch"]:
+        """Flush every FLUSH_SECONDS while the block runs, and once more when it ends."""
+
+        async def flush_periodically() -> None:
+            while True:
+                await asyncio.sleep(FLUSH_SECONDS)
+                self.flush()
+
+        task = asyncio.create_task(flush_periodically())
+        try:
+            yield self
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            self.flush()
+
+
+class HttpServerDurations:
+    """The OpenTelemetry HTTP server duration histogram, with its attribute names as labels, batched."""
+
+    def __init__(self, batch: MetricBatch) -> None:
+        self._batch = batch
+        self._histogram = Histogram(
+            "http_server_request_duration_seconds",
+            "Duration of HTTP server requests.",
+            ["http_request_method", "http_route", "http_response_status_code", "network_protocol_version"],
+            buckets=LATENCY_BUCKETS_SECONDS,
+        )
+        self._series: dict[tuple[str, str, int, str], BatchedHistogram] = {}
+
+    def observe(self, method: str, route: str, status: int, version: str, seconds: float) -> None:
+        """Record one response; route must already be bounded (services.common.rest.route_label)."""
+        if method not in KNOWN_HTTP_METHODS:
+            method = "_OTHER"
+        key = (method, route, status, version)
+        series = self._series.get(key)
+        if series is None:
+            child = self._histogram.labels(method, route, str(status), version)
+            series = self._series[key] = self._batch.histogram(child)
+        series.observe(seconds)
 
 
 class CgroupCollector(Collector):

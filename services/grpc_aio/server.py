@@ -12,10 +12,11 @@ import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from services.common.metrics import MetricBatch
 from services.common.pb import cars_pb2, cars_pb2_grpc
 from services.common.records import BadRequest, Record, RecordSource
 from services.common.supervisor import WorkerContext
-from services.grpc_aio.metrics import GrpcServerMetrics
+from services.grpc_aio.metrics import instrument_servicer
 
 RECORD_SERVICE = cars_pb2.DESCRIPTOR.services_by_name["RecordService"]
 _KIB = 1024
@@ -162,12 +163,12 @@ def _credentials(context: WorkerContext) -> grpc.ServerCredentials | None:
 
 async def _serve(context: WorkerContext) -> None:
     settings = context.settings
-    server = grpc.aio.server(
-        interceptors=[GrpcServerMetrics([RECORD_SERVICE])] if settings.metrics_enabled else [],
-        options=_server_options(context),
-    )
+    server = grpc.aio.server(options=_server_options(context))
     servicer = RecordServicer(context.records, settings.grpc_max_concurrent_rpcs)
-    cars_pb2_grpc.add_RecordServiceServicer_to_server(servicer, server)
+    metrics = MetricBatch() if settings.metrics_enabled else None
+    cars_pb2_grpc.add_RecordServiceServicer_to_server(
+        servicer if metrics is None else instrument_servicer(servicer, RECORD_SERVICE, metrics), server
+    )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for service in ("", RECORD_SERVICE.full_name):
@@ -186,14 +187,15 @@ async def _serve(context: WorkerContext) -> None:
 
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
-    await server.start()
-    context.report_listening(port)
-    await stopping.wait()
+    async with metrics.flushing() if metrics else contextlib.nullcontext():
+        await server.start()
+        context.report_listening(port)
+        await stopping.wait()
 
-    # Health first, so clients and load balancers move away while requests still succeed.
-    await health_servicer.enter_graceful_shutdown()
-    await asyncio.sleep(settings.shutdown_drain_seconds)
-    await server.stop(grace=settings.shutdown_grace_seconds)
+        # Health first, so clients and load balancers move away while requests still succeed.
+        await health_servicer.enter_graceful_shutdown()
+        await asyncio.sleep(settings.shutdown_drain_seconds)
+        await server.stop(grace=settings.shutdown_grace_seconds)
 
 
 def worker_main(context: WorkerContext) -> None:

@@ -1,6 +1,7 @@
 """The aiohttp worker: /records, /healthz and /openapi.json over HTTP/1.1 on a uvloop event loop."""
 
 import asyncio
+import contextlib
 import logging
 import signal
 import ssl
@@ -10,10 +11,9 @@ from collections.abc import Awaitable, Callable
 import orjson
 import uvloop
 from aiohttp import web
-from prometheus_client import Histogram
 
 from services.common.config import Settings
-from services.common.metrics import http_request_duration
+from services.common.metrics import HttpServerDurations, MetricBatch
 from services.common.records import BadRequest, RecordSource
 from services.common.rest import (
     JSON,
@@ -50,7 +50,7 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
         return _json(500, error_body(500))
 
 
-def _observe(duration: Histogram) -> Middleware:
+def _observe(durations: HttpServerDurations) -> Middleware:
     """Record every response in the HTTP duration histogram, errors included."""
 
     @web.middleware
@@ -61,15 +61,17 @@ def _observe(duration: Histogram) -> Middleware:
         resource = request.match_info.route.resource  # None when no route matched (404, 405)
         route = route_label(None if resource is None else resource.canonical, request.path)
         version = f"{request.version.major}.{request.version.minor}"
-        duration.labels(request.method, route, str(response.status), version).observe(elapsed)
+        durations.observe(request.method, route, response.status, version, elapsed)
         return response
 
     return observe
 
 
-def build_app(records: RecordSource, health: Health, settings: Settings) -> web.Application:
-    """The application: its routes, and the metrics middleware only when metrics are enabled."""
-    observe = [_observe(http_request_duration())] if settings.metrics_enabled else []
+def build_app(
+    records: RecordSource, health: Health, settings: Settings, metrics: MetricBatch | None
+) -> web.Application:
+    """The application: its routes, and the metrics middleware when given a batch to record into."""
+    observe = [] if metrics is None else [_observe(HttpServerDurations(metrics))]
     app = web.Application(middlewares=[*observe, _json_errors])
     openapi = orjson.dumps(openapi_document(settings.max_count, settings.default_count))
 
@@ -109,8 +111,9 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
 async def _serve(context: WorkerContext) -> None:
     settings = context.settings
     health = Health()
+    metrics = MetricBatch() if settings.metrics_enabled else None
     runner = web.AppRunner(
-        build_app(context.records, health, settings),
+        build_app(context.records, health, settings, metrics),
         access_log=None,  # a log line per request would cost more than the request
         keepalive_timeout=KEEP_ALIVE_TIMEOUT_SECONDS,
         shutdown_timeout=settings.shutdown_grace_seconds,
@@ -126,15 +129,16 @@ async def _serve(context: WorkerContext) -> None:
     )
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
-    await site.start()
-    context.report_listening(site.port)
-    await stopping.wait()
+    async with metrics.flushing() if metrics else contextlib.nullcontext():
+        await site.start()
+        context.report_listening(site.port)
+        await stopping.wait()
 
-    # Health first, so clients and load balancers move away while requests still succeed.
-    health.start_draining()
-    await asyncio.sleep(settings.shutdown_drain_seconds)
-    # Stops accepting, closes idle connections, waits for in-flight requests up to shutdown_timeout.
-    await runner.cleanup()
+        # Health first, so clients and load balancers move away while requests still succeed.
+        health.start_draining()
+        await asyncio.sleep(settings.shutdown_drain_seconds)
+        # Stops accepting, closes idle connections, waits for in-flight requests up to shutdown_timeout.
+        await runner.cleanup()
 
 
 def worker_main(context: WorkerContext) -> None:

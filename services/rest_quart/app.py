@@ -5,13 +5,14 @@ import multiprocessing
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
 
 import orjson
 from quart import Quart, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from services.common.config import load_settings
-from services.common.metrics import http_request_duration
+from services.common.metrics import HttpServerDurations, MetricBatch
 from services.common.records import BadRequest
 from services.common.rest import JSON, Health, error_body, openapi_document, records_body, route_label
 from services.common.supervisor import record_source, signal_when_parent_dies
@@ -86,7 +87,14 @@ def create_app() -> Quart:
         (runtime_dir() / f"{READY_PREFIX}{os.getpid()}").touch()
 
     if settings.metrics_enabled:
-        duration = http_request_duration()
+        metrics = MetricBatch()
+        durations = HttpServerDurations(metrics)
+
+        @app.while_serving
+        async def flush_metrics() -> AsyncIterator[None]:
+            # Hypercorn ends serving (lifespan shutdown) after the last request, so none is lost.
+            async with metrics.flushing():
+                yield
 
         @app.before_request
         async def start_timer() -> None:
@@ -98,8 +106,7 @@ def create_app() -> Quart:
             elapsed = time.perf_counter() - g.request_started
             rule = request.url_rule  # None when no route matched (404, 405)
             route = route_label(None if rule is None else rule.rule, request.path)
-            labels = (request.method, route, str(response.status_code), request.http_version)
-            duration.labels(*labels).observe(elapsed)
+            durations.observe(request.method, route, response.status_code, request.http_version, elapsed)
             return response
 
     return app
