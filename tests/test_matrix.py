@@ -47,6 +47,7 @@ def test_repo_matrix_profiles_and_targets() -> None:
         "p1": (2.0, 2 * 2**30),
         "p2": (4.0, 4 * 2**30),
         "small": (0.5, 512 * 2**20),
+        "quarter": (0.25, 512 * 2**20),
     }
     assert list(matrix.targets) == [
         *ALL_TARGETS,
