@@ -112,6 +112,13 @@ def test_every_target_succeeds_with_its_protocol_verified(ci_run: dict[str, Any]
     assert len(summary) == 1 + len(ALL_TARGETS)
 
 
+def test_services_stop_without_a_drain_once_k6_is_done(ci_run: dict[str, Any]) -> None:
+    logs = sorted((ci_run["out"] / "logs").glob("*.service.log"))
+    assert len(logs) == len(ALL_TARGETS)
+    for log in logs:
+        assert "stopping: draining 0.0 s" in log.read_text(), log.name
+
+
 def test_service_cpu_stays_within_its_quota_and_is_throttled_when_saturated(ci_run: dict[str, Any]) -> None:
     for target, result in ci_run["results"].items():
         usage = result["service"]["usage"]

@@ -24,6 +24,7 @@ from requests.exceptions import RequestException
 
 from labrunner import k6, verify
 from labrunner.backend import (
+    SERVICE_STOP_ENV,
     BackendSettings,
     BackendUnavailable,
     Endpoint,
@@ -232,7 +233,7 @@ class DockerBackend:
                 f"{self._cpus} CPUs and the {profile.name} profile needs {profile.whole_cpus}"
             )
         name = container_name(self._settings.run_id, scenario.id)
-        env = {"HOST": "0.0.0.0", "PORT": str(port), "METRICS_PORT": str(metrics_port)}
+        env = {"HOST": "0.0.0.0", "PORT": str(port), "METRICS_PORT": str(metrics_port), **SERVICE_STOP_ENV}
         if target.tls:
             env["TLS_CERT_FILE"] = f"{CERTS_DIR}/{gen_certs.SERVER_FILE}"
             env["TLS_KEY_FILE"] = f"{CERTS_DIR}/{gen_certs.SERVER_KEY_FILE}"

@@ -16,6 +16,7 @@ from typing import IO, Any, TypeVar
 
 from labrunner import k6, verify
 from labrunner.backend import (
+    SERVICE_STOP_ENV,
     BackendSettings,
     Endpoint,
     K6Invocation,
@@ -277,7 +278,7 @@ class LocalBackend:
 
     def _service_env(self, scenario: Scenario) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in SERVICE_KNOBS}
-        env |= {"HOST": HOST, "PORT": "0", "METRICS_PORT": "0", "PYTHONUNBUFFERED": "1"}
+        env |= {"HOST": HOST, "PORT": "0", "METRICS_PORT": "0", "PYTHONUNBUFFERED": "1", **SERVICE_STOP_ENV}
         if scenario.target.tls:
             env["TLS_CERT_FILE"] = str(self._settings.certs_dir / "server.pem")
             env["TLS_KEY_FILE"] = str(self._settings.certs_dir / "server-key.pem")
