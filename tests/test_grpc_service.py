@@ -10,6 +10,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import grpc.aio
@@ -24,9 +25,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.common.metrics import LATENCY_BUCKETS_SECONDS
+from services.common.metrics import LATENCY_BUCKETS_SECONDS, MetricBatch
 from services.common.pb import cars_pb2, cars_pb2_grpc
 from services.common.records import generate_pool
+from services.grpc_aio.metrics import instrument_servicer
 
 SERVICE = "protolab.cars.v1.RecordService"
 POOL_SIZE = 2000
@@ -204,7 +206,7 @@ def test_live_mode_generates_records_per_call(start_service: Callable[..., Runni
     assert len(first.records) == 5 and len(streamed) == 3
     assert first != second  # fresh Faker records, not the pool
     assert all(record.driver.driver_id.startswith("DRV-") for record in [*first.records, *streamed])
-    # METRICS_ENABLED=0: no interceptor, so no gRPC series (the supervisor still serves the rest).
+    # METRICS_ENABLED=0: no wrapped methods, so no gRPC series (the supervisor still serves the rest).
     assert not any(name.startswith("grpc_server_") for name, _ in scrape(service))
 
 
@@ -538,6 +540,7 @@ def test_max_concurrent_rpcs_rejects_the_excess(start_service: Callable[..., Run
 # Health checks on fresh channels from a thread while the main thread forks children with a
 # preexec_fn, as the runner does when it launches k6 and services; run in a fresh interpreter
 # that imports labrunner first, so it sees the runner's gRPC settings and nothing of pytest's.
+# With gRPC's fork handlers, about one check a second failed here (and the probe could hang).
 FORK_WHILE_PROBING = """
 import os, subprocess, sys, threading, time
 sys.path[:0] = sys.argv[2:]
@@ -579,3 +582,18 @@ def test_forking_children_does_not_break_the_runners_grpc_connections(
         check=False,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr[-2000:]
+
+
+def test_instrument_servicer_refuses_methods_it_cannot_count() -> None:
+    async def list_records(_request: object, _context: object) -> None:
+        return None
+
+    async def stream_records_not_a_generator(_request: object, _context: object) -> None:
+        return None
+
+    servicer = SimpleNamespace(ListRecords=list_records, StreamRecords=stream_records_not_a_generator)
+    with pytest.raises(TypeError, match="async generator"):
+        instrument_servicer(servicer, cars_pb2.DESCRIPTOR.services_by_name["RecordService"], MetricBatch())
+    bidi = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]  # its one method streams both ways
+    with pytest.raises(ValueError, match="client-streaming"):
+        instrument_servicer(SimpleNamespace(), bidi, MetricBatch())

@@ -337,3 +337,13 @@ def test_list_shows_the_matrix(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     assert all(name in text for name in ALL_TARGETS)
     assert "small      0.5 CPUs, 512 MiB" in text
+
+
+def test_metrics_overhead_preset_runs_at_a_quarter_cpu_locally() -> None:
+    # At 0.5 CPU aiohttp comes close to what k6 on one CPU sends: the comparison would
+    # measure k6. A quarter of a CPU keeps every server the bottleneck.
+    matrix = load_matrix(MATRIX)
+    local = expand(matrix, "local", "metrics-overhead")
+    assert {s.profile.name for s in local.scenarios} == {"quarter"}
+    assert {s.profile.name for s in expand(matrix, "docker", "metrics-overhead").scenarios} == {"p1"}
+    assert {s.repeat for s in local.scenarios} == {1, 2, 3, 4, 5}

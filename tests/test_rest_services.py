@@ -108,7 +108,11 @@ def validate(document: dict[str, Any], schema: str, instance: Any) -> None:
     )
 
 
-def request_counts(service: RunningService) -> dict[tuple[str, str, str, str], float]:
+# http_server_request_duration_seconds_count by (method, route, status, protocol version)
+Counts = dict[tuple[str, str, str, str], float]
+
+
+def request_counts(service: RunningService) -> Counts:
     """http_server_request_duration_seconds_count by (method, route, status, protocol version)."""
     text = httpx.get(f"http://127.0.0.1:{service.metrics_port}/metrics", trust_env=False).text
     counts = {}
@@ -127,15 +131,20 @@ def request_counts(service: RunningService) -> dict[tuple[str, str, str, str], f
     return counts
 
 
-def settled_counts(service: RunningService) -> dict[tuple[str, str, str, str], float]:
-    """request_counts once the workers have written every earlier request (one flush later)."""
-    time.sleep(2 * FLUSH_SECONDS)
-    return request_counts(service)
+def settled_counts(service: RunningService) -> Counts:
+    """request_counts once the workers have written every earlier request: two reads two
+    flushes apart agree (at most 10 s)."""
+    deadline = time.monotonic() + 10
+    counts = request_counts(service)
+    while True:
+        time.sleep(2 * FLUSH_SECONDS)
+        latest = request_counts(service)
+        if latest == counts or time.monotonic() > deadline:
+            return latest
+        counts = latest
 
 
-def moved_counts(
-    service: RunningService, before: dict[tuple[str, str, str, str], float], expected: dict
-) -> dict[tuple[str, str, str, str], float]:
+def moved_counts(service: RunningService, before: Counts, expected: Counts) -> Counts:
     """The request counts that moved since before, once they equal expected or 10 s passed:
     workers write their metrics every FLUSH_SECONDS."""
     deadline = time.monotonic() + 10

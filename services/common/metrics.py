@@ -14,6 +14,7 @@ FLUSH_SECONDS, a quarter of Prometheus' scrape interval.
 
 import asyncio
 import contextlib
+import logging
 import platform
 from bisect import bisect_left
 from collections.abc import AsyncIterator, Iterable
@@ -26,6 +27,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from services.common.cgroup import CgroupPaths, own_cgroup, read_stats
+
+log = logging.getLogger("protolab.metrics")
 
 # OpenTelemetry's default HTTP buckets, extended below 5 ms where these services answer.
 LATENCY_BUCKETS_SECONDS = (
@@ -82,16 +85,20 @@ class BatchedHistogram:
     def flush(self) -> None:
         if not any(self._counts):
             return
-        for bucket, count in zip(self._child._buckets, self._counts, strict=True):
+        # Taken before writing, so a write that fails part-way is not added again next time.
+        counts, total = self._counts, self._sum
+        self._counts, self._sum = [0] * len(self._bounds), 0.0
+        for bucket, count in zip(self._child._buckets, counts, strict=True):
             if count:
                 bucket.inc(count)
-        self._child._sum.inc(self._sum)
-        self._counts = [0] * len(self._bounds)
-        self._sum = 0.0
+        self._child._sum.inc(total)
 
 
 class MetricBatch:
     """A worker's batched series, written to the multiprocess files together.
+
+    The worker flushes once more after its event loop has ended: handlers cancelled while
+    the loop shut down record their calls after the last flush of flushing().
 
     Used from the worker's event loop only (record, flush and the flushing task share its
     thread), so nothing needs a lock.
@@ -121,7 +128,10 @@ class MetricBatch:
         async def flush_periodically() -> None:
             while True:
                 await asyncio.sleep(FLUSH_SECONDS)
-                self.flush()
+                try:
+                    self.flush()
+                except OSError:  # e.g. a full disk: keep serving, and try again next time
+                    log.exception("writing the metrics files failed")
 
         task = asyncio.create_task(flush_periodically())
         try:

@@ -161,11 +161,10 @@ def _credentials(context: WorkerContext) -> grpc.ServerCredentials | None:
     )
 
 
-async def _serve(context: WorkerContext) -> None:
+async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
     settings = context.settings
     server = grpc.aio.server(options=_server_options(context))
     servicer = RecordServicer(context.records, settings.grpc_max_concurrent_rpcs)
-    metrics = MetricBatch() if settings.metrics_enabled else None
     cars_pb2_grpc.add_RecordServiceServicer_to_server(
         servicer if metrics is None else instrument_servicer(servicer, RECORD_SERVICE, metrics), server
     )
@@ -187,7 +186,7 @@ async def _serve(context: WorkerContext) -> None:
 
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
-    async with metrics.flushing() if metrics else contextlib.nullcontext():
+    async with contextlib.nullcontext() if metrics is None else metrics.flushing():
         await server.start()
         context.report_listening(port)
         await stopping.wait()
@@ -200,4 +199,9 @@ async def _serve(context: WorkerContext) -> None:
 
 def worker_main(context: WorkerContext) -> None:
     """One worker process: serve until SIGTERM, drain, finish in-flight calls, return (exit 0)."""
-    uvloop.run(_serve(context))
+    metrics = MetricBatch() if context.settings.metrics_enabled else None
+    try:
+        uvloop.run(_serve(context, metrics))
+    finally:
+        if metrics is not None:
+            metrics.flush()  # what handlers cancelled at the loop's end recorded after the last flush

@@ -108,10 +108,9 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
     return context
 
 
-async def _serve(context: WorkerContext) -> None:
+async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
     settings = context.settings
     health = Health()
-    metrics = MetricBatch() if settings.metrics_enabled else None
     runner = web.AppRunner(
         build_app(context.records, health, settings, metrics),
         access_log=None,  # a log line per request would cost more than the request
@@ -129,7 +128,7 @@ async def _serve(context: WorkerContext) -> None:
     )
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
-    async with metrics.flushing() if metrics else contextlib.nullcontext():
+    async with contextlib.nullcontext() if metrics is None else metrics.flushing():
         await site.start()
         context.report_listening(site.port)
         await stopping.wait()
@@ -143,4 +142,9 @@ async def _serve(context: WorkerContext) -> None:
 
 def worker_main(context: WorkerContext) -> None:
     """One worker process: serve until SIGTERM, drain, finish in-flight requests, return (exit 0)."""
-    uvloop.run(_serve(context))
+    metrics = MetricBatch() if context.settings.metrics_enabled else None
+    try:
+        uvloop.run(_serve(context, metrics))
+    finally:
+        if metrics is not None:
+            metrics.flush()  # what handlers cancelled at the loop's end recorded after the last flush

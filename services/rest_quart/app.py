@@ -5,7 +5,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import orjson
 from quart import Quart, Response, g, request
@@ -91,7 +91,7 @@ def create_app() -> Quart:
         durations = HttpServerDurations(metrics)
 
         @app.while_serving
-        async def flush_metrics() -> AsyncIterator[None]:
+        async def flush_metrics() -> AsyncGenerator[None, None]:
             # Hypercorn ends serving (lifespan shutdown) after the last request, so none is lost.
             async with metrics.flushing():
                 yield
