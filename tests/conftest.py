@@ -5,6 +5,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,18 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 CERTS = ROOT / "certs"
+# matrix.toml's instrumented targets, in its order: what the lab must offer, written out so a
+# target dropped from the matrix fails the tests.
+ALL_TARGETS = (
+    "aiohttp-h1",
+    "aiohttp-h1-tls",
+    "quart-h1",
+    "quart-h1-tls",
+    "quart-h2-tls",
+    "grpc",
+    "grpc-tls",
+    "grpc-stream",
+)
 
 
 @dataclass
@@ -46,6 +59,33 @@ def _kill_group(process: subprocess.Popen[str]) -> int:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     return process.wait()
+
+
+def free_ports(count: int) -> list[int]:
+    """count distinct free loopback ports: every socket stays bound until all are chosen, so
+    the kernel cannot hand out one port twice (as separate bind-and-close calls may)."""
+    with contextlib.ExitStack() as bound:
+        sockets = [bound.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
+def k6_env(port: int, grpc: bool, **settings: str) -> dict[str, str]:
+    """Env for the lab's k6 scripts against a cleartext service on 127.0.0.1 (REST over HTTP/1.1)."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "K6_NO_USAGE_REPORT": "true",
+        **settings,
+    }
+    if grpc:
+        return env | {"GRPC_ADDR": f"127.0.0.1:{port}", "PROTO_DIR": str(ROOT / "proto")}
+    return env | {
+        "BASE_URL": f"http://127.0.0.1:{port}",
+        "EXPECT_PROTO": "HTTP/1.1",
+        "GODEBUG": "http2client=0",
+    }
 
 
 def tls_env() -> dict[str, str]:

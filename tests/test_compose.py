@@ -6,7 +6,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT, RunningService, launch_service
+from conftest import ROOT, RunningService, free_ports, launch_service
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
@@ -550,23 +549,17 @@ def test_clients_point_at_compose_services() -> None:
             assert provider["options"]["path"] in grafana_mounts, provider
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
-
-
 def test_influxdb_healthcheck_waits_for_the_k6_database(tmp_path: Path) -> None:
     assert shutil.which("influxd") and shutil.which("curl"), "needs influxd and curl: run scripts/setup.sh"
     kind, check = compose()["services"]["influxdb"]["healthcheck"]["test"]
     assert kind == "CMD-SHELL" and "127.0.0.1:8086/" in check
-    http_port = _free_port()
+    http_port, rpc_port = free_ports(2)
     data = {f"INFLUXDB_{key}_DIR": str(tmp_path / key.lower()) for key in ("META", "DATA", "DATA_WAL")}
     env = {
         **os.environ,
         **data,
         "INFLUXDB_HTTP_BIND_ADDRESS": f"{LOOPBACK}:{http_port}",
-        "INFLUXDB_BIND_ADDRESS": f"{LOOPBACK}:{_free_port()}",
+        "INFLUXDB_BIND_ADDRESS": f"{LOOPBACK}:{rpc_port}",
     }
     argv = ["influxd", "-config", str(ROOT / "influxdb" / "influxdb.conf")]
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import dashboard_queries as dq
 import pytest
+from conftest import free_ports
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -88,12 +88,6 @@ def test_variable_sort_orders():
 
 
 # Live: real Prometheus and InfluxDB fed with data shaped like the lab's ------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _binary(name: str) -> str:
@@ -253,7 +247,7 @@ def backends(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backends]:
         "scrape_configs": [{"job_name": "fake", "static_configs": static_configs}],
     }
     (tmp / "prometheus.yml").write_text(json.dumps(config))
-    prom_port, influx_port, influx_rpc_port = _free_port(), _free_port(), _free_port()
+    prom_port, influx_port, influx_rpc_port = free_ports(3)
     prom_log, influx_log = tmp / "prometheus.log", tmp / "influxd.log"
     processes = []
     try:

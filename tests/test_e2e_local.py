@@ -1,7 +1,6 @@
 """End to end: run_matrix.py --backend local with real k6, Prometheus and InfluxDB, then the dashboards."""
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -12,28 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ALL_TARGETS, free_ports
 from dashboard_queries import check_dashboards
 from labrunner import observability
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL_TARGETS = (
-    "aiohttp-h1",
-    "aiohttp-h1-tls",
-    "quart-h1",
-    "quart-h1-tls",
-    "quart-h2-tls",
-    "grpc",
-    "grpc-tls",
-    "grpc-stream",
-)
 
 pytestmark = pytest.mark.e2e
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _get_json(url: str) -> Any:
@@ -63,7 +47,7 @@ def obs(tmp_path_factory: pytest.TempPathFactory) -> Any:
     base = tmp_path_factory.mktemp("obs")
     targets = base / "targets"
     targets.mkdir()
-    ports = observability.Ports(_free_port(), _free_port(), _free_port())
+    ports = observability.Ports(*free_ports(3))
     urls = observability.start(base / "data", targets_dir=targets, ports=ports)
     yield {"targets": targets, **urls}
     observability.stop(base / "data")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ALL_TARGETS
 from labrunner import cli
 from labrunner.backend import Endpoint, ServiceHandle
 from labrunner.k6 import build_invocation
@@ -24,16 +25,6 @@ from labrunner.matrix import (
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "matrix.toml"
-ALL_TARGETS = [
-    "aiohttp-h1",
-    "aiohttp-h1-tls",
-    "quart-h1",
-    "quart-h1-tls",
-    "quart-h2-tls",
-    "grpc",
-    "grpc-tls",
-    "grpc-stream",
-]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +61,7 @@ def test_default_preset_depends_on_backend() -> None:
     matrix = load_matrix(MATRIX)
     local = expand(matrix, "local")
     docker = expand(matrix, "docker")
-    assert [s.target.name for s in local.scenarios] == ALL_TARGETS
+    assert [s.target.name for s in local.scenarios] == list(ALL_TARGETS)
     assert {s.profile.name for s in local.scenarios} == {"small"}
     assert {s.profile.name for s in docker.scenarios} == {"p1"}
     assert {(s.count, s.duration_s, s.warmup_s, s.repeats) for s in local.scenarios} == {(100, 30.0, 10.0, 1)}

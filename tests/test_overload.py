@@ -24,7 +24,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from conftest import ROOT, RunningService, launch_service
+from conftest import ROOT, RunningService, k6_env, launch_service
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from labrunner.k6 import K6Metrics, find_k6, parse_summary
 from labrunner.limits import (
@@ -144,22 +144,7 @@ def run_k6(
     target: Target, service: RunningService, k6_cpus: tuple[int, ...], summary: Path, **load: str
 ) -> K6Result:
     """The target's k6 script against the service, as the runner calls it; its summary read by the runner."""
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": os.environ.get("HOME", "/tmp"),
-        "K6_NO_USAGE_REPORT": "true",
-        "SUMMARY_FILE": str(summary),
-        "COUNT": str(target.count),
-        **load,
-    }
-    if target.grpc:
-        env |= {"GRPC_ADDR": f"127.0.0.1:{service.port}", "PROTO_DIR": str(ROOT / "proto")}
-    else:
-        env |= {
-            "BASE_URL": f"http://127.0.0.1:{service.port}",
-            "EXPECT_PROTO": "HTTP/1.1",
-            "GODEBUG": "http2client=0",
-        }
+    env = k6_env(service.port, target.grpc, SUMMARY_FILE=str(summary), COUNT=str(target.count), **load)
     completed = subprocess.run(
         [str(find_k6(None)), "run", "--quiet", "--no-color", "--address", "", str(ROOT / target.script)],
         env=env,

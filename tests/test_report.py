@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ALL_TARGETS
 from labrunner import document
 from labrunner.backend import Endpoint, K6Run, ServiceHandle, ServiceUsage
 from labrunner.compare import (
@@ -28,15 +29,7 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-REST_AND_GRPC = (
-    "aiohttp-h1",
-    "aiohttp-h1-tls",
-    "quart-h1",
-    "quart-h1-tls",
-    "quart-h2-tls",
-    "grpc",
-    "grpc-tls",
-)
+REST_AND_GRPC = tuple(t for t in ALL_TARGETS if t != "grpc-stream")  # the unary targets
 
 
 def _scenarios(targets: tuple[str, ...], profiles: tuple[str, ...], repeats: int) -> tuple[Scenario, ...]:

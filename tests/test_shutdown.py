@@ -8,7 +8,6 @@ so that only a second signal or the grace period can end the process.
 """
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from conftest import ROOT, RunningService, launch_service
+from conftest import ROOT, RunningService, k6_env, launch_service
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from labrunner.k6 import find_k6
 
@@ -112,23 +111,8 @@ def health_watch(check: Callable[[], str]) -> Iterator[list[tuple[float, str]]]:
 
 
 def start_k6(module: str, port: int, out: Path) -> subprocess.Popen[str]:
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": os.environ.get("HOME", "/tmp"),
-        "K6_NO_USAGE_REPORT": "true",
-        "LOAD_MODEL": "constant-vus",
-        "VUS": str(K6_VUS),
-        "DURATION": K6_DURATION,
-        "COUNT": "100",
-    }
-    if module == "grpc_aio":
-        env |= {"GRPC_ADDR": f"127.0.0.1:{port}", "PROTO_DIR": str(ROOT / "proto")}
-    else:
-        env |= {
-            "BASE_URL": f"http://127.0.0.1:{port}",
-            "EXPECT_PROTO": "HTTP/1.1",
-            "GODEBUG": "http2client=0",
-        }
+    load = {"LOAD_MODEL": "constant-vus", "VUS": str(K6_VUS), "DURATION": K6_DURATION, "COUNT": "100"}
+    env = k6_env(port, module == "grpc_aio", **load)
     command = [str(find_k6(None)), "run", "--quiet", "--no-color", "--address", "", "--out", f"json={out}"]
     return subprocess.Popen(
         [*command, str(ROOT / SCRIPTS[module])],

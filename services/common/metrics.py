@@ -17,7 +17,7 @@ import contextlib
 import logging
 import platform
 from bisect import bisect_left
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from importlib.metadata import version
 
 from google.protobuf.internal import api_implementation
@@ -97,9 +97,6 @@ class BatchedHistogram:
 class MetricBatch:
     """A worker's batched series, written to the multiprocess files together.
 
-    The worker flushes once more after its event loop has ended: handlers cancelled while
-    the loop shut down record their calls after the last flush of flushing().
-
     Used from the worker's event loop only (record, flush and the flushing task share its
     thread), so nothing needs a lock.
     """
@@ -141,6 +138,19 @@ class MetricBatch:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             self.flush()
+
+
+@contextlib.contextmanager
+def worker_metrics(enabled: bool) -> Iterator[MetricBatch | None]:
+    """A worker's batch (None when metrics are off), flushed once more after the block, where
+    the worker's event loop has ended: handlers cancelled while the loop shut down record
+    their calls after the last flush of flushing()."""
+    batch = MetricBatch() if enabled else None
+    try:
+        yield batch
+    finally:
+        if batch is not None:
+            batch.flush()
 
 
 class HttpServerDurations:

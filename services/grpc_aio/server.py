@@ -12,7 +12,7 @@ import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.common.metrics import MetricBatch
+from services.common.metrics import MetricBatch, worker_metrics
 from services.common.pb import cars_pb2, cars_pb2_grpc
 from services.common.records import BadRequest, Record, RecordSource
 from services.common.supervisor import WorkerContext
@@ -199,9 +199,5 @@ async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
 
 def worker_main(context: WorkerContext) -> None:
     """One worker process: serve until SIGTERM, drain, finish in-flight calls, return (exit 0)."""
-    metrics = MetricBatch() if context.settings.metrics_enabled else None
-    try:
+    with worker_metrics(context.settings.metrics_enabled) as metrics:
         uvloop.run(_serve(context, metrics))
-    finally:
-        if metrics is not None:
-            metrics.flush()  # what handlers cancelled at the loop's end recorded after the last flush

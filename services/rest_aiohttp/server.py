@@ -13,7 +13,7 @@ import uvloop
 from aiohttp import web
 
 from services.common.config import Settings
-from services.common.metrics import HttpServerDurations, MetricBatch
+from services.common.metrics import HttpServerDurations, MetricBatch, worker_metrics
 from services.common.records import BadRequest, RecordSource
 from services.common.rest import (
     JSON,
@@ -142,9 +142,5 @@ async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
 
 def worker_main(context: WorkerContext) -> None:
     """One worker process: serve until SIGTERM, drain, finish in-flight requests, return (exit 0)."""
-    metrics = MetricBatch() if context.settings.metrics_enabled else None
-    try:
+    with worker_metrics(context.settings.metrics_enabled) as metrics:
         uvloop.run(_serve(context, metrics))
-    finally:
-        if metrics is not None:
-            metrics.flush()  # what handlers cancelled at the loop's end recorded after the last flush
