@@ -6,11 +6,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-# The services package (record pool, gRPC stubs) lives at the repository root.
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
-
-from labrunner import serialization
-from labrunner.results import write_json_atomic
+from labrunner.report import serialization
+from labrunner.results.store import write_json_atomic
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from labrunner import observability
+from labrunner.observe import local_stack
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,26 +16,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dir",
         type=Path,
-        default=observability.REPO / ".lab" / "obs",
+        default=local_stack.REPO / ".lab" / "obs",
         help="state, data and logs (default: <repo>/.lab/obs)",
     )
     parser.add_argument(
         "--targets-dir",
         type=Path,
-        default=observability.DEFAULT_TARGETS_DIR,
+        default=local_stack.DEFAULT_TARGETS_DIR,
         help="where Prometheus reads file_sd JSON (default: <repo>/prometheus/targets)",
     )
     args = parser.parse_args(argv)
     try:
         if args.command == "start":
-            for name, url in observability.start(args.dir, args.targets_dir).items():
+            for name, url in local_stack.start(args.dir, args.targets_dir).items():
                 print(f"{name}: {url}")
         elif args.command == "stop":
-            observability.stop(args.dir)
+            local_stack.stop(args.dir)
             print("stopped")
         else:
-            print(json.dumps(observability.status(args.dir), indent=2))
-    except observability.ObservabilityError as exc:
+            print(json.dumps(local_stack.status(args.dir), indent=2))
+    except local_stack.ObservabilityError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

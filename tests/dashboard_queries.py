@@ -17,9 +17,10 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-DASHBOARDS_DIR = REPO / "grafana" / "dashboards"
-DATASOURCES_YML = REPO / "grafana" / "provisioning" / "datasources" / "datasources.yml"
+from tests.support import ROOT
+
+DASHBOARDS_DIR = ROOT / "grafana" / "dashboards"
+DATASOURCES_YML = ROOT / "grafana" / "provisioning" / "datasources" / "datasources.yml"
 # Grafana asks for about one point per pixel; a full-width panel is about this wide.
 MAX_DATA_POINTS = 1000
 # Grafana's fallback when a Prometheus datasource sets no scrape interval.

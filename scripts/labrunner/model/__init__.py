@@ -1,0 +1,1 @@
+"""The scenario matrix: matrix.toml validated and expanded into scenarios."""

@@ -1,0 +1,50 @@
+"""Scenario windows as InfluxDB points, so Grafana can mark them without the Grafana API.
+
+Measurement `protolab_scenario` (docs/CONTRACTS.md): tags run, scenario, target,
+protocol, profile (the k6 tag values); string fields event ("start"/"end") and text.
+"""
+
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from labrunner.model.matrix import Scenario
+
+MEASUREMENT = "protolab_scenario"
+DATABASE = "myk6db"
+
+
+def _escape_tag(value: str) -> str:
+    # Line protocol: commas, spaces and equals signs in tag values need a backslash.
+    return value.replace("\\", "\\\\").replace(",", "\\,").replace(" ", "\\ ").replace("=", "\\=")
+
+
+def _escape_string_field(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def line(run_id: str, scenario: Scenario, event: str, text: str, time_ns: int) -> str:
+    """One line-protocol point for a scenario event."""
+    tags = {
+        "run": run_id,
+        "scenario": scenario.id,
+        "target": scenario.target.name,
+        "protocol": scenario.target.protocol,
+        "profile": scenario.profile.name,
+    }
+    tag_text = ",".join(f"{k}={_escape_tag(v)}" for k, v in tags.items())
+    fields = f'event="{_escape_string_field(event)}",text="{_escape_string_field(text)}"'
+    return f"{MEASUREMENT},{tag_text} {fields} {time_ns}"
+
+
+def mark(influxdb_url: str, run_id: str, scenario: Scenario, event: str) -> str | None:
+    """Write the point now; returns an error message instead of raising (a mark is not a result)."""
+    point = line(run_id, scenario, event, f"{scenario.id} {event}", time.time_ns())
+    url = f"{influxdb_url.rstrip('/')}/write?{urllib.parse.urlencode({'db': DATABASE, 'precision': 'ns'})}"
+    request = urllib.request.Request(url, data=point.encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5):
+            return None
+    except (urllib.error.URLError, OSError) as exc:
+        return f"could not write the {event} annotation to {influxdb_url}: {exc}"

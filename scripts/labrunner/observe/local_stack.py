@@ -1,0 +1,268 @@
+"""Local Prometheus and InfluxDB 1.x processes for the local backend, sharing the docker config files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from labrunner.paths import REPO
+
+PROMETHEUS_YML = REPO / "prometheus" / "prometheus.yml"
+INFLUXDB_CONF = REPO / "influxdb" / "influxdb.conf"
+DEFAULT_TARGETS_DIR = REPO / "prometheus" / "targets"
+# Where prometheus.yml expects file_sd files (the docker mount point).
+CONTAINER_TARGETS_DIR = "/etc/prometheus/targets"
+INFLUX_DB = "myk6db"
+HOST = "127.0.0.1"
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+STATE_FILE = "obs.json"
+
+
+class ObservabilityError(RuntimeError):
+    """A local observability process could not be started or reached."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    """TCP ports of the local observability processes (all bound on 127.0.0.1)."""
+
+    prometheus: int
+    influxdb: int
+    influxdb_rpc: int
+
+    @classmethod
+    def from_env(cls) -> Ports:
+        """Ports from LAB_PROMETHEUS_PORT, LAB_INFLUXDB_PORT, LAB_INFLUXDB_RPC_PORT or the defaults."""
+        return cls(
+            prometheus=int(os.environ.get("LAB_PROMETHEUS_PORT", "9090")),
+            influxdb=int(os.environ.get("LAB_INFLUXDB_PORT", "8086")),
+            influxdb_rpc=int(os.environ.get("LAB_INFLUXDB_RPC_PORT", "8088")),
+        )
+
+
+def derive_prometheus_config(targets_dir: Path, prometheus_port: int, out: Path) -> Path:
+    """Write prometheus.yml with file_sd paths moved into targets_dir and the self-scrape port fixed."""
+    config = yaml.safe_load(PROMETHEUS_YML.read_text())
+    for job in config["scrape_configs"]:
+        for sd in job.get("file_sd_configs", []):
+            sd["files"] = [_relocate(pattern, targets_dir) for pattern in sd["files"]]
+        if job["job_name"] == "prometheus":
+            job["static_configs"] = [{"targets": [f"{HOST}:{prometheus_port}"]}]
+    out.write_text(yaml.safe_dump(config, sort_keys=False))
+    return out
+
+
+def _relocate(pattern: str, targets_dir: Path) -> str:
+    """Map a file_sd glob under the container's targets dir onto targets_dir."""
+    path = Path(pattern)
+    if str(path.parent) != CONTAINER_TARGETS_DIR:
+        raise ObservabilityError(f"unexpected file_sd path {pattern!r} in {PROMETHEUS_YML}")
+    return str(targets_dir.resolve() / path.name)
+
+
+def start(
+    directory: Path | str,
+    targets_dir: Path | str = DEFAULT_TARGETS_DIR,
+    ports: Ports | None = None,
+) -> dict[str, str]:
+    """Start Prometheus and InfluxDB under directory, wait until ready, return their URLs.
+
+    Idempotent: if both are already running from this directory, their URLs are returned.
+    """
+    directory = Path(directory).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    state = _read_state(directory)
+    if state and all(_running(proc) for proc in state.values()):
+        return {name: proc["url"] for name, proc in state.items()}
+    stop(directory)
+    ports = ports or Ports.from_env()
+    for name, port in (
+        ("Prometheus", ports.prometheus),
+        ("InfluxDB", ports.influxdb),
+        ("InfluxDB RPC", ports.influxdb_rpc),
+    ):
+        _require_free_port(name, port)
+
+    state = {}
+    try:
+        state["prometheus"] = _start_prometheus(directory, Path(targets_dir), ports.prometheus)
+        _write_state(directory, state)
+        state["influxdb"] = _start_influxdb(directory, ports)
+        _write_state(directory, state)
+        _wait_ready(directory, "prometheus", f"{state['prometheus']['url']}/-/ready")
+        _wait_ready(directory, "influxdb", f"{state['influxdb']['url']}/ping")
+        _create_database(state["influxdb"]["url"])
+    except BaseException:
+        stop(directory)
+        raise
+    return {name: proc["url"] for name, proc in state.items()}
+
+
+def stop(directory: Path | str) -> None:
+    """Terminate the processes started from directory: SIGTERM, wait, then SIGKILL."""
+    directory = Path(directory).resolve()
+    for proc in _read_state(directory).values():
+        _terminate(proc)
+    (directory / STATE_FILE).unlink(missing_ok=True)
+
+
+def status(directory: Path | str) -> dict[str, dict[str, Any]]:
+    """Per process: pid, url, log path and whether it is running."""
+    state = _read_state(Path(directory).resolve())
+    return {name: {**proc, "running": _running(proc)} for name, proc in state.items()}
+
+
+def answers(url: str) -> bool:
+    """Whether an HTTP GET of url succeeds within a second (an InfluxDB /ping, a Prometheus /-/ready)."""
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _start_prometheus(directory: Path, targets_dir: Path, port: int) -> dict[str, Any]:
+    targets_dir.mkdir(parents=True, exist_ok=True)
+    config = derive_prometheus_config(targets_dir, port, directory / "prometheus.yml")
+    argv = [
+        _binary("PROMETHEUS_BIN", "prometheus"),
+        f"--config.file={config}",
+        f"--web.listen-address={HOST}:{port}",
+        f"--storage.tsdb.path={directory / 'prometheus'}",
+        "--web.enable-lifecycle",
+    ]
+    return _spawn(directory, "prometheus", argv, os.environ.copy(), f"http://{HOST}:{port}")
+
+
+def _start_influxdb(directory: Path, ports: Ports) -> dict[str, Any]:
+    data = directory / "influxdb"
+    # influxd 1.x: environment variables override the shared config file.
+    env = {
+        **os.environ,
+        "INFLUXDB_HTTP_BIND_ADDRESS": f"{HOST}:{ports.influxdb}",
+        "INFLUXDB_BIND_ADDRESS": f"{HOST}:{ports.influxdb_rpc}",
+        "INFLUXDB_META_DIR": str(data / "meta"),
+        "INFLUXDB_DATA_DIR": str(data / "data"),
+        "INFLUXDB_DATA_WAL_DIR": str(data / "wal"),
+    }
+    argv = [_binary("INFLUXD_BIN", "influxd"), "-config", str(INFLUXDB_CONF)]
+    return _spawn(directory, "influxdb", argv, env, f"http://{HOST}:{ports.influxdb}")
+
+
+def _binary(env_var: str, name: str) -> str:
+    binary = os.environ.get(env_var) or shutil.which(name)
+    if not binary:
+        raise ObservabilityError(f"{name} not found: install it or set {env_var}")
+    return binary
+
+
+def _spawn(directory: Path, name: str, argv: list[str], env: dict[str, str], url: str) -> dict[str, Any]:
+    log = directory / f"{name}.log"
+    with log.open("ab") as out:
+        # Own session: a Ctrl-C meant for the caller does not kill the lab's backends.
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return {"pid": proc.pid, "url": url, "log": str(log), "argv": argv}
+
+
+def _require_free_port(name: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError as exc:
+            raise ObservabilityError(
+                f"{name} port {HOST}:{port} is in use ({exc.strerror}); stop whatever holds it "
+                "or choose another port (LAB_PROMETHEUS_PORT, LAB_INFLUXDB_PORT, LAB_INFLUXDB_RPC_PORT)"
+            ) from exc
+
+
+def _wait_ready(directory: Path, name: str, url: str) -> None:
+    proc = _read_state(directory)[name]
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not _running(proc):
+            exit_code = proc.get("exit_code", "unknown")
+            raise ObservabilityError(
+                f"{name} exited during start-up (exit code {exit_code}):\n{_log_tail(directory, name)}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                if resp.status < 300:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    raise ObservabilityError(
+        f"{name} not ready at {url} after {READY_TIMEOUT_S}s:\n{_log_tail(directory, name)}"
+    )
+
+
+def _create_database(influx_url: str) -> None:
+    # InfluxDB 1.x accepts CREATE only via POST; it is a no-op when the database exists.
+    body = urllib.parse.urlencode({"q": f"CREATE DATABASE {INFLUX_DB}"}).encode()
+    with urllib.request.urlopen(f"{influx_url}/query", data=body, timeout=10) as resp:
+        result = json.load(resp)
+    errors = [r["error"] for r in result.get("results", []) if "error" in r]
+    if errors:
+        raise ObservabilityError(f"CREATE DATABASE {INFLUX_DB} failed: {errors}")
+
+
+def _running(proc: dict[str, Any]) -> bool:
+    """Is proc's pid alive and still the program we started (pids get reused)?"""
+    pid = proc["pid"]
+    try:
+        # Reap our own exited child first, or its zombie would look alive.
+        reaped, wait_status = os.waitpid(pid, os.WNOHANG)
+        if reaped == pid:
+            proc["exit_code"] = os.waitstatus_to_exitcode(wait_status)
+            return False
+    except ChildProcessError:
+        pass  # started by another process (e.g. an earlier CLI call)
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return cmdline.split(b"\0")[:-1] == [arg.encode() for arg in proc["argv"]]
+
+
+def _terminate(proc: dict[str, Any]) -> None:
+    if not _running(proc):
+        return
+    os.kill(proc["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not _running(proc):
+            return
+        time.sleep(0.1)
+    os.kill(proc["pid"], signal.SIGKILL)
+    while _running(proc):
+        time.sleep(0.05)
+
+
+def _log_tail(directory: Path, name: str, lines: int = 20) -> str:
+    log = directory / f"{name}.log"
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else ""
+
+
+def _read_state(directory: Path) -> dict[str, dict[str, Any]]:
+    path = directory / STATE_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _write_state(directory: Path, state: dict[str, dict[str, Any]]) -> None:
+    tmp = directory / f"{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.replace(directory / STATE_FILE)

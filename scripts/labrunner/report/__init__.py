@@ -1,0 +1,1 @@
+"""The run report: statistics over repeats, comparisons, charts and the document."""

@@ -1,0 +1,215 @@
+"""The report's PNG charts, drawn with matplotlib's object API (no pyplot state, no display needed)."""
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from labrunner.report.compare import CAPACITY, SEQUENTIAL, THROUGHPUT, Group
+from labrunner.report.payload import PayloadRow
+from labrunner.report.serialization import Case
+from labrunner.report.stats import summarize
+
+DPI = 100
+_WIDTH = 11.0
+_FACET_HEIGHT = 3.4
+_BAR_SPACE = 0.8  # share of each x slot the bars of one slot fill
+
+
+def throughput(groups: Sequence[Group], path: Path) -> Path | None:
+    """Requests/s by target, one bar per profile, one panel per payload and load model."""
+    facets = _facets([g for g in groups if g.kind == THROUGHPUT], lambda g: f"c{g.count}, {g.load_model}")
+    return _by_target(facets, "rps", "requests/s", lambda g: g.profile, path)
+
+
+def efficiency(groups: Sequence[Group], path: Path) -> Path | None:
+    """Service CPU seconds per 1,000 successful requests: what a request costs the budget."""
+    facets = _facets([g for g in groups if g.kind == THROUGHPUT], lambda g: f"c{g.count}, {g.load_model}")
+    return _by_target(facets, "cpu_per_1k", "CPU seconds per 1,000 requests", lambda g: g.profile, path)
+
+
+def latency(groups: Sequence[Group], path: Path) -> Path | None:
+    """Latency percentiles by target, one panel per profile, payload and load model."""
+    wanted = [g for g in groups if g.kind == THROUGHPUT and g.results]
+    facets = _facets(wanted, lambda g: f"{g.profile}, c{g.count}, {g.load_model}")
+    if not facets:
+        return None
+    fig, axes = _figure(len(facets))
+    for ax, (title, members) in zip(axes, facets.items(), strict=True):
+        series = {p: [g.values(p) for g in members] for p in ("p50", "p90", "p95", "p99")}
+        _grouped_bars(ax, [g.target for g in members], series)
+        ax.set_yscale("log")
+        ax.set_ylabel("latency, ms (log)")
+        ax.set_title(title)
+    return _save(fig, path)
+
+
+def sequential(groups: Sequence[Group], path: Path) -> Path | None:
+    """Mean latency of one client sending N requests in sequence, by target, one bar per N."""
+    wanted = [g for g in groups if g.kind == SEQUENTIAL and g.results]
+    facets = _facets(wanted, lambda g: f"{g.profile}, c{g.count}")
+    return _by_target(facets, "avg", "mean latency, ms", lambda g: f"N={g.iterations}", path)
+
+
+def capacity(groups: Sequence[Group], path: Path) -> Path | None:
+    """p99 against the offered rate for every step of every search, with the SLO."""
+    wanted = [g for g in groups if g.kind == CAPACITY and g.results]
+    facets = _facets(wanted, lambda g: f"{g.profile}, c{g.count}")
+    if not facets:
+        return None
+    fig, axes = _figure(len(facets))
+    for ax, (title, members) in zip(axes, facets.items(), strict=True):
+        slo = None
+        for g in members:
+            for result in g.results:
+                search = result["capacity"]
+                slo = search["slo_p99_ms"]
+                steps = sorted(
+                    (s for s in search["steps"] if s["p99_ms"] is not None), key=lambda s: s["rate"]
+                )
+                label = f"{g.target} r{result['scenario']['repeat']}"
+                line = ax.plot(
+                    [s["rate"] for s in steps], [s["p99_ms"] for s in steps], marker="o", label=label
+                )
+                failed = [s for s in steps if not s["passed"]]
+                ax.scatter(
+                    [s["rate"] for s in failed],
+                    [s["p99_ms"] for s in failed],
+                    marker="x",
+                    s=60,
+                    color=line[0].get_color(),
+                )
+        if slo is not None:
+            ax.axhline(slo, color="red", linestyle="--", linewidth=1, label=f"SLO {slo:g} ms")
+        ax.set_yscale("log")
+        ax.set_xlabel("offered rate, requests/s")
+        ax.set_ylabel("p99, ms (log)")
+        ax.set_title(title)
+        ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def payload_bytes(groups: Sequence[Group], rows: Sequence[PayloadRow], path: Path) -> Path | None:
+    """Left: what k6 received per response, by target. Right: body bytes by encoding and count."""
+    measured = [g for g in groups if g.kind == THROUGHPUT and g.values("bytes")]
+    if not measured and not rows:
+        return None
+    fig = Figure(figsize=(_WIDTH, 4.2))
+    left, right = fig.subplots(1, 2)
+    if measured:
+        facets = _facets(measured, lambda g: f"c{g.count}")
+        labels = [f"{g.target} ({title})" for title, members in facets.items() for g in members]
+        values = [summarize(g.values("bytes")).median for members in facets.values() for g in members]
+        left.barh(labels, values, color="#4c72b0")
+        left.invert_yaxis()
+        left.set_xlabel("bytes received per response (median), headers and framing included")
+        left.tick_params(axis="y", labelsize="small")
+    left.set_title("on the wire (k6 data_received / requests)")
+    if rows:
+        counts = [r.count for r in rows]
+        for attribute, label in (
+            ("json_bytes", "JSON"),
+            ("json_gzip_bytes", "JSON gzip"),
+            ("protobuf_bytes", "protobuf"),
+            ("protobuf_gzip_bytes", "protobuf gzip"),
+        ):
+            right.plot(counts, [getattr(r, attribute) for r in rows], marker="o", label=label)
+        right.set_xscale("log")
+        right.set_yscale("log")
+        right.set_xlabel("records per response")
+        right.set_ylabel("body bytes")
+        right.legend(fontsize="small")
+    right.set_title("body size by encoding")
+    return _save(fig, path)
+
+
+def serialization(cases: Sequence[Case], path: Path) -> Path | None:
+    """Microseconds per operation by record count, one bar per codec and operation, whiskers = Error."""
+    if not cases:
+        return None
+    counts = sorted({c.count for c in cases})
+    keys = list(dict.fromkeys(f"{c.codec} {c.operation}" for c in cases))
+    width = _BAR_SPACE / len(keys)
+    fig = Figure(figsize=(_WIDTH, 4.2))
+    ax = fig.subplots()
+    for index, key in enumerate(keys):
+        members = [c for c in cases if f"{c.codec} {c.operation}" == key]
+        xs = [counts.index(c.count) - _BAR_SPACE / 2 + width * (index + 0.5) for c in members]
+        means = [c.mean_us for c in members]
+        ax.bar(xs, means, width * 0.9, label=key)
+        errors = [c.error_us or 0.0 for c in members]
+        # A whisker below zero cannot be drawn on a log axis: clip it at 1% of the bar.
+        lower = [min(e, m * 0.99) for e, m in zip(errors, means, strict=True)]
+        ax.errorbar(xs, means, yerr=[lower, errors], fmt="none", ecolor="black", capsize=2, linewidth=1)
+    ax.set_xticks(range(len(counts)), [f"{c} record{'s' if c != 1 else ''}" for c in counts])
+    ax.set_yscale("log")
+    ax.set_ylabel("microseconds per operation (mean, log)")
+    ax.legend(fontsize="small", ncols=3)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def _by_target(
+    facets: dict[str, list[Group]], metric: str, ylabel: str, hue: Callable[[Group], str], path: Path
+) -> Path | None:
+    facets = {title: [g for g in members if g.values(metric)] for title, members in facets.items()}
+    facets = {title: members for title, members in facets.items() if members}
+    if not facets:
+        return None
+    fig, axes = _figure(len(facets))
+    for ax, (title, members) in zip(axes, facets.items(), strict=True):
+        targets = list(dict.fromkeys(g.target for g in members))
+        hues = list(dict.fromkeys(hue(g) for g in members))
+        series: dict[str, list[list[float]]] = {h: [[] for _ in targets] for h in hues}
+        for g in members:
+            series[hue(g)][targets.index(g.target)] = g.values(metric)
+        _grouped_bars(ax, targets, series)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+    return _save(fig, path)
+
+
+def _grouped_bars(ax: Axes, labels: Sequence[str], series: dict[str, list[list[float]]]) -> None:
+    """Bars at the mean, whiskers for the 95% interval of the mean, a dot per repeat."""
+    width = _BAR_SPACE / max(1, len(series))
+    for index, (name, per_label) in enumerate(series.items()):
+        xs, heights, low, high, dots_x, dots_y = [], [], [], [], [], []
+        for slot, values in enumerate(per_label):
+            if not values:
+                continue
+            x = slot - _BAR_SPACE / 2 + width * (index + 0.5)
+            s = summarize(values)
+            xs.append(x)
+            heights.append(s.mean)
+            # Requests/s, latency and CPU are positive: a whisker below zero only says "few repeats".
+            low.append(min(s.mean, s.mean - s.ci_low) if s.ci_low is not None else 0.0)
+            high.append(s.ci_high - s.mean if s.ci_high is not None else 0.0)
+            dots_x += [x] * len(values)
+            dots_y += list(values)
+        ax.bar(xs, heights, width * 0.9, label=name)
+        ax.errorbar(xs, heights, yerr=[low, high], fmt="none", ecolor="black", capsize=3, linewidth=1)
+        ax.scatter(dots_x, dots_y, s=8, color="black", zorder=3)
+    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize="small")
+    ax.legend(fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _facets(groups: Sequence[Group], key: Callable[[Group], str]) -> dict[str, list[Group]]:
+    facets: dict[str, list[Group]] = {}
+    for g in groups:
+        facets.setdefault(key(g), []).append(g)
+    return facets
+
+
+def _figure(panels: int) -> tuple[Figure, list[Axes]]:
+    fig = Figure(figsize=(_WIDTH, _FACET_HEIGHT * panels + 0.6))
+    axes = fig.subplots(panels, 1, squeeze=False)
+    return fig, [row[0] for row in axes]
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, format="png")
+    return path

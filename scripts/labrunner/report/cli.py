@@ -1,0 +1,33 @@
+"""Regenerate a run's report (report.md, report.html, charts/) from its saved JSON; `--help` for options."""
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from labrunner.report.build import write_report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="report.py",
+        description="Write RUN_DIR/report.md and RUN_DIR/report.html (self-contained, charts embedded) "
+        "from RUN_DIR/manifest.json, scenarios/*.json, payload.json and serialization.json.",
+    )
+    parser.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="a run directory, e.g. results/<run id>"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="OTHER_RUN_DIR",
+        help="add the change of every scenario group against this run and flag significant regressions",
+    )
+    args = parser.parse_args(argv)
+    for directory in (args.run_dir, args.baseline):
+        if directory is not None and not (directory / "scenarios").is_dir():
+            print(f"report.py: error: {directory} is not a run directory (no scenarios/)", file=sys.stderr)
+            return 2
+    md, html = write_report(args.run_dir, args.baseline)
+    print(f"{md}\n{html}")
+    return 0

@@ -1,0 +1,250 @@
+"""Scenario results grouped across repeats, and the comparisons derived from target attributes."""
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from labrunner.report.stats import Ratio, Summary, ratio, summarize
+
+Result = Mapping[str, Any]
+Reader = Callable[[Result], float | None]
+
+THROUGHPUT, SEQUENTIAL, CAPACITY = "throughput", "sequential", "capacity"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A number read from each repeat's result; None when that result lacks it."""
+
+    name: str
+    label: str
+    higher_is_better: bool
+    read: Reader
+
+
+def _k6(key: str) -> Reader:
+    return lambda r: ((r.get("k6") or {}).get("metrics") or {}).get(key)
+
+
+def _latency(key: str) -> Reader:
+    return lambda r: (((r.get("k6") or {}).get("metrics") or {}).get("latency_ms") or {}).get(key)
+
+
+def _usage(key: str) -> Reader:
+    return lambda r: ((r.get("service") or {}).get("usage") or {}).get(key)
+
+
+def _per_request(numerator: Reader, scale: float) -> Reader:
+    def read(result: Result) -> float | None:
+        value, requests = numerator(result), _k6("requests")(result)
+        return value * scale / requests if value is not None and requests else None
+
+    return read
+
+
+METRICS = {
+    m.name: m
+    for m in (
+        Metric("rps", "req/s", True, _k6("requests_per_second")),
+        *(Metric(k, k, False, _latency(k)) for k in ("avg", "p50", "p90", "p95", "p99", "max")),
+        # CPU over the measured window per successful request: what a request costs the budget.
+        Metric("cpu_per_1k", "CPU s / 1k req", False, _per_request(_usage("cpu_seconds"), 1000)),
+        # Everything k6 read from the socket (headers, framing, TLS) per successful request.
+        Metric("bytes", "bytes / response", False, _per_request(_k6("data_received_bytes"), 1)),
+        Metric("service_cpu", "service CPU", False, _usage("cpu_utilisation")),
+        Metric("k6_cpu", "k6 CPU", False, lambda r: (r.get("k6") or {}).get("cpu_utilisation")),
+        Metric("seconds", "k6 run s", False, _k6("test_run_seconds")),
+        Metric(
+            "sustainable",
+            "sustainable req/s",
+            True,
+            lambda r: (r.get("capacity") or {}).get("sustainable_rate"),
+        ),
+    )
+}
+# What a comparison reports, per kind of group.
+COMPARED = {
+    THROUGHPUT: ("rps", "p50", "p99", "cpu_per_1k"),
+    SEQUENTIAL: ("avg", "p50", "p99"),
+    CAPACITY: ("sustainable",),
+}
+
+
+@dataclass(frozen=True)
+class Group:
+    """One scenario group (scenario id without the repeat) and its successful repeats."""
+
+    id: str
+    target: str
+    service: str
+    protocol: str
+    tls: bool
+    instrumented: bool  # request metrics on (METRICS_ENABLED is not "0" in the target's env)
+    profile: str
+    cpus: float
+    count: int
+    load_model: str
+    kind: str  # THROUGHPUT, SEQUENTIAL or CAPACITY
+    iterations: int | None  # sequential: requests per repeat
+    order: int  # position of the target in the run (matrix order)
+    results: tuple[Result, ...]  # status ok, in repeat order
+    attempted: int  # repeats with a result file, failed ones included
+
+    def values(self, metric: str) -> list[float]:
+        read = METRICS[metric].read
+        return [v for v in (read(r) for r in self.results) if v is not None]
+
+    def summary(self, metric: str) -> Summary | None:
+        values = self.values(metric)
+        return summarize(values) if values else None
+
+    @property
+    def context(self) -> str:
+        """What a comparison holds fixed: profile, payload and load."""
+        return f"{self.profile}, c{self.count}, {self.load_model}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """candidate / baseline for each compared metric."""
+
+    kind: str  # the question, e.g. "HTTP/2 vs HTTP/1.1"
+    candidate: Group
+    baseline: Group
+    ratios: Mapping[str, Ratio]  # metric name -> ratio; metrics without values on a side are absent
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """A question answered by pairs of groups that differ in one attribute only."""
+
+    kind: str
+    same: tuple[str, ...]  # Group attributes both sides share
+    is_pair: Callable[[Group, Group], bool]  # (candidate, baseline)
+
+
+# Every question compares like with like: same scenario, and instrumented with instrumented.
+_SCENARIO = ("profile", "count", "load_model", "instrumented")
+_RULES = (
+    _Rule(
+        "metrics on vs off",
+        ("service", "protocol", "tls", "profile", "count", "load_model"),
+        lambda c, b: c.instrumented and not b.instrumented,
+    ),
+    _Rule(
+        "HTTP/2 vs HTTP/1.1",
+        ("service", "tls", *_SCENARIO),
+        lambda c, b: c.protocol == "http2" and b.protocol == "http1.1",
+    ),
+    _Rule("gRPC vs REST", ("tls", *_SCENARIO), lambda c, b: c.protocol == "grpc" and b.protocol != "grpc"),
+    # Servers compare in matrix order (aiohttp before Quart): ratio = earlier / later target.
+    _Rule(
+        "REST server vs REST server",
+        ("protocol", "tls", *_SCENARIO),
+        lambda c, b: c.protocol != "grpc" and c.service != b.service and c.order < b.order,
+    ),
+)
+
+
+def group_results(results: Iterable[Result]) -> list[Group]:
+    """Group results by scenario.group, keeping the order groups first appear in."""
+    members: dict[str, list[Result]] = {}
+    targets: dict[str, int] = {}
+    for result in results:
+        members.setdefault(result["scenario"]["group"], []).append(result)
+        targets.setdefault(result["scenario"]["target"], len(targets))
+    groups = []
+    for group_id, rs in members.items():
+        scenario = rs[0]["scenario"]
+        model = scenario["load_model"]
+        ok = sorted((r for r in rs if r.get("status") == "ok"), key=lambda r: r["scenario"]["repeat"])
+        groups.append(
+            Group(
+                id=group_id,
+                target=scenario["target"],
+                service=scenario["service"],
+                protocol=scenario["protocol"],
+                tls=scenario["tls"],
+                instrumented=scenario.get("env", {}).get("METRICS_ENABLED") != "0",
+                profile=scenario["profile"]["name"],
+                cpus=scenario["profile"]["cpus"],
+                count=scenario["count"],
+                load_model=model["name"],
+                kind=_kind(model),
+                iterations=model.get("iterations"),
+                order=targets[scenario["target"]],
+                results=tuple(ok),
+                attempted=len(rs),
+            )
+        )
+    return groups
+
+
+def compare_groups(groups: Sequence[Group]) -> list[Comparison]:
+    """Every pair the rules find, in group order; groups without a successful repeat are skipped."""
+    usable = [g for g in groups if g.results]
+    comparisons = []
+    for rule in _RULES:
+        for candidate in usable:
+            for baseline in usable:
+                if candidate is baseline or candidate.kind != baseline.kind:
+                    continue
+                if any(getattr(candidate, a) != getattr(baseline, a) for a in rule.same):
+                    continue
+                if rule.is_pair(candidate, baseline):
+                    comparisons.append(_compare(rule.kind, candidate, baseline))
+    return comparisons
+
+
+def budget_pairs(groups: Sequence[Group]) -> list[Comparison]:
+    """The same target, payload and load on consecutive budgets: does more CPU buy more throughput?
+
+    Sequential groups are left out: one client at a time keeps at most one CPU busy.
+    """
+    by_rest: dict[tuple[str, int, str], list[Group]] = {}
+    for g in groups:
+        if g.results and g.kind != SEQUENTIAL:
+            by_rest.setdefault((g.target, g.count, g.load_model), []).append(g)
+    comparisons = []
+    for members in by_rest.values():
+        ordered = sorted(members, key=lambda g: g.cpus)
+        for smaller, larger in itertools.pairwise(ordered):
+            if larger.cpus > smaller.cpus:
+                kind = f"{larger.profile} vs {smaller.profile} ({larger.cpus / smaller.cpus:g}x CPUs)"
+                comparisons.append(_compare(kind, larger, smaller))
+    return comparisons
+
+
+def against_baseline(current: Sequence[Group], baseline: Sequence[Group]) -> dict[str, Comparison]:
+    """Each group of this run against the same group of another run, by group id."""
+    previous = {g.id: g for g in baseline if g.results}
+    return {
+        g.id: _compare("vs baseline", g, previous[g.id]) for g in current if g.results and g.id in previous
+    }
+
+
+def is_regression(comparison: Comparison) -> list[str]:
+    """The compared metrics that got significantly worse than in the baseline."""
+    worse = []
+    for name, r in comparison.ratios.items():
+        if r.significant and (r.estimate < 1) == METRICS[name].higher_is_better:
+            worse.append(name)
+    return worse
+
+
+def _compare(kind: str, candidate: Group, baseline: Group) -> Comparison:
+    ratios = {}
+    for name in COMPARED[candidate.kind]:
+        c, b = candidate.values(name), baseline.values(name)
+        if c and b:
+            ratios[name] = ratio(c, b)
+    return Comparison(kind, candidate, baseline, ratios)
+
+
+def _kind(model: Mapping[str, Any]) -> str:
+    if model.get("search"):
+        return CAPACITY
+    if model["executor"] == "shared-iterations":
+        return SEQUENTIAL
+    return THROUGHPUT

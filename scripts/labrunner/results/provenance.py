@@ -1,0 +1,78 @@
+"""Where a run came from: git revision, library and tool versions, and the host."""
+
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.internal import api_implementation
+
+from labrunner.run.k6 import k6_version
+
+# Distributions whose versions change what is measured (servers, gRPC, serialization).
+LIBRARIES = ("grpcio", "protobuf", "aiohttp", "quart", "hypercorn", "h2", "uvloop", "orjson", "httpx")
+
+
+def git_info(root: Path) -> dict[str, Any]:
+    """The commit checked out and whether the tree has uncommitted changes."""
+    sha = _git(root, "rev-parse", "HEAD")
+    status = _git(root, "status", "--porcelain")
+    return {"sha": sha, "dirty": bool(status) if status is not None else None}
+
+
+def versions(k6_binary: Path) -> dict[str, str | None]:
+    """Python, k6, the protobuf backend (upb, cpp or python) and the measured libraries."""
+    found: dict[str, str | None] = {
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "k6": k6_version(k6_binary),
+        "protobuf_backend": api_implementation.Type(),
+    }
+    for name in LIBRARIES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def host_info() -> dict[str, Any]:
+    """CPU model and counts, memory and kernel of the machine running the lab."""
+    return {
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpus_available": len(os.sched_getaffinity(0)),
+        "memory_bytes": _mem_total(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "hostname": platform.node(),
+    }
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None  # not a checkout, no commit yet, or no git
+    return out.stdout.strip()
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _mem_total() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

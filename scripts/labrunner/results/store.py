@@ -1,0 +1,421 @@
+"""Scenario result files, the run manifest and the summary tables, each written atomically."""
+
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from labrunner.backends.base import K6Run, ScenarioFailed, ServiceHandle, ServiceUsage
+from labrunner.run.k6 import parse_summary
+from labrunner.model.matrix import Plan, Scenario
+
+if TYPE_CHECKING:  # verify imports the generated gRPC stubs; summaries do not need them
+    from labrunner.run.verify import Verification
+
+RESULT_SCHEMA = "protolab.result/1"
+MANIFEST_SCHEMA = "protolab.manifest/1"
+K6_SATURATED = 0.8  # above this share of its CPUs, k6 may be what limits throughput
+MAX_ERROR_RATE = 0.01
+# Below this share of its quota under a closed model, something else held the service back.
+SERVICE_CPU_BOUND = 0.5
+CLOSED_EXECUTORS = ("constant-vus", "ramping-vus")
+SUMMARY_COLUMNS = (
+    "scenario",
+    "status",
+    "target",
+    "service",
+    "protocol",
+    "tls",
+    "profile",
+    "cpus",
+    "memory_mib",
+    "count",
+    "load_model",
+    "repeat",
+    "requests",
+    "requests_per_s",
+    "errors",
+    "error_rate",
+    "latency_avg_ms",
+    "latency_p50_ms",
+    "latency_p90_ms",
+    "latency_p95_ms",
+    "latency_p99_ms",
+    "latency_max_ms",
+    "received_bytes",
+    "received_bytes_per_request",
+    "dropped_iterations",
+    "service_cpu_s",
+    "service_cpu_utilisation",
+    "throttled_periods",
+    "throttled_s",
+    "memory_peak_mib",
+    "k6_cpu_utilisation",
+    "protocol_verified",
+    "overhead_s",
+    "suspect",
+    "failure",
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Everything one scenario produced; the result JSON is derived from it."""
+
+    run_id: str
+    backend: str
+    scenario: Scenario
+    started_at: datetime
+    finished_at: datetime
+    failure: ScenarioFailed | None
+    handle: ServiceHandle | None
+    verification: "Verification | None"
+    k6_run: K6Run | None
+    usage: ServiceUsage | None
+    timings_s: Mapping[str, float]
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    """Write JSON so readers see the old file or the new one, never a partial one."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # a crash after replace must not leave an empty file
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are read by other tools
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def result_path(out_dir: Path, scenario_id: str) -> Path:
+    return out_dir / "scenarios" / f"{scenario_id}.json"
+
+
+def scenario_dict(scenario: Scenario) -> dict[str, Any]:
+    """A scenario as plain data, for the manifest and each result."""
+    target, profile, model = scenario.target, scenario.profile, scenario.load_model
+    return {
+        "id": scenario.id,
+        "group": scenario.group,
+        "target": target.name,
+        "service": target.service,
+        "script": target.script,
+        "protocol": target.protocol,
+        "tls": target.tls,
+        "expect_proto": target.expect_proto,
+        "env": dict(target.env),
+        "profile": {"name": profile.name, "cpus": profile.cpus, "memory_bytes": profile.memory_bytes},
+        "count": scenario.count,
+        "load_model": {
+            "name": model.name,
+            "executor": model.executor,
+            "vus": model.vus,
+            "stages": [asdict(stage) for stage in model.stages],
+            "rate": model.rate,
+            "pre_allocated_vus": model.pre_allocated_vus,
+            "max_vus": model.max_vus,
+            "iterations": model.iterations,
+            "search": asdict(model.search) if model.search else None,
+        },
+        "duration_s": scenario.duration_s,
+        "measured_s": scenario.measured_seconds,
+        "warmup_s": scenario.warmup_s,
+        "repeat": scenario.repeat,
+        "repeats": scenario.repeats,
+    }
+
+
+def build_result(outcome: Outcome) -> dict[str, Any]:
+    """The result JSON of one scenario (schema protolab.result/1)."""
+    k6_section = _k6_section(outcome.k6_run)
+    metrics = k6_section.get("metrics") if k6_section else None
+    service = _service_section(outcome.handle, outcome.usage, metrics)
+    failure = outcome.failure
+    return {
+        "schema": RESULT_SCHEMA,
+        "run_id": outcome.run_id,
+        "scenario_id": outcome.scenario.id,
+        "status": "ok" if failure is None else "failed",
+        "failure": None
+        if failure is None
+        else {"phase": failure.phase, "message": failure.message, "log_tail": failure.log_tail},
+        "backend": outcome.backend,
+        "started_at": outcome.started_at.isoformat(),
+        "finished_at": outcome.finished_at.isoformat(),
+        "scenario": scenario_dict(outcome.scenario),
+        "verification": None if outcome.verification is None else _verification(outcome.verification),
+        "k6": k6_section,
+        "service": service,
+        "timings_s": dict(outcome.timings_s),
+        "notes": list(outcome.handle.notes) if outcome.handle else [],
+        "suspect": _suspect(metrics, k6_section, service, outcome.scenario),
+    }
+
+
+def load_results(out_dir: Path, order: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Every readable result of a run: in `order` (scenario ids), then by start time."""
+    results = []
+    for path in (out_dir / "scenarios").glob("*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # unreadable results are rerun by --resume, never trusted
+        if isinstance(data, dict) and data.get("schema") == RESULT_SCHEMA:
+            results.append(data)
+    position = {scenario_id: i for i, scenario_id in enumerate(order)}
+    return sorted(
+        results,
+        key=lambda r: (position.get(r.get("scenario_id"), len(position)), r.get("started_at", "")),
+    )
+
+
+def completed_ok(out_dir: Path) -> set[str]:
+    """Scenario ids whose result exists with status ok: what --resume skips."""
+    return {r["scenario_id"] for r in load_results(out_dir) if r.get("status") == "ok"}
+
+
+def summary_row(result: Mapping[str, Any]) -> dict[str, Any]:
+    """One flat row of summary.csv from a result."""
+    scenario = result["scenario"]
+    metrics = (result.get("k6") or {}).get("metrics") or {}
+    latency = metrics.get("latency_ms") or {}
+    usage = (result.get("service") or {}).get("usage") or {}
+    verification = result.get("verification") or {}
+    failure = result.get("failure") or {}
+    timings = result.get("timings_s") or {}
+    requests = metrics.get("requests")
+    received = metrics.get("data_received_bytes")
+    return {
+        "scenario": result["scenario_id"],
+        "status": result["status"],
+        "target": scenario["target"],
+        "service": scenario["service"],
+        "protocol": scenario["protocol"],
+        "tls": scenario["tls"],
+        "profile": scenario["profile"]["name"],
+        "cpus": scenario["profile"]["cpus"],
+        "memory_mib": scenario["profile"]["memory_bytes"] / 2**20,
+        "count": scenario["count"],
+        "load_model": scenario["load_model"]["name"],
+        "repeat": scenario["repeat"],
+        "requests": requests,
+        "requests_per_s": metrics.get("requests_per_second"),
+        "errors": metrics.get("errors"),
+        "error_rate": metrics.get("error_rate"),
+        **{f"latency_{k}_ms": latency.get(k) for k in ("avg", "p50", "p90", "p95", "p99", "max")},
+        "received_bytes": received,
+        "received_bytes_per_request": received / requests if requests and received is not None else None,
+        "dropped_iterations": metrics.get("dropped_iterations"),
+        "service_cpu_s": usage.get("cpu_seconds"),
+        "service_cpu_utilisation": usage.get("cpu_utilisation"),
+        "throttled_periods": usage.get("throttled_periods"),
+        "throttled_s": usage.get("throttled_seconds"),
+        "memory_peak_mib": _mib(usage.get("memory_peak_bytes")),
+        "k6_cpu_utilisation": (result.get("k6") or {}).get("cpu_utilisation"),
+        "protocol_verified": verification.get("protocol") if verification.get("ok") else None,
+        "overhead_s": timings.get("overhead"),
+        "suspect": "; ".join(result.get("suspect") or []),
+        "failure": f"{failure['phase']}: {failure['message']}" if failure else "",
+    }
+
+
+def write_summaries(out_dir: Path, run_id: str, order: Sequence[str] = ()) -> None:
+    """Regenerate summary.csv and summary.md from every result file of the run."""
+    rows = [summary_row(r) for r in load_results(out_dir, order)]
+    write_text_atomic(out_dir / "summary.csv", summary_csv(rows))
+    write_text_atomic(out_dir / "summary.md", summary_markdown(run_id, rows))
+
+
+def summary_csv(rows: Iterable[Mapping[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row.get(k) is None else row[k] for k in SUMMARY_COLUMNS})
+    return buffer.getvalue()
+
+
+def summary_markdown(run_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """A readable table: throughput, latency, and what the service and k6 cost."""
+    ok = sum(1 for r in rows if r["status"] == "ok")
+    lines = [
+        f"# protolab run {run_id}",
+        "",
+        f"{ok} of {len(rows)} scenarios ok. Latency of successful requests in ms; CPU "
+        "utilisation is the share of the profile's quota (service) or of k6's own CPUs.",
+        "",
+        "| scenario | status | req/s | errors | p50 | p90 | p99 | max | service CPU | "
+        "throttled s | peak MiB | k6 CPU | protocol |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
+    ]
+    for r in rows:
+        cells = [
+            r["scenario"],
+            r["status"],
+            _fmt(r["requests_per_s"], "{:.1f}"),
+            _fmt(r["errors"], "{}"),
+            *(_fmt(r[f"latency_{k}_ms"], "{:.2f}") for k in ("p50", "p90", "p99", "max")),
+            _fmt(r["service_cpu_utilisation"], "{:.0%}"),
+            _fmt(r["throttled_s"], "{:.2f}"),
+            _fmt(r["memory_peak_mib"], "{:.0f}"),
+            _fmt(r["k6_cpu_utilisation"], "{:.0%}"),
+            r["protocol_verified"] or "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    problems = [r for r in rows if r["failure"] or r["suspect"]]
+    if problems:
+        lines += ["", "## Failures and suspect results", ""]
+        lines += [f"- `{r['scenario']}`: {r['failure'] or r['suspect']}" for r in problems]
+    return "\n".join(lines) + "\n"
+
+
+def build_manifest(
+    *,
+    run_id: str,
+    plan: Plan,
+    backend: Mapping[str, str],
+    provenance: Mapping[str, Any],
+    argv: Sequence[str],
+    started_at: datetime,
+    finished_at: datetime | None,
+    complete: bool,
+    all_ok: bool | None,
+    settings: Mapping[str, Any],
+    resumed_at: Sequence[str] = (),
+) -> dict[str, Any]:
+    """manifest.json: what was run, from which code, with which tools, on which host."""
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "run_id": run_id,
+        "complete": complete,  # every scenario has a result and the run was not interrupted
+        "all_ok": all_ok,
+        "started_at": started_at.isoformat(),
+        "finished_at": finished_at.isoformat() if finished_at else None,
+        "resumed_at": list(resumed_at),
+        "argv": list(argv),
+        "backend": dict(backend),
+        **provenance,
+        "settings": dict(settings),
+        "matrix": {
+            "path": str(plan.matrix_path),
+            "text": plan.matrix_path.read_text(),
+            "preset": plan.preset,
+            "start_timeout_s": plan.start_timeout_s,
+            "stop_timeout_s": plan.stop_timeout_s,
+            "scenarios": [scenario_dict(s) for s in plan.scenarios],
+        },
+    }
+
+
+def _k6_section(run: K6Run | None) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    summary = run.summary or {}
+    return {
+        "exit_code": run.exit_code,
+        "wall_seconds": run.wall_seconds,
+        "cpu_seconds": run.cpu_seconds,
+        "cpus": run.cpus,
+        "cpu_utilisation": run.cpu_utilisation,
+        "metrics": asdict(parse_summary(summary)) if run.summary else None,
+        # The full k6 metrics, for statistics nobody has asked for yet.
+        "summary_metrics": summary.get("metrics"),
+        "output_tail": run.output_tail,
+    }
+
+
+def _service_section(
+    handle: ServiceHandle | None, usage: ServiceUsage | None, metrics: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    if handle is None:
+        return None
+    section: dict[str, Any] = {
+        "workers": handle.workers,
+        "limits": handle.limits,
+        "service_cpus": list(handle.service_cpus),
+        "k6_cpus": list(handle.k6_cpus),
+        "cpus_shared_with_k6": bool(set(handle.service_cpus) & set(handle.k6_cpus)),
+        "address": str(handle.address),
+        "prometheus_target": handle.prometheus_target,
+        "usage": None,
+        "log_tail": usage.log_tail if usage else "",
+    }
+    if usage is not None:
+        # The service idles while k6 starts up, so k6's load time is the fairer denominator.
+        load_seconds = (metrics or {}).get("test_run_seconds") or usage.window_seconds
+        section["usage"] = {
+            **{k: v for k, v in asdict(usage).items() if k != "log_tail"},
+            "cpu_utilisation": _utilisation(usage.cpu_seconds, usage.cpu_limit_cores, load_seconds),
+        }
+    return section
+
+
+def _verification(verification: "Verification") -> dict[str, Any]:
+    return {
+        "ok": verification.ok,
+        "protocol": verification.protocol,
+        "tls": verification.tls,
+        "checks": list(verification.checks),
+        "failures": list(verification.failures),
+    }
+
+
+def _suspect(
+    metrics: Mapping[str, Any] | None,
+    k6_section: Mapping[str, Any] | None,
+    service: Mapping[str, Any] | None,
+    scenario: Scenario,
+) -> list[str]:
+    """Reasons not to trust a measured number as the service's capacity."""
+    reasons = []
+    model = scenario.load_model
+    k6_cpu = (k6_section or {}).get("cpu_utilisation")
+    if k6_cpu is not None and k6_cpu > K6_SATURATED:
+        reasons.append(f"k6 used {k6_cpu:.0%} of its CPUs (load generator saturated)")
+    if metrics:
+        # shared-iterations counts what the cap cut off as dropped: the reason below says it better.
+        if metrics["dropped_iterations"] and model.iterations is None:
+            reasons.append(f"{metrics['dropped_iterations']} iterations dropped")
+        if metrics["error_rate"] is not None and metrics["error_rate"] > MAX_ERROR_RATE:
+            reasons.append(f"error rate {metrics['error_rate']:.2%}")
+        if model.iterations is not None and metrics["attempts"] < model.iterations:
+            reasons.append(
+                f"only {metrics['attempts']} of {model.iterations} requests within the "
+                f"{scenario.duration_s:g}s cap"
+            )
+    utilisation = ((service or {}).get("usage") or {}).get("cpu_utilisation")
+    closed = model.executor in CLOSED_EXECUTORS
+    if metrics and closed and utilisation is not None and utilisation < SERVICE_CPU_BOUND:
+        reasons.append(
+            f"service used {utilisation:.0%} of its {scenario.profile.cpus:g}-CPU quota under a "
+            "closed model: not CPU-bound, so something else limited throughput"
+        )
+    return reasons
+
+
+def _utilisation(cpu_seconds: float | None, cores: float | None, seconds: float | None) -> float | None:
+    if cpu_seconds is None or not cores or not seconds:
+        return None
+    return cpu_seconds / (cores * seconds)
+
+
+def _mib(value: int | None) -> float | None:
+    return None if value is None else value / 2**20
+
+
+def _fmt(value: object, spec: str) -> str:
+    return "-" if value is None or value == "" else spec.format(value)

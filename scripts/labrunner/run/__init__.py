@@ -1,0 +1,1 @@
+"""Running a plan: the runner, verification before measuring, k6 invocations, capacity search."""

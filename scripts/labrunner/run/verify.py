@@ -1,0 +1,215 @@
+"""Health checks and verification before measuring: status, record count and shape, protocol, TLS."""
+
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+from google.protobuf.json_format import MessageToDict
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from labrunner.backends.base import Endpoint, ServiceHandle
+from labrunner.model.matrix import Scenario, Target
+from services.common.pb import cars_pb2, cars_pb2_grpc
+
+GRPC_SERVICE = "protolab.cars.v1.RecordService"
+CAR_FIELDS: Mapping[str, type] = {
+    "make": str,
+    "model": str,
+    "trim": str,
+    "color": str,
+    "year": int,
+    "mileage": int,
+}
+DRIVER_FIELDS: Mapping[str, type] = {"firstname": str, "lastname": str, "driverId": str}
+TIMEOUT_S = 10.0
+_MAX_SHAPE_ERRORS = 3  # enough to see the pattern without burying the message
+_HTTPX_PROTO = {"HTTP/1.1": "HTTP/1.1", "HTTP/2": "HTTP/2.0"}  # k6 spells it HTTP/2.0
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What was checked before measuring and what was found."""
+
+    protocol: str | None  # negotiated: HTTP/1.1, HTTP/2.0 or grpc
+    tls: bool
+    checks: tuple[str, ...]  # checks that passed
+    failures: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def health(handle: ServiceHandle, target: Target, ca_file: Path) -> str | None:
+    """None when the service reports SERVING, else why not (for the timeout message)."""
+    try:
+        if target.is_grpc:
+            with _grpc_channel(handle.address, target.tls, ca_file) as channel:
+                stub = health_pb2_grpc.HealthStub(channel)
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+                return None if status == "SERVING" else f"health status {status}"
+        with _http_client(target.tls, ca_file, timeout_s=1.0) as client:
+            response = client.get(f"{_base_url(handle.address, target.tls)}/healthz")
+            return None if response.status_code == 200 else f"/healthz returned {response.status_code}"
+    except (grpc.RpcError, httpx.HTTPError, OSError) as exc:
+        return f"not reachable: {_describe(exc)}"
+
+
+def verify(handle: ServiceHandle, scenario: Scenario, ca_file: Path) -> Verification:
+    """Every check a measured run relies on; failures are collected, not raised."""
+    checker = _rest if not scenario.target.is_grpc else _grpc
+    checks: list[str] = []
+    failures: list[str] = []
+    protocol = checker(handle, scenario, ca_file, checks, failures)
+    if handle.metrics_address is not None:
+        _check_metrics(handle.metrics_address, checks, failures)
+    return Verification(protocol, scenario.target.tls, tuple(checks), tuple(failures))
+
+
+def record_shape_errors(records: object, count: int) -> list[str]:
+    """Why a list of records (canonical JSON field names) is not `count` complete records."""
+    if not isinstance(records, list):
+        return [f"records is {type(records).__name__}, expected a list"]
+    errors = [] if len(records) == count else [f"got {len(records)} records, expected {count}"]
+    for index, record in enumerate(records):
+        errors.extend(f"record {index}: {e}" for e in _record_errors(record))
+        if len(errors) >= _MAX_SHAPE_ERRORS:
+            break
+    return errors[:_MAX_SHAPE_ERRORS]
+
+
+def _record_errors(record: object) -> list[str]:
+    if not isinstance(record, dict):
+        return [f"is {type(record).__name__}, expected an object"]
+    errors = [f"unexpected key {k!r}" for k in sorted(set(record) - {"car", "driver"})]
+    for part, spec in (("car", CAR_FIELDS), ("driver", DRIVER_FIELDS)):
+        value = record.get(part)
+        if not isinstance(value, dict):
+            errors.append(f"{part} missing or not an object")
+            continue
+        errors.extend(f"{part}.{k} missing" for k in spec if k not in value)
+        errors.extend(f"unexpected key {part}.{k}" for k in sorted(set(value) - set(spec)))
+        for key, kind in spec.items():
+            field = value.get(key)
+            if key in value and (type(field) is not kind or field == ""):
+                errors.append(f"{part}.{key} = {field!r}, expected a non-empty {kind.__name__}")
+    return errors
+
+
+def _rest(
+    handle: ServiceHandle, scenario: Scenario, ca_file: Path, checks: list[str], failures: list[str]
+) -> str | None:
+    target = scenario.target
+    url = f"{_base_url(handle.address, target.tls)}/records?count={scenario.count}"
+    try:
+        # Offer h2 like k6 does: the server's ALPN choice is what gets verified.
+        with _http_client(target.tls, ca_file, timeout_s=TIMEOUT_S) as client:
+            response = client.get(url)
+    except httpx.HTTPError as exc:
+        failures.append(f"GET {url} failed: {_describe(exc)}")
+        return None
+    protocol = _HTTPX_PROTO.get(response.http_version, response.http_version)
+    _expect(
+        protocol == target.expect_proto,
+        f"negotiated {protocol}",
+        f"negotiated {protocol}, target expects {target.expect_proto}",
+        checks,
+        failures,
+    )
+    if response.status_code != 200:
+        failures.append(f"GET {url} returned {response.status_code}: {response.text[:200]}")
+        return protocol
+    checks.append("status 200")
+    try:
+        body = response.json()
+    except ValueError:
+        failures.append(f"GET {url} body is not JSON: {response.text[:200]!r}")
+        return protocol
+    records = body.get("records") if isinstance(body, dict) else None
+    _check_records(records, scenario.count, "REST /records", checks, failures)
+    return protocol
+
+
+def _grpc(
+    handle: ServiceHandle, scenario: Scenario, ca_file: Path, checks: list[str], failures: list[str]
+) -> str | None:
+    request = cars_pb2.ListRecordsRequest(count=scenario.count)
+    try:
+        with _grpc_channel(handle.address, scenario.target.tls, ca_file) as channel:
+            health_stub = health_pb2_grpc.HealthStub(channel)
+            for service in ("", GRPC_SERVICE):
+                reply = health_stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=TIMEOUT_S)
+                status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+                _expect(
+                    status == "SERVING",
+                    f"health {service or '(server)'} SERVING",
+                    f"health {service or '(server)'} is {status}",
+                    checks,
+                    failures,
+                )
+            stub = cars_pb2_grpc.RecordServiceStub(channel)
+            unary = stub.ListRecords(request, timeout=TIMEOUT_S)
+            _check_records(_as_dicts(unary.records), scenario.count, "ListRecords", checks, failures)
+            streamed = list(stub.StreamRecords(request, timeout=TIMEOUT_S))
+            _check_records(_as_dicts(streamed), scenario.count, "StreamRecords", checks, failures)
+    except grpc.RpcError as exc:
+        failures.append(f"gRPC call to {handle.address} failed: {_describe(exc)}")
+        return None
+    return "grpc"
+
+
+def _check_metrics(address: Endpoint, checks: list[str], failures: list[str]) -> None:
+    url = f"http://{address}/metrics"
+    try:
+        response = httpx.get(url, timeout=TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        failures.append(f"GET {url} failed: {_describe(exc)}")
+        return
+    _expect(
+        response.status_code == 200 and "protolab_build_info" in response.text,
+        "metrics endpoint serves protolab_build_info",
+        f"GET {url} returned {response.status_code} without protolab_build_info",
+        checks,
+        failures,
+    )
+
+
+def _check_records(records: object, count: int, what: str, checks: list[str], failures: list[str]) -> None:
+    errors = record_shape_errors(records, count)
+    _expect(not errors, f"{what}: {count} complete records", f"{what}: {'; '.join(errors)}", checks, failures)
+
+
+def _expect(ok: bool, passed: str, failed: str, checks: list[str], failures: list[str]) -> None:
+    (checks if ok else failures).append(passed if ok else failed)
+
+
+def _as_dicts(records: Any) -> list[dict[str, Any]]:
+    # Zero-valued fields (mileage 0) are printed too, so the shape check sees every field.
+    return [MessageToDict(r, always_print_fields_with_no_presence=True) for r in records]
+
+
+def _base_url(address: Endpoint, tls: bool) -> str:
+    return f"{'https' if tls else 'http'}://{address}"
+
+
+def _http_client(tls: bool, ca_file: Path, timeout_s: float) -> httpx.Client:
+    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca_file)) if tls else False
+    return httpx.Client(http2=True, verify=verify, timeout=timeout_s)
+
+
+def _grpc_channel(address: Endpoint, tls: bool, ca_file: Path) -> grpc.Channel:
+    if not tls:
+        return grpc.insecure_channel(str(address))
+    credentials = grpc.ssl_channel_credentials(root_certificates=ca_file.read_bytes())
+    return grpc.secure_channel(str(address), credentials)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, grpc.RpcError) and isinstance(exc, grpc.Call):
+        return f"{exc.code().name}: {exc.details()}"
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,193 @@
+"""End to end: run_matrix.py --backend local with real k6, Prometheus and InfluxDB, then the dashboards."""
+
+import json
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from labrunner.observe import local_stack
+
+from tests.dashboard_queries import check_dashboards
+from tests.support import ALL_TARGETS, ROOT, free_ports
+
+pytestmark = pytest.mark.e2e
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+def _influx(url: str, query: str) -> list[dict[str, Any]]:
+    params = urllib.parse.urlencode({"db": "myk6db", "q": query})
+    return _get_json(f"{url}/query?{params}")["results"][0].get("series", [])
+
+
+def _run_matrix(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "scripts/run_matrix.py", "--backend", "local", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def obs(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Real Prometheus and InfluxDB on free loopback ports, reading a private targets dir."""
+    base = tmp_path_factory.mktemp("obs")
+    targets = base / "targets"
+    targets.mkdir()
+    ports = local_stack.Ports(*free_ports(3))
+    urls = local_stack.start(base / "data", targets_dir=targets, ports=ports)
+    yield {"targets": targets, **urls}
+    local_stack.stop(base / "data")
+
+
+@pytest.fixture(scope="module")
+def ci_run(obs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The ci preset: every target on the small profile, a few seconds each."""
+    out = tmp_path_factory.mktemp("run") / "e2e-ci"
+    began = datetime.now(UTC)
+    completed = _run_matrix(
+        "--preset", "ci",
+        "--out", str(out),
+        "--influxdb", obs["influxdb"],
+        "--prometheus", obs["prometheus"],
+        "--prometheus-targets", str(obs["targets"]),
+    )  # fmt: skip
+    time.sleep(4)  # two scrape intervals: the last scenario's final samples reach Prometheus
+    results = {
+        r["scenario"]["target"]: r
+        for r in (json.loads(p.read_text()) for p in (out / "scenarios").glob("*.json"))
+    }
+    return {
+        "completed": completed,
+        "out": out,
+        "results": results,
+        "run_id": out.name,
+        "began": began,
+        "ended": datetime.now(UTC),
+    }
+
+
+def test_every_target_succeeds_with_its_protocol_verified(ci_run: dict[str, Any]) -> None:
+    completed = ci_run["completed"]
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
+    assert sorted(ci_run["results"]) == sorted(ALL_TARGETS)
+    for target, result in ci_run["results"].items():
+        assert result["status"] == "ok", (target, result["failure"])
+        assert result["verification"]["ok"], target
+        metrics = result["k6"]["metrics"]
+        assert metrics["requests"] > 0, target
+        assert metrics["errors"] == 0, target
+    manifest = json.loads((ci_run["out"] / "manifest.json").read_text())
+    assert manifest["complete"] is True and manifest["all_ok"] is True
+    summary = (ci_run["out"] / "summary.csv").read_text().splitlines()
+    assert len(summary) == 1 + len(ALL_TARGETS)
+
+
+def test_services_stop_without_a_drain_once_k6_is_done(ci_run: dict[str, Any]) -> None:
+    logs = sorted((ci_run["out"] / "logs").glob("*.service.log"))
+    assert len(logs) == len(ALL_TARGETS)
+    for log in logs:
+        assert "stopping: draining 0.0 s" in log.read_text(), log.name
+
+
+def test_service_cpu_stays_within_its_quota_and_is_throttled_when_saturated(ci_run: dict[str, Any]) -> None:
+    for target, result in ci_run["results"].items():
+        usage = result["service"]["usage"]
+        assert result["service"]["limits"].startswith("cgroup"), target
+        assert usage["cpu_limit_cores"] == pytest.approx(0.5), target
+        # The CFS quota is enforced per 100 ms period: allow one period of slack at the ends.
+        assert usage["cpu_utilisation"] <= 1.1, (target, usage)
+    # Ten closed-model VUs against half a CPU keep the REST services busy: the quota bites.
+    throttled = [t for t, r in ci_run["results"].items() if r["service"]["usage"]["throttled_periods"] > 0]
+    assert "aiohttp-h1" in throttled, throttled
+
+
+def test_influxdb_holds_the_uniform_metrics_tagged_by_scenario(
+    obs: dict[str, Any], ci_run: dict[str, Any]
+) -> None:
+    run_id = ci_run["run_id"]
+    for measurement in ("protolab_reqs", "protolab_req_duration", "protolab_req_failed"):
+        series = _influx(
+            obs["influxdb"],
+            f'SELECT count("value") FROM "{measurement}" WHERE "run" = \'{run_id}\' GROUP BY "target"',
+        )
+        assert sorted(s["tags"]["target"] for s in series) == sorted(ALL_TARGETS), measurement
+    marks = _influx(
+        obs["influxdb"],
+        f'SELECT count("text") FROM "protolab_scenario" WHERE "run" = \'{run_id}\' GROUP BY "scenario"',
+    )
+    assert len(marks) == len(ALL_TARGETS)
+    assert all(s["values"][0][1] == 2 for s in marks), marks  # a start and an end per scenario
+
+
+def test_prometheus_holds_each_targets_series_with_scenario_labels(
+    obs: dict[str, Any], ci_run: dict[str, Any]
+) -> None:
+    query = f'count by (target, scenario, profile, protocol) (protolab_workers{{run="{ci_run["run_id"]}"}})'
+    params = urllib.parse.urlencode(
+        {
+            "query": query,
+            "start": ci_run["began"].timestamp(),
+            "end": ci_run["ended"].timestamp(),
+            "step": "2",
+        }
+    )
+    series = _get_json(f"{obs['prometheus']}/api/v1/query_range?{params}")["data"]["result"]
+    assert sorted(s["metric"]["target"] for s in series) == sorted(ALL_TARGETS)
+    for s in series:
+        assert s["metric"]["profile"] == "small"
+        assert s["metric"]["scenario"].startswith(s["metric"]["target"] + ".")
+
+
+def test_every_dashboard_panel_has_data_for_the_run(obs: dict[str, Any], ci_run: dict[str, Any]) -> None:
+    failures = check_dashboards(
+        obs["prometheus"],
+        obs["influxdb"],
+        ci_run["began"] - timedelta(seconds=5),
+        ci_run["ended"],
+        {"run": ci_run["run_id"]},
+    )
+    assert not failures, "\n".join(str(f) for f in failures)
+
+
+def test_a_target_that_fails_verification_fails_alone(tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(
+        (ROOT / "matrix.toml").read_text()
+        + '\n[targets.aiohttp-claims-h2]\nservice = "rest_aiohttp"\nscript = "k6/rest.js"\n'
+        'protocol = "http2"\ntls = true\nexpect_proto = "HTTP/2.0"\n'
+    )
+    out = tmp_path / "broken"
+    completed = _run_matrix(
+        "--matrix", str(matrix),
+        "--preset", "ci",
+        "--target", "aiohttp-claims-h2,aiohttp-h1",
+        "--duration", "2s",
+        "--out", str(out),
+        "--influxdb", "none",
+        "--prometheus", "none",
+        "--prometheus-targets", "",
+    )  # fmt: skip
+    assert completed.returncode == 1, completed.stdout
+    results = {
+        r["scenario"]["target"]: r
+        for r in (json.loads(p.read_text()) for p in (out / "scenarios").glob("*.json"))
+    }
+    assert results["aiohttp-h1"]["status"] == "ok"
+    broken = results["aiohttp-claims-h2"]
+    assert broken["status"] == "failed"
+    assert broken["failure"]["phase"] == "verify"
+    assert "HTTP/1.1" in broken["failure"]["message"], broken["failure"]
+    assert "FAILED in verify" in completed.stdout

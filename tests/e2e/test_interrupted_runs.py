@@ -1,0 +1,298 @@
+"""run_matrix.py --backend local under interruption and failure, as a subprocess: Ctrl-C (SIGINT to
+its process group) and SIGKILL in the middle of a scenario, then --resume; and scenarios whose
+service does not start, never becomes healthy, or crashes while measured.
+
+Every run is marked by an environment variable its services inherit, so leftovers are found
+in /proc by what they are, not by name: a process whose environment holds the marker or the
+run's directory, or whose command line holds the run id (k6 gets `--tag run=<id>`).
+"""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from labrunner.report.serialization import QUICK, as_document
+from labrunner.report.serialization import run as run_serialization
+from labrunner.results.store import write_json_atomic
+
+from services.common.cgroup import own_cgroup
+from tests.support import ROOT
+
+MARKER = "PROTOLAB_TEST_RUN"
+FIRST = "aiohttp-h1.small.c100.closed.r1"
+SECOND = "grpc.small.c100.closed.r1"
+# Two fast scenarios, measured for 1 s each without warm-up; no InfluxDB, no Prometheus.
+SELECTION = ("--preset", "ci", "--target", "aiohttp-h1,grpc", "--duration", "1s", "--warmup", "0")
+QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@dataclass
+class Run:
+    """One run_matrix.py process and where it writes."""
+
+    out: Path
+    marker: str
+    process: subprocess.Popen[bytes]
+
+    @property
+    def run_id(self) -> str:
+        return self.out.name
+
+    def wait(self, timeout: float = 120) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def output(self) -> str:
+        return (self.out.parent / f"{self.run_id}.output").read_text(errors="replace")
+
+
+def quick_benchmark(out: Path) -> None:
+    """The serialization benchmark is not under test: a quick one in place saves ~10 s per run
+    (the report skips the benchmark when its file exists)."""
+    document = as_document(run_serialization(QUICK), QUICK)
+    write_json_atomic(out / "serialization.json", document)
+
+
+def start_run(out: Path, *args: str, marker: str | None = None) -> Run:
+    """run_matrix.py in its own session (so a Ctrl-C to its group is a Ctrl-C to it and its k6)."""
+    marker = marker or uuid.uuid4().hex
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log = (out.parent / f"{out.name}.output").open("ab")
+    process = subprocess.Popen(
+        [sys.executable, "scripts/run_matrix.py", "--backend", "local", "--out", str(out), *QUIET, *args],
+        cwd=ROOT,
+        env={**os.environ, MARKER: marker},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    log.close()
+    return Run(out, marker, process)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # gone, or a kernel thread
+        return ""
+
+
+def processes_of(run: Run) -> list[str]:
+    """Command lines of the live processes that belong to the run (see the module docstring)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        if int(proc.name) == os.getpid():
+            continue
+        stat = _read(proc / "stat")
+        if not stat or stat.rsplit(")", 1)[1].split()[0] == "Z":
+            continue
+        cmdline, environ = _read(proc / "cmdline"), _read(proc / "environ")
+        if (
+            f"{MARKER}={run.marker}" in environ
+            or str(run.out) in environ + cmdline
+            or f"run={run.run_id}" in cmdline
+        ):
+            found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+def cgroups_of(run: Run) -> list[Path]:
+    """The run's scenario cgroups still present: labrunner.limits names them <run id>-<scenario>."""
+    own = own_cgroup()
+    parents = {
+        own.cpu / "protolab",
+        own.cpuacct / "protolab",
+        own.memory / "protolab",
+        Path("/sys/fs/cgroup/protolab"),
+    }
+    return sorted(path for parent in parents for path in parent.glob(f"{run.run_id}-*"))
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def k6_measuring(run: Run, scenario: str) -> bool:
+    return any("k6" in line and f"scenario={scenario}" in line for line in processes_of(run))
+
+
+def results(out: Path) -> dict[str, dict]:
+    """Every result file, parsed: a half-written one fails the test here."""
+    return {path.stem: json.loads(path.read_text()) for path in (out / "scenarios").glob("*.json")}
+
+
+def summary_rows(out: Path) -> set[tuple[str, str, str]]:
+    """summary.csv's identity columns: which scenarios, with which status and target."""
+    with (out / "summary.csv").open() as handle:
+        return {(row["scenario"], row["status"], row["target"]) for row in csv.DictReader(handle)}
+
+
+def assert_nothing_left(run: Run, timeout: float = 10) -> None:
+    """No process and no cgroup of the run survive it (k6 may need its last second to exit)."""
+    deadline = time.monotonic() + timeout
+    while (processes_of(run) or cgroups_of(run)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not processes_of(run), processes_of(run)
+    assert not cgroups_of(run), cgroups_of(run)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The same selection run start to end: what an interrupted and resumed run must equal."""
+    out = tmp_path_factory.mktemp("runs") / "whole"
+    out.mkdir()
+    quick_benchmark(out)
+    run = start_run(out, *SELECTION)
+    assert run.wait() == EXIT_OK, run.output()[-4000:]
+    assert_nothing_left(run)
+    yield out
+
+
+def test_ctrl_c_mid_matrix_keeps_what_is_done_and_resume_finishes_it(
+    tmp_path: Path, uninterrupted: Path
+) -> None:
+    out = tmp_path / "interrupted"
+    run = start_run(out, *SELECTION)
+    wait_until((out / "scenarios" / f"{FIRST}.json").exists, 60, "the first scenario's result")
+    wait_until(lambda: k6_measuring(run, SECOND), 60, "k6 measuring the second scenario")
+    time.sleep(0.3)
+    os.killpg(run.process.pid, signal.SIGINT)  # what a Ctrl-C in the terminal sends
+    assert run.wait(timeout=60) == EXIT_INTERRUPTED, run.output()[-4000:]
+    assert f"--resume --run-id {run.run_id}" in run.output()
+    assert_nothing_left(run, timeout=2)
+
+    done = results(out)
+    assert set(done) == {FIRST} and done[FIRST]["status"] == "ok", done.keys()
+    first_result = (out / "scenarios" / f"{FIRST}.json").read_bytes()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["complete"] is False and manifest["all_ok"] is None
+
+    quick_benchmark(out)
+    resumed = start_run(out, *SELECTION, "--resume")
+    assert resumed.wait() == EXIT_OK, resumed.output()[-4000:]
+    assert f"{FIRST}: ok in an earlier session, skipped" in resumed.output()
+    assert (out / "scenarios" / f"{FIRST}.json").read_bytes() == first_result, "a finished result was rerun"
+    assert set(results(out)) == {FIRST, SECOND}
+    assert summary_rows(out) == summary_rows(uninterrupted)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["complete"] is True and manifest["all_ok"] is True
+    assert len(manifest["resumed_at"]) == 1
+    assert_nothing_left(resumed)
+
+
+def test_sigkill_mid_scenario_leaves_no_partial_result_and_resume_cleans_up(
+    tmp_path: Path, uninterrupted: Path
+) -> None:
+    out = tmp_path / "killed"
+    run = start_run(out, *SELECTION)
+    wait_until(lambda: k6_measuring(run, SECOND), 90, "k6 measuring the second scenario")
+    time.sleep(0.3)
+    run.process.kill()  # the runner alone, with no chance to stop its service or k6
+    run.wait(timeout=10)
+
+    done = results(out)  # parses every file: atomic writes leave no half-written result
+    assert set(done) == {FIRST}, done.keys()
+    assert not [p.name for p in (out / "scenarios").iterdir() if p.suffix != ".json"], "temporary files left"
+    assert json.loads((out / "manifest.json").read_text())["complete"] is False
+    # The kernel stops what the runner started (PR_SET_PDEATHSIG): k6 at once, the service after
+    # its drain; only the scenario's cgroup, an empty directory, waits for the next session.
+    wait_until(lambda: not processes_of(run), 15, "the killed runner's service and k6 to stop")
+    assert cgroups_of(run), "the killed scenario's cgroup should be left for resume to remove"
+
+    quick_benchmark(out)
+    resumed = start_run(out, *SELECTION, "--resume", marker=run.marker)
+    assert resumed.wait() == EXIT_OK, resumed.output()[-4000:]
+    assert summary_rows(out) == summary_rows(uninterrupted)
+    assert_nothing_left(resumed)
+
+
+FAULT_TARGETS = """
+# Faults for tests/test_interrupted_runs.py.
+[targets.aiohttp-bad-env]
+service = "rest_aiohttp"
+script = "k6/rest.js"
+protocol = "http1.1"
+tls = false
+expect_proto = "HTTP/1.1"
+env = { MAX_COUNT = "abc" }
+
+# An HTTP/1.1 server declared as gRPC: the runner's gRPC health check never gets SERVING.
+[targets.aiohttp-never-healthy]
+service = "rest_aiohttp"
+script = "k6/grpc_unary.js"
+protocol = "grpc"
+tls = false
+
+[presets.faults]
+targets = ["aiohttp-bad-env", "aiohttp-never-healthy", "aiohttp-h1", "grpc"]
+profiles = ["small"]
+duration = "3s"
+warmup = "0"
+start_timeout = "4s"
+"""
+CRASHED = "aiohttp-h1.small.c100.closed.r1"
+
+
+def kill_workers_when_measuring(run: Run, scenario: str) -> None:
+    """SIGKILL the service's workers (not its supervisor) a second into its measured k6 run."""
+    wait_until(lambda: k6_measuring(run, scenario), 90, f"k6 measuring {scenario}")
+    time.sleep(1.0)
+    cgroup = next(
+        path for path in cgroups_of(run) if path.name.endswith(scenario) and (path / "tasks").exists()
+    )
+    pids = [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
+    workers = [
+        pid for pid in pids if int(_read(Path(f"/proc/{pid}/stat")).rsplit(")", 1)[1].split()[1]) in pids
+    ]
+    assert workers, pids
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_failed_scenarios_are_recorded_with_their_log_and_the_matrix_goes_on(tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text((ROOT / "matrix.toml").read_text() + FAULT_TARGETS)
+    out = tmp_path / "faults"
+    quick_benchmark(out)
+    run = start_run(out, "--matrix", str(matrix), "--preset", "faults")
+    kill_workers_when_measuring(run, CRASHED)
+    assert run.wait() == EXIT_FAILED, run.output()[-4000:]
+    assert_nothing_left(run)
+
+    by_target = {r["scenario"]["target"]: r for r in results(out).values()}
+    assert set(by_target) == {"aiohttp-bad-env", "aiohttp-never-healthy", "aiohttp-h1", "grpc"}
+
+    bad_env = by_target["aiohttp-bad-env"]["failure"]
+    assert bad_env["phase"] == "start", bad_env
+    assert "services.rest_aiohttp" in bad_env["message"]
+    assert "MAX_COUNT='abc' is not an integer" in bad_env["log_tail"]
+
+    never_healthy = by_target["aiohttp-never-healthy"]["failure"]
+    assert never_healthy["phase"] == "health", never_healthy
+    assert "not SERVING after 4s" in never_healthy["message"]
+    # The service's own log says why: it saw the gRPC client's HTTP/2 preface.
+    assert "Pause on PRI/Upgrade" in never_healthy["log_tail"]
+
+    crashed = by_target["aiohttp-h1"]
+    assert crashed["status"] == "failed" and crashed["failure"]["phase"] == "measure", crashed["failure"]
+    assert crashed["service"]["usage"]["exit_code"] not in (0, None), crashed["service"]["usage"]
+    assert "died unexpectedly" in crashed["service"]["log_tail"]
+
+    assert by_target["grpc"]["status"] == "ok", by_target["grpc"]["failure"]
+    assert {row[1] for row in summary_rows(out)} == {"ok", "failed"}
+    output = run.output()
+    assert output.count("FAILED in ") == 3 and "1 of 4 scenarios ok" in output, output[-4000:]

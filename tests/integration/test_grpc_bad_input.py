@@ -1,0 +1,207 @@
+"""services.grpc_aio under malformed and out-of-range requests: every one ends in a gRPC status code,
+none crashes a worker, and the server keeps serving.
+
+tests/test_grpc_service.py covers the basic cases (count 0, -5, MAX_COUNT + 1, offset -1,
+three undecodable bytes, an unknown method); this file adds the extremes and the wire-level
+oddities a hand-written or hostile client can send.
+"""
+
+import random
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from google.protobuf import json_format
+
+from services.common.pb import cars_pb2, cars_pb2_grpc
+from services.common.records import generate_pool
+from tests.support import RunningService, launch_service
+
+SERVICE = "protolab.cars.v1.RecordService"
+POOL_SIZE = 2000
+SEED = 42
+MAX_COUNT = 1000
+INT32_MAX = 2**31 - 1
+INT32_MIN = -(2**31)
+MAX_REQUEST_BYTES = 64 * 1024  # services/grpc_aio/server.py _MAX_REQUEST_BYTES
+# Statuses a rejected request may end with; UNKNOWN is how grpc.aio reports a request its
+# deserializer refused. UNAVAILABLE or INTERNAL would mean a broken connection or a crash.
+REJECTED = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNKNOWN, grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def varint(value: int) -> bytes:
+    """Protobuf base-128 varint; negative values as their 64-bit two's complement, as protobuf does."""
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def field(number: int, wire_type: int, payload: bytes) -> bytes:
+    return varint(number << 3 | wire_type) + payload
+
+
+def length_delimited(number: int, data: bytes) -> bytes:
+    return field(number, 2, varint(len(data)) + data)
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[RunningService]:
+    env = {"RECORD_POOL_SIZE": str(POOL_SIZE), "RECORD_SEED": str(SEED), "MAX_COUNT": str(MAX_COUNT)}
+    started = launch_service("grpc_aio", env)
+    yield started
+    assert started.process.poll() is None, "the service died during the module"
+    assert started.stop() == 0
+
+
+@pytest.fixture
+def channel(service: RunningService) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(f"127.0.0.1:{service.port}") as opened:
+        yield opened
+
+
+def raw_calls(channel: grpc.Channel) -> dict[str, object]:
+    """ListRecords and StreamRecords without serializers: the bytes go on the wire as they are."""
+    return {
+        "unary": channel.unary_unary(f"/{SERVICE}/ListRecords"),
+        "stream": channel.unary_stream(f"/{SERVICE}/StreamRecords"),
+    }
+
+
+def call_raw(channel: grpc.Channel, kind: str, payload: bytes) -> tuple[grpc.StatusCode, int]:
+    """The status of one raw call and how many responses (or records) it returned."""
+    method = raw_calls(channel)[kind]
+    try:
+        if kind == "unary":
+            response = cars_pb2.ListRecordsResponse.FromString(method(payload, timeout=10))
+            return grpc.StatusCode.OK, len(response.records)
+        return grpc.StatusCode.OK, len(list(method(payload, timeout=10)))
+    except grpc.RpcError as error:
+        return error.code(), 0
+
+
+def assert_still_serving(channel: grpc.Channel) -> None:
+    stub = cars_pb2_grpc.RecordServiceStub(channel)
+    assert len(stub.ListRecords(cars_pb2.ListRecordsRequest(count=2), timeout=10).records) == 2
+
+
+@pytest.mark.parametrize(
+    ("count", "offset"),
+    [(INT32_MAX, None), (INT32_MIN, None), (MAX_COUNT + 1, 0), (1, INT32_MIN), (INT32_MAX, INT32_MIN)],
+)
+def test_out_of_range_values_are_invalid_argument(
+    channel: grpc.Channel, count: int, offset: int | None
+) -> None:
+    stub = cars_pb2_grpc.RecordServiceStub(channel)
+    request = cars_pb2.ListRecordsRequest(count=count, offset=offset)
+    for call in (
+        lambda: stub.ListRecords(request, timeout=10),
+        lambda: list(stub.StreamRecords(request, timeout=10)),
+    ):
+        with pytest.raises(grpc.RpcError) as error:
+            call()
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT, error.value
+    assert_still_serving(channel)
+
+
+def test_the_largest_offset_wraps_around_the_pool(channel: grpc.Channel) -> None:
+    pool = generate_pool(POOL_SIZE, SEED)
+    stub = cars_pb2_grpc.RecordServiceStub(channel)
+    request = cars_pb2.ListRecordsRequest(count=MAX_COUNT, offset=INT32_MAX)
+    expected = json_format.ParseDict(
+        {"records": [pool[(INT32_MAX + i) % POOL_SIZE] for i in range(MAX_COUNT)]},
+        cars_pb2.ListRecordsResponse(),
+    )
+    assert stub.ListRecords(request, timeout=10) == expected
+    assert list(stub.StreamRecords(request, timeout=10)) == list(expected.records)
+
+
+@pytest.mark.parametrize("kind", ["unary", "stream"])
+def test_unknown_fields_are_ignored(channel: grpc.Channel, kind: str) -> None:
+    # proto3 keeps unknown fields and otherwise ignores them: the request is count=3.
+    payload = (
+        cars_pb2.ListRecordsRequest(count=3).SerializeToString()
+        + field(99, 0, varint(2**63))
+        + length_delimited(100, b"\xff" * 100)
+        + field(101, 1, b"\x00" * 8)
+        + field(102, 5, b"\x00" * 4)
+        + field(536_870_911, 0, varint(1))  # the largest field number
+    )
+    assert call_raw(channel, kind, payload) == (grpc.StatusCode.OK, 3)
+
+
+# Payloads that are no valid message: grpc.aio answers a request its deserializer refuses with
+# UNKNOWN ("Error parsing message"; grpc-go says INTERNAL), and the worker goes on.
+UNDECODABLE = {
+    "truncated varint": field(1, 0, b"\x80\x80"),
+    "varint of eleven bytes": field(1, 0, b"\xff" * 10 + b"\x01"),
+    "length past the end": field(100, 2, varint(1000)) + b"abc",
+    "field number 0": field(0, 0, varint(1)),
+    "end-group without start": field(5, 4, b""),
+    "wire type 7": bytes([1 << 3 | 7]),
+    "all ones": b"\xff" * 64,
+}
+
+
+@pytest.mark.parametrize("kind", ["unary", "stream"])
+@pytest.mark.parametrize("name", list(UNDECODABLE))
+def test_undecodable_messages_end_in_a_status(channel: grpc.Channel, kind: str, name: str) -> None:
+    assert call_raw(channel, kind, UNDECODABLE[name]) == (grpc.StatusCode.UNKNOWN, 0)
+    assert_still_serving(channel)
+
+
+@pytest.mark.parametrize("kind", ["unary", "stream"])
+def test_a_known_field_with_the_wrong_wire_type_is_an_unknown_field(channel: grpc.Channel, kind: str) -> None:
+    # Protobuf parsers keep a field whose wire type does not match as unknown: count is unset,
+    # so the default count applies.
+    assert call_raw(channel, kind, length_delimited(1, b"\x05")) == (grpc.StatusCode.OK, 100)
+
+
+@pytest.mark.parametrize("kind", ["unary", "stream"])
+def test_a_64_bit_count_is_truncated_to_int32_like_any_protobuf_parser(
+    channel: grpc.Channel, kind: str
+) -> None:
+    # 2**32 + 5 on the wire: an int32 field keeps the low 32 bits, so this is count=5.
+    assert call_raw(channel, kind, field(1, 0, varint(2**32 + 5))) == (grpc.StatusCode.OK, 5)
+    # A negative int32 is sent as a ten-byte varint: count=-1 is rejected by value, not by the parser.
+    code, _ = call_raw(channel, kind, field(1, 0, varint(-1)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_random_bytes_never_break_the_server(channel: grpc.Channel) -> None:
+    rng = random.Random(7)  # fixed seed: the same 200 payloads in every run
+    seen: dict[grpc.StatusCode, int] = {}
+    for index in range(200):
+        payload = rng.randbytes(rng.choice([1, 2, 3, 8, 64, 1024]))
+        code, _ = call_raw(channel, "unary" if index % 2 else "stream", payload)
+        assert code in REJECTED | {grpc.StatusCode.OK}, (payload, code)
+        seen[code] = seen.get(code, 0) + 1
+    assert seen.get(grpc.StatusCode.UNKNOWN, 0) > 50, seen  # most random bytes do not parse
+    assert_still_serving(channel)
+
+
+def test_an_oversized_request_is_resource_exhausted(channel: grpc.Channel) -> None:
+    payload = cars_pb2.ListRecordsRequest(count=1).SerializeToString() + length_delimited(
+        100, b"x" * (MAX_REQUEST_BYTES + 1)
+    )
+    for kind in ("unary", "stream"):
+        code, _ = call_raw(channel, kind, payload)
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (kind, code)
+    assert_still_serving(channel)
+
+
+def test_oversized_metadata_is_refused_without_breaking_the_connection(channel: grpc.Channel) -> None:
+    stub = cars_pb2_grpc.RecordServiceStub(channel)
+    with pytest.raises(grpc.RpcError) as error:
+        stub.ListRecords(cars_pb2.ListRecordsRequest(count=1), metadata=[("x-big", "a" * 65536)], timeout=10)
+    # grpc's hard limit on received metadata is 16 KiB.
+    assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.value
+    assert_still_serving(channel)

@@ -1,0 +1,170 @@
+"""Real local Prometheus and InfluxDB started by labrunner.observability on free ports."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from labrunner.observe import local_stack
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(
+        not (shutil.which("prometheus") and shutil.which("influxd") and shutil.which("promtool")),
+        reason="prometheus, promtool and influxd are needed",
+    ),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def get_json(url: str, **params: str) -> Any:
+    with urllib.request.urlopen(f"{url}?{urllib.parse.urlencode(params)}", timeout=5) as resp:
+        return json.load(resp)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, str], Path, Path]]:
+    """(urls, state dir, targets dir) of a running local Prometheus + InfluxDB."""
+    root = tmp_path_factory.mktemp("obs")
+    state_dir, targets_dir = root / "state", root / "targets"
+    ports = local_stack.Ports(prometheus=free_port(), influxdb=free_port(), influxdb_rpc=free_port())
+    urls = local_stack.start(state_dir, targets_dir=targets_dir, ports=ports)
+    try:
+        yield urls, state_dir, targets_dir
+    finally:
+        local_stack.stop(state_dir)
+
+
+def test_promtool_accepts_shared_and_derived_config(lab: tuple[dict[str, str], Path, Path]) -> None:
+    _, state_dir, _ = lab
+    for config in (local_stack.PROMETHEUS_YML, state_dir / "prometheus.yml"):
+        result = subprocess.run(
+            ["promtool", "check", "config", str(config)], check=False, capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_derived_config_only_moves_paths(lab: tuple[dict[str, str], Path, Path]) -> None:
+    urls, state_dir, targets_dir = lab
+    shared = yaml.safe_load(local_stack.PROMETHEUS_YML.read_text())
+    derived = yaml.safe_load((state_dir / "prometheus.yml").read_text())
+    assert derived["global"] == shared["global"]
+    jobs = {job["job_name"]: job for job in derived["scrape_configs"]}
+    assert jobs["protolab-services"]["file_sd_configs"][0]["files"] == [str(targets_dir.resolve() / "*.json")]
+    assert jobs["prometheus"]["static_configs"][0]["targets"] == [urls["prometheus"].removeprefix("http://")]
+
+
+class MetricsServer:
+    """Serves a fixed Prometheus text exposition at /metrics."""
+
+    def __init__(self, body: bytes) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_prometheus_scrapes_file_sd_target(lab: tuple[dict[str, str], Path, Path]) -> None:
+    urls, _, targets_dir = lab
+    server = MetricsServer(b"protolab_fake_metric 42\n")
+    try:
+        labels = {"run": "r1", "scenario": "sd-test", "service": "fake"}
+        (targets_dir / "sd-test.json").write_text(
+            json.dumps([{"targets": [server.address], "labels": labels}])
+        )
+        deadline = time.monotonic() + 30
+        result: list[Any] = []
+        while not result and time.monotonic() < deadline:
+            time.sleep(0.5)
+            query = get_json(
+                f"{urls['prometheus']}/api/v1/query", query='protolab_fake_metric{scenario="sd-test"}'
+            )
+            result = query["data"]["result"]
+        assert result, "Prometheus never scraped the file_sd target"
+        assert result[0]["value"][1] == "42"
+        assert result[0]["metric"]["job"] == "protolab-services"
+        assert result[0]["metric"]["service"] == "fake"
+    finally:
+        (targets_dir / "sd-test.json").unlink(missing_ok=True)
+        server.close()
+
+
+def test_influxdb_has_k6_database(lab: tuple[dict[str, str], Path, Path]) -> None:
+    urls, _, _ = lab
+    databases = get_json(f"{urls['influxdb']}/query", q="SHOW DATABASES")["results"][0]["series"][0]["values"]
+    assert [local_stack.INFLUX_DB] in databases
+
+
+def test_start_is_idempotent_and_status_reports(lab: tuple[dict[str, str], Path, Path]) -> None:
+    urls, state_dir, _ = lab
+    assert local_stack.start(state_dir) == urls
+    status = local_stack.status(state_dir)
+    assert {name: proc["running"] for name, proc in status.items()} == {"prometheus": True, "influxdb": True}
+
+
+def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        ports = local_stack.Ports(prometheus=port, influxdb=free_port(), influxdb_rpc=free_port())
+        with pytest.raises(
+            local_stack.ObservabilityError, match=f"Prometheus port 127.0.0.1:{port} is in use"
+        ):
+            local_stack.start(tmp_path, ports=ports)
+
+
+def test_cli_start_status_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAB_PROMETHEUS_PORT", str(free_port()))
+    monkeypatch.setenv("LAB_INFLUXDB_PORT", str(free_port()))
+    monkeypatch.setenv("LAB_INFLUXDB_RPC_PORT", str(free_port()))
+    cli = [sys.executable, str(local_stack.REPO / "scripts" / "local_obs.py")]
+    args = ["--dir", str(tmp_path / "state"), "--targets-dir", str(tmp_path / "targets")]
+    try:
+        started = subprocess.run(
+            [*cli, "start", *args], check=False, capture_output=True, text=True, timeout=60
+        )
+        assert started.returncode == 0, started.stderr
+        assert "influxdb: http://127.0.0.1:" in started.stdout
+        status = subprocess.run(
+            [*cli, "status", *args], check=False, capture_output=True, text=True, timeout=30
+        )
+        assert all(proc["running"] for proc in json.loads(status.stdout).values())
+    finally:
+        stopped = subprocess.run(
+            [*cli, "stop", *args], check=False, capture_output=True, text=True, timeout=60
+        )
+    assert stopped.returncode == 0, stopped.stderr
+    assert local_stack.status(tmp_path / "state") == {}

@@ -1,0 +1,340 @@
+"""Unit tests: matrix loading, expansion, overrides, validation errors, the k6 invocation, dry-run."""
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from labrunner import cli
+from labrunner.backends.base import Endpoint, ServiceHandle
+from labrunner.backends.cgroups import split_cpus
+from labrunner.model.matrix import (
+    MatrixError,
+    Overrides,
+    expand,
+    format_duration,
+    load_matrix,
+    parse_duration,
+    parse_matrix,
+    parse_memory,
+    split_list,
+)
+from labrunner.run.k6 import build_invocation
+
+from tests.support import ALL_TARGETS, ROOT
+
+MATRIX = ROOT / "matrix.toml"
+
+
+@pytest.fixture(scope="module")
+def matrix_data() -> dict[str, Any]:
+    return tomllib.loads(MATRIX.read_text())
+
+
+def test_repo_matrix_profiles_and_targets() -> None:
+    matrix = load_matrix(MATRIX)
+    assert {n: (p.cpus, p.memory_bytes) for n, p in matrix.profiles.items()} == {
+        "p1": (2.0, 2 * 2**30),
+        "p2": (4.0, 4 * 2**30),
+        "small": (0.5, 512 * 2**20),
+        "quarter": (0.25, 512 * 2**20),
+    }
+    assert list(matrix.targets) == [
+        *ALL_TARGETS,
+        *(f"{t}-nometrics" for t in ("aiohttp-h1", "quart-h1", "grpc")),
+    ]
+    for name in ("aiohttp-h1", "quart-h1", "grpc"):
+        uninstrumented = matrix.targets[f"{name}-nometrics"]
+        assert dict(uninstrumented.env) == {"METRICS_ENABLED": "0"}
+        assert uninstrumented.service == matrix.targets[name].service
+    quart_h2 = matrix.targets["quart-h2-tls"]
+    assert (quart_h2.protocol, quart_h2.tls, quart_h2.expect_proto) == ("http2", True, "HTTP/2.0")
+    assert dict(quart_h2.env) == {"ALPN_PROTOCOLS": "h2"}
+    assert dict(matrix.targets["quart-h1-tls"].env) == {"ALPN_PROTOCOLS": "http/1.1"}
+    assert matrix.targets["grpc-stream"].script == "k6/grpc_stream.js"
+    for target in matrix.targets.values():
+        assert (ROOT / target.script).is_file(), target.script
+
+
+def test_default_preset_depends_on_backend() -> None:
+    matrix = load_matrix(MATRIX)
+    local = expand(matrix, "local")
+    docker = expand(matrix, "docker")
+    assert [s.target.name for s in local.scenarios] == list(ALL_TARGETS)
+    assert {s.profile.name for s in local.scenarios} == {"small"}
+    assert {s.profile.name for s in docker.scenarios} == {"p1"}
+    assert {(s.count, s.duration_s, s.warmup_s, s.repeats) for s in local.scenarios} == {(100, 30.0, 10.0, 1)}
+
+
+def test_ci_preset_is_short_and_small() -> None:
+    plan = expand(load_matrix(MATRIX), "local", "ci")
+    assert len(plan.scenarios) == len(ALL_TARGETS)
+    assert {(s.profile.name, s.duration_s, s.warmup_s) for s in plan.scenarios} == {("small", 3.0, 1.0)}
+    assert plan.estimated_seconds == 8 * 4.0
+
+
+def test_overrides_filter_and_multiply_with_repeats_outermost() -> None:
+    overrides = Overrides(
+        targets=split_list(["quart-h1,quart-*-tls", "grpc"]),
+        counts=(100, 10),
+        repeats=2,
+        duration="1m30s",
+        warmup="0",
+    )
+    plan = expand(load_matrix(MATRIX), "docker", "default", overrides)
+    ids = [s.id for s in plan.scenarios]
+    assert len(ids) == 4 * 2 * 2
+    assert ids[:5] == [
+        "quart-h1.p1.c10.closed.r1",
+        "quart-h1-tls.p1.c10.closed.r1",
+        "quart-h2-tls.p1.c10.closed.r1",
+        "grpc.p1.c10.closed.r1",
+        "quart-h1.p1.c100.closed.r1",
+    ]
+    assert all(s.repeat == 1 for s in plan.scenarios[:8]) and all(s.repeat == 2 for s in plan.scenarios[8:])
+    assert {(s.duration_s, s.warmup_s) for s in plan.scenarios} == {(90.0, 0.0)}
+    assert plan.scenarios[0].group == "quart-h1.p1.c10.closed"
+
+
+def test_vus_and_rate_overrides_touch_only_their_executors() -> None:
+    plan = expand(
+        load_matrix(MATRIX),
+        "local",
+        overrides=Overrides(targets=("grpc",), load_models=("closed", "ramp", "open"), vus=64, rate=500),
+    )
+    models = {s.load_model.name: s.load_model for s in plan.scenarios}
+    assert models["closed"].vus == 64
+    assert models["open"].rate == 500 and models["open"].vus is None
+    assert models["ramp"].vus is None
+    assert plan.scenarios[1].measured_seconds == 30.0  # the ramp's stages, not --duration
+
+
+def test_split_list_flattens_commas_and_repeats() -> None:
+    assert split_list(["a,b", " c ", "d,,"]) == ("a", "b", "c", "d")
+    assert split_list(None) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("500ms", 0.5), ("30s", 30.0), ("1m30s", 90.0), ("2h", 7200.0), ("3", 3.0), (0, 0.0)],
+)
+def test_parse_duration(text: object, seconds: float) -> None:
+    assert parse_duration(text, "x") == seconds
+
+
+@pytest.mark.parametrize("bad", ["3 s", "s", "-1s", "1x", True, -2])
+def test_parse_duration_rejects(bad: object) -> None:
+    with pytest.raises(MatrixError, match="not a duration"):
+        parse_duration(bad, "x")
+
+
+def test_format_duration_round_trips() -> None:
+    assert [format_duration(s) for s in (30.0, 0.5, 90.0)] == ["30s", "500ms", "90s"]
+
+
+def test_parse_memory() -> None:
+    assert parse_memory("512m", "x") == 512 * 2**20
+    assert parse_memory("2g", "x") == 2 * 2**30
+    assert parse_memory("1.5G", "x") == 3 * 2**29
+    assert parse_memory(1024, "x") == 1024
+    with pytest.raises(MatrixError, match="not a memory size"):
+        parse_memory("lots", "x")
+
+
+def _mutated(data: dict[str, Any], path: str, value: object) -> dict[str, Any]:
+    data = copy.deepcopy(data)
+    *parents, key = path.split("/")
+    node = data
+    for parent in parents:
+        node = node.setdefault(parent, {})
+    if value is None:
+        del node[key]
+    else:
+        node[key] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("targets/grpc/tsl", True, r"\[targets.grpc\]: unknown key 'tsl'"),
+        ("targets/quart-h2-tls/tls", False, "http2 needs tls = true"),
+        ("targets/quart-h1/expect_proto", "HTTP/2.0", "must be 'HTTP/1.1' for http1.1"),
+        ("targets/grpc/expect_proto", "HTTP/2.0", "only REST targets"),
+        ("targets/grpc/protocol", "h3", "protocol: 'h3' must be one of"),
+        ("targets/grpc/service", "grpc-aio", "must be a services/ package name"),
+        ("targets/grpc/env", {"X": 1}, "env: must be a table of strings"),
+        ("targets/bad name", {}, "name must be letters"),
+        ("profiles/small/memory", "lots", r"\[profiles.small\] memory: 'lots' is not a memory size"),
+        ("profiles/small/cpus", 0, "must be a positive number"),
+        ("profiles/small/memory", None, "missing key 'memory'"),
+        ("load_models/closed/executor", "per-vu", "executor: 'per-vu' must be one of"),
+        ("load_models/closed/rate", 5, r"\[load_models.closed\]: unknown key 'rate'"),
+        ("load_models/ramp/stages", [], "must list at least one stage"),
+        ("load_models/ramp/stages", [{"duration": "5s"}], "missing key 'target'"),
+        ("load_models/open/max_vus", 5, "max_vus must be >= pre_allocated_vus"),
+        ("presets/ci/profiles", ["tiny"], "preset 'ci' .*unknown profile 'tiny'"),
+        ("presets/ci/duration", "soon", "preset 'ci' .*duration: 'soon' is not a duration"),
+        ("presets/ci/counts", [0], "counts: 0 must be a positive integer"),
+        ("presets/ci/local", {"vus": 3}, r"\[presets.ci.local\]: unknown key 'vus'"),
+        ("defaults/preset", "nightly", "preset = 'nightly' is not a"),
+        ("defaults/duration", None, "'duration' is not set"),
+        ("extra", {}, "unknown key 'extra'"),
+    ],
+)
+def test_validation_errors_name_the_place(
+    matrix_data: dict[str, Any], path: str, value: object, message: str
+) -> None:
+    with pytest.raises(MatrixError, match=message):
+        parse_matrix(_mutated(matrix_data, path, value), MATRIX)
+
+
+def test_unknown_names_on_the_command_line() -> None:
+    matrix = load_matrix(MATRIX)
+    with pytest.raises(MatrixError, match=r"unknown target 'quic' .*known: aiohttp-h1"):
+        expand(matrix, "local", overrides=Overrides(targets=("quic",)))
+    with pytest.raises(MatrixError, match="unknown preset 'nightly'"):
+        expand(matrix, "local", "nightly")
+    with pytest.raises(MatrixError, match="--vus: 0 must be a positive integer"):
+        expand(matrix, "local", overrides=Overrides(vus=0))
+
+
+def test_split_cpus_gives_k6_the_rest_or_shares() -> None:
+    assert split_cpus([0, 1, 2, 3], 1) == split_cpus([3, 1, 2, 0], 1)
+    split = split_cpus([0, 1, 2, 3], 2)
+    assert (split.service, split.k6, split.shared) == ((2, 3), (0, 1), False)
+    shared = split_cpus([0, 1], 2)
+    assert (shared.service, shared.k6, shared.shared) == ((0, 1), (0, 1), True)
+
+
+def _handle(port: int = 8443) -> ServiceHandle:
+    address = Endpoint("127.0.0.1", port)
+    return ServiceHandle("s", "rest_quart", address, address, None, None, 1, "cgroup-v1", (1,), (0,))
+
+
+@pytest.mark.parametrize("warmup", [False, True])
+def test_k6_invocation_for_rest_h1_tls(tmp_path: Path, warmup: bool) -> None:
+    plan = expand(load_matrix(MATRIX), "local", "ci", Overrides(targets=("quart-h1-tls",)))
+    scenario = plan.scenarios[0]
+    invocation = build_invocation(
+        scenario,
+        _handle(),
+        run_id="r1",
+        root=ROOT,
+        ca_file=tmp_path / "ca.pem",
+        summary_file=tmp_path / "s.json",
+        log_file=tmp_path / "k6.log",
+        influxdb_url="http://127.0.0.1:8086/",
+        warmup=warmup,
+    )
+    env = invocation.env
+    assert env["BASE_URL"] == "https://127.0.0.1:8443"
+    assert env["EXPECT_PROTO"] == "HTTP/1.1"
+    assert env["GODEBUG"] == "http2client=0"
+    assert env["SSL_CERT_FILE"] == str(tmp_path / "ca.pem")
+    assert env["K6_NO_USAGE_REPORT"] == "true"
+    assert env["SUMMARY_FILE"] == str(tmp_path / "s.json")
+    assert (env["LOAD_MODEL"], env["VUS"], env["COUNT"]) == ("constant-vus", "10", "100")
+    assert env["DURATION"] == ("1s" if warmup else "3s")
+    args = list(invocation.args)
+    tags = [args[i + 1] for i, a in enumerate(args) if a == "--tag"]
+    assert tags == [
+        "run=r1",
+        f"scenario={scenario.id}",
+        "target=quart-h1-tls",
+        "protocol=http1.1",
+        "profile=small",
+    ]
+    outs = [args[i + 1] for i, a in enumerate(args) if a == "--out"]
+    assert outs == ([] if warmup else ["influxdb=http://127.0.0.1:8086/myk6db"])
+    assert invocation.script == ROOT / "k6" / "rest.js"
+
+
+def test_k6_invocation_for_grpc_and_ramp_warmup(tmp_path: Path) -> None:
+    overrides = Overrides(targets=("grpc",), load_models=("ramp",))
+    scenario = expand(load_matrix(MATRIX), "local", "ci", overrides).scenarios[0]
+    common = {
+        "run_id": "r1",
+        "root": ROOT,
+        "ca_file": tmp_path / "ca.pem",
+        "summary_file": tmp_path / "s.json",
+        "log_file": tmp_path / "k6.log",
+        "influxdb_url": None,
+    }
+    measured = build_invocation(scenario, _handle(50051), warmup=False, **common).env
+    assert measured["GRPC_ADDR"] == "127.0.0.1:50051"
+    assert measured["PROTO_DIR"] == str(ROOT / "proto")
+    assert measured["TLS"] == "0"
+    assert "GODEBUG" not in measured and "SSL_CERT_FILE" not in measured and "BASE_URL" not in measured
+    assert (measured["LOAD_MODEL"], measured["STAGES"]) == ("ramping-vus", "5s:10,20s:10,5s:0")
+    warm = build_invocation(scenario, _handle(50051), warmup=True, **common).env
+    assert (warm["LOAD_MODEL"], warm["VUS"], warm["DURATION"]) == ("constant-vus", "10", "1s")
+
+
+def test_dry_run_prints_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--dry-run", "--preset", "ci", "--backend", "local", "--count", "10,100"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("backend: local")
+    assert out[1].split()[:3] == ["#", "scenario", "service"]
+    rows = out[2:-1]
+    assert len(rows) == 16
+    assert rows[0].split()[:2] == ["1", "aiohttp-h1.small.c10.closed.r1"]
+    assert "quart-h2-tls.small.c100.closed.r1" in out[-5]
+    assert out[-1].startswith("16 scenarios from matrix.toml preset 'ci'; k6 time 1m04s")
+
+
+def test_cli_reports_bad_selection(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--dry-run", "--target", "nope"]) == 2
+    assert "unknown target 'nope'" in capsys.readouterr().err
+    assert cli.main(["--dry-run", "--count", "ten"]) == 2
+    assert "--count takes integers" in capsys.readouterr().err
+
+
+def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for option in (
+        "--backend",
+        "--matrix",
+        "--preset",
+        "--profile",
+        "--target",
+        "--count",
+        "--load-model",
+        "--vus",
+        "--rate",
+        "--duration",
+        "--warmup",
+        "--repeats",
+        "--out",
+        "--dry-run",
+        "--resume",
+        "--run-id",
+        "--influxdb",
+        "--prometheus-targets",
+        "--k6",
+        "--list",
+        "--certs",
+    ):
+        assert option in text, option
+    assert "{auto,docker,local}" in text
+
+
+def test_list_shows_the_matrix(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--list"]) == 0
+    text = capsys.readouterr().out
+    assert all(name in text for name in ALL_TARGETS)
+    assert "small      0.5 CPUs, 512 MiB" in text
+
+
+def test_metrics_overhead_preset_runs_at_a_quarter_cpu_locally() -> None:
+    # At 0.5 CPU aiohttp comes close to what k6 on one CPU sends: the comparison would
+    # measure k6. A quarter of a CPU keeps every server the bottleneck.
+    matrix = load_matrix(MATRIX)
+    local = expand(matrix, "local", "metrics-overhead")
+    assert {s.profile.name for s in local.scenarios} == {"quarter"}
+    assert {s.profile.name for s in expand(matrix, "docker", "metrics-overhead").scenarios} == {"p1"}
+    assert {s.repeat for s in local.scenarios} == {1, 2, 3, 4, 5}

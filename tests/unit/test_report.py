@@ -1,0 +1,295 @@
+"""The report: comparison pairs from target attributes, regressions, rendering, and a real small run."""
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from labrunner.backends.base import Endpoint, K6Run, ServiceHandle, ServiceUsage
+from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
+from labrunner.report import document
+from labrunner.report.compare import (
+    SEQUENTIAL,
+    THROUGHPUT,
+    against_baseline,
+    budget_pairs,
+    compare_groups,
+    group_results,
+    is_regression,
+)
+from labrunner.results.store import Outcome, build_result, scenario_dict
+from PIL import Image
+
+from tests.support import ALL_TARGETS, ROOT
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+REST_AND_GRPC = tuple(t for t in ALL_TARGETS if t != "grpc-stream")  # the unary targets
+
+
+def _scenarios(targets: tuple[str, ...], profiles: tuple[str, ...], repeats: int) -> tuple[Scenario, ...]:
+    overrides = Overrides(targets=targets, profiles=profiles, repeats=repeats)
+    return expand(load_matrix(ROOT / "matrix.toml"), "local", "ci", overrides).scenarios
+
+
+def _result(scenario: Scenario, rps: float, p99: float = 10.0, cpu_s: float = 1.0) -> dict[str, Any]:
+    """The parts of a result the report reads, with the real scenario section."""
+    requests = int(rps * 3)
+    return {
+        "scenario_id": scenario.id,
+        "status": "ok",
+        "scenario": scenario_dict(scenario),
+        "k6": {
+            "cpu_utilisation": 0.3,
+            "metrics": {
+                "requests": requests,
+                "requests_per_second": rps,
+                "errors": 0,
+                "error_rate": 0.0,
+                "latency_ms": {"avg": p99 / 4, "p50": p99 / 5, "p90": p99 / 2, "p95": p99 / 1.5, "p99": p99},
+                "data_received_bytes": requests * 1000,
+                "test_run_seconds": 3.0,
+            },
+        },
+        "service": {"usage": {"cpu_seconds": cpu_s, "cpu_utilisation": 0.9}},
+        "suspect": [],
+    }
+
+
+def _pairs(comparisons: list[Any]) -> set[tuple[str, str, str]]:
+    return {(c.kind, c.candidate.target, c.baseline.target) for c in comparisons}
+
+
+def test_pairs_come_from_target_attributes() -> None:
+    results = [_result(s, 100.0 + s.repeat) for s in _scenarios(REST_AND_GRPC, ("small",), 2)]
+    groups = group_results(results)
+    assert [g.target for g in groups] == list(REST_AND_GRPC)
+    assert all(len(g.results) == 2 and g.kind == THROUGHPUT for g in groups)
+    assert _pairs(compare_groups(groups)) == {
+        ("HTTP/2 vs HTTP/1.1", "quart-h2-tls", "quart-h1-tls"),
+        ("gRPC vs REST", "grpc", "aiohttp-h1"),
+        ("gRPC vs REST", "grpc", "quart-h1"),
+        ("gRPC vs REST", "grpc-tls", "aiohttp-h1-tls"),
+        ("gRPC vs REST", "grpc-tls", "quart-h1-tls"),
+        ("gRPC vs REST", "grpc-tls", "quart-h2-tls"),
+        ("REST server vs REST server", "aiohttp-h1", "quart-h1"),
+        ("REST server vs REST server", "aiohttp-h1-tls", "quart-h1-tls"),
+    }
+
+
+def test_uninstrumented_targets_answer_only_metrics_on_vs_off() -> None:
+    targets = ("aiohttp-h1", "grpc", "aiohttp-h1-nometrics", "grpc-nometrics")
+    groups = group_results([_result(s, 100.0 + s.repeat) for s in _scenarios(targets, ("small",), 2)])
+    assert _pairs(compare_groups(groups)) == {
+        ("metrics on vs off", "aiohttp-h1", "aiohttp-h1-nometrics"),
+        ("metrics on vs off", "grpc", "grpc-nometrics"),
+        ("gRPC vs REST", "grpc", "aiohttp-h1"),
+        ("gRPC vs REST", "grpc-nometrics", "aiohttp-h1-nometrics"),
+    }
+
+
+def test_budget_pairs_compare_consecutive_profiles_of_one_target() -> None:
+    scenarios = _scenarios(("grpc", "quart-h1"), ("small", "p1", "p2"), 2)
+    results = [
+        _result(s, {"small": 100.0, "p1": 400.0, "p2": 700.0}[s.profile.name] + s.repeat) for s in scenarios
+    ]
+    comparisons = budget_pairs(group_results(results))
+    assert _pairs(comparisons) == {
+        ("p1 vs small (4x CPUs)", "grpc", "grpc"),
+        ("p2 vs p1 (2x CPUs)", "grpc", "grpc"),
+        ("p1 vs small (4x CPUs)", "quart-h1", "quart-h1"),
+        ("p2 vs p1 (2x CPUs)", "quart-h1", "quart-h1"),
+    }
+    doubling = next(c for c in comparisons if c.kind.startswith("p2") and c.candidate.target == "grpc")
+    assert doubling.ratios["rps"].estimate == pytest.approx(701.5 / 401.5)
+    assert doubling.ratios["rps"].significant is True
+
+
+def test_comparisons_only_within_the_same_profile_count_and_load_model() -> None:
+    scenarios = _scenarios(("grpc", "aiohttp-h1"), ("small", "p1"), 1)
+    groups = group_results([_result(s, 100.0) for s in scenarios])
+    comparisons = compare_groups(groups)
+    assert {(c.candidate.profile, c.baseline.profile) for c in comparisons} == {
+        ("small", "small"),
+        ("p1", "p1"),
+    }
+    assert all(r.note == "n/a: one repeat" for c in comparisons for r in c.ratios.values())
+
+
+def test_sequential_groups_compare_latency() -> None:
+    overrides = Overrides(targets=("grpc", "aiohttp-h1"), load_models=("seq-100",), repeats=2)
+    scenarios = expand(load_matrix(ROOT / "matrix.toml"), "local", "ci", overrides).scenarios
+    groups = group_results([_result(s, 500.0 + s.repeat, p99=2.0 + s.repeat) for s in scenarios])
+    assert {(g.kind, g.iterations) for g in groups} == {(SEQUENTIAL, 100)}
+    [comparison] = compare_groups(groups)
+    assert set(comparison.ratios) == {"avg", "p50", "p99"}
+
+
+def test_regressions_are_significant_changes_for_the_worse() -> None:
+    scenarios = _scenarios(("grpc",), ("small",), 3)
+    jitter = {1: 1.0, 2: 1.02, 3: 0.98}
+    baseline = group_results(
+        [_result(s, 1000 * jitter[s.repeat], p99=10 * jitter[s.repeat]) for s in scenarios]
+    )
+    slower = group_results([_result(s, 500 * jitter[s.repeat], p99=30 * jitter[s.repeat]) for s in scenarios])
+    faster = group_results([_result(s, 2000 * jitter[s.repeat], p99=5 * jitter[s.repeat]) for s in scenarios])
+    [worse] = against_baseline(slower, baseline).values()
+    assert set(is_regression(worse)) == {"rps", "p50", "p99", "cpu_per_1k"}  # same CPU, half the requests
+    [better] = against_baseline(faster, baseline).values()
+    assert is_regression(better) == []
+    [same] = against_baseline(baseline, baseline).values()
+    assert is_regression(same) == [] and not any(r.significant for r in same.ratios.values())
+
+
+def test_service_not_cpu_bound_under_a_closed_model_is_suspect() -> None:
+    [scenario] = _scenarios(("grpc",), ("small",), 1)
+    address = Endpoint("127.0.0.1", 1)
+    handle = ServiceHandle(scenario.id, "grpc_aio", address, address, None, None, 1, "cgroup-v1", (1,), (0,))
+    summary = {
+        "metrics": {
+            "protolab_reqs": {"values": {"count": 300, "rate": 100.0}},
+            "protolab_req_failed": {"values": {"rate": 0.0, "passes": 0, "fails": 300}},
+        },
+        "state": {"testRunDurationMs": 3000.0},
+    }
+    usage = ServiceUsage(3.0, 0.3, 0.5, 30, 0, 0.0, None, None, None, 0, "")  # 0.3 s of 1.5 s: 20%
+    outcome = Outcome(
+        run_id="r",
+        backend="local",
+        scenario=scenario,
+        started_at=datetime.now(UTC),
+        finished_at=datetime.now(UTC),
+        failure=None,
+        handle=handle,
+        verification=None,
+        k6_run=K6Run(0, summary, 3.0, 0.3, 1, ""),
+        usage=usage,
+        timings_s={},
+    )
+    [reason] = build_result(outcome)["suspect"]
+    assert reason.startswith("service used 20% of its 0.5-CPU quota under a closed model")
+
+
+def test_markdown_and_html_carry_the_same_content(tmp_path: Path) -> None:
+    png = tmp_path / "charts" / "a.png"
+    png.parent.mkdir()
+    Image.new("RGB", (4, 4)).save(png)
+    blocks: list[document.Block] = [
+        document.Heading(1, "Title <run>"),
+        document.Paragraph("some **bold** and `code`"),
+        document.table(("a", "b|c"), [("x", "1.0")]),
+        document.Bullets(("one", "two")),
+        document.Image(png, "alt", "caption"),
+    ]
+    md = document.to_markdown(blocks, tmp_path)
+    page = document.to_html(blocks, "t")
+    assert "| a | b\\|c |" in md and "![alt](charts/a.png)" in md
+    assert "Title &lt;run&gt;" in page and "<b>bold</b>" in page and "<code>code</code>" in page
+    assert 'src="data:image/png;base64,' in page and "charts/a.png" not in page
+
+
+# --- A real run: two targets, two repeats, the closed and the sequential model -------------
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "report-ci"
+    completed = subprocess.run(
+        [
+            sys.executable, "scripts/run_matrix.py",
+            "--backend", "local", "--preset", "ci",
+            "--target", "aiohttp-h1,grpc", "--load-model", "closed,seq-100",
+            "--repeats", "2", "--duration", "2s", "--warmup", "1s",
+            "--out", str(out), "--prometheus-targets", "", "--influxdb", "none", "--prometheus", "none",
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
+    assert "report: " in completed.stdout
+    return out
+
+
+def _assert_png(path: Path) -> None:
+    assert path.read_bytes()[:8] == PNG_SIGNATURE, path
+    with Image.open(path) as image:
+        image.verify()
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.width > 100 and image.height > 100
+
+
+def test_run_writes_the_report_files(run_dir: Path) -> None:
+    for name in ("report.md", "report.html", "payload.json", "serialization.json"):
+        assert (run_dir / name).is_file(), name
+    charts = sorted(p.name for p in (run_dir / "charts").glob("*.png"))
+    assert {"throughput.png", "latency.png", "cpu_per_1k_requests.png", "bytes_per_response.png"} <= set(
+        charts
+    )
+    assert {"sequential.png", "serialization.png"} <= set(charts)
+    for chart in (run_dir / "charts").glob("*.png"):
+        _assert_png(chart)
+
+
+def test_report_tables_hold_the_runs_scenarios(run_dir: Path) -> None:
+    md = (run_dir / "report.md").read_text()
+    results = [json.loads(p.read_text()) for p in (run_dir / "scenarios").glob("*.json")]
+    assert len(results) == 8
+    groups = {r["scenario"]["group"] for r in results}
+    summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    for group in groups:
+        if group.endswith(".closed"):
+            assert f"| `{group}` | 2/2 |" in summary, group
+    sequential = md.split("## Sequential latency", 1)[1].split("\n## ", 1)[0]
+    assert "| aiohttp-h1 | http1.1 | small | 100 | 100 | 2 |" in sequential
+    assert "| grpc | grpc | small | 100 | 100 | 2 |" in sequential
+    assert "gRPC vs REST | grpc | aiohttp-h1 | small, c100, closed |" in md
+    assert "gRPC vs REST | grpc | aiohttp-h1 | small, c100, seq-100 |" in md
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["git"]["sha"] in md and manifest["versions"]["k6"] in md
+    for count in ("| 1 |", "| 10 |", "| 100 |", "| 1000 |"):
+        assert count in md.split("## Payload size", 1)[1]
+    bench = md.split("## Serialization micro-benchmark", 1)[1]
+    for codec in ("orjson", "json", "protobuf"):
+        assert f"| {codec} | encode |" in bench and f"| {codec} | decode |" in bench
+
+
+def test_html_is_self_contained_with_the_same_tables(run_dir: Path) -> None:
+    md = (run_dir / "report.md").read_text()
+    page = (run_dir / "report.html").read_text()
+    images = md.count("![")
+    assert images >= 6 and page.count('src="data:image/png;base64,') == images
+    assert 'src="charts/' not in page and "<link" not in page and "<script" not in page
+    rules = [line for line in md.splitlines() if re.fullmatch(r"\|((---|--:)\|)+", line)]
+    assert len(rules) == page.count("<table>") >= 5
+    for path in (run_dir / "scenarios").glob("*.closed.*"):
+        assert json.loads(path.read_text())["scenario"]["group"] in page
+    assert "small, c100, seq-100" in page
+
+
+def test_report_cli_regenerates_and_flags_regressions(run_dir: Path, tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline-run"
+    shutil.copytree(run_dir, baseline, ignore=shutil.ignore_patterns("report.*", "charts"))
+    for path in (baseline / "scenarios").glob("*.closed.r*.json"):
+        result = json.loads(path.read_text())
+        faster = copy.deepcopy(result)
+        faster["k6"]["metrics"]["requests_per_second"] *= 100  # the baseline was far faster
+        path.write_text(json.dumps(faster))
+    completed = subprocess.run(
+        [sys.executable, "scripts/report.py", str(run_dir), "--baseline", str(baseline)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    md = (run_dir / "report.md").read_text()
+    assert "## Against baseline run report-ci" in md and str(baseline) in md  # the run id is the copy's
+    assert "req/s vs report-ci" in md
+    assert md.count("**REGRESSION**") == 2  # req/s of both closed groups
+    unchanged = subprocess.run(
+        [sys.executable, "scripts/report.py", str(run_dir), "--baseline", str(run_dir)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert unchanged.returncode == 0, unchanged.stderr
+    assert "No regression among 4 groups" in (run_dir / "report.md").read_text()

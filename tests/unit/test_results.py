@@ -1,0 +1,245 @@
+"""Unit tests: result JSON from constructed outcomes, summaries, atomic writes, resume selection."""
+
+import csv
+import io
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from labrunner.backends.base import Endpoint, K6Run, ScenarioFailed, ServiceHandle, ServiceUsage
+from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
+from labrunner.observe import prometheus_sd
+from labrunner.results.store import (
+    SUMMARY_COLUMNS,
+    Outcome,
+    build_result,
+    completed_ok,
+    load_results,
+    result_path,
+    summary_row,
+    write_json_atomic,
+    write_summaries,
+)
+from labrunner.run.k6 import parse_summary
+
+from tests.support import ROOT
+
+
+def _scenarios() -> tuple[Scenario, ...]:
+    overrides = Overrides(targets=("quart-h2-tls", "grpc"))
+    return expand(load_matrix(ROOT / "matrix.toml"), "local", "ci", overrides).scenarios
+
+
+def _summary(requests: int = 3000, failed: int = 0, dropped: int | None = None) -> dict[str, Any]:
+    """The shape k6's handleSummary data has (metrics.<name>.values)."""
+    metrics: dict[str, Any] = {
+        "protolab_reqs": {"type": "counter", "values": {"count": requests, "rate": requests / 3.0}},
+        "protolab_req_failed": {
+            "type": "rate",
+            "values": {"rate": failed / (requests + failed), "passes": failed, "fails": requests},
+            "thresholds": {"rate<0.01": {"ok": failed / (requests + failed) < 0.01}},
+        },
+        "protolab_req_duration": {
+            "type": "trend",
+            "values": {"avg": 2.5, "p(50)": 2.0, "p(90)": 4.0, "p(95)": 5.0, "p(99)": 9.0, "max": 20.0},
+        },
+        "data_received": {"type": "counter", "values": {"count": requests * 20_000, "rate": 2e7}},
+        "iterations": {"type": "counter", "values": {"count": requests + failed, "rate": 1000.0}},
+        "checks": {"type": "rate", "values": {"rate": 1.0, "passes": 60, "fails": 0}},
+        "vus_max": {"type": "gauge", "values": {"value": 10, "min": 10, "max": 10}},
+    }
+    if dropped is not None:
+        metrics["dropped_iterations"] = {"type": "counter", "values": {"count": dropped, "rate": 1.0}}
+    return {"metrics": metrics, "state": {"testRunDurationMs": 3000.0}}
+
+
+def _handle(scenario: Scenario) -> ServiceHandle:
+    address = Endpoint("127.0.0.1", 40000)
+    return ServiceHandle(
+        scenario_id=scenario.id,
+        service=scenario.target.service,
+        address=address,
+        k6_address=address,
+        metrics_address=Endpoint("127.0.0.1", 40001),
+        prometheus_target="127.0.0.1:40001",
+        workers=1,
+        limits="cgroup-v1",
+        service_cpus=(1,),
+        k6_cpus=(0,),
+        notes=("a caveat",),
+    )
+
+
+def _usage() -> ServiceUsage:
+    return ServiceUsage(
+        window_seconds=3.5,
+        cpu_seconds=1.47,
+        cpu_limit_cores=0.5,
+        cpu_periods=35,
+        throttled_periods=30,
+        throttled_seconds=2.0,
+        memory_peak_bytes=100 * 2**20,
+        memory_peak_scope="window",
+        memory_limit_bytes=512 * 2**20,
+        exit_code=0,
+        log_tail="bye",
+    )
+
+
+def _outcome(
+    scenario: Scenario,
+    failure: ScenarioFailed | None = None,
+    summary: dict[str, Any] | None = None,
+    k6_cpu: float = 0.9,
+    started: int = 0,
+) -> Outcome:
+    k6_run = K6Run(
+        0, summary or _summary(), wall_seconds=3.5, cpu_seconds=k6_cpu * 3.5, cpus=1, output_tail=""
+    )
+    return Outcome(
+        run_id="run1",
+        backend="local",
+        scenario=scenario,
+        started_at=datetime(2026, 1, 1, 12, 0, started, tzinfo=UTC),
+        finished_at=datetime(2026, 1, 1, 12, 0, started + 5, tzinfo=UTC),
+        failure=failure,
+        handle=_handle(scenario),
+        verification=None,
+        k6_run=None if failure else k6_run,
+        usage=_usage(),
+        timings_s={"start": 1.0, "health": 0.2},
+    )
+
+
+def test_parse_summary_reads_the_uniform_metrics() -> None:
+    metrics = parse_summary(_summary(requests=990, failed=10, dropped=4))
+    assert (metrics.requests, metrics.errors, metrics.attempts) == (990, 10, 1000)
+    assert metrics.error_rate == pytest.approx(0.01)
+    assert metrics.requests_per_second == pytest.approx(330.0)
+    assert metrics.latency_ms == {"avg": 2.5, "p50": 2.0, "p90": 4.0, "p95": 5.0, "p99": 9.0, "max": 20.0}
+    assert (metrics.dropped_iterations, metrics.vus_max, metrics.test_run_seconds) == (4, 10, 3.0)
+    assert metrics.failed_thresholds == ("protolab_req_failed rate<0.01",)
+    assert parse_summary(_summary()).dropped_iterations == 0  # absent metric: nothing dropped
+
+
+def test_result_of_a_successful_scenario() -> None:
+    scenario = _scenarios()[0]
+    result = build_result(_outcome(scenario))
+    assert result["schema"] == "protolab.result/1"
+    assert (result["scenario_id"], result["status"], result["failure"]) == (scenario.id, "ok", None)
+    assert result["scenario"]["profile"] == {"name": "small", "cpus": 0.5, "memory_bytes": 512 * 2**20}
+    assert result["scenario"]["group"] == scenario.group
+    assert result["k6"]["metrics"]["requests"] == 3000
+    assert result["k6"]["cpu_utilisation"] == pytest.approx(0.9)
+    assert "protolab_reqs" in result["k6"]["summary_metrics"]
+    usage = result["service"]["usage"]
+    # 1.47 CPU seconds over 3.0 s of load at a 0.5-core quota.
+    assert usage["cpu_utilisation"] == pytest.approx(0.98)
+    assert (usage["throttled_periods"], usage["memory_peak_scope"]) == (30, "window")
+    assert result["service"]["cpus_shared_with_k6"] is False
+    assert result["notes"] == ["a caveat"]
+    assert result["suspect"] == ["k6 used 90% of its CPUs (load generator saturated)"]
+    json.dumps(result)  # plain data only
+
+
+def test_result_of_a_failed_scenario() -> None:
+    scenario = _scenarios()[1]
+    failure = ScenarioFailed("verify", "negotiated HTTP/1.1, target expects HTTP/2.0", "log")
+    result = build_result(_outcome(scenario, failure=failure))
+    assert result["status"] == "failed"
+    assert result["failure"] == {
+        "phase": "verify",
+        "message": "negotiated HTTP/1.1, target expects HTTP/2.0",
+        "log_tail": "log",
+    }
+    assert result["k6"] is None
+    row = summary_row(result)
+    assert row["failure"] == "verify: negotiated HTTP/1.1, target expects HTTP/2.0"
+    assert row["requests"] is None
+
+
+def test_suspect_flags_errors_and_dropped_iterations() -> None:
+    outcome = _outcome(_scenarios()[0], summary=_summary(requests=900, failed=100, dropped=7), k6_cpu=0.2)
+    assert build_result(outcome)["suspect"] == ["7 iterations dropped", "error rate 10.00%"]
+
+
+def test_write_json_atomic_replaces_whole_files(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "r.json"
+    write_json_atomic(path, {"v": 1})
+    write_json_atomic(path, {"v": 2})
+    assert json.loads(path.read_text()) == {"v": 2}
+    with pytest.raises(TypeError):
+        write_json_atomic(path, {"v": object()})  # fails while serialising
+    assert json.loads(path.read_text()) == {"v": 2}  # the old file survives
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temp files left
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def _write_results(out: Path) -> list[Scenario]:
+    scenarios = list(_scenarios())
+    ok = build_result(_outcome(scenarios[0], started=10))
+    failed = build_result(_outcome(scenarios[1], failure=ScenarioFailed("health", "timeout"), started=0))
+    write_json_atomic(result_path(out, scenarios[0].id), ok)
+    write_json_atomic(result_path(out, scenarios[1].id), failed)
+    return scenarios
+
+
+def test_resume_skips_only_ok_results(tmp_path: Path) -> None:
+    scenarios = _write_results(tmp_path)
+    (tmp_path / "scenarios" / "broken.json").write_text("{not json")
+    write_json_atomic(tmp_path / "scenarios" / "other.json", {"schema": "something else"})
+    assert completed_ok(tmp_path) == {scenarios[0].id}
+    assert completed_ok(tmp_path / "missing") == set()
+
+
+def test_results_order_follows_the_plan_then_start_time(tmp_path: Path) -> None:
+    scenarios = _write_results(tmp_path)
+    by_start = [r["scenario_id"] for r in load_results(tmp_path)]
+    assert by_start == [scenarios[1].id, scenarios[0].id]
+    by_plan = [r["scenario_id"] for r in load_results(tmp_path, [s.id for s in scenarios])]
+    assert by_plan == [scenarios[0].id, scenarios[1].id]
+
+
+def test_summaries_are_regenerated_from_result_files(tmp_path: Path) -> None:
+    scenarios = _write_results(tmp_path)
+    write_summaries(tmp_path, "run1", [s.id for s in scenarios])
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "summary.csv").read_text())))
+    assert tuple(rows[0]) == SUMMARY_COLUMNS
+    assert [(r["scenario"], r["status"]) for r in rows] == [
+        (scenarios[0].id, "ok"),
+        (scenarios[1].id, "failed"),
+    ]
+    ok = rows[0]
+    assert (ok["requests"], ok["requests_per_s"], ok["latency_p99_ms"]) == ("3000", "1000.0", "9.0")
+    assert float(ok["received_bytes_per_request"]) == 20_000
+    assert float(ok["service_cpu_utilisation"]) == pytest.approx(0.98)
+    assert rows[1]["failure"] == "health: timeout"
+    markdown = (tmp_path / "summary.md").read_text()
+    assert markdown.startswith("# protolab run run1")
+    assert "1 of 2 scenarios ok" in markdown
+    assert f"| {scenarios[0].id} | ok | 1000.0 | 0 | 2.00 | 4.00 | 9.00 | 20.00 | 98% |" in markdown
+    assert f"- `{scenarios[1].id}`: health: timeout" in markdown
+
+
+def test_prometheus_file_sd_per_scenario(tmp_path: Path) -> None:
+    scenario = _scenarios()[0]
+    path = prometheus_sd.write(tmp_path, "run1", scenario, _handle(scenario))
+    assert path == tmp_path / f"run1-{scenario.id}.json"
+    assert json.loads(path.read_text()) == [
+        {
+            "targets": ["127.0.0.1:40001"],
+            "labels": {
+                "run": "run1",
+                "scenario": scenario.id,
+                "target": "quart-h2-tls",
+                "protocol": "http2",
+                "profile": "small",
+                "service": "rest_quart",
+            },
+        }
+    ]
+    (tmp_path / "other-run-x.json").write_text("[]")
+    prometheus_sd.delete_run(tmp_path, "run1")
+    assert [p.name for p in tmp_path.iterdir()] == ["other-run-x.json"]

@@ -1,0 +1,90 @@
+"""Payload sizes from the services' real responses, and the serialization micro-benchmark."""
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import grpc
+import orjson
+from labrunner.report import payload, serialization
+from labrunner.report.serialization import QUICK, Budget, measure_case
+
+from services.common.pb import cars_pb2, cars_pb2_grpc
+from tests.support import ROOT
+
+
+def test_payload_rows_cover_every_count_and_protobuf_is_smaller() -> None:
+    rows = payload.measure()
+    assert [r.count for r in rows] == [1, 10, 100, 1000]
+    for row in rows:
+        assert 0 < row.protobuf_bytes < row.json_bytes
+        if row.count >= 10:  # gzip's header outweighs the saving on a single record
+            assert row.json_gzip_bytes < row.json_bytes and row.protobuf_gzip_bytes < row.protobuf_bytes
+    document = json.loads(json.dumps(payload.as_document(rows)))
+    assert payload.rows_from_document(document) == rows
+    assert payload.rows_from_document({"schema": "other"}) == []
+
+
+def test_payload_bodies_are_what_the_services_send(start_service) -> None:
+    records = payload.pool_records(10)
+    rest = start_service("rest_aiohttp")
+    url = f"http://127.0.0.1:{rest.port}/records?count=10&offset=0"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.read() == payload.json_body(records)
+    service = start_service("grpc_aio")
+    with grpc.insecure_channel(f"127.0.0.1:{service.port}") as channel:
+        stub = cars_pb2_grpc.RecordServiceStub(channel)
+        reply = stub.ListRecords(cars_pb2.ListRecordsRequest(count=10, offset=0), timeout=10)
+    assert reply == payload.protobuf_message(records)
+
+
+def test_every_codec_encodes_the_same_body() -> None:
+    cases = serialization.workloads(10)
+    assert set(cases) == {(c, o) for c in serialization.CODECS for o in serialization.OPERATIONS}
+    orjson_body = cases["orjson", "encode"][0]()
+    assert cases["json", "encode"][0]() == orjson_body
+    assert cases["json", "decode"][0]() == cases["orjson", "decode"][0]() == orjson.loads(orjson_body)
+    decoded = cases["protobuf", "decode"][0]()
+    assert isinstance(decoded, cars_pb2.ListRecordsResponse) and len(decoded.records) == 10
+    assert cases["protobuf", "encode"][0]() == decoded.SerializeToString()
+
+
+def test_measure_case_calibrates_iterations_to_the_budget() -> None:
+    budget = Budget(counts=(1,), iterations=4, iteration_s=0.002, warmup_s=0.001)
+    calls = []
+    ops, samples = measure_case(lambda: calls.append(1), budget)
+    assert len(samples) == 4 and ops > 1
+    assert all(0 < s < 0.002 for s in samples)  # per operation, well under an iteration
+    assert len(calls) >= 4 * ops
+
+
+def test_quick_benchmark_reports_benchmarkdotnet_columns() -> None:
+    cases = serialization.run(QUICK)
+    assert len(cases) == len(QUICK.counts) * 6
+    sizes = {r.count: r for r in payload.measure(QUICK.counts)}
+    for case in cases:
+        assert case.n == QUICK.iterations
+        assert 0 < case.min_us <= case.median_us <= case.max_us
+        assert case.error_us is not None and case.stddev_us is not None and case.error_us > case.stddev_us
+        row = sizes[case.count]
+        assert case.bytes == (row.protobuf_bytes if case.codec == "protobuf" else row.json_bytes)
+    document = serialization.as_document(cases, QUICK)
+    assert document["quick"] is True and document["protobuf_backend"] in ("upb", "cpp", "python")
+    assert serialization.cases_from_document(json.loads(json.dumps(document))) == cases
+
+
+def test_bench_serialization_runs_on_its_own(tmp_path: Path) -> None:
+    out = tmp_path / "serialization.json"
+    completed = subprocess.run(
+        [sys.executable, "scripts/bench_serialization.py", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "protobuf  decode" in completed.stdout and "Mean us" in completed.stdout
+    assert json.loads(out.read_text())["schema"] == serialization.SCHEMA

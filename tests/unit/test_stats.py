@@ -1,0 +1,111 @@
+"""Unit tests: summaries and ratio tests against values worked out by hand from printed t tables."""
+
+import math
+
+import pytest
+from labrunner.report.stats import ONE_REPEAT, Ratio, half_width, ratio, summarize, t_quantile
+from scipy import stats as scipy_stats
+
+# Student t critical values as printed in statistics tables (two-sided).
+T_975_DF4 = 2.7764  # 95%, 4 degrees of freedom
+T_9995_DF4 = 8.6103  # 99.9%, 4 degrees of freedom
+
+
+@pytest.mark.parametrize(
+    ("confidence", "df", "table"),
+    [(0.95, 1, 12.706), (0.95, 4, T_975_DF4), (0.95, 10, 2.228), (0.999, 2, 31.599), (0.999, 4, T_9995_DF4)],
+)
+def test_t_quantile_matches_the_printed_table(confidence: float, df: int, table: float) -> None:
+    assert t_quantile(confidence, df) == pytest.approx(table, abs=5e-4)
+
+
+def test_summary_of_a_known_sample() -> None:
+    # 10, 12, 14, 16, 18: mean 14, squared deviations 16+4+0+4+16 = 40, variance 40/4 = 10,
+    # standard error sqrt(10)/sqrt(5) = sqrt(2).
+    s = summarize([12, 18, 10, 16, 14])
+    assert (s.n, s.mean, s.median, s.minimum, s.maximum) == (5, 14, 14, 10, 18)
+    assert s.stddev == pytest.approx(math.sqrt(10))
+    assert s.ci_low == pytest.approx(14 - T_975_DF4 * math.sqrt(2), abs=1e-3)  # 10.0736
+    assert s.ci_high == pytest.approx(17.9264, abs=1e-3)
+    # BenchmarkDotNet's Error: half the 99.9% interval, 8.6103 * 1.41421 = 12.1769.
+    assert s.error == pytest.approx(12.1769, abs=1e-3)
+    assert half_width(math.sqrt(10), 5, 0.999) == pytest.approx(s.error)
+
+
+def test_summary_of_one_value_has_no_spread() -> None:
+    s = summarize([42.0])
+    assert (s.n, s.mean, s.median) == (1, 42.0, 42.0)
+    assert (s.stddev, s.error, s.ci_low, s.ci_high) == (None, None, None, None)
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_ratio_worked_by_hand() -> None:
+    # Logs 1,2,3 against 0,1,2: difference 1, each variance 1 over 3 values, so the
+    # standard error is sqrt(2/3) and Welch's degrees of freedom are (2/3)^2 / (2 * (1/3)^2 / 2) = 4.
+    r = ratio([math.e, math.e**2, math.e**3], [1.0, math.e, math.e**2])
+    margin = T_975_DF4 * math.sqrt(2 / 3)
+    assert r.estimate == pytest.approx(math.e)
+    assert r.low == pytest.approx(math.exp(1 - margin), rel=1e-3)
+    assert r.high == pytest.approx(math.exp(1 + margin), rel=1e-3)
+    # t = 1 / sqrt(2/3) = 1.2247 with 4 df: two-sided p = 0.288.
+    assert r.p_value == pytest.approx(0.288, abs=1e-3)
+    assert r.significant is False
+
+
+def test_ratio_agrees_with_scipys_welch_test_on_logs() -> None:
+    candidate, baseline = [510.0, 530.0, 495.0, 520.0], [480.0, 470.0, 505.0]
+    r = ratio(candidate, baseline)
+    expected = scipy_stats.ttest_ind(_logs(candidate), _logs(baseline), equal_var=False)
+    assert r.p_value == pytest.approx(expected.pvalue)
+
+
+def _logs(values: list[float]) -> list[float]:
+    return [math.log(v) for v in values]
+
+
+def test_clearly_different_repeats_are_significant() -> None:
+    r = ratio([200.0, 204.0, 197.0, 201.0], [100.0, 101.0, 99.0, 100.5])
+    assert r.significant is True
+    assert r.low is not None and r.high is not None
+    assert 1 < r.low < 2 < r.high
+    assert r.p_value is not None and r.p_value < 0.05
+
+
+def test_overlapping_repeats_are_not_significant() -> None:
+    r = ratio([100.0, 120.0, 90.0], [105.0, 95.0, 115.0])
+    assert r.significant is False
+    assert r.low is not None and r.high is not None
+    assert r.low < 1 < r.high
+
+
+def test_significance_and_the_interval_always_agree() -> None:
+    for shift in (1.0, 1.02, 1.05, 1.1, 1.2, 1.5):
+        r = ratio([100 * shift, 104 * shift, 97 * shift], [100.0, 103.0, 98.0])
+        assert r.low is not None and r.high is not None
+        assert r.significant == (not r.low <= 1 <= r.high), shift
+
+
+def test_ratio_is_symmetric() -> None:
+    a, b = [3.0, 3.3, 2.9], [2.0, 2.2, 2.1]
+    forward, backward = ratio(a, b), ratio(b, a)
+    assert forward.estimate == pytest.approx(1 / backward.estimate)
+    assert forward.low == pytest.approx(1 / backward.high)  # type: ignore[operator]
+    assert forward.p_value == pytest.approx(backward.p_value)
+
+
+def test_one_repeat_cannot_be_tested() -> None:
+    r = ratio([200.0], [100.0, 110.0])
+    assert r == Ratio(200 / 105, None, None, None, None, ONE_REPEAT)
+    assert ratio([1.0, 2.0], [3.0]).note == "n/a: one repeat"
+
+
+def test_no_spread_on_either_side() -> None:
+    assert ratio([7627.0, 7627.0], [18472.0, 18472.0]).significant is True
+    same = ratio([5.0, 5.0], [5.0, 5.0])
+    assert (same.estimate, same.significant, same.p_value) == (1.0, False, 1.0)
+
+
+def test_values_that_are_not_positive() -> None:
+    r = ratio([0.0, 1.0], [1.0, 2.0])
+    assert r.significant is None and "not positive" in r.note
