@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from labrunner import certs
+from labrunner import backends, certs
 from labrunner.backends.base import BackendSettings, BackendUnavailable
 from labrunner.model.matrix import (
     LoadModel,
@@ -28,7 +28,7 @@ from labrunner.paths import REPO
 from labrunner.results import provenance
 from labrunner.results.store import load_results
 from labrunner.run.k6 import K6NotFound, find_k6
-from labrunner.run.runner import RunConfig, choose_backend, create_backend, run_plan
+from labrunner.run.runner import RunConfig, run_plan
 
 RESULTS_DIR = REPO / "results"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -163,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.list:
             print(describe_matrix(matrix))
             return EXIT_OK
-        backend_name, reason = choose_backend(args.backend)
+        backend_name, reason = backends.choose(args.backend)
         plan = expand(matrix, backend_name, args.preset, _overrides(args))
         if not plan.scenarios:
             raise _Usage("the selection has no scenarios")
@@ -243,7 +243,7 @@ def _run(
         start_timeout_s=plan.start_timeout_s,
         stop_timeout_s=plan.stop_timeout_s,
     )
-    backend = create_backend(backend_name, settings)
+    backend = backends.create(backend_name, settings)
     cleanup = contextlib.ExitStack()  # stops local observability if this run started it
     obs = _observability(args, backend_name, targets_dir, cleanup)
     config = RunConfig(

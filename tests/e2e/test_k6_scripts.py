@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from google.protobuf import json_format
 from labrunner.observe import local_stack
+from labrunner.observe.labels import INFLUXDB_DATABASE
 
 from tests.support import ROOT
 
@@ -361,7 +362,7 @@ def test_bad_load_model_is_a_script_error() -> None:
 
 
 def influx_count(influx_url: str, query: str) -> int:
-    params = urllib.parse.urlencode({"db": local_stack.INFLUX_DB, "q": query})
+    params = urllib.parse.urlencode({"db": INFLUXDB_DATABASE, "q": query})
     with urllib.request.urlopen(f"{influx_url}/query?{params}", timeout=10) as resp:
         series = json.load(resp)["results"][0].get("series", [])
     return int(series[0]["values"][0][1]) if series else 0
@@ -377,7 +378,7 @@ def test_k6_metrics_reach_influxdb(tmp_path: Path) -> None:
                 "rest.js",
                 rest_env(server),
                 "--out",
-                f"influxdb={urls['influxdb']}/{local_stack.INFLUX_DB}",
+                f"influxdb={urls['influxdb']}/{INFLUXDB_DATABASE}",
                 "--tag",
                 "scenario=influx-test",
             )

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from labrunner.observe import local_stack
+from labrunner.observe.labels import INFLUXDB_DATABASE
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -124,7 +125,7 @@ def test_prometheus_scrapes_file_sd_target(lab: tuple[dict[str, str], Path, Path
 def test_influxdb_has_k6_database(lab: tuple[dict[str, str], Path, Path]) -> None:
     urls, _, _ = lab
     databases = get_json(f"{urls['influxdb']}/query", q="SHOW DATABASES")["results"][0]["series"][0]["values"]
-    assert [local_stack.INFLUX_DB] in databases
+    assert [INFLUXDB_DATABASE] in databases
 
 
 def test_start_is_idempotent_and_status_reports(lab: tuple[dict[str, str], Path, Path]) -> None:

@@ -17,7 +17,7 @@ import docker
 import pytest
 import yaml
 from docker.errors import DockerException, ImageNotFound, NotFound
-from labrunner import cli
+from labrunner import backends, cli
 from labrunner.backends import docker_engine
 from labrunner.backends.base import BackendSettings, BackendUnavailable, ScenarioFailed
 from labrunner.backends.docker_engine import DockerBackend, StatsSnapshot, UsageWindow
@@ -787,9 +787,28 @@ def test_names_agree_with_docker_compose() -> None:
 def test_auto_picks_docker_when_the_engine_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeDocker()
     monkeypatch.setattr(docker, "from_env", lambda timeout: fake)
-    assert runner.choose_backend("auto") == ("docker", "auto: Docker engine 27.5.1 answered")
-    assert fake.calls == [("close",)]
-    assert runner.choose_backend("local") == ("local", "requested")
+    assert backends.choose("auto") == ("docker", "auto: Docker engine 27.5.1 answered")
+    assert fake.calls == [("network", "protolab"), ("close",)]
+    assert backends.choose("local") == ("local", "requested")
+
+
+def test_auto_takes_local_when_the_engine_answers_but_the_lab_is_not_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Docker installed for other reasons: the README's main command must still run, locally.
+    fake = FakeDocker()
+
+    def missing(name: str) -> None:
+        raise NotFound(name)
+
+    fake.networks.get = missing
+    monkeypatch.setattr(docker, "from_env", lambda timeout: fake)
+    assert backends.choose("auto") == (
+        "local",
+        "auto: Docker engine 27.5.1 answered, but the lab is not up on it (no network protolab; "
+        "start it with `docker compose up -d`)",
+    )
+    assert ("close",) in fake.calls
 
 
 def test_auto_falls_back_to_local_and_says_why(
@@ -818,7 +837,7 @@ def test_backend_docker_without_an_engine_is_a_clear_error(
     with pytest.raises(
         BackendUnavailable, match=r"^--backend docker: no Docker engine answered \(.+\); start"
     ):
-        runner.create_backend("docker", settings(tmp_path))
+        backends.create("docker", settings(tmp_path))
     argv = ["--backend", "docker", "--target", "grpc", "--k6", "/bin/true", "--out", str(tmp_path / "out")]
     assert cli.main(argv) == 2
     assert "run_matrix.py: error: --backend docker: no Docker engine answered" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labrunner.backends.base import Endpoint, K6Run, ServiceHandle, ServiceUsage
+from labrunner.backends.base import Endpoint, ServiceHandle, ServiceUsage
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
 from labrunner.report import document
 from labrunner.report.compare import (
@@ -24,6 +24,7 @@ from labrunner.report.compare import (
     is_regression,
 )
 from labrunner.results.store import Outcome, build_result, scenario_dict
+from labrunner.run.k6 import K6Run
 from PIL import Image
 
 from tests.support import ALL_TARGETS, ROOT

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labrunner.backends.base import Endpoint, K6Run, ScenarioFailed, ServiceHandle, ServiceUsage
+from labrunner.backends.base import Endpoint, ScenarioFailed, ServiceHandle, ServiceUsage
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
 from labrunner.observe import prometheus_sd
 from labrunner.results.store import (
@@ -22,7 +22,7 @@ from labrunner.results.store import (
     write_json_atomic,
     write_summaries,
 )
-from labrunner.run.k6 import parse_summary
+from labrunner.run.k6 import K6Run, parse_summary
 
 from tests.support import ROOT
 

@@ -1,6 +1,7 @@
 """Unit tests: summaries and ratio tests against values worked out by hand from printed t tables."""
 
 import math
+import warnings
 
 import pytest
 from labrunner.report.stats import ONE_REPEAT, Ratio, half_width, ratio, summarize, t_quantile
@@ -109,3 +110,64 @@ def test_no_spread_on_either_side() -> None:
 def test_values_that_are_not_positive() -> None:
     r = ratio([0.0, 1.0], [1.0, 2.0])
     assert r.significant is None and "not positive" in r.note
+
+
+# ratio() before it used scipy's Welch test derived the Welch-Satterthwaite degrees of freedom,
+# standard error and p-value by hand; these are its results on fixed repeats (estimate, low, high,
+# p-value at the given confidence), which the scipy-based computation must reproduce.
+HAND_DERIVED_WELCH = [
+    (
+        [510.0, 530.0, 495.0, 520.0],
+        [480.0, 470.0, 505.0],
+        0.95,
+        (1.0594248508280468, 0.9843040840072556, 1.1402787337655258, 0.0933930134210123),
+    ),
+    (
+        [510.0, 530.0, 495.0, 520.0],
+        [480.0, 470.0, 505.0],
+        0.99,
+        (1.0594248508280468, 0.9356438149296961, 1.1995815038186988, 0.0933930134210123),
+    ),
+    (
+        [200.0, 204.0, 197.0, 201.0],
+        [100.0, 101.0, 99.0, 100.5],
+        0.95,
+        (2.002395931219713, 1.959449528704635, 2.046283615182446, 7.121520663027208e-09),
+    ),
+    (
+        [100.0, 120.0, 90.0],
+        [105.0, 95.0, 115.0],
+        0.99,
+        (0.9801013865484826, 0.5845650512404033, 1.6432708829854596, 0.8527323861005329),
+    ),
+    (
+        [3.1, 2.7, 3.6, 2.9, 3.3],
+        [2.2, 2.5],
+        0.95,
+        (1.32375201611643, 0.9791485614141892, 1.7896358828750456, 0.05814009593352863),
+    ),
+    # No spread on one side only: still a Welch test, whose degrees of freedom come from the other.
+    (
+        [1.0, 2.0],
+        [3.0, 3.0],
+        0.95,
+        (0.4714045207910317, 0.0057665938543668875, 38.536132045078766, 0.27491551985182994),
+    ),
+]
+
+
+@pytest.mark.parametrize(("candidate", "baseline", "confidence", "expected"), HAND_DERIVED_WELCH)
+def test_scipy_welch_reproduces_the_hand_derived_results(
+    candidate: list[float],
+    baseline: list[float],
+    confidence: float,
+    expected: tuple[float, float, float, float],
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a side without spread is exact, not a precision warning
+        r = ratio(candidate, baseline, confidence)
+    estimate, low, high, p_value = expected
+    assert (r.estimate, r.low, r.high) == pytest.approx((estimate, low, high), rel=1e-9)
+    assert r.p_value == pytest.approx(p_value, rel=1e-9)
+    assert r.significant is (p_value < 1 - confidence)
+    assert r.note == ""

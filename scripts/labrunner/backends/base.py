@@ -1,15 +1,18 @@
-"""The Backend interface: how a scenario's service is started, loaded by k6, stopped and measured."""
+"""The Backend interface and what backends share: start, observe and stop a service and k6."""
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from labrunner.model.matrix import Scenario
+from labrunner.model.matrix import Profile, Scenario, Target
 
 # The runner stops a service only after k6 has finished, so no client is left to move away
 # while its health says NOT_SERVING: a drain would only lengthen every scenario.
 SERVICE_STOP_ENV = {"SHUTDOWN_DRAIN_SECONDS": "0"}
+LOG_TAIL_LINES = 30
+_Number = TypeVar("_Number", int, float)
 
 
 class ScenarioFailed(Exception):
@@ -75,24 +78,21 @@ class K6Invocation:
     summary_file: Path  # where handleSummary writes its JSON (SUMMARY_FILE)
     log_file: Path  # k6 stdout and stderr
 
+    @property
+    def run_args(self) -> tuple[str, ...]:
+        """What follows the k6 binary: `run`, the options, the script."""
+        return ("run", *self.args, str(self.script))
+
 
 @dataclass(frozen=True)
-class K6Run:
-    """What a k6 run returned and what it cost the load generator."""
+class K6Process:
+    """How a k6 process ended and what it cost the load generator; the runner reads its summary."""
 
     exit_code: int
-    summary: Mapping[str, Any] | None  # handleSummary JSON; None when k6 wrote none
     wall_seconds: float
     cpu_seconds: float | None
     cpus: int  # CPUs k6 could use
     output_tail: str
-
-    @property
-    def cpu_utilisation(self) -> float | None:
-        """k6's CPU use as a fraction of the CPUs it may use; near 1.0 means k6 saturated."""
-        if self.cpu_seconds is None or self.wall_seconds <= 0 or self.cpus <= 0:
-            return None
-        return self.cpu_seconds / (self.wall_seconds * self.cpus)
 
 
 @dataclass(frozen=True)
@@ -111,21 +111,30 @@ class ServiceUsage:
     exit_code: int | None
     log_tail: str
 
+    @classmethod
+    def unmeasured(cls, exit_code: int | None, log_tail: str) -> "ServiceUsage":
+        """A service stopped before any measured k6 run: how it ended, nothing else."""
+        return cls(None, None, None, None, None, None, None, None, None, exit_code, log_tail)
+
 
 class Backend(Protocol):
-    """Steps 1 and 5 of a scenario and where k6 runs; everything else is shared code."""
+    """Steps 1 and 5 of a scenario and where k6 runs; the runner owns everything in between."""
 
     name: str
 
     def start_service(self, scenario: Scenario) -> ServiceHandle:
-        """Start the scenario's service under its profile's limits; ScenarioFailed if it cannot."""
+        """Start the scenario's service under its profile's limits and wait for its listening line."""
         ...
 
-    def wait_healthy(self, handle: ServiceHandle) -> None:
-        """Return once the service reports SERVING; ScenarioFailed with its log on timeout."""
+    def service_ended(self, handle: ServiceHandle) -> str | None:
+        """None while the service runs; else how it ended, e.g. "exited with code 1"."""
         ...
 
-    def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Run:
+    def service_log_tail(self, handle: ServiceHandle) -> str:
+        """The last lines of the service's output, for a failure's explanation."""
+        ...
+
+    def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Process:
         """Run k6 to completion; a measured run also opens the service's usage window."""
         ...
 
@@ -136,3 +145,56 @@ class Backend(Protocol):
     def close(self) -> None:
         """Stop whatever is still running (after an error or Ctrl-C)."""
         ...
+
+
+def listening_event(lines: Iterable[bytes]) -> dict[str, Any]:
+    """The service's JSON "listening" line (services/common/supervisor.py), {} before it is printed."""
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == "listening":
+            return event
+    return {}
+
+
+def check_listening(listening: Mapping[str, Any], target: Target, log_tail: str) -> None:
+    """ScenarioFailed when the listening line does not describe the target's service."""
+    if not isinstance(listening.get("port"), int) or bool(listening.get("tls")) != target.tls:
+        raise ScenarioFailed(
+            "start", f"unexpected listening line {json.dumps(listening)} (target tls={target.tls})", log_tail
+        )
+
+
+def shared_cpus_note(k6_cpus: Sequence[int], have: str, profile: Profile) -> str:
+    """The caveat on a scenario whose k6 runs on the service's CPUs; have: "the host has 2 CPUs"."""
+    return (
+        f"k6 shares CPUs {cpu_list(k6_cpus)} with the service: {have} and the {profile.name} "
+        f"profile needs {profile.whole_cpus}"
+    )
+
+
+def tail(output: bytes, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of a process's output, as text."""
+    return "\n".join(output.decode(errors="replace").splitlines()[-lines:])
+
+
+def tail_file(path: Path, offset: int = 0) -> str:
+    """The last lines written to a log file after offset; "" when it cannot be read."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            return tail(f.read())
+    except OSError:
+        return ""
+
+
+def delta(before: _Number | None, after: _Number | None) -> _Number | None:
+    """after - before, None when either counter is unknown."""
+    return None if before is None or after is None else after - before
+
+
+def cpu_list(cpus: Sequence[int]) -> str:
+    """CPUs as cpuset and taskset write them: "0,1"."""
+    return ",".join(map(str, cpus))

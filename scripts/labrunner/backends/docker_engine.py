@@ -3,13 +3,12 @@
 import contextlib
 import hashlib
 import io
-import json
 import math
 import os
 import re
 import tarfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,20 +22,26 @@ from requests.exceptions import RequestException
 
 from labrunner import certs
 from labrunner.backends.base import (
+    LOG_TAIL_LINES,
     SERVICE_STOP_ENV,
     BackendSettings,
     BackendUnavailable,
     Endpoint,
     K6Invocation,
-    K6Run,
+    K6Process,
     ScenarioFailed,
     ServiceHandle,
     ServiceUsage,
+    check_listening,
+    cpu_list,
+    delta,
+    listening_event,
+    shared_cpus_note,
+    tail,
 )
 from labrunner.backends.cgroups import split_cpus
-from labrunner.backends.local import LOG_TAIL_LINES
 from labrunner.model.matrix import Scenario
-from labrunner.run import k6, verify
+from labrunner.say import Say
 
 # Names docker-compose.yml fixes (tests/test_docker_backend.py checks they agree).
 NETWORK = "protolab"  # networks.default.name
@@ -62,6 +67,7 @@ PROBE_TIMEOUT_S = 5  # `--backend auto` must not hang on an engine that does not
 API_TIMEOUT_S = 60  # the docker SDK's default
 _POLL_S = 0.2
 _K6_POLL_S = 0.5
+_METRICS_TIMEOUT_S = 10.0
 _CERT_MODES = {
     certs.CA_FILE: certs.CERT_MODE,
     certs.CA_KEY_FILE: certs.KEY_MODE,
@@ -69,7 +75,6 @@ _CERT_MODES = {
     certs.SERVER_KEY_FILE: certs.KEY_MODE,
 }
 
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,31 @@ class _Service:
     window: UsageWindow | None = None
 
 
+def probe() -> str:
+    """Why `auto` may take docker: the engine answers and the lab is up on it; else BackendUnavailable."""
+    client = connect(timeout_s=PROBE_TIMEOUT_S)
+    try:
+        version = client.version().get("Version", "unknown")
+        try:
+            client.networks.get(NETWORK)
+        except NotFound:
+            raise BackendUnavailable(
+                f"Docker engine {version} answered, but the lab is not up on it (no network {NETWORK}; "
+                "start it with `docker compose up -d`)"
+            ) from None
+    finally:
+        client.close()  # create connects again, with the run's timeouts
+    return f"Docker engine {version} answered"
+
+
+def create(settings: BackendSettings, say: Say) -> "DockerBackend":
+    try:
+        client = connect()
+    except BackendUnavailable as exc:
+        raise BackendUnavailable(f"--backend docker: {exc}; start Docker or use --backend local") from exc
+    return DockerBackend(settings, client, say)
+
+
 def connect(timeout_s: int = API_TIMEOUT_S) -> docker.DockerClient:
     """A client of the engine at DOCKER_HOST (else the default socket); BackendUnavailable if none answers."""
     try:
@@ -161,17 +191,17 @@ def usage_from_stats(
 ) -> ServiceUsage:
     """The service's usage over the measured window from the stats taken at its start and end."""
     if window is None:
-        return ServiceUsage(None, None, None, None, None, None, None, None, None, exit_code, log_tail)
+        return ServiceUsage.unmeasured(exit_code, log_tail)
     before, after = window.before, window.after
-    throttled_ns = _delta(before.throttled_ns, after.throttled_ns)
-    cpu_ns = _delta(before.cpu_ns, after.cpu_ns)
+    throttled_ns = delta(before.throttled_ns, after.throttled_ns)
+    cpu_ns = delta(before.cpu_ns, after.cpu_ns)
     peak = after.memory_max_usage if after.memory_max_usage is not None else window.memory_peak_metric
     return ServiceUsage(
         window_seconds=window.wall_seconds,
         cpu_seconds=None if cpu_ns is None else cpu_ns / 1e9,
         cpu_limit_cores=cpu_limit_cores,
-        cpu_periods=_delta(before.periods, after.periods),
-        throttled_periods=_delta(before.throttled_periods, after.throttled_periods),
+        cpu_periods=delta(before.periods, after.periods),
+        throttled_periods=delta(before.throttled_periods, after.throttled_periods),
         throttled_seconds=None if throttled_ns is None else throttled_ns / 1e9,
         memory_peak_bytes=peak,
         # Docker cannot reset the peak, but the container is as old as the scenario.
@@ -228,10 +258,7 @@ class DockerBackend:
         split = split_cpus(range(self._cpus), profile.whole_cpus)
         notes: list[str] = []
         if split.shared:
-            notes.append(
-                f"k6 shares CPUs {_cpu_list(split.k6)} with the service: the Docker engine has "
-                f"{self._cpus} CPUs and the {profile.name} profile needs {profile.whole_cpus}"
-            )
+            notes.append(shared_cpus_note(split.k6, f"the Docker engine has {self._cpus} CPUs", profile))
         name = container_name(self._settings.run_id, scenario.id)
         env = {"HOST": "0.0.0.0", "PORT": str(port), "METRICS_PORT": str(metrics_port), **SERVICE_STOP_ENV}
         if target.tls:
@@ -249,7 +276,7 @@ class DockerBackend:
                 nano_cpus=round(profile.cpus * 1e9),
                 mem_limit=profile.memory_bytes,
                 memswap_limit=profile.memory_bytes,  # equal to the limit: no swap
-                cpuset_cpus=_cpu_list(split.service),
+                cpuset_cpus=cpu_list(split.service),
                 labels=self._labels(scenario, "service"),
                 volumes={CERTS_VOLUME: {"bind": CERTS_DIR, "mode": "ro"}},
                 ulimits=NOFILE,
@@ -290,27 +317,20 @@ class DockerBackend:
             notes=tuple(notes),
         )
 
-    def wait_healthy(self, handle: ServiceHandle) -> None:
-        service = self._services[handle.scenario_id]
-        ca_file = self._settings.certs_dir / certs.CA_FILE
-        timeout = self._settings.start_timeout_s
-        deadline = time.monotonic() + timeout
-        reason = "not checked"
-        while time.monotonic() < deadline:
-            with _docker_errors("health"):
-                self._check_running(service, "health")
-            reason = verify.health(handle, service.scenario.target, ca_file) or ""
-            if not reason:
-                return
-            time.sleep(_POLL_S)
-        raise ScenarioFailed(
-            "health", f"not SERVING after {timeout:g}s: {reason}", _logs_tail(service.container)
-        )
+    def service_ended(self, handle: ServiceHandle) -> str | None:
+        container = self._services[handle.scenario_id].container
+        with _docker_errors("health"):
+            container.reload()
+        if container.status == "running":
+            return None
+        return f"{container.status} (exit code {container.attrs['State'].get('ExitCode')})"
 
-    def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Run:
+    def service_log_tail(self, handle: ServiceHandle) -> str:
+        return _logs_tail(self._services[handle.scenario_id].container)
+
+    def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Process:
         service = self._services[handle.scenario_id]
         phase = "measure" if measured else "warmup"
-        invocation.summary_file.unlink(missing_ok=True)
         with _docker_errors(phase):
             container = self._client.containers.create(**self._k6_params(service, handle, invocation, phase))
         try:
@@ -332,19 +352,18 @@ class DockerBackend:
         invocation.log_file.parent.mkdir(parents=True, exist_ok=True)
         with invocation.log_file.open("ab") as log:
             log.write(output)
-        return K6Run(
+        return K6Process(
             exit_code=exit_code,
-            summary=k6.read_summary(invocation.summary_file),
             wall_seconds=wall,
             cpu_seconds=None if cpu_ns is None else cpu_ns / 1e9,
             cpus=len(handle.k6_cpus),
-            output_tail=_tail(output),
+            output_tail=tail(output),
         )
 
     def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
         released = self._release(handle.scenario_id)
         if released is None:
-            return usage_from_stats(None, 0.0, None, "")
+            return ServiceUsage.unmeasured(None, "")
         service, exit_code, log_tail = released
         return usage_from_stats(service.window, service.scenario.profile.cpus, exit_code, log_tail)
 
@@ -369,7 +388,7 @@ class DockerBackend:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with log_file.open("ab") as log:
             log.write(output)
-        return service, exit_code, _tail(output)
+        return service, exit_code, tail(output)
 
     def _labels(self, scenario: Scenario, role: str) -> dict[str, str]:
         return {
@@ -428,19 +447,14 @@ class DockerBackend:
         timeout = self._settings.start_timeout_s
         deadline = time.monotonic() + timeout
         target = service.scenario.target
-        while not (listening := _listening_event(service.container.logs(stdout=True, stderr=False))):
+        while not (listening := _listening(service.container)):
             self._check_running(service, "start")
             if time.monotonic() > deadline:
                 raise ScenarioFailed(
                     "start", f"no listening line in {timeout:g}s", _logs_tail(service.container)
                 )
             time.sleep(_POLL_S)
-        if bool(listening.get("tls")) != target.tls:
-            raise ScenarioFailed(
-                "start",
-                f"unexpected listening line {json.dumps(listening)} (target tls={target.tls})",
-                _logs_tail(service.container),
-            )
+        check_listening(listening, target, _logs_tail(service.container))
         return listening
 
     def _check_running(self, service: _Service, phase: str) -> None:
@@ -475,7 +489,7 @@ class DockerBackend:
             "environment": {key: _in_container(value, paths) for key, value in invocation.env.items()},
             "network": NETWORK,
             "extra_hosts": {service.hostname: service.ip},
-            "cpuset_cpus": _cpu_list(handle.k6_cpus),
+            "cpuset_cpus": cpu_list(handle.k6_cpus),
             # The host's user, so k6 can write its summary into the results directory it mounts.
             "user": f"{os.getuid()}:{os.getgid()}",
             "labels": self._labels(service.scenario, "k6"),
@@ -492,7 +506,7 @@ class DockerBackend:
         if handle.metrics_address is None:
             return None
         try:
-            response = httpx.get(f"http://{handle.metrics_address}/metrics", timeout=verify.TIMEOUT_S)
+            response = httpx.get(f"http://{handle.metrics_address}/metrics", timeout=_METRICS_TIMEOUT_S)
         except httpx.HTTPError:
             return None
         return memory_peak_from_metrics(response.text) if response.status_code == 200 else None
@@ -559,15 +573,8 @@ def _in_network(arg: str) -> str:
     return "influxdb=" + urlunsplit(url._replace(netloc=INFLUXDB_IN_NETWORK))
 
 
-def _listening_event(stdout: bytes) -> dict[str, Any]:
-    for line in stdout.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("event") == "listening":
-            return event
-    return {}
+def _listening(container: Container) -> dict[str, Any]:
+    return listening_event(container.logs(stdout=True, stderr=False).splitlines())
 
 
 def _read_bytes(path: Path) -> bytes | None:
@@ -579,17 +586,6 @@ def _read_bytes(path: Path) -> bytes | None:
 
 def _logs_tail(container: Container) -> str:
     with contextlib.suppress(DockerException):
-        return _tail(container.logs(stdout=True, stderr=True, tail=LOG_TAIL_LINES))
+        return tail(container.logs(stdout=True, stderr=True, tail=LOG_TAIL_LINES))
     return ""
 
-
-def _tail(output: bytes) -> str:
-    return "\n".join(output.decode(errors="replace").splitlines()[-LOG_TAIL_LINES:])
-
-
-def _delta(before: int | None, after: int | None) -> int | None:
-    return None if before is None or after is None else after - before
-
-
-def _cpu_list(cpus: Sequence[int]) -> str:
-    return ",".join(map(str, cpus))

@@ -3,7 +3,6 @@
 import contextlib
 import ctypes
 import functools
-import json
 import os
 import signal
 import subprocess
@@ -12,17 +11,22 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 from labrunner.backends.base import (
     SERVICE_STOP_ENV,
     BackendSettings,
     Endpoint,
     K6Invocation,
-    K6Run,
+    K6Process,
     ScenarioFailed,
     ServiceHandle,
     ServiceUsage,
+    check_listening,
+    delta,
+    listening_event,
+    shared_cpus_note,
+    tail_file,
 )
 from labrunner.backends.cgroups import (
     Cgroup,
@@ -34,7 +38,7 @@ from labrunner.backends.cgroups import (
     split_cpus,
 )
 from labrunner.model.matrix import Scenario
-from labrunner.run import k6, verify
+from labrunner.say import Say
 from services.common.cgroup import CgroupStats, read_stats
 
 HOST = "127.0.0.1"
@@ -61,14 +65,22 @@ SERVICE_KNOBS = frozenset(
     }
 )
 K6_INHERITED_ENV = ("PATH", "HOME", "TMPDIR")
-LOG_TAIL_LINES = 30
 _POLL_S = 0.1
 _K6_INTERRUPT_GRACE_S = 10.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Looked up once here: a child between fork and exec must not dlopen (see _enter_limits).
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
-_Number = TypeVar("_Number", int, float)
+
+
+def probe() -> str:
+    """The local backend runs wherever Python does; how well it limits the service, it says per scenario."""
+    return "local processes"
+
+
+def create(settings: BackendSettings, say: Say) -> "LocalBackend":
+    del say  # the local backend reports through each scenario's notes
+    return LocalBackend(settings)
 
 
 @dataclass(frozen=True)
@@ -109,10 +121,7 @@ class LocalBackend:
         notes: list[str] = []
         cgroup = self._cgroup(scenario, notes)
         if split.shared:
-            notes.append(
-                f"k6 shares CPUs {_cpu_list(split.k6)} with the service: the host has "
-                f"{len(available)} CPUs and the {profile.name} profile needs {profile.whole_cpus}"
-            )
+            notes.append(shared_cpus_note(split.k6, f"the host has {len(available)} CPUs", profile))
         if profile.cpus > len(available):
             notes.append(
                 f"profile {profile.name} asks for {profile.cpus:g} CPUs, the host has {len(available)}"
@@ -145,28 +154,15 @@ class LocalBackend:
             notes=tuple(notes),
         )
 
-    def wait_healthy(self, handle: ServiceHandle) -> None:
-        service = self._services[handle.scenario_id]
-        ca_file = self._settings.certs_dir / "ca.pem"
-        timeout = self._settings.start_timeout_s
-        deadline = time.monotonic() + timeout
-        reason = "not checked"
-        while time.monotonic() < deadline:
-            if service.process.poll() is not None:
-                raise ScenarioFailed(
-                    "health",
-                    f"service exited with code {service.process.returncode}",
-                    _tail(service.log_file),
-                )
-            reason = verify.health(handle, service.scenario.target, ca_file) or ""
-            if not reason:
-                return
-            time.sleep(_POLL_S)
-        raise ScenarioFailed("health", f"not SERVING after {timeout:g}s: {reason}", _tail(service.log_file))
+    def service_ended(self, handle: ServiceHandle) -> str | None:
+        code = self._services[handle.scenario_id].process.poll()
+        return None if code is None else f"exited with code {code}"
 
-    def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Run:
+    def service_log_tail(self, handle: ServiceHandle) -> str:
+        return tail_file(self._services[handle.scenario_id].log_file)
+
+    def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Process:
         service = self._services[handle.scenario_id]
-        invocation.summary_file.unlink(missing_ok=True)
         env = {k: os.environ[k] for k in K6_INHERITED_ENV if k in os.environ} | dict(invocation.env)
         log_offset = invocation.log_file.stat().st_size if invocation.log_file.exists() else 0
         before = self._sample(service) if measured else None
@@ -175,7 +171,7 @@ class LocalBackend:
         started = time.monotonic()
         with invocation.log_file.open("ab") as log:
             process = subprocess.Popen(
-                k6.command(self._settings.k6_binary, invocation),
+                [str(self._settings.k6_binary), *invocation.run_args],
                 cwd=self._settings.root,
                 env=env,
                 stdout=log,
@@ -190,20 +186,19 @@ class LocalBackend:
         wall = time.monotonic() - started
         if before is not None:
             service.window = _Window(before, self._sample(service), wall, peak_scope)
-        return K6Run(
+        return K6Process(
             exit_code=process.returncode,
-            summary=k6.read_summary(invocation.summary_file),
             wall_seconds=wall,
             cpu_seconds=cpu_seconds,
             cpus=len(handle.k6_cpus),
-            output_tail=_tail(invocation.log_file, offset=log_offset),
+            output_tail=tail_file(invocation.log_file, offset=log_offset),
         )
 
     def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
         service = self._release(handle.scenario_id)
         if service is None:
-            return _usage(None, None, "")
-        return _usage(service.window, service.process.returncode, _tail(service.log_file))
+            return ServiceUsage.unmeasured(None, "")
+        return _usage(service.window, service.process.returncode, tail_file(service.log_file))
 
     def close(self) -> None:
         for scenario_id in list(self._services):
@@ -267,13 +262,8 @@ class LocalBackend:
             exited = service.process.poll()
             why = f"exited with code {exited}" if exited is not None else f"no listening line in {timeout:g}s"
             module = f"services.{scenario.target.service}"
-            raise ScenarioFailed("start", f"{module} {why}", _tail(service.log_file))
-        if not isinstance(listening.get("port"), int) or bool(listening.get("tls")) != scenario.target.tls:
-            raise ScenarioFailed(
-                "start",
-                f"unexpected listening line {json.dumps(listening)} (target tls={scenario.target.tls})",
-                _tail(service.log_file),
-            )
+            raise ScenarioFailed("start", f"{module} {why}", tail_file(service.log_file))
+        check_listening(listening, scenario.target, tail_file(service.log_file))
         return listening
 
     def _service_env(self, scenario: Scenario) -> dict[str, str]:
@@ -317,15 +307,7 @@ def _pump_stdout(stdout: IO[bytes], log_file: Path, service: _Service) -> None:
             log.write(line)
             log.flush()
             if not service.listening:
-                service.listening = _listening_event(line)
-
-
-def _listening_event(line: bytes) -> dict[str, Any]:
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return {}
-    return event if isinstance(event, dict) and event.get("event") == "listening" else {}
+                service.listening = listening_event([line])
 
 
 def _wait_with_usage(process: subprocess.Popen[bytes]) -> float:
@@ -399,15 +381,15 @@ def _session_stats(session_id: int, pinned_cpus: int) -> CgroupStats:
 
 def _usage(window: _Window | None, exit_code: int | None, log_tail: str) -> ServiceUsage:
     if window is None:
-        return ServiceUsage(None, None, None, None, None, None, None, None, None, exit_code, log_tail)
+        return ServiceUsage.unmeasured(exit_code, log_tail)
     before, after = window.before, window.after
     return ServiceUsage(
         window_seconds=window.wall_seconds,
-        cpu_seconds=_delta(before.cpu_usage_seconds, after.cpu_usage_seconds),
+        cpu_seconds=delta(before.cpu_usage_seconds, after.cpu_usage_seconds),
         cpu_limit_cores=after.cpu_limit_cores,
-        cpu_periods=_delta(before.cpu_periods, after.cpu_periods),
-        throttled_periods=_delta(before.cpu_throttled_periods, after.cpu_throttled_periods),
-        throttled_seconds=_delta(before.cpu_throttled_seconds, after.cpu_throttled_seconds),
+        cpu_periods=delta(before.cpu_periods, after.cpu_periods),
+        throttled_periods=delta(before.cpu_throttled_periods, after.cpu_throttled_periods),
+        throttled_seconds=delta(before.cpu_throttled_seconds, after.cpu_throttled_seconds),
         memory_peak_bytes=after.memory_peak_bytes,
         memory_peak_scope=window.memory_peak_scope if after.memory_peak_bytes is not None else None,
         memory_limit_bytes=after.memory_limit_bytes,
@@ -415,20 +397,3 @@ def _usage(window: _Window | None, exit_code: int | None, log_tail: str) -> Serv
         log_tail=log_tail,
     )
 
-
-def _delta(before: _Number | None, after: _Number | None) -> _Number | None:
-    return None if before is None or after is None else after - before
-
-
-def _tail(path: Path, offset: int = 0, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(offset)
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _cpu_list(cpus: tuple[int, ...]) -> str:
-    return ",".join(map(str, cpus))

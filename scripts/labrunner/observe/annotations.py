@@ -10,9 +10,9 @@ import urllib.parse
 import urllib.request
 
 from labrunner.model.matrix import Scenario
+from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
 
 MEASUREMENT = "protolab_scenario"
-DATABASE = "myk6db"
 
 
 def _escape_tag(value: str) -> str:
@@ -26,13 +26,7 @@ def _escape_string_field(value: str) -> str:
 
 def line(run_id: str, scenario: Scenario, event: str, text: str, time_ns: int) -> str:
     """One line-protocol point for a scenario event."""
-    tags = {
-        "run": run_id,
-        "scenario": scenario.id,
-        "target": scenario.target.name,
-        "protocol": scenario.target.protocol,
-        "profile": scenario.profile.name,
-    }
+    tags = scenario_labels(run_id, scenario)
     tag_text = ",".join(f"{k}={_escape_tag(v)}" for k, v in tags.items())
     fields = f'event="{_escape_string_field(event)}",text="{_escape_string_field(text)}"'
     return f"{MEASUREMENT},{tag_text} {fields} {time_ns}"
@@ -41,7 +35,8 @@ def line(run_id: str, scenario: Scenario, event: str, text: str, time_ns: int) -
 def mark(influxdb_url: str, run_id: str, scenario: Scenario, event: str) -> str | None:
     """Write the point now; returns an error message instead of raising (a mark is not a result)."""
     point = line(run_id, scenario, event, f"{scenario.id} {event}", time.time_ns())
-    url = f"{influxdb_url.rstrip('/')}/write?{urllib.parse.urlencode({'db': DATABASE, 'precision': 'ns'})}"
+    query = urllib.parse.urlencode({"db": INFLUXDB_DATABASE, "precision": "ns"})
+    url = f"{influxdb_url.rstrip('/')}/write?{query}"
     request = urllib.request.Request(url, data=point.encode(), method="POST")
     try:
         with urllib.request.urlopen(request, timeout=5):

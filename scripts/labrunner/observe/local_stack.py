@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from labrunner.observe.labels import INFLUXDB_DATABASE
 from labrunner.paths import REPO
 
 PROMETHEUS_YML = REPO / "prometheus" / "prometheus.yml"
@@ -25,7 +26,6 @@ INFLUXDB_CONF = REPO / "influxdb" / "influxdb.conf"
 DEFAULT_TARGETS_DIR = REPO / "prometheus" / "targets"
 # Where prometheus.yml expects file_sd files (the docker mount point).
 CONTAINER_TARGETS_DIR = "/etc/prometheus/targets"
-INFLUX_DB = "myk6db"
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -212,12 +212,12 @@ def _wait_ready(directory: Path, name: str, url: str) -> None:
 
 def _create_database(influx_url: str) -> None:
     # InfluxDB 1.x accepts CREATE only via POST; it is a no-op when the database exists.
-    body = urllib.parse.urlencode({"q": f"CREATE DATABASE {INFLUX_DB}"}).encode()
+    body = urllib.parse.urlencode({"q": f"CREATE DATABASE {INFLUXDB_DATABASE}"}).encode()
     with urllib.request.urlopen(f"{influx_url}/query", data=body, timeout=10) as resp:
         result = json.load(resp)
     errors = [r["error"] for r in result.get("results", []) if "error" in r]
     if errors:
-        raise ObservabilityError(f"CREATE DATABASE {INFLUX_DB} failed: {errors}")
+        raise ObservabilityError(f"CREATE DATABASE {INFLUXDB_DATABASE} failed: {errors}")
 
 
 def _running(proc: dict[str, Any]) -> bool:

@@ -16,19 +16,13 @@ from pathlib import Path
 
 from labrunner.backends.base import ServiceHandle
 from labrunner.model.matrix import Scenario
+from labrunner.observe.labels import scenario_labels
 from labrunner.results.store import write_json_atomic
 
 
 def labels(run_id: str, scenario: Scenario) -> dict[str, str]:
     """The labels a scenario's series carry, the same as the k6 tags plus the service."""
-    return {
-        "run": run_id,
-        "scenario": scenario.id,
-        "target": scenario.target.name,
-        "protocol": scenario.target.protocol,
-        "profile": scenario.profile.name,
-        "service": scenario.target.service,
-    }
+    return scenario_labels(run_id, scenario) | {"service": scenario.target.service}
 
 
 def file_for(targets_dir: Path, run_id: str, scenario: Scenario) -> Path:

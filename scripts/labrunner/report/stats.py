@@ -2,6 +2,7 @@
 
 import math
 import statistics
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -87,8 +88,9 @@ def ratio(candidate: Sequence[float], baseline: Sequence[float], confidence: flo
     two servers rarely have. With 2-5 repeats a bootstrap has too few distinct resamples
     to give an interval; the t interval is exact for log-normal repeats and widens
     honestly with few of them. The interval is exp(mean difference +- t * standard
-    error) with Welch-Satterthwaite degrees of freedom, so "significant" (p below
-    1 - confidence) and "the interval excludes 1" always agree.
+    error) with Welch-Satterthwaite degrees of freedom (scipy's Welch test and its
+    confidence_interval), so "significant" (p below 1 - confidence) and "the interval
+    excludes 1" always agree.
     """
     if not candidate or not baseline:
         raise ValueError("ratio needs values on both sides")
@@ -100,20 +102,21 @@ def ratio(candidate: Sequence[float], baseline: Sequence[float], confidence: flo
     log_c = [math.log(v) for v in candidate]
     log_b = [math.log(v) for v in baseline]
     difference = statistics.fmean(log_c) - statistics.fmean(log_b)
-    var_c = statistics.variance(log_c) / len(log_c)
-    var_b = statistics.variance(log_b) / len(log_b)
-    se = math.sqrt(var_c + var_b)
-    if se == 0:  # no spread on either side (e.g. bytes per response): any difference is real
+    if len(set(log_c)) == 1 and len(set(log_b)) == 1:
+        # No spread on either side (e.g. bytes per response): any difference is real.
         same = difference == 0
         point = math.exp(difference)
         return Ratio(point, point, point, 1.0 if same else 0.0, not same)
-    df = (var_c + var_b) ** 2 / (var_c**2 / (len(log_c) - 1) + var_b**2 / (len(log_b) - 1))
-    margin = t_quantile(confidence, df) * se
-    p_value = float(2 * scipy_stats.t.sf(abs(difference) / se, df))
+    with warnings.catch_warnings():
+        # One side without spread is exact (variance 0), not the precision loss scipy warns of.
+        warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
+        welch = scipy_stats.ttest_ind(log_c, log_b, equal_var=False)
+        interval = welch.confidence_interval(confidence_level=confidence)
+    p_value = float(welch.pvalue)
     return Ratio(
         estimate=math.exp(difference),
-        low=math.exp(difference - margin),
-        high=math.exp(difference + margin),
+        low=math.exp(float(interval.low)),
+        high=math.exp(float(interval.high)),
         p_value=p_value,
         significant=p_value < 1 - confidence,
     )

@@ -11,8 +11,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from labrunner.backends.base import K6Run, ScenarioFailed, ServiceHandle, ServiceUsage
-from labrunner.run.k6 import parse_summary
+from labrunner.backends.base import ScenarioFailed, ServiceHandle, ServiceUsage
+from labrunner.run.k6 import K6Run
 from labrunner.model.matrix import Plan, Scenario
 
 if TYPE_CHECKING:  # verify imports the generated gRPC stubs; summaries do not need them
@@ -331,7 +331,7 @@ def _k6_section(run: K6Run | None) -> dict[str, Any] | None:
         "cpu_seconds": run.cpu_seconds,
         "cpus": run.cpus,
         "cpu_utilisation": run.cpu_utilisation,
-        "metrics": asdict(parse_summary(summary)) if run.summary else None,
+        "metrics": asdict(run.metrics) if run.metrics else None,
         # The full k6 metrics, for statistics nobody has asked for yet.
         "summary_metrics": summary.get("metrics"),
         "output_tail": run.output_tail,

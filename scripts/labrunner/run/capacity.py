@@ -9,10 +9,12 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from labrunner.backends.base import Backend, K6Invocation, K6Run, ScenarioFailed, ServiceHandle
+from labrunner.backends.base import Backend, K6Invocation, ScenarioFailed, ServiceHandle
 from labrunner.model.matrix import CapacitySearch, LoadModel, Scenario
 from labrunner.results.store import K6_SATURATED
 from labrunner.run import k6
+from labrunner.run.k6 import K6Run
+from labrunner.say import Say
 
 COOLDOWN_S = 1.0  # between steps, so the service finishes what the last k6 run abandoned
 # VUs per step = rate x SLO x VU_HEADROOM: every request may take twice the SLO before
@@ -24,7 +26,6 @@ _LIMIT_SAMPLE = "protolab_cgroup_cpu_limit_cores"
 
 # (warmup, the step's load model, step number) -> its k6 invocation; runner._invocation_factory
 Invocation = Callable[[bool, LoadModel, int], K6Invocation]
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def search(
         step_model = _step_model(model, rate, settings)
         before = _service_cpu(handle)
         began = time.monotonic()
-        run = backend.run_k6(handle, invocation(False, step_model, len(steps) + 1), measured=True)
+        run = k6.run(backend, handle, invocation(False, step_model, len(steps) + 1), measured=True)
         cpu = _cpu_delta(before, _service_cpu(handle))
         wall = time.monotonic() - began
         step = _evaluate(len(steps) + 1, step_model, run, settings, cpu=cpu, wall_seconds=wall)
@@ -149,10 +150,10 @@ def _evaluate(
 ) -> Step:
     """cpu: (CPU seconds the service used during the step, its limit in cores)."""
     rate = model.rate or 0
-    if run.summary is None or run.exit_code not in (0, k6.EXIT_THRESHOLDS_CROSSED):
+    metrics = run.metrics
+    if metrics is None or run.exit_code not in (0, k6.EXIT_THRESHOLDS_CROSSED):
         message = f"capacity step {number} at {rate}/s: k6 exited with code {run.exit_code}"
         raise ScenarioFailed("measure", message, run.output_tail)
-    metrics = k6.parse_summary(run.summary)
     # The service idles while k6 starts its VUs: k6's load time is the fairer denominator.
     seconds = metrics.test_run_seconds or wall_seconds
     p99 = metrics.latency_ms.get("p99")

@@ -7,13 +7,14 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from labrunner.backends.base import K6Invocation, ServiceHandle
+from labrunner.backends.base import Backend, K6Invocation, K6Process, ServiceHandle
 from labrunner.model.matrix import LoadModel, Scenario, format_duration
+from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
 
-INFLUX_DATABASE = "myk6db"
 # The runner reads these; passing them makes the summary independent of the script's options.
 SUMMARY_TREND_STATS = "avg,min,med,max,p(50),p(90),p(95),p(99),count"
 EXIT_THRESHOLDS_CROSSED = 99  # k6's exit code when a threshold failed (the run itself completed)
@@ -43,6 +44,47 @@ class K6Metrics:
     vus_max: int | None
     test_run_seconds: float | None
     failed_thresholds: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class K6Run:
+    """A finished k6 run: how its process ended and the summary its handleSummary wrote."""
+
+    exit_code: int
+    summary: Mapping[str, Any] | None  # handleSummary JSON; None when k6 wrote none
+    wall_seconds: float
+    cpu_seconds: float | None
+    cpus: int  # CPUs k6 could use
+    output_tail: str
+
+    @classmethod
+    def collect(cls, process: K6Process, invocation: K6Invocation) -> "K6Run":
+        return cls(
+            process.exit_code,
+            read_summary(invocation.summary_file),
+            process.wall_seconds,
+            process.cpu_seconds,
+            process.cpus,
+            process.output_tail,
+        )
+
+    @cached_property
+    def metrics(self) -> K6Metrics | None:
+        """The summary's numbers, parsed once; None without a summary."""
+        return None if self.summary is None else parse_summary(self.summary)
+
+    @property
+    def cpu_utilisation(self) -> float | None:
+        """k6's CPU use as a fraction of the CPUs it may use; near 1.0 means k6 saturated."""
+        if self.cpu_seconds is None or self.wall_seconds <= 0 or self.cpus <= 0:
+            return None
+        return self.cpu_seconds / (self.wall_seconds * self.cpus)
+
+
+def run(backend: Backend, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Run:
+    """Run k6 where the backend runs it, then read the summary it wrote."""
+    invocation.summary_file.unlink(missing_ok=True)  # a stale summary must not pass for this run's
+    return K6Run.collect(backend.run_k6(handle, invocation, measured), invocation)
 
 
 def find_k6(explicit: str | None) -> Path:
@@ -99,24 +141,13 @@ def build_invocation(
         env["GODEBUG"] = "http2client=0"  # Go offers h2 via ALPN unless told not to
     if target.tls:
         env["SSL_CERT_FILE"] = str(ca_file)  # trust the lab CA instead of skipping verification
-    tags = {
-        "run": run_id,
-        "scenario": scenario.id,
-        "target": target.name,
-        "protocol": target.protocol,
-        "profile": scenario.profile.name,
-    }
+    tags = scenario_labels(run_id, scenario)
     args = ["--quiet", "--no-color", "--address", "", "--summary-trend-stats", SUMMARY_TREND_STATS]
     for key, value in tags.items():
         args += ["--tag", f"{key}={value}"]
     if influxdb_url and not warmup:
-        args += ["--out", f"influxdb={influxdb_url.rstrip('/')}/{INFLUX_DATABASE}"]
+        args += ["--out", f"influxdb={influxdb_url.rstrip('/')}/{INFLUXDB_DATABASE}"]
     return K6Invocation(root / target.script, tuple(args), env, summary_file, log_file)
-
-
-def command(binary: Path, invocation: K6Invocation) -> list[str]:
-    """argv for a k6 binary on this host."""
-    return [str(binary), "run", *invocation.args, str(invocation.script)]
 
 
 def read_summary(path: Path) -> dict[str, Any] | None:

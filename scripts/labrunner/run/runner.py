@@ -10,18 +10,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from labrunner.backends import docker_engine
 from labrunner.backends.base import (
     Backend,
     BackendSettings,
-    BackendUnavailable,
     K6Invocation,
-    K6Run,
     ScenarioFailed,
     ServiceHandle,
     ServiceUsage,
 )
-from labrunner.backends.local import LocalBackend
 from labrunner.model.matrix import LoadModel, Plan, Scenario
 from labrunner.observe import annotations, prometheus_sd
 from labrunner.results.store import (
@@ -34,12 +30,11 @@ from labrunner.results.store import (
     write_summaries,
 )
 from labrunner.run import capacity, k6, verify
+from labrunner.run.k6 import K6Run
+from labrunner.say import Say
 
 OVERHEAD_PHASES = ("start", "health", "verify", "scrape", "stop", "collect")
 ASSUMED_OVERHEAD_S = 5.0  # per scenario, for the ETA until one has been measured
-K6_THRESHOLDS_CROSSED = 99  # k6's exit code when a threshold failed
-
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -55,34 +50,6 @@ class RunConfig:
     argv: tuple[str, ...]
     backend_reason: str
     provenance: dict[str, Any]  # git, versions, host (see labrunner.provenance)
-
-
-def create_backend(name: str, settings: BackendSettings) -> Backend:
-    """Instantiate a backend by name; BackendUnavailable when docker has no engine to talk to."""
-    if name == "local":
-        return LocalBackend(settings)
-    if name == "docker":
-        try:
-            client = docker_engine.connect()
-        except BackendUnavailable as exc:
-            raise BackendUnavailable(f"--backend docker: {exc}; start Docker or use --backend local") from exc
-        return docker_engine.DockerBackend(settings, client)
-    raise BackendUnavailable(f"unknown backend {name!r}")
-
-
-def choose_backend(requested: str) -> tuple[str, str]:
-    """The backend to use and why: `auto` takes docker when an engine answers, else local."""
-    if requested != "auto":
-        return requested, "requested"
-    try:
-        client = docker_engine.connect(timeout_s=docker_engine.PROBE_TIMEOUT_S)
-    except BackendUnavailable as exc:
-        return "local", f"auto: {exc}"
-    try:
-        version = client.version().get("Version", "unknown")
-    finally:
-        client.close()  # create_backend connects again, with the run's timeouts
-    return "docker", f"auto: Docker engine {version} answered"
 
 
 def run_plan(plan: Plan, config: RunConfig, backend: Backend, settings: BackendSettings, say: Say) -> bool:
@@ -177,7 +144,7 @@ def _run_scenario(
         for note in handle.notes:
             say(f"    note: {note}")
         with _timed(timings, "health"):
-            backend.wait_healthy(handle)
+            verify.wait_healthy(backend, handle, scenario.target, ca_file, settings.start_timeout_s)
             if config.targets_dir is not None:
                 prometheus_sd.write(config.targets_dir, config.run_id, scenario, handle)
         with _timed(timings, "verify"):
@@ -187,7 +154,7 @@ def _run_scenario(
         invocation = _invocation_factory(scenario, config, settings, handle)
         if scenario.warmup_s > 0:
             with _timed(timings, "warmup"):
-                warmup = backend.run_k6(handle, invocation(True), measured=False)
+                warmup = k6.run(backend, handle, invocation(True), measured=False)
             _check_warmup(warmup)
         if config.prometheus_url is not None and config.targets_dir is not None:
             with _timed(timings, "scrape"):
@@ -199,7 +166,7 @@ def _run_scenario(
                 search = capacity.search(scenario, handle, backend, invocation, say)
                 k6_run = search.run  # the search checked every step
             else:
-                k6_run = backend.run_k6(handle, invocation(False), measured=True)
+                k6_run = k6.run(backend, handle, invocation(False), measured=True)
                 _check_measured(k6_run)
     except ScenarioFailed as exc:
         failure = exc
@@ -264,17 +231,17 @@ def _invocation_factory(
 
 def _check_warmup(run: K6Run) -> None:
     # Thresholds may fail while caches and connections warm up; anything else is fatal.
-    if run.exit_code not in (0, K6_THRESHOLDS_CROSSED):
+    if run.exit_code not in (0, k6.EXIT_THRESHOLDS_CROSSED):
         raise ScenarioFailed("warmup", f"k6 exited with code {run.exit_code}", run.output_tail)
 
 
 def _check_measured(run: K6Run) -> None:
-    if run.summary is None:
+    metrics = run.metrics
+    if metrics is None:
         raise ScenarioFailed(
             "measure", f"k6 exited with code {run.exit_code} without a summary", run.output_tail
         )
-    metrics = k6.parse_summary(run.summary)
-    if run.exit_code == K6_THRESHOLDS_CROSSED:
+    if run.exit_code == k6.EXIT_THRESHOLDS_CROSSED:
         rate = f"{metrics.error_rate:.2%}" if metrics.error_rate is not None else "n/a"
         raise ScenarioFailed(
             "measure",

@@ -1,6 +1,7 @@
 """Health checks and verification before measuring: status, record count and shape, protocol, TLS."""
 
 import ssl
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +12,7 @@ import httpx
 from google.protobuf.json_format import MessageToDict
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from labrunner.backends.base import Endpoint, ServiceHandle
+from labrunner.backends.base import Backend, Endpoint, ScenarioFailed, ServiceHandle
 from labrunner.model.matrix import Scenario, Target
 from services.common.pb import cars_pb2, cars_pb2_grpc
 
@@ -26,6 +27,7 @@ CAR_FIELDS: Mapping[str, type] = {
 }
 DRIVER_FIELDS: Mapping[str, type] = {"firstname": str, "lastname": str, "driverId": str}
 TIMEOUT_S = 10.0
+_HEALTH_POLL_S = 0.1
 _MAX_SHAPE_ERRORS = 3  # enough to see the pattern without burying the message
 _HTTPX_PROTO = {"HTTP/1.1": "HTTP/1.1", "HTTP/2": "HTTP/2.0"}  # k6 spells it HTTP/2.0
 
@@ -58,6 +60,25 @@ def health(handle: ServiceHandle, target: Target, ca_file: Path) -> str | None:
             return None if response.status_code == 200 else f"/healthz returned {response.status_code}"
     except (grpc.RpcError, httpx.HTTPError, OSError) as exc:
         return f"not reachable: {_describe(exc)}"
+
+
+def wait_healthy(
+    backend: Backend, handle: ServiceHandle, target: Target, ca_file: Path, timeout_s: float
+) -> None:
+    """Return once the service reports SERVING; ScenarioFailed with its log when it ends or times out."""
+    deadline = time.monotonic() + timeout_s
+    reason = "not checked"
+    while time.monotonic() < deadline:
+        if ended := backend.service_ended(handle):
+            raise ScenarioFailed(
+                "health", f"services.{target.service} {ended}", backend.service_log_tail(handle)
+            )
+        reason = health(handle, target, ca_file) or ""
+        if not reason:
+            return
+        time.sleep(_HEALTH_POLL_S)
+    message = f"not SERVING after {timeout_s:g}s: {reason}"
+    raise ScenarioFailed("health", message, backend.service_log_tail(handle))
 
 
 def verify(handle: ServiceHandle, scenario: Scenario, ca_file: Path) -> Verification:

@@ -1,0 +1,73 @@
+"""The package's seams: what each room may import, and no side effects on import."""
+
+import ast
+import subprocess
+import sys
+
+import pytest
+
+from tests.support import ROOT
+
+PACKAGE = ROOT / "scripts" / "labrunner"
+# A backend starts, stops and observes; the runner's modules and the other backend are off limits.
+BACKEND_MAY_IMPORT = (
+    "labrunner.backends.base",
+    "labrunner.backends.cgroups",
+    "labrunner.model",
+    "labrunner.say",
+    "labrunner.certs",
+    "services.common",
+)
+
+
+def _labrunner_imports(path: str) -> set[str]:
+    tree = ast.parse((PACKAGE / path).read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            # `from labrunner import certs` imports the module labrunner.certs.
+            names |= {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+    return {name for name in names if name.startswith(("labrunner", "services"))}
+
+
+@pytest.mark.parametrize("backend", ["backends/local.py", "backends/docker_engine.py"])
+def test_a_backend_imports_neither_the_other_nor_the_runner(backend: str) -> None:
+    imports = _labrunner_imports(backend)
+    assert imports, "the test must see the backend's imports"
+    assert {name for name in imports if not name.startswith(BACKEND_MAY_IMPORT)} == set()
+
+
+@pytest.mark.parametrize(
+    "module", sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "run").glob("*.py"))
+)
+def test_the_runner_imports_no_concrete_backend(module: str) -> None:
+    concrete = ("labrunner.backends.local", "labrunner.backends.docker_engine")
+    assert {name for name in _labrunner_imports(module) if name.startswith(concrete)} == set()
+
+
+def test_a_local_run_never_loads_the_docker_sdk_and_importing_sets_nothing() -> None:
+    probe = (
+        "import os, sys; before = dict(os.environ)\n"
+        "from labrunner import backends, cli\n"
+        "from labrunner.backends import local\n"
+        "assert backends.choose('local') == ('local', 'requested')\n"
+        "assert 'docker' not in sys.modules, 'docker SDK imported'\n"
+        "assert dict(os.environ) == before, 'importing changed the environment'\n"
+    )
+    env = {"PATH": "/usr/bin:/bin"}
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+
+
+def test_no_module_manipulates_sys_path() -> None:
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("scripts", "services", "tests")
+        for path in (ROOT / folder).rglob("*.py")
+        if "sys.path" in path.read_text() and path.name != "test_layout.py" and "/pb/" not in str(path)
+    ]
+    assert offenders == []
