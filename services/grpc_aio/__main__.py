@@ -10,12 +10,9 @@ from services.common.config import load_settings  # noqa: E402
 from services.common.supervisor import main_guard, run_service  # noqa: E402
 from services.grpc_aio.server import worker_main  # noqa: E402
 
-DEFAULT_PORT = 50051
-DEFAULT_METRICS_PORT = 9103
-
 
 def main() -> int:
-    return run_service("grpc_aio", "grpcio", load_settings(DEFAULT_PORT, DEFAULT_METRICS_PORT), worker_main)
+    return run_service("grpc_aio", "grpcio", load_settings("grpc_aio"), worker_main)
 
 
 if __name__ == "__main__":

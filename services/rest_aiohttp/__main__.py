@@ -10,12 +10,9 @@ from services.common.config import load_settings  # noqa: E402
 from services.common.supervisor import main_guard, run_service  # noqa: E402
 from services.rest_aiohttp.server import worker_main  # noqa: E402
 
-DEFAULT_PORT = 8081
-DEFAULT_METRICS_PORT = 9101
-
 
 def main() -> int:
-    settings = load_settings(DEFAULT_PORT, DEFAULT_METRICS_PORT)
+    settings = load_settings("rest_aiohttp")
     return run_service("rest_aiohttp", "aiohttp", settings, worker_main)
 
 

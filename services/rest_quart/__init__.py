@@ -8,8 +8,6 @@ file there once started, and the supervisor creates the drain flag there on shut
 import os
 from pathlib import Path
 
-DEFAULT_PORT = 8082
-DEFAULT_METRICS_PORT = 9102
 DRAIN_FLAG = "draining"
 READY_PREFIX = "ready-"
 

@@ -16,7 +16,7 @@ from services.common.metrics import HttpServerDurations, MetricBatch
 from services.common.records import BadRequest
 from services.common.rest import JSON, Health, error_body, openapi_document, records_body, route_label
 from services.common.supervisor import record_source, signal_when_parent_dies
-from services.rest_quart import DEFAULT_METRICS_PORT, DEFAULT_PORT, DRAIN_FLAG, READY_PREFIX, runtime_dir
+from services.rest_quart import DRAIN_FLAG, READY_PREFIX, runtime_dir
 
 log = logging.getLogger("protolab.rest_quart")
 
@@ -27,7 +27,7 @@ def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> Re
 
 def create_app() -> Quart:
     """The application, configured from the environment; the record pool is loaded here, at import."""
-    settings = load_settings(DEFAULT_PORT, DEFAULT_METRICS_PORT)
+    settings = load_settings("rest_quart")
     records = record_source(settings)
     health = Health(flag_file=runtime_dir() / DRAIN_FLAG)
     openapi = orjson.dumps(openapi_document(settings.max_count, settings.default_count))

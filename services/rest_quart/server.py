@@ -34,7 +34,7 @@ from services.common.metrics import start_metrics_server
 from services.common.records import load_pool
 from services.common.rest import KEEP_ALIVE_TIMEOUT_SECONDS, LISTEN_BACKLOG
 from services.common.supervisor import print_listening
-from services.rest_quart import DEFAULT_METRICS_PORT, DEFAULT_PORT, DRAIN_FLAG, READY_PREFIX, runtime_dir
+from services.rest_quart import DRAIN_FLAG, READY_PREFIX, runtime_dir
 
 SERVICE = "rest_quart"
 APPLICATION = "services.rest_quart.app:app"
@@ -123,7 +123,7 @@ def _wait_for_workers(settings: Settings) -> bool:
 def main() -> int:
     """Start Hypercorn's workers, print the listening line, serve until stopped; the exit code."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    settings = load_settings(DEFAULT_PORT, DEFAULT_METRICS_PORT)
+    settings = load_settings("rest_quart")
     workers = settings.workers or worker_count()
     if settings.record_mode == "pool":
         # Fills the pool cache once: the spawned workers then load it instead of each running Faker.

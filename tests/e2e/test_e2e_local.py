@@ -109,9 +109,10 @@ def test_service_cpu_stays_within_its_quota_and_is_throttled_when_saturated(ci_r
         assert usage["cpu_limit_cores"] == pytest.approx(0.5), target
         # The CFS quota is enforced per 100 ms period: allow one period of slack at the ends.
         assert usage["cpu_utilisation"] <= 1.1, (target, usage)
-    # Ten closed-model VUs against half a CPU keep the REST services busy: the quota bites.
+    # Ten closed-model VUs against half a CPU keep Quart busy: the quota bites. (aiohttp can be
+    # bounded by k6 on one CPU instead, more so on a busy host, so it proves nothing here.)
     throttled = [t for t, r in ci_run["results"].items() if r["service"]["usage"]["throttled_periods"] > 0]
-    assert "aiohttp-h1" in throttled, throttled
+    assert "quart-h1" in throttled, throttled
 
 
 def test_influxdb_holds_the_uniform_metrics_tagged_by_scenario(

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from services.common.config import DEFAULT_PORTS
 from tests.support import ROOT, RunningService, free_ports, launch_service
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -438,6 +439,11 @@ def test_services_agree_with_the_contract_table() -> None:
         assert env["HOST"] == "0.0.0.0"
         assert set(published(service)) == {(LOOPBACK, str(p), str(p)) for p in (port, metrics_port)}
         assert service["image"] == f"protolab-{name}:local"
+
+
+def test_the_services_default_ports_are_the_contract_tables() -> None:
+    # The ports a service takes without PORT / METRICS_PORT, as compose builds its image with them.
+    assert {module: (port, metrics) for module, port, metrics, _ in contract_services()} == DEFAULT_PORTS
 
 
 def test_matrix_services_and_profile_p1_match_compose() -> None:

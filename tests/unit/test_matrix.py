@@ -164,7 +164,7 @@ def _mutated(data: dict[str, Any], path: str, value: object) -> dict[str, Any]:
         ("targets/grpc/expect_proto", "HTTP/2.0", "only REST targets"),
         ("targets/grpc/protocol", "h3", "protocol: 'h3' must be one of"),
         ("targets/grpc/service", "grpc-aio", "must be a services/ package name"),
-        ("targets/grpc/env", {"X": 1}, "env: must be a table of strings"),
+        ("targets/grpc/env", {"X": 1}, r"\[targets.grpc\] env X: 1 must be a valid string"),
         ("targets/bad name", {}, "name must be letters"),
         ("profiles/small/memory", "lots", r"\[profiles.small\] memory: 'lots' is not a memory size"),
         ("profiles/small/cpus", 0, "must be a positive number"),
@@ -175,8 +175,8 @@ def _mutated(data: dict[str, Any], path: str, value: object) -> dict[str, Any]:
         ("load_models/ramp/stages", [{"duration": "5s"}], "missing key 'target'"),
         ("load_models/open/max_vus", 5, "max_vus must be >= pre_allocated_vus"),
         ("presets/ci/profiles", ["tiny"], "preset 'ci' .*unknown profile 'tiny'"),
-        ("presets/ci/duration", "soon", "preset 'ci' .*duration: 'soon' is not a duration"),
-        ("presets/ci/counts", [0], "counts: 0 must be a positive integer"),
+        ("presets/ci/duration", "soon", r"\[presets.ci\] duration: 'soon' is not a duration"),
+        ("presets/ci/counts", [0], r"\[presets.ci\] counts\[0\]: 0 must be a positive integer"),
         ("presets/ci/local", {"vus": 3}, r"\[presets.ci.local\]: unknown key 'vus'"),
         ("defaults/preset", "nightly", "preset = 'nightly' is not a"),
         ("defaults/duration", None, "'duration' is not set"),
@@ -184,6 +184,31 @@ def _mutated(data: dict[str, Any], path: str, value: object) -> dict[str, Any]:
     ],
 )
 def test_validation_errors_name_the_place(
+    matrix_data: dict[str, Any], path: str, value: object, message: str
+) -> None:
+    with pytest.raises(MatrixError, match=message):
+        parse_matrix(_mutated(matrix_data, path, value), MATRIX)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        # A wrong key.
+        ("profiles/small/cpu", 1, r"^\[profiles.small\]: unknown key 'cpu' \(known: cpus, memory\)$"),
+        ("load_models/capacity/search/slo", "1s", r"^\[load_models.capacity\] search: unknown key 'slo'"),
+        ("defaults/local/duraton", "3s", r"^\[defaults.local\]: unknown key 'duraton'"),
+        # A wrong type.
+        ("targets/grpc/tls", "yes", r"^\[targets.grpc\] tls: 'yes' must be a valid boolean$"),
+        ("load_models/closed/vus", "10", r"^\[load_models.closed\] vus: '10' must be a valid integer$"),
+        ("presets/ci/repeats", 1.5, r"^\[presets.ci\] repeats: 1.5 must be a valid integer$"),
+        ("load_models/capacity/search", 1, r"^\[load_models.capacity\] search: 1 must be a table$"),
+        # A wrong unit.
+        ("profiles/p1/memory", "2x", r"^\[profiles.p1\] memory: '2x' is not a memory size"),
+        ("presets/ci/warmup", "1sec", r"^\[presets.ci\] warmup: '1sec' is not a duration"),
+        ("load_models/capacity/search/slo_p99", "1us", r"^\[load_models.capacity\] search slo_p99: '1us'"),
+    ],
+)
+def test_wrong_key_type_or_unit_names_table_and_key(
     matrix_data: dict[str, Any], path: str, value: object, message: str
 ) -> None:
     with pytest.raises(MatrixError, match=message):

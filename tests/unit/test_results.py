@@ -95,8 +95,9 @@ def _outcome(
     k6_cpu: float = 0.9,
     started: int = 0,
 ) -> Outcome:
+    # k6's 3.0 s test run (the summary's testRunDurationMs) inside 3.5 s of process wall time.
     k6_run = K6Run(
-        0, summary or _summary(), wall_seconds=3.5, cpu_seconds=k6_cpu * 3.5, cpus=1, output_tail=""
+        0, summary or _summary(), wall_seconds=3.5, cpu_seconds=k6_cpu * 3.0, cpus=1, output_tail=""
     )
     return Outcome(
         run_id="run1",
@@ -122,6 +123,14 @@ def test_parse_summary_reads_the_uniform_metrics() -> None:
     assert (metrics.dropped_iterations, metrics.vus_max, metrics.test_run_seconds) == (4, 10, 3.0)
     assert metrics.failed_thresholds == ("protolab_req_failed rate<0.01",)
     assert parse_summary(_summary()).dropped_iterations == 0  # absent metric: nothing dropped
+
+
+def test_k6_cpu_utilisation_is_over_its_test_run_not_its_start_up() -> None:
+    # Under docker the wall time holds the container's creation: 25% more here.
+    run = K6Run(0, _summary(), wall_seconds=4.0, cpu_seconds=2.7, cpus=1, output_tail="")
+    assert run.cpu_utilisation == pytest.approx(0.9)
+    without_summary = K6Run(0, None, wall_seconds=4.0, cpu_seconds=2.7, cpus=1, output_tail="")
+    assert without_summary.cpu_utilisation == pytest.approx(2.7 / 4.0)
 
 
 def test_result_of_a_successful_scenario() -> None:

@@ -4,34 +4,38 @@ import fnmatch
 import math
 import re
 import tomllib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Self, TypeVar, get_args
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 BACKENDS = ("local", "docker")
-PROTOCOLS = ("http1.1", "http2", "grpc")
+ProtocolName = Literal["http1.1", "http2", "grpc"]
+PROTOCOLS: tuple[str, ...] = get_args(ProtocolName)
 EXECUTORS = ("constant-vus", "ramping-vus", "constant-arrival-rate", "shared-iterations")
 # What k6 reports as res.proto for each REST protocol.
 REST_PROTO = {"http1.1": "HTTP/1.1", "http2": "HTTP/2.0"}
-# Keys a [defaults], [defaults.<backend>], [presets.<name>] or [presets.<name>.<backend>] may set.
-SELECTION_KEYS = (
-    "targets",
-    "profiles",
-    "counts",
-    "load_models",
-    "duration",
-    "warmup",
-    "repeats",
-    "start_timeout",
-    "stop_timeout",
-)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*([bkmg]?)b?$", re.IGNORECASE)
 _MEMORY_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+T = TypeVar("T")
 
 
 class MatrixError(ValueError):
@@ -186,7 +190,12 @@ class Plan:
         return sum(s.warmup_s + s.measured_seconds for s in self.scenarios)
 
 
-def parse_duration(value: object, where: str) -> float:
+def _problem(message: str, value: object) -> PydanticCustomError:
+    """A validation error whose message may show the offending value as {value}."""
+    return PydanticCustomError("matrix", message, {"value": repr(value)})
+
+
+def _seconds(value: object) -> float:
     """Seconds from a k6-style duration ("500ms", "30s", "1m30s") or a number of seconds."""
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
         return float(value)
@@ -197,7 +206,254 @@ def parse_duration(value: object, where: str) -> float:
         parts = _DURATION_PART.findall(text)
         if parts and "".join(n + u for n, u in parts) == text:
             return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
-    raise MatrixError(f"{where}: {value!r} is not a duration (e.g. '500ms', '30s', '1m30s')")
+    raise _problem("{value} is not a duration (e.g. '500ms', '30s', '1m30s')", value)
+
+
+def _bytes(value: object) -> int:
+    """Bytes from a docker-style size ("512m", "2g") or a number of bytes."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str):
+        match = _MEMORY.match(value.strip())
+        if match:
+            size = int(float(match[1]) * _MEMORY_UNITS[match[2].lower()])
+            if size > 0:
+                return size
+    raise _problem("{value} is not a memory size (e.g. '512m', '2g')", value)
+
+
+def _as_list(value: object) -> object:
+    # One name stands for a list of one; the command line gives tuples.
+    if isinstance(value, str):
+        return [value]
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _must(test: Callable[[T], object], message: str) -> AfterValidator:
+    """A constraint on the parsed value, failing with `message`."""
+
+    def check(value: T) -> T:
+        if not test(value):
+            raise _problem(message, value)
+        return value
+
+    return AfterValidator(check)
+
+
+def _positive(value: float) -> bool:
+    return value > 0
+
+
+_STRICT = ConfigDict(strict=True)
+Duration = Annotated[float, BeforeValidator(_seconds)]
+PositiveDuration = Annotated[Duration, _must(_positive, "must be longer than zero")]
+MemorySize = Annotated[int, BeforeValidator(_bytes)]
+PositiveInt = Annotated[int, _must(_positive, "{value} must be a positive integer")]
+# Names end up in file names, cgroup directories and metric labels.
+Name = Annotated[str, _must(_NAME.match, "name must be letters, digits, '-' or '_'")]
+Names = Annotated[list[str], BeforeValidator(_as_list), _must(len, "must list at least one name")]
+Counts = Annotated[list[PositiveInt], BeforeValidator(_as_list), _must(len, "must list at least one count")]
+Entries = Annotated[dict[Name, T], _must(len, "must define at least one entry")]
+_DURATION = TypeAdapter[float](Duration, config=_STRICT)
+_MEMORY_SIZE = TypeAdapter[int](MemorySize, config=_STRICT)
+_POSITIVE_INT = TypeAdapter[int](PositiveInt, config=_STRICT)
+
+
+class _Table(BaseModel):
+    """A table of matrix.toml: strict types, read-only, no keys but its fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: object) -> object:
+        # extra="forbid" would reject the key too, but not list the keys that are allowed.
+        unknown = sorted(set(data) - set(cls.model_fields)) if isinstance(data, dict) else []
+        if unknown:
+            known = ", ".join(sorted(cls.model_fields))
+            raise PydanticCustomError(
+                "unknown_key", "unknown key {key} (known: {known})", {"key": repr(unknown[0]), "known": known}
+            )
+        return data
+
+
+class _ProfileSpec(_Table):
+    """[profiles.<name>]"""
+
+    cpus: Annotated[float, _must(_positive, "{value} must be a positive number")]
+    memory: MemorySize
+
+    def build(self, name: str) -> Profile:
+        return Profile(name, self.cpus, self.memory)
+
+
+class _TargetSpec(_Table):
+    """[targets.<name>]"""
+
+    service: Annotated[str, _must(str.isidentifier, "{value} must be a services/ package name")]
+    script: Annotated[str, _must(lambda path: path.endswith(".js"), "{value} must be a k6 .js path")]
+    protocol: ProtocolName
+    tls: bool
+    expect_proto: str | None = Field(default=None, validate_default=True)
+    env: dict[str, str] = {}
+
+    @field_validator("expect_proto")
+    @classmethod
+    def _expect_matches_protocol(cls, value: str | None, info: ValidationInfo) -> str | None:
+        protocol = info.data.get("protocol")
+        if protocol == "grpc" and value is not None:
+            raise _problem("only REST targets have one", value)
+        if protocol in REST_PROTO and value != REST_PROTO[protocol]:
+            raise _problem(f"{{value}} must be {REST_PROTO[protocol]!r} for {protocol}", value)
+        return value
+
+    @model_validator(mode="after")
+    def _http2_over_tls(self) -> Self:
+        if self.protocol == "http2" and not self.tls:
+            raise _problem("http2 needs tls = true (k6 negotiates HTTP/2 only via ALPN)", self.tls)
+        return self
+
+    def build(self, name: str) -> Target:
+        env = tuple(sorted(self.env.items()))
+        return Target(name, self.service, self.script, self.protocol, self.tls, self.expect_proto, env)
+
+
+class _StageSpec(_Table):
+    """One of a ramping-vus model's stages."""
+
+    duration: PositiveDuration
+    target: Annotated[int, _must(lambda vus: vus >= 0, "{value} must be an integer >= 0")]
+
+    def build(self) -> Stage:
+        return Stage(self.duration, self.target)
+
+
+class _SearchSpec(_Table):
+    """A constant-arrival-rate model's capacity search."""
+
+    slo_p99: PositiveDuration
+    max_error_rate: Annotated[float, _must(lambda r: 0 <= r < 1, "{value} must be a fraction in [0, 1)")]
+    max_steps: PositiveInt
+    growth: Annotated[float, _must(lambda g: g > 1, "{value} must be a number above 1")]
+
+    def build(self) -> CapacitySearch:
+        return CapacitySearch(self.slo_p99 * 1000, self.max_error_rate, self.max_steps, self.growth)
+
+
+class _ConstantVus(_Table):
+    """[load_models.<name>] with executor = "constant-vus"; likewise the next three."""
+
+    executor: Literal["constant-vus"]
+    vus: PositiveInt
+
+    def build(self, name: str) -> LoadModel:
+        return LoadModel(name, self.executor, vus=self.vus)
+
+
+class _RampingVus(_Table):
+    executor: Literal["ramping-vus"]
+    stages: Annotated[list[_StageSpec], _must(len, "must list at least one stage")]
+
+    def build(self, name: str) -> LoadModel:
+        return LoadModel(name, self.executor, stages=tuple(s.build() for s in self.stages))
+
+
+class _ConstantArrivalRate(_Table):
+    executor: Literal["constant-arrival-rate"]
+    rate: PositiveInt
+    pre_allocated_vus: PositiveInt
+    max_vus: PositiveInt
+    search: _SearchSpec | None = None  # a capacity search from `rate`
+
+    @model_validator(mode="after")
+    def _max_covers_preallocated(self) -> Self:
+        if self.max_vus < self.pre_allocated_vus:
+            raise _problem("max_vus must be >= pre_allocated_vus", self.max_vus)
+        return self
+
+    def build(self, name: str) -> LoadModel:
+        return LoadModel(
+            name,
+            self.executor,
+            rate=self.rate,
+            pre_allocated_vus=self.pre_allocated_vus,
+            max_vus=self.max_vus,
+            search=self.search.build() if self.search else None,
+        )
+
+
+class _SharedIterations(_Table):
+    executor: Literal["shared-iterations"]
+    vus: PositiveInt
+    iterations: PositiveInt
+
+    def build(self, name: str) -> LoadModel:
+        return LoadModel(name, self.executor, vus=self.vus, iterations=self.iterations)
+
+
+_LoadModelSpec = Annotated[
+    _ConstantVus | _RampingVus | _ConstantArrivalRate | _SharedIterations, Field(discriminator="executor")
+]
+
+
+class _Settings(_Table):
+    """What a preset chooses, merged over its layers and the command line: every key set."""
+
+    targets: Names
+    profiles: Names
+    counts: Counts
+    load_models: Names
+    duration: PositiveDuration
+    warmup: Duration
+    repeats: PositiveInt
+    start_timeout: PositiveDuration
+    stop_timeout: PositiveDuration
+
+
+# Keys a [defaults], [defaults.<backend>], [presets.<name>] or [presets.<name>.<backend>] may set.
+SELECTION_KEYS = tuple(_Settings.model_fields)
+
+
+class _Selection(_Table):
+    """One layer of a preset: any of the settings' keys."""
+
+    targets: Names | None = None
+    profiles: Names | None = None
+    counts: Counts | None = None
+    load_models: Names | None = None
+    duration: PositiveDuration | None = None
+    warmup: Duration | None = None
+    repeats: PositiveInt | None = None
+    start_timeout: PositiveDuration | None = None
+    stop_timeout: PositiveDuration | None = None
+
+
+class _Preset(_Selection):
+    """[presets.<name>] and its per-backend tables."""
+
+    local: _Selection | None = None
+    docker: _Selection | None = None
+
+
+class _Defaults(_Preset):
+    """[defaults]: a preset's layers start here."""
+
+    preset: str = "default"
+
+
+class _MatrixFile(_Table):
+    """The whole file."""
+
+    defaults: _Defaults = _Defaults()
+    profiles: Entries[_ProfileSpec]
+    targets: Entries[_TargetSpec]
+    load_models: Entries[_LoadModelSpec]
+    presets: dict[str, _Preset] = {}
+
+
+def parse_duration(value: object, where: str) -> float:
+    """Seconds from a k6-style duration ("500ms", "30s", "1m30s") or a number of seconds."""
+    return _parse(_DURATION, value, where)
 
 
 def format_duration(seconds: float) -> str:
@@ -209,15 +465,7 @@ def format_duration(seconds: float) -> str:
 
 def parse_memory(value: object, where: str) -> int:
     """Bytes from a docker-style size ("512m", "2g") or a number of bytes."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    if isinstance(value, str):
-        match = _MEMORY.match(value.strip())
-        if match:
-            size = int(float(match[1]) * _MEMORY_UNITS[match[2].lower()])
-            if size > 0:
-                return size
-    raise MatrixError(f"{where}: {value!r} is not a memory size (e.g. '512m', '2g')")
+    return _parse(_MEMORY_SIZE, value, where)
 
 
 def load_matrix(path: Path) -> Matrix:
@@ -233,25 +481,26 @@ def load_matrix(path: Path) -> Matrix:
 
 def parse_matrix(data: Mapping[str, Any], path: Path) -> Matrix:
     """Validate a decoded matrix document."""
-    _check_keys(data, {"defaults", "profiles", "targets", "load_models", "presets"}, str(path))
-    profiles = {n: _profile(n, t) for n, t in _tables(data, "profiles").items()}
-    targets = {n: _target(n, t) for n, t in _tables(data, "targets").items()}
-    load_models = {n: _load_model(n, t) for n, t in _tables(data, "load_models").items()}
-    for kind, table in (("profiles", profiles), ("targets", targets), ("load_models", load_models)):
-        if not table:
-            raise MatrixError(f"{path}: [{kind}] must define at least one entry")
-    defaults = dict(_table(data, "defaults", "[defaults]"))
-    default_preset = defaults.pop("preset", "default")
-    _check_selection(defaults, "[defaults]")
-    presets = _tables(data, "presets")
-    for name, preset in presets.items():
-        _check_selection(preset, f"[presets.{name}]")
-    if default_preset not in presets:
-        raise MatrixError(f"[defaults] preset = {default_preset!r} is not a [presets.*] table")
-    matrix = Matrix(path, profiles, targets, load_models, defaults, presets, default_preset)
-    for name in presets:
+    try:
+        spec = _MatrixFile.model_validate(data)
+    except ValidationError as exc:
+        raise _matrix_error(exc, str(path), in_file=True) from exc
+    if spec.defaults.preset not in spec.presets:
+        raise MatrixError(f"[defaults] preset = {spec.defaults.preset!r} is not a [presets.*] table")
+    # The layers stay as written: they are merged with the command line and listed by --list.
+    defaults = {k: v for k, v in data.get("defaults", {}).items() if k != "preset"}
+    matrix = Matrix(
+        path,
+        profiles={n: p.build(n) for n, p in spec.profiles.items()},
+        targets={n: t.build(n) for n, t in spec.targets.items()},
+        load_models={n: m.build(n) for n, m in spec.load_models.items()},
+        defaults=defaults,
+        presets=data.get("presets", {}),
+        default_preset=spec.defaults.preset,
+    )
+    for name in matrix.presets:
         for backend in BACKENDS:
-            _selection(matrix, name, backend, Overrides())  # every preset must expand
+            expand(matrix, backend, name)  # every preset must expand
     return matrix
 
 
@@ -268,31 +517,38 @@ def expand(
     name = preset or matrix.default_preset
     if name not in matrix.presets:
         raise MatrixError(f"unknown preset {name!r} (known: {', '.join(matrix.presets)})")
-    sel = _selection(matrix, name, backend, overrides)
+    where = f"preset {name!r} ({backend} backend)"
+    settings = _settings(matrix, name, backend, overrides, where)
+    models = [
+        _with_overrides(matrix.load_models[n], overrides)
+        for n in _names(settings.load_models, matrix.load_models, "load model", where)
+    ]
+    targets = _names(settings.targets, matrix.targets, "target", where)
+    profiles = _names(settings.profiles, matrix.profiles, "profile", where)
     scenarios = tuple(
         Scenario(
             target=matrix.targets[target],
             profile=matrix.profiles[profile],
             count=count,
             load_model=model,
-            duration_s=sel["duration_s"],
-            warmup_s=sel["warmup_s"],
+            duration_s=settings.duration,
+            warmup_s=settings.warmup,
             repeat=repeat,
-            repeats=sel["repeats"],
+            repeats=settings.repeats,
         )
-        for repeat in range(1, sel["repeats"] + 1)
-        for profile in sel["profiles"]
-        for count in sel["counts"]
-        for model in sel["load_models"]
-        for target in sel["targets"]
+        for repeat in range(1, settings.repeats + 1)
+        for profile in profiles
+        for count in sorted(set(settings.counts))
+        for model in models
+        for target in targets
     )
     return Plan(
         matrix_path=matrix.path,
         preset=name,
         backend=backend,
         scenarios=scenarios,
-        start_timeout_s=sel["start_timeout_s"],
-        stop_timeout_s=sel["stop_timeout_s"],
+        start_timeout_s=settings.start_timeout,
+        stop_timeout_s=settings.stop_timeout,
     )
 
 
@@ -303,52 +559,37 @@ def split_list(values: Sequence[str] | None) -> tuple[str, ...] | None:
     return tuple(item.strip() for value in values for item in value.split(",") if item.strip())
 
 
-def _selection(matrix: Matrix, preset: str, backend: str, overrides: Overrides) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
+def _settings(matrix: Matrix, preset: str, backend: str, overrides: Overrides, where: str) -> _Settings:
+    """[defaults], [defaults.<backend>], the preset, its backend table, then the command line."""
+    merged: dict[str, object] = {}
     preset_table = matrix.presets[preset]
     for layer in (matrix.defaults, matrix.defaults.get(backend, {}), preset_table):
         merged.update({k: v for k, v in layer.items() if k not in BACKENDS})
     merged.update(preset_table.get(backend, {}))
-    where = f"preset {preset!r} ({backend} backend)"
     for key in SELECTION_KEYS:
         if key not in merged:
             raise MatrixError(f"{where}: {key!r} is not set in [defaults] or the preset")
     cli = {f.name: getattr(overrides, f.name) for f in fields(overrides)}
     merged.update({k: v for k, v in cli.items() if v is not None and k in SELECTION_KEYS})
-    models = [
-        _with_overrides(matrix.load_models[n], overrides)
-        for n in _names(merged["load_models"], matrix.load_models, "load model", where)
-    ]
-    return {
-        "targets": _names(merged["targets"], matrix.targets, "target", where),
-        "profiles": _names(merged["profiles"], matrix.profiles, "profile", where),
-        "counts": _counts(merged["counts"], where),
-        "load_models": models,
-        "duration_s": _positive_duration(merged["duration"], f"{where}: duration"),
-        "warmup_s": parse_duration(merged["warmup"], f"{where}: warmup"),
-        "repeats": _positive_int(merged["repeats"], f"{where}: repeats"),
-        "start_timeout_s": _positive_duration(merged["start_timeout"], f"{where}: start_timeout"),
-        "stop_timeout_s": _positive_duration(merged["stop_timeout"], f"{where}: stop_timeout"),
-    }
+    try:
+        return _Settings.model_validate(merged)
+    except ValidationError as exc:
+        raise _matrix_error(exc, where) from exc
 
 
 def _with_overrides(model: LoadModel, overrides: Overrides) -> LoadModel:
     """--vus sets the VUs of constant-vus models, --rate the rate of arrival-rate models."""
     if overrides.vus is not None and model.executor == "constant-vus":
-        model = replace(model, vus=_positive_int(overrides.vus, "--vus"))
+        model = replace(model, vus=_parse(_POSITIVE_INT, overrides.vus, "--vus"))
     if overrides.rate is not None and model.executor == "constant-arrival-rate":
-        model = replace(model, rate=_positive_int(overrides.rate, "--rate"))
+        model = replace(model, rate=_parse(_POSITIVE_INT, overrides.rate, "--rate"))
     return model
 
 
-def _names(value: object, known: Mapping[str, Any], kind: str, where: str) -> list[str]:
+def _names(patterns: list[str], known: Mapping[str, object], kind: str, where: str) -> list[str]:
     """Resolve names and globs in file order of `known`; unknown names are errors."""
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list | tuple) or not value or not all(isinstance(v, str) for v in value):
-        raise MatrixError(f"{where}: {kind}s must be a non-empty list of names")
     chosen: set[str] = set()
-    for pattern in value:
+    for pattern in patterns:
         matches = fnmatch.filter(known, pattern)
         if not matches:
             raise MatrixError(f"{where}: unknown {kind} {pattern!r} (known: {', '.join(known)})")
@@ -356,150 +597,47 @@ def _names(value: object, known: Mapping[str, Any], kind: str, where: str) -> li
     return [name for name in known if name in chosen]
 
 
-def _counts(value: object, where: str) -> list[int]:
-    if not isinstance(value, list | tuple) or not value:
-        raise MatrixError(f"{where}: counts must be a non-empty list of integers")
-    return sorted({_positive_int(v, f"{where}: counts") for v in value})
+def _parse(adapter: TypeAdapter[T], value: object, where: str) -> T:
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        raise _matrix_error(exc, where) from exc
 
 
-def _positive_int(value: object, where: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    raise MatrixError(f"{where}: {value!r} must be a positive integer")
+def _matrix_error(exc: ValidationError, where: str, in_file: bool = False) -> MatrixError:
+    """Pydantic's first error in the file's terms: "[table] key: what is wrong"."""
+    error = exc.errors()[0]
+    # "[key]" marks a failing table name; pydantic puts the executor between a load model and its keys.
+    loc = [part for part in error["loc"] if part != "[key]"]
+    if in_file and loc[:1] == ["load_models"]:
+        del loc[2:3]
+    kind, ctx, value = error["type"], error.get("ctx", {}), error["input"]
+    if kind == "missing":
+        problem = f"missing key {loc.pop()!r}"
+    elif kind == "union_tag_not_found":
+        problem = f"missing key {ctx['discriminator']}"
+    elif kind == "union_tag_invalid":
+        loc.append(ctx["discriminator"].strip("'"))
+        problem = f"{ctx['tag']!r} must be one of {ctx['expected_tags']}"
+    elif kind == "literal_error":
+        problem = f"{value!r} must be one of {ctx['expected']}"
+    elif kind in ("dict_type", "model_type", "model_attributes_type"):
+        problem = f"{value!r} must be a table"
+    else:
+        problem = error["msg"].replace("Input should be", f"{value!r} must be", 1)
+    if in_file and (depth := _table_depth(loc)):
+        where, loc = f"[{'.'.join(map(str, loc[:depth]))}]", loc[depth:]
+    keys = "".join(f"[{part}]" if isinstance(part, int) else f" {part}" for part in loc).strip()
+    if not keys:
+        return MatrixError(f"{where}: {problem}")
+    return MatrixError(f"{where} {keys}: {problem}" if in_file else f"{where}: {keys}: {problem}")
 
 
-def _positive_duration(value: object, where: str) -> float:
-    seconds = parse_duration(value, where)
-    if seconds <= 0:
-        raise MatrixError(f"{where}: must be longer than zero")
-    return seconds
-
-
-def _check_selection(table: Mapping[str, Any], where: str) -> None:
-    _check_keys(table, set(SELECTION_KEYS) | set(BACKENDS), where)
-    for backend in BACKENDS:
-        if backend in table:
-            sub = _table(table, backend, f"{where[:-1]}.{backend}]")
-            _check_keys(sub, set(SELECTION_KEYS), f"{where[:-1]}.{backend}]")
-
-
-def _profile(name: str, table: Mapping[str, Any]) -> Profile:
-    where = f"[profiles.{name}]"
-    _check_name(name, where)
-    _check_keys(table, {"cpus", "memory"}, where, required={"cpus", "memory"})
-    cpus = table["cpus"]
-    if isinstance(cpus, bool) or not isinstance(cpus, int | float) or cpus <= 0:
-        raise MatrixError(f"{where} cpus: {cpus!r} must be a positive number")
-    return Profile(name, float(cpus), parse_memory(table["memory"], f"{where} memory"))
-
-
-def _target(name: str, table: Mapping[str, Any]) -> Target:
-    where = f"[targets.{name}]"
-    _check_name(name, where)
-    required = {"service", "script", "protocol", "tls"}
-    _check_keys(table, required | {"expect_proto", "env"}, where, required=required)
-    service, script, protocol, tls = (table[k] for k in ("service", "script", "protocol", "tls"))
-    if not isinstance(service, str) or not service.isidentifier():
-        raise MatrixError(f"{where} service: {service!r} must be a services/ package name")
-    if not isinstance(script, str) or not script.endswith(".js"):
-        raise MatrixError(f"{where} script: {script!r} must be a k6 .js path")
-    if protocol not in PROTOCOLS:
-        raise MatrixError(f"{where} protocol: {protocol!r} must be one of {', '.join(PROTOCOLS)}")
-    if not isinstance(tls, bool):
-        raise MatrixError(f"{where} tls: {tls!r} must be true or false")
-    if protocol == "http2" and not tls:
-        raise MatrixError(f"{where}: http2 needs tls = true (k6 negotiates HTTP/2 only via ALPN)")
-    expect = table.get("expect_proto")
-    if protocol == "grpc" and expect is not None:
-        raise MatrixError(f"{where} expect_proto: only REST targets have one")
-    if protocol != "grpc" and expect != REST_PROTO[protocol]:
-        raise MatrixError(f"{where} expect_proto: {expect!r} must be {REST_PROTO[protocol]!r} for {protocol}")
-    env = table.get("env", {})
-    if not isinstance(env, Mapping) or not all(isinstance(v, str) for v in env.values()):
-        raise MatrixError(f"{where} env: must be a table of strings")
-    return Target(name, service, script, protocol, tls, expect, tuple(sorted(env.items())))
-
-
-def _load_model(name: str, table: Mapping[str, Any]) -> LoadModel:
-    where = f"[load_models.{name}]"
-    _check_name(name, where)
-    executor = table.get("executor")
-    needed = {
-        "constant-vus": {"vus"},
-        "ramping-vus": {"stages"},
-        "constant-arrival-rate": {"rate", "pre_allocated_vus", "max_vus"},
-        "shared-iterations": {"vus", "iterations"},
-    }
-    if executor not in needed:
-        raise MatrixError(f"{where} executor: {executor!r} must be one of {', '.join(EXECUTORS)}")
-    optional = {"search"} if executor == "constant-arrival-rate" else set()
-    _check_keys(table, {"executor"} | needed[executor] | optional, where, required=needed[executor])
-    ints = {
-        k: _positive_int(table[k], f"{where} {k}")
-        for k in ("vus", "rate", "pre_allocated_vus", "max_vus", "iterations")
-        if k in table
-    }
-    if ints.get("max_vus", 0) < ints.get("pre_allocated_vus", 0):
-        raise MatrixError(f"{where}: max_vus must be >= pre_allocated_vus")
-    stages = tuple(_stage(s, f"{where} stages[{i}]") for i, s in enumerate(table.get("stages", [])))
-    if executor == "ramping-vus" and not stages:
-        raise MatrixError(f"{where} stages: must list at least one stage")
-    search = _search(table["search"], f"{where} search") if "search" in table else None
-    return LoadModel(name, executor, stages=stages, search=search, **ints)
-
-
-def _search(value: object, where: str) -> CapacitySearch:
-    keys = {"slo_p99", "max_error_rate", "max_steps", "growth"}
-    if not isinstance(value, Mapping):
-        raise MatrixError(f"{where}: must be a table {{ {', '.join(sorted(keys))} }}")
-    _check_keys(value, keys, where, required=keys)
-    error_rate, growth = value["max_error_rate"], value["growth"]
-    if isinstance(error_rate, bool) or not isinstance(error_rate, int | float) or not 0 <= error_rate < 1:
-        raise MatrixError(f"{where} max_error_rate: {error_rate!r} must be a fraction in [0, 1)")
-    if isinstance(growth, bool) or not isinstance(growth, int | float) or growth <= 1:
-        raise MatrixError(f"{where} growth: {growth!r} must be a number above 1")
-    return CapacitySearch(
-        slo_p99_ms=_positive_duration(value["slo_p99"], f"{where} slo_p99") * 1000,
-        max_error_rate=float(error_rate),
-        max_steps=_positive_int(value["max_steps"], f"{where} max_steps"),
-        growth=float(growth),
-    )
-
-
-def _stage(value: object, where: str) -> Stage:
-    if not isinstance(value, Mapping):
-        raise MatrixError(f"{where}: must be a table {{ duration = '5s', target = 10 }}")
-    _check_keys(value, {"duration", "target"}, where, required={"duration", "target"})
-    target = value["target"]
-    if isinstance(target, bool) or not isinstance(target, int) or target < 0:
-        raise MatrixError(f"{where} target: {target!r} must be an integer >= 0")
-    return Stage(_positive_duration(value["duration"], f"{where} duration"), target)
-
-
-def _tables(data: Mapping[str, Any], key: str) -> dict[str, Mapping[str, Any]]:
-    section = _table(data, key, f"[{key}]")
-    return {name: _table(section, name, f"[{key}.{name}]") for name in section}
-
-
-def _table(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
-    value = data.get(key, {})
-    if not isinstance(value, Mapping):
-        raise MatrixError(f"{where} must be a table")
-    return value
-
-
-def _check_name(name: str, where: str) -> None:
-    # Names end up in file names, cgroup directories and metric labels.
-    if not _NAME.match(name):
-        raise MatrixError(f"{where}: name must be letters, digits, '-' or '_'")
-
-
-def _check_keys(
-    table: Mapping[str, Any], known: set[str], where: str, required: Collection[str] = ()
-) -> None:
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise MatrixError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
-    missing = sorted(set(required) - set(table))
-    if missing:
-        raise MatrixError(f"{where}: missing key {missing[0]!r}")
+def _table_depth(loc: Sequence[int | str]) -> int:
+    """How many leading parts of a location name a table: [defaults], [profiles.small], [presets.ci.local]."""
+    if not loc:
+        return 0
+    depth = 1 if loc[0] == "defaults" else 2
+    if loc[0] in ("defaults", "presets") and len(loc) > depth and loc[depth] in BACKENDS:
+        depth += 1
+    return min(depth, len(loc))

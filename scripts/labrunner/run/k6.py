@@ -75,10 +75,15 @@ class K6Run:
 
     @property
     def cpu_utilisation(self) -> float | None:
-        """k6's CPU use as a fraction of the CPUs it may use; near 1.0 means k6 saturated."""
-        if self.cpu_seconds is None or self.wall_seconds <= 0 or self.cpus <= 0:
+        """k6's CPU use as a fraction of the CPUs it may use; near 1.0 means k6 saturated.
+
+        Over k6's own test run where the summary has it: the process's wall time also holds
+        its start-up (a container's creation under docker), which would read low.
+        """
+        seconds = (self.metrics.test_run_seconds if self.metrics else None) or self.wall_seconds
+        if self.cpu_seconds is None or seconds <= 0 or self.cpus <= 0:
             return None
-        return self.cpu_seconds / (self.wall_seconds * self.cpus)
+        return self.cpu_seconds / (seconds * self.cpus)
 
 
 def run(backend: Backend, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Run:
