@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Set up everything the tests need (scripts/setup.sh), then lint and run the whole suite.
+# Set up everything the tests need (scripts/setup.sh), then lint, type-check and run the suite.
+# Arguments go to pytest: `scripts/test.sh tests/unit` runs one kind (unit, integration, e2e).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy
 .venv/bin/python -m pytest "$@"

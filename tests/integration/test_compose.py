@@ -24,72 +24,20 @@ import pytest
 import yaml
 
 from services.common.config import DEFAULT_PORTS
+from tests.compose_file import (
+    COMPOSE_FILE,
+    REQUIRED_ENV,
+    InterpolationError,
+    compose,
+    compose_variables,
+    raw_compose,
+    resolve,
+)
 from tests.support import ROOT, RunningService, free_ports, launch_service
 
-COMPOSE_FILE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 CONTRACTS = ROOT / "docs" / "CONTRACTS.md"
-# The variables a user must provide; everything else has a default.
-REQUIRED_ENV = {"GRAFANA_ADMIN_PASSWORD": "test-only-password"}
 LOOPBACK = "127.0.0.1"
-
-
-# --- Compose interpolation, as the Compose Specification defines it -----------------------
-
-_VARIABLE = re.compile(
-    r"\$(?:(?P<escaped>\$)|\{(?P<name>[A-Za-z_]\w*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
-    r"|(?P<bare>[A-Za-z_]\w*))"
-)
-
-
-class InterpolationError(ValueError):
-    """A ${VAR:?message} whose variable is missing."""
-
-
-def interpolate(text: str, env: Mapping[str, str]) -> str:
-    """Resolve $VAR, ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?err}, ${VAR?err}, ${VAR:+alt}, $$."""
-
-    def replace(match: re.Match[str]) -> str:
-        if match["escaped"]:
-            return "$"
-        name = match["name"] or match["bare"]
-        op, arg = match["op"], interpolate(match["arg"] or "", env)
-        value = env.get(name)
-        missing = value is None or (value == "" and op is not None and op.startswith(":"))
-        if op in {":-", "-"}:
-            return arg if missing else str(value)
-        if op in {":+", "+"}:
-            return "" if missing else arg
-        if op in {":?", "?"} and missing:
-            raise InterpolationError(f"{name}: {arg}")
-        return value or ""
-
-    return _VARIABLE.sub(replace, text)
-
-
-def _resolve(node: Any, env: Mapping[str, str]) -> Any:
-    if isinstance(node, str):
-        return interpolate(node, env)
-    if isinstance(node, dict):
-        return {key: _resolve(value, env) for key, value in node.items()}
-    if isinstance(node, list):
-        return [_resolve(item, env) for item in node]
-    return node
-
-
-def raw_compose() -> dict[str, Any]:
-    """The compose file as written (YAML anchors and merge keys resolved, variables not)."""
-    return yaml.safe_load(COMPOSE_FILE.read_text())
-
-
-def compose(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The compose file with every variable resolved against env (only REQUIRED_ENV by default)."""
-    return _resolve(raw_compose(), {**REQUIRED_ENV, **(env or {})})
-
-
-def compose_variables() -> set[str]:
-    """Every variable the compose file reads."""
-    return {m["name"] or m["bare"] for m in _VARIABLE.finditer(COMPOSE_FILE.read_text()) if not m["escaped"]}
 
 
 # --- Dockerfiles, .dockerignore ------------------------------------------------------------
@@ -112,13 +60,17 @@ def dockerfile_stages(path: Path) -> list[Stage]:
         "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")),
     )
     stages: list[Stage] = []
+    global_args: dict[str, str] = {}  # ARGs before the first FROM: FROM may use their defaults
     for line in logical.splitlines():
         if not line.strip():
             continue
         keyword, _, rest = line.strip().partition(" ")
         keyword, rest = keyword.upper(), rest.strip()
-        if keyword == "FROM":
-            parts = rest.split()
+        if keyword == "ARG" and not stages:
+            name, _, default = rest.partition("=")
+            global_args[name] = default
+        elif keyword == "FROM":
+            parts = _substitute(rest, global_args).split()
             stages.append(Stage(parts[0], parts[2] if len(parts) > 2 and parts[1].upper() == "AS" else None))
         elif stages:
             stages[-1].instructions.append((keyword, rest))
@@ -368,9 +320,9 @@ def test_grafana_has_no_default_admin_password() -> None:
     raw_env = raw_compose()["services"]["grafana"]["environment"]
     assert re.fullmatch(r"\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}", raw_env["GF_SECURITY_ADMIN_PASSWORD"])
     with pytest.raises(InterpolationError, match="GRAFANA_ADMIN_PASSWORD"):
-        _resolve(raw_compose(), {})
+        resolve(raw_compose(), {})
     with pytest.raises(InterpolationError):
-        _resolve(raw_compose(), {"GRAFANA_ADMIN_PASSWORD": ""})
+        resolve(raw_compose(), {"GRAFANA_ADMIN_PASSWORD": ""})
     env = compose()["services"]["grafana"]["environment"]
     if env.get("GF_AUTH_ANONYMOUS_ENABLED") == "true":
         assert env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"

@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import re
 import stat
 import tarfile
 import threading
@@ -15,8 +16,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import docker
 import pytest
-import yaml
 from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.types import Ulimit
 from labrunner import backends, cli
 from labrunner.backends import docker_engine
 from labrunner.backends.base import BackendSettings, BackendUnavailable, ScenarioFailed
@@ -24,9 +25,10 @@ from labrunner.backends.docker_engine import DockerBackend, StatsSnapshot, Usage
 from labrunner.model.matrix import Overrides, Plan, Scenario, expand, load_matrix
 from labrunner.run import k6, runner
 
+from tests.compose_file import compose
 from tests.support import ROOT
 
-COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+COMPOSE = compose()  # with the defaults a user gets
 MATRIX = load_matrix(ROOT / "matrix.toml")
 RUN_ID = "run1"
 SERVICE_IP = "172.18.0.9"
@@ -149,7 +151,8 @@ class FakeDocker:
         self.k6_stats: list[list[dict]] = []  # per k6 container, in order
         self.on_k6_start: Callable[[FakeContainer], None] = lambda container: None
         self.leftovers = [FakeContainer(self, {"name": n, "labels": {}}) for n in leftovers]
-        self.containers = SimpleNamespace(create=self._create, list=self._list)
+        self.containers = SimpleNamespace(create=self._create, list=self._list, get=self._get)
+        self.interrupt_create_of: str | None = None  # a role whose create is cut short by Ctrl-C
         self.images = SimpleNamespace(
             get=self._image, pull=lambda repo, tag: self.pulled.append(f"{repo}:{tag}")
         )
@@ -159,11 +162,25 @@ class FakeDocker:
     def _create(self, **params: Any) -> FakeContainer:
         container = FakeContainer(self, params)
         self.created.append(container)
+        if container.role == self.interrupt_create_of:
+            # The engine made the container, but the Ctrl-C arrived before the answer did.
+            raise KeyboardInterrupt
         return container
 
     def _list(self, all: bool, filters: dict) -> list[FakeContainer]:
         self.calls.append(("list", all, filters))
-        return self.leftovers
+        if filters == {"label": "protolab.managed=true"}:
+            return self.leftovers
+        key, _, value = filters["label"].partition("=")
+        return [
+            c for c in self.created if c.name not in self.removed and c.params["labels"].get(key) == value
+        ]
+
+    def _get(self, name: str) -> FakeContainer:
+        for container in self.created:
+            if container.name == name and name not in self.removed:
+                return container
+        raise NotFound(name)
 
     def _image(self, name: str) -> SimpleNamespace:
         if name not in self.images_present:
@@ -176,8 +193,10 @@ class FakeDocker:
     def ping(self) -> bool:
         return True
 
+    version_answer = "27.5.1"
+
     def version(self) -> dict[str, str]:
-        return {"Version": "27.5.1"}
+        return {"Version": self.version_answer}
 
     def close(self) -> None:
         self.calls.append(("close",))
@@ -334,7 +353,7 @@ def test_service_container_parameters_per_profile(
             "protolab.role": "service",
         },
         "volumes": {"protolab-certs": {"bind": "/certs", "mode": "ro"}},
-        "ulimits": [{"name": "nofile", "soft": 65536, "hard": 65536}],
+        "ulimits": [Ulimit(name="nofile", soft=65536, hard=65536)],
         "healthcheck": {"test": ["NONE"]},
         "init": True,
         "read_only": True,
@@ -464,7 +483,7 @@ def test_k6_container_parameters(tmp_path: Path, published_service: FakeDocker) 
             "protolab-certs": {"bind": "/certs", "mode": "ro"},
             str(results): {"bind": "/results", "mode": "rw"},
         },
-        "ulimits": [{"name": "nofile", "soft": 65536, "hard": 65536}],
+        "ulimits": [Ulimit(name="nofile", soft=65536, hard=65536)],
     }
     measured = fake.created[2].params
     assert measured["command"][-3:] == ["--out", "influxdb=http://influxdb:8086/myk6db", "/k6/rest.js"]
@@ -774,9 +793,7 @@ def test_names_agree_with_docker_compose() -> None:
         # The runner's containers are hardened like compose's services under test.
         hardening = {key: service[key] for key in ("init", "read_only", "cap_drop", "security_opt")}
         assert {**hardening, "tmpfs": dict.fromkeys(service["tmpfs"], "")} == docker_engine.SERVICE_HARDENING
-        assert [
-            {"name": "nofile", "soft": n, "hard": n} for n in [service["ulimits"]["nofile"]]
-        ] == docker_engine.NOFILE
+        assert int(service["ulimits"]["nofile"]) == docker_engine.NOFILE
         assert service["volumes"] == [f"certs:{docker_engine.CERTS_DIR}:ro"]
         assert service["mem_limit"] == service["memswap_limit"]
 
@@ -841,3 +858,44 @@ def test_backend_docker_without_an_engine_is_a_clear_error(
     argv = ["--backend", "docker", "--target", "grpc", "--k6", "/bin/true", "--out", str(tmp_path / "out")]
     assert cli.main(argv) == 2
     assert "run_matrix.py: error: --backend docker: no Docker engine answered" in capsys.readouterr().err
+
+
+# --- Defects found under a real engine (issue 12) --------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["service", "k6"])
+def test_a_ctrl_c_during_a_containers_create_leaves_no_container(
+    role: str, fake: FakeDocker, tmp_path: Path
+) -> None:
+    fake.interrupt_create_of = role
+    backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
+    with pytest.raises(KeyboardInterrupt):
+        handle = backend.start_service(scenario("grpc"))
+        invocation = k6.build_invocation(
+            scenario("grpc"), handle, run_id=RUN_ID, root=ROOT, ca_file=tmp_path / "ca.pem",
+            summary_file=tmp_path / "out" / "k6" / "s.json", log_file=tmp_path / "out" / "logs" / "k6.log",
+            influxdb_url=None, warmup=False,
+        )  # fmt: skip
+        backend.run_k6(handle, invocation, measured=True)
+    backend.close()
+    assert [c.name for c in fake.created if c.role == role], "the create must have been reached"
+    assert {c.name for c in fake.created} <= set(fake.removed)
+
+
+def test_a_profile_larger_than_the_engine_is_refused_before_any_container(tmp_path: Path) -> None:
+    fake = FakeDocker(ncpu=2)
+    backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
+    with pytest.raises(ScenarioFailed, match=r"^start: profile p2 asks for 4 CPUs; the Docker engine has 2$"):
+        backend.start_service(scenario("grpc", profile="p2"))
+    assert fake.created == []
+
+
+def test_an_engine_older_than_25_is_refused_with_what_the_lab_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeDocker()
+    fake.version_answer = "20.10.24+dfsg1"
+    monkeypatch.setattr(docker, "from_env", lambda timeout: fake)
+    reason = "Docker engine 20.10.24+dfsg1 answered, but the lab needs Engine 25.0 or newer"
+    with pytest.raises(BackendUnavailable, match=rf"^--backend docker: {re.escape(reason)}"):
+        backends.create("docker", settings(Path("/nonexistent")))
+    name, why = backends.choose("auto")
+    assert (name, why.startswith(f"auto: {reason}")) == ("local", True)

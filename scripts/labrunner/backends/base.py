@@ -167,6 +167,13 @@ def check_listening(listening: Mapping[str, Any], target: Target, log_tail: str)
         )
 
 
+def check_profile_fits(profile: Profile, cpus: int, have: str) -> None:
+    """Refuse a profile that asks for more CPUs than there are: its limit would not bind, and the
+    engine or the kernel would reject it or quietly give less. have: "the host has 2"."""
+    if profile.cpus > cpus:
+        raise ScenarioFailed("start", f"profile {profile.name} asks for {profile.cpus:g} CPUs; {have}")
+
+
 def shared_cpus_note(k6_cpus: Sequence[int], have: str, profile: Profile) -> str:
     """The caveat on a scenario whose k6 runs on the service's CPUs; have: "the host has 2 CPUs"."""
     return (

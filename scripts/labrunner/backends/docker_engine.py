@@ -11,13 +11,14 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import docker
 import httpx
 from docker.errors import DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
+from docker.types import Ulimit
 from requests.exceptions import RequestException
 
 from labrunner import certs
@@ -33,6 +34,7 @@ from labrunner.backends.base import (
     ServiceHandle,
     ServiceUsage,
     check_listening,
+    check_profile_fits,
     cpu_list,
     delta,
     listening_event,
@@ -46,7 +48,7 @@ from labrunner.say import Say
 # Names docker-compose.yml fixes (tests/test_docker_backend.py checks they agree).
 NETWORK = "protolab"  # networks.default.name
 CERTS_VOLUME = "protolab-certs"  # volumes.certs.name, filled by the one-shot `certs` service
-K6_IMAGE = "grafana/k6:1.1.0"  # services.k6.image
+K6_IMAGE = "grafana/k6:1.1.0"  # services.k6.image's default; K6_IMAGE overrides both
 INFLUXDB_IN_NETWORK = "influxdb:8086"  # the influxdb service as k6 reaches it on the network
 CERTS_DIR = "/certs"
 K6_DIR, PROTO_DIR, RESULTS_DIR = "/k6", "/proto", "/results"
@@ -58,7 +60,9 @@ SERVICE_HARDENING: Mapping[str, Any] = {
     "cap_drop": ["ALL"],
     "security_opt": ["no-new-privileges:true"],
 }
-NOFILE = [{"name": "nofile", "soft": 65536, "hard": 65536}]
+NOFILE = 65536  # services' and k6's ulimits.nofile default; SERVICE_NOFILE overrides both
+# Engine 25 brought healthcheck start_interval, which docker-compose.yml uses; Compose v2 needs it too.
+MIN_ENGINE_VERSION = (25, 0)
 MANAGED_LABEL = "protolab.managed"
 LOOPBACK = "127.0.0.1"
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -74,7 +78,6 @@ _CERT_MODES = {
     certs.SERVER_FILE: certs.CERT_MODE,
     certs.SERVER_KEY_FILE: certs.KEY_MODE,
 }
-
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ def probe() -> str:
     """Why `auto` may take docker: the engine answers and the lab is up on it; else BackendUnavailable."""
     client = connect(timeout_s=PROBE_TIMEOUT_S)
     try:
-        version = client.version().get("Version", "unknown")
+        version = check_engine_version(client)
         try:
             client.networks.get(NETWORK)
         except NotFound:
@@ -144,9 +147,23 @@ def probe() -> str:
 def create(settings: BackendSettings, say: Say) -> "DockerBackend":
     try:
         client = connect()
+        check_engine_version(client)
     except BackendUnavailable as exc:
         raise BackendUnavailable(f"--backend docker: {exc}; start Docker or use --backend local") from exc
     return DockerBackend(settings, client, say)
+
+
+def check_engine_version(client: docker.DockerClient) -> str:
+    """The engine's version; BackendUnavailable when it is older than the lab needs."""
+    version = str(client.version().get("Version", "unknown"))
+    numbers = re.match(r"(\d+)\.(\d+)", version)
+    if numbers is None or (int(numbers[1]), int(numbers[2])) < MIN_ENGINE_VERSION:
+        need = ".".join(map(str, MIN_ENGINE_VERSION))
+        raise BackendUnavailable(
+            f"Docker engine {version} answered, but the lab needs Engine {need} or newer "
+            "(compose's healthcheck start_interval); upgrade Docker or use --backend local"
+        )
+    return version
 
 
 def connect(timeout_s: int = API_TIMEOUT_S) -> docker.DockerClient:
@@ -183,7 +200,8 @@ def remove_leftovers(client: docker.DockerClient) -> list[str]:
     leftovers = client.containers.list(all=True, filters={"label": f"{MANAGED_LABEL}=true"})
     for container in leftovers:
         _remove(container)
-    return [container.name for container in leftovers]
+    # A listed container always has a name; the stubs allow None for one not yet inspected.
+    return [container.name or container.short_id for container in leftovers]
 
 
 def usage_from_stats(
@@ -240,19 +258,24 @@ class DockerBackend:
                     "or use --backend local"
                 ) from None
         self._cpus = int(client.info()["NCPU"])
+        # The same variables docker-compose.yml reads, so the runner's containers match compose's.
+        self._k6_image = os.environ.get("K6_IMAGE") or K6_IMAGE
+        nofile = int(os.environ.get("SERVICE_NOFILE") or NOFILE)
+        self._ulimits = [Ulimit(name="nofile", soft=nofile, hard=nofile)]
         if removed := remove_leftovers(client):
             say(f"docker: removed {len(removed)} container(s) of an interrupted run: {', '.join(removed)}")
         try:
-            client.images.get(K6_IMAGE)
+            client.images.get(self._k6_image)
         except ImageNotFound:
             # `docker compose up -d` skips k6 (profile "tools"), so its image may be missing.
-            say(f"docker: pulling {K6_IMAGE}")
-            repository, _, tag = K6_IMAGE.rpartition(":")
+            say(f"docker: pulling {self._k6_image}")
+            repository, _, tag = self._k6_image.rpartition(":")
             client.images.pull(repository, tag=tag)
 
     def start_service(self, scenario: Scenario) -> ServiceHandle:
         profile, target = scenario.profile, scenario.target
         image = image_name(target.service)
+        check_profile_fits(profile, self._cpus, f"the Docker engine has {self._cpus}")
         with _docker_errors("start"):
             port, metrics_port = self._image_ports(image)
         split = split_cpus(range(self._cpus), profile.whole_cpus)
@@ -264,27 +287,28 @@ class DockerBackend:
         if target.tls:
             env["TLS_CERT_FILE"] = f"{CERTS_DIR}/{certs.SERVER_FILE}"
             env["TLS_KEY_FILE"] = f"{CERTS_DIR}/{certs.SERVER_KEY_FILE}"
-        with _docker_errors("start"):
-            container = self._client.containers.create(
-                image=image,
-                command=["python", "-m", f"services.{target.service}"],
-                name=name,
-                environment=env | dict(target.env),
-                network=NETWORK,
-                # The runner checks health and verifies from the host through these ports.
-                ports={f"{port}/tcp": (LOOPBACK, None), f"{metrics_port}/tcp": (LOOPBACK, None)},
-                nano_cpus=round(profile.cpus * 1e9),
-                mem_limit=profile.memory_bytes,
-                memswap_limit=profile.memory_bytes,  # equal to the limit: no swap
-                cpuset_cpus=cpu_list(split.service),
-                labels=self._labels(scenario, "service"),
-                volumes={CERTS_VOLUME: {"bind": CERTS_DIR, "mode": "ro"}},
-                ulimits=NOFILE,
-                # The runner checks health itself; the image's check would spend the CPU budget
-                # every 30 s while k6 measures.
-                healthcheck={"test": ["NONE"]},
-                **SERVICE_HARDENING,
-            )
+        container = self._create(
+            "start",
+            image=image,
+            command=["python", "-m", f"services.{target.service}"],
+            name=name,
+            environment=env | dict(target.env),
+            network=NETWORK,
+            # The runner checks health and verifies from the host through these ports (None: any
+            # free host port).
+            ports={f"{port}/tcp": (LOOPBACK, None), f"{metrics_port}/tcp": (LOOPBACK, None)},
+            nano_cpus=round(profile.cpus * 1e9),
+            mem_limit=profile.memory_bytes,
+            memswap_limit=profile.memory_bytes,  # equal to the limit: no swap
+            cpuset_cpus=cpu_list(split.service),
+            labels=self._labels(scenario, "service"),
+            volumes={CERTS_VOLUME: {"bind": CERTS_DIR, "mode": "ro"}},
+            ulimits=self._ulimits,
+            # The runner checks health itself; the image's check would spend the CPU budget
+            # every 30 s while k6 measures.
+            healthcheck={"test": ["NONE"]},
+            **SERVICE_HARDENING,
+        )
         service = _Service(scenario, container, compose_name(target.service))
         self._services[scenario.id] = service
         try:
@@ -331,8 +355,7 @@ class DockerBackend:
     def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Process:
         service = self._services[handle.scenario_id]
         phase = "measure" if measured else "warmup"
-        with _docker_errors(phase):
-            container = self._client.containers.create(**self._k6_params(service, handle, invocation, phase))
+        container = self._create(phase, **self._k6_params(service, handle, invocation, phase))
         try:
             with _docker_errors(phase):
                 before = _stats(service.container) if measured else None
@@ -370,6 +393,22 @@ class DockerBackend:
     def close(self) -> None:
         for scenario_id in list(self._services):
             self._release(scenario_id)
+        # A create interrupted by Ctrl-C may still have made its container: none of this run's stays.
+        with contextlib.suppress(DockerException):
+            for container in self._client.containers.list(
+                all=True, filters={"label": f"protolab.run={self._settings.run_id}"}
+            ):
+                _remove(container)
+
+    def _create(self, phase: str, **params: Any) -> Container:
+        """containers.create; when it is interrupted, whatever the engine made under that name goes."""
+        try:
+            with _docker_errors(phase):
+                return self._client.containers.create(**params)
+        except BaseException:
+            with contextlib.suppress(DockerException):
+                _remove(self._client.containers.get(params["name"]))
+            raise
 
     def _release(self, scenario_id: str) -> tuple[_Service, int, str] | None:
         """Stop the service (SIGTERM, then SIGKILL), keep its log, remove it; None when not running."""
@@ -483,7 +522,7 @@ class DockerBackend:
         if not script.startswith(f"{K6_DIR}/"):
             raise ScenarioFailed(phase, f"k6 script {invocation.script} is not under {root / 'k6'}")
         return {
-            "image": K6_IMAGE,
+            "image": self._k6_image,
             "command": ["run", *map(_in_network, invocation.args), script],
             "name": f"{service.container.name}-k6",
             "environment": {key: _in_container(value, paths) for key, value in invocation.env.items()},
@@ -499,7 +538,7 @@ class DockerBackend:
                 CERTS_VOLUME: {"bind": CERTS_DIR, "mode": "ro"},
                 str(results): {"bind": RESULTS_DIR, "mode": "rw"},
             },
-            "ulimits": NOFILE,
+            "ulimits": self._ulimits,
         }
 
     def _memory_peak(self, handle: ServiceHandle) -> int | None:
@@ -523,7 +562,8 @@ def _docker_errors(phase: str) -> Iterator[None]:
 
 def _stats(container: Container) -> StatsSnapshot:
     # one_shot: the current counters now, instead of waiting a second for a CPU percentage.
-    return StatsSnapshot.parse(container.stats(stream=False, one_shot=True))
+    # stream=False returns the one decoded sample; the stubs give both modes one return type.
+    return StatsSnapshot.parse(cast("dict[str, Any]", container.stats(stream=False, one_shot=True)))
 
 
 def _cpu_until_exit(container: Container) -> int | None:
@@ -588,4 +628,3 @@ def _logs_tail(container: Container) -> str:
     with contextlib.suppress(DockerException):
         return tail(container.logs(stdout=True, stderr=True, tail=LOG_TAIL_LINES))
     return ""
-

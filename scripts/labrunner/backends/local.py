@@ -23,6 +23,7 @@ from labrunner.backends.base import (
     ServiceHandle,
     ServiceUsage,
     check_listening,
+    check_profile_fits,
     delta,
     listening_event,
     shared_cpus_note,
@@ -117,15 +118,12 @@ class LocalBackend:
     def start_service(self, scenario: Scenario) -> ServiceHandle:
         profile = scenario.profile
         available = sorted(os.sched_getaffinity(0))
+        check_profile_fits(profile, len(available), f"this host has {len(available)}")
         split = split_cpus(available, profile.whole_cpus)
         notes: list[str] = []
         cgroup = self._cgroup(scenario, notes)
         if split.shared:
             notes.append(shared_cpus_note(split.k6, f"the host has {len(available)} CPUs", profile))
-        if profile.cpus > len(available):
-            notes.append(
-                f"profile {profile.name} asks for {profile.cpus:g} CPUs, the host has {len(available)}"
-            )
         log_file = self._settings.logs_dir / f"{scenario.id}.service.log"
         try:
             service = self._spawn(scenario, cgroup, split.service, log_file)
@@ -396,4 +394,3 @@ def _usage(window: _Window | None, exit_code: int | None, log_tail: str) -> Serv
         exit_code=exit_code,
         log_tail=log_tail,
     )
-
