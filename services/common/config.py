@@ -2,6 +2,7 @@
 
 import os
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 SECONDS = 1.0
@@ -9,6 +10,20 @@ SECONDS = 1.0
 
 class ConfigError(ValueError):
     """An environment variable holds a value the service cannot use."""
+
+
+class ResponseModel(StrEnum):
+    """How a server makes the protocol's objects of a response (RESPONSE_MODEL), the same on every server.
+
+    BUILD: every request maps its records from the neutral form (services.common.records.Record)
+    into the protocol's objects (dicts for JSON, protobuf messages for gRPC) and serializes
+    them; nothing built for one request is reused by another.
+    PREBUILT: the per-record protocol objects are built once at start; a request only
+    assembles and serializes them (the wire-only cost).
+    """
+
+    BUILD = "build"
+    PREBUILT = "prebuilt"
 
 
 def _int(name: str, default: int, minimum: int = 0) -> int:
@@ -48,6 +63,18 @@ def _bool(name: str, default: bool) -> bool:
     raise ConfigError(f"{name}={raw!r} is not a boolean (use 1 or 0)")
 
 
+def _response_model(record_mode: str) -> ResponseModel:
+    raw = os.environ.get("RESPONSE_MODEL", "").strip() or ResponseModel.BUILD
+    try:
+        model = ResponseModel(raw)
+    except ValueError:
+        raise ConfigError(f"RESPONSE_MODEL={raw!r} must be 'build' or 'prebuilt'") from None
+    if model is ResponseModel.PREBUILT and record_mode == "live":
+        # Live records are new on every request: there is nothing to build once.
+        raise ConfigError("RESPONSE_MODEL=prebuilt needs RECORD_MODE=pool (live records are new per request)")
+    return model
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything a service reads from its environment, with units in the names."""
@@ -63,6 +90,7 @@ class Settings:
     record_pool_size: int
     record_seed: int
     record_mode: str  # "pool" or "live"
+    response_model: ResponseModel
     default_count: int
     max_count: int
     shutdown_drain_seconds: float
@@ -74,8 +102,18 @@ class Settings:
         return self.tls_cert_file is not None
 
 
-def load_settings(default_port: int, default_metrics_port: int) -> Settings:
-    """Read the settings; a bad value raises ConfigError naming the variable."""
+# Each implementation's (port, metrics port) when PORT / METRICS_PORT are unset; docker-compose.yml
+# builds its images with the same numbers (tests/integration/test_compose.py checks they agree).
+DEFAULT_PORTS: dict[str, tuple[int, int]] = {
+    "rest_aiohttp": (8081, 9101),
+    "rest_quart": (8082, 9102),
+    "grpc_aio": (50051, 9103),
+}
+
+
+def load_settings(service: str) -> Settings:
+    """Read the settings of one implementation; a bad value raises ConfigError naming the variable."""
+    default_port, default_metrics_port = DEFAULT_PORTS[service]
     cert = os.environ.get("TLS_CERT_FILE", "").strip()
     key = os.environ.get("TLS_KEY_FILE", "").strip()
     if bool(cert) != bool(key):
@@ -86,6 +124,7 @@ def load_settings(default_port: int, default_metrics_port: int) -> Settings:
     record_mode = os.environ.get("RECORD_MODE", "pool").strip() or "pool"
     if record_mode not in {"pool", "live"}:
         raise ConfigError(f"RECORD_MODE={record_mode!r} must be 'pool' or 'live'")
+    response_model = _response_model(record_mode)
     alpn = tuple(p.strip() for p in os.environ.get("ALPN_PROTOCOLS", "h2,http/1.1").split(",") if p.strip())
     if not alpn or not set(alpn) <= {"h2", "http/1.1"}:
         raise ConfigError(f"ALPN_PROTOCOLS={alpn!r} must list h2 and/or http/1.1")
@@ -107,6 +146,7 @@ def load_settings(default_port: int, default_metrics_port: int) -> Settings:
         record_pool_size=_int("RECORD_POOL_SIZE", 10_000, minimum=1),
         record_seed=_int("RECORD_SEED", 42),
         record_mode=record_mode,
+        response_model=response_model,
         default_count=default_count,
         max_count=max_count,
         shutdown_drain_seconds=_float("SHUTDOWN_DRAIN_SECONDS", 0.5 * SECONDS),

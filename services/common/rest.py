@@ -6,7 +6,9 @@ from typing import Any
 
 import orjson
 
-from services.common.records import RecordSource, parse_query_int
+from services.common.config import ResponseModel
+from services.common.contract import RECORD_SHAPE
+from services.common.records import JsonRecord, Prebuilt, RecordSource, json_record, parse_query_int
 
 JSON = "application/json"
 ROUTES = ("/records", "/healthz", "/openapi.json")
@@ -19,6 +21,7 @@ KEEP_ALIVE_TIMEOUT_SECONDS = 75.0
 
 _STRING = {"type": "string"}
 _INTEGER = {"type": "integer"}
+_SCHEMA_TYPES = {str: _STRING, int: _INTEGER}  # a JSON value's Python type -> its schema
 
 
 def _ref(schema: str) -> dict[str, str]:
@@ -36,6 +39,16 @@ def _object(properties: dict[str, Any]) -> dict[str, Any]:
 
 def _json_response(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"description": description, "content": {JSON: {"schema": schema}}}
+
+
+def _record_schemas() -> dict[str, dict[str, Any]]:
+    """The Record schema and one per message in it (Car, Driver), from the proto's descriptor."""
+    schemas = {
+        shape.name: _object({name: _SCHEMA_TYPES[kind] for name, kind in shape.fields.items()})
+        for shape in RECORD_SHAPE.values()
+    }
+    schemas["Record"] = _object({key: _ref(shape.name) for key, shape in RECORD_SHAPE.items()})
+    return schemas
 
 
 def openapi_document(max_count: int, default_count: int) -> dict[str, Any]:
@@ -103,18 +116,7 @@ def openapi_document(max_count: int, default_count: int) -> dict[str, Any]:
         },
         "components": {
             "schemas": {
-                "Car": _object(
-                    {
-                        "make": _STRING,
-                        "model": _STRING,
-                        "trim": _STRING,
-                        "color": _STRING,
-                        "year": _INTEGER,
-                        "mileage": _INTEGER,
-                    }
-                ),
-                "Driver": _object({"firstname": _STRING, "lastname": _STRING, "driverId": _STRING}),
-                "Record": _object({"car": _ref("Car"), "driver": _ref("Driver")}),
+                **_record_schemas(),
                 "RecordList": _object({"records": {"type": "array", "items": _ref("Record")}}),
                 "Health": _object({"status": {"type": "string", "enum": ["SERVING", "NOT_SERVING"]}}),
                 "Error": _object({"error": _STRING, "status": {**_INTEGER, "minimum": 400, "maximum": 599}}),
@@ -128,15 +130,28 @@ def error_body(status: int, message: str | None = None) -> bytes:
     return orjson.dumps({"error": message or HTTPStatus(status).phrase, "status": status})
 
 
-def records_body(source: RecordSource, count: str | None, offset: str | None) -> bytes:
-    """The /records body for the raw query values; BadRequest for a bad value.
+class RecordBodies:
+    """The /records bodies of both REST servers, under the response model (ResponseModel).
 
-    Encoded per request, as the gRPC server serializes per request: equal work.
+    build: each request maps its neutral records into new dicts (json_record), then encodes
+    them. prebuilt: the dicts are made once at start; a request slices and encodes them.
+    Encoded per request either way, as the gRPC server serializes per request.
     """
-    valid_count, valid_offset = source.validate(
-        parse_query_int("count", count), parse_query_int("offset", offset)
-    )
-    return orjson.dumps({"records": source.records(valid_count, valid_offset)})
+
+    def __init__(self, source: RecordSource, model: ResponseModel) -> None:
+        self._source = source
+        self._prebuilt = Prebuilt(source, json_record) if model is ResponseModel.PREBUILT else None
+
+    def document(self, count: int, offset: int | None) -> dict[str, list[JsonRecord]]:
+        """The body's objects for valid (count, offset)."""
+        if self._prebuilt is not None:
+            return {"records": self._prebuilt.objects(count, offset)}
+        return {"records": [json_record(record) for record in self._source.records(count, offset)]}
+
+    def body(self, count: str | None, offset: str | None) -> bytes:
+        """The body for the raw query values; BadRequest for a bad value."""
+        valid = self._source.validate(parse_query_int("count", count), parse_query_int("offset", offset))
+        return orjson.dumps(self.document(*valid))
 
 
 def route_label(template: str | None, path: str) -> str:

@@ -31,7 +31,7 @@ from types import FrameType
 from services.common.cgroup import worker_count
 from services.common.config import ConfigError, Settings
 from services.common.metrics import start_metrics_server
-from services.common.records import RecordSource, load_pool
+from services.common.records import RecordSource, load_pool, record_from_json
 
 log = logging.getLogger("protolab.supervisor")
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -54,10 +54,12 @@ WorkerMain = Callable[[WorkerContext], None]
 
 
 def record_source(settings: Settings) -> RecordSource:
-    """The records a worker serves: the pool (loaded or generated once), or live Faker records."""
+    """The records a worker serves: the pool (loaded or generated once) in the neutral form, or live
+    Faker records."""
     live = settings.record_mode == "live"
+    pool = [] if live else load_pool(settings.record_pool_size, settings.record_seed)
     return RecordSource(
-        pool=[] if live else load_pool(settings.record_pool_size, settings.record_seed),
+        pool=[record_from_json(record) for record in pool],
         max_count=settings.max_count,
         default_count=settings.default_count,
         live=live,
@@ -127,19 +129,21 @@ def run_service(service: str, server: str, settings: Settings, worker_main: Work
         _kill(processes)
         return 1
     metrics_port = start_metrics_server(settings.host, settings.metrics_port, service, server, workers)
-    print_listening(service, bound_ports.pop(), metrics_port, workers, settings.tls)
+    print_listening(service, bound_ports.pop(), metrics_port, workers, settings)
     return _supervise(processes, settings, stop_requests)
 
 
-def print_listening(service: str, port: int, metrics_port: int, workers: int, tls: bool) -> None:
-    """Print the one JSON line (docs/CONTRACTS.md) that tests and the local backend read the ports from."""
+def print_listening(service: str, port: int, metrics_port: int, workers: int, settings: Settings) -> None:
+    """Print the one JSON line (docs/CONTRACTS.md) that tests and the runner read: the bound ports, and
+    the response model the results are recorded under."""
     event = {
         "event": "listening",
         "service": service,
         "port": port,
         "metrics_port": metrics_port,
         "workers": workers,
-        "tls": tls,
+        "tls": settings.tls,
+        "response_model": settings.response_model.value,
     }
     print(json.dumps(event), flush=True)
 

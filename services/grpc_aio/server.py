@@ -3,7 +3,6 @@
 import asyncio
 import contextlib
 import signal
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 
 import grpc
@@ -12,9 +11,10 @@ import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from services.common.config import ResponseModel
 from services.common.metrics import MetricBatch, worker_metrics
 from services.common.pb import cars_pb2, cars_pb2_grpc
-from services.common.records import BadRequest, Record, RecordSource
+from services.common.records import BadRequest, Prebuilt, Record, RecordSource
 from services.common.supervisor import WorkerContext
 from services.grpc_aio.metrics import instrument_servicer
 
@@ -26,46 +26,29 @@ _MAX_REQUEST_BYTES = 64 * _KIB
 _MAX_RECORD_BYTES = 1 * _KIB
 
 
-def _to_message(record: Record) -> cars_pb2.Record:
-    # ~10x faster than json_format.ParseDict; driverId is the one JSON name that differs.
-    driver = record["driver"]
-    return cars_pb2.Record(
-        car=record["car"],
-        driver=cars_pb2.Driver(
-            firstname=driver["firstname"], lastname=driver["lastname"], driver_id=driver["driverId"]
-        ),
-    )
+def _fill(message: cars_pb2.Record, record: Record) -> cars_pb2.Record:
+    """Set a Record message's fields from a neutral record, in place.
 
-
-class _ResponseCache:
-    """ListRecordsResponse messages by (start, count), least recently used evicted past a record budget.
-
-    Filling a response copies every Record into it (upb cannot share sub-messages): ~6x the
-    cost of serializing it, work the REST servers never do, as their slices share the pool's
-    dicts. So responses are built once and then only serialized, per call, like REST's
-    orjson.dumps of a slice. A budget of one rotation (pool + MAX_COUNT records, ~300 bytes
-    each) holds every response of a fixed-count load whose count divides the pool size.
+    Filling the messages response.records.add() makes is the fastest way found to build a
+    response: 2-3x faster than making Record(car=Car(...), ...) per record, which the response
+    then copies, and ~20% faster than constructing it from dicts.
     """
+    car, driver = record
+    car_message, driver_message = message.car, message.driver
+    car_message.make = car.make
+    car_message.model = car.model
+    car_message.trim = car.trim
+    car_message.color = car.color
+    car_message.year = car.year
+    car_message.mileage = car.mileage
+    driver_message.firstname = driver.firstname
+    driver_message.lastname = driver.lastname
+    driver_message.driver_id = driver.driver_id
+    return message
 
-    def __init__(self, window: list[cars_pb2.Record]) -> None:
-        self._window = window
-        self._budget_records = len(window)
-        self._cached_records = 0
-        self._responses: OrderedDict[tuple[int, int], cars_pb2.ListRecordsResponse] = OrderedDict()
 
-    def get(self, start: int, count: int) -> cars_pb2.ListRecordsResponse:
-        key = (start, count)
-        response = self._responses.get(key)
-        if response is not None:
-            self._responses.move_to_end(key)
-            return response
-        response = cars_pb2.ListRecordsResponse(records=self._window[start : start + count])
-        self._responses[key] = response
-        self._cached_records += count
-        while self._cached_records > self._budget_records:
-            (_, evicted_count), _ = self._responses.popitem(last=False)
-            self._cached_records -= evicted_count
-        return response
+def _new_message(record: Record) -> cars_pb2.Record:
+    return _fill(cars_pb2.Record(), record)
 
 
 class _CallLimit:
@@ -92,18 +75,20 @@ class _CallLimit:
 
 
 class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
-    """Serves the pool as protobuf messages built at start-up (or live Faker records, converted per call)."""
+    """RecordService under the response model (ResponseModel).
 
-    def __init__(self, source: RecordSource, max_concurrent_calls: int | None = None) -> None:
+    build: each call fills new messages from its neutral records. prebuilt: one Record message
+    per pool record is built at start; ListRecords assembles them into its response (which
+    copies each: upb cannot share sub-messages), StreamRecords sends them as they are.
+    grpc serializes the response per call either way.
+    """
+
+    def __init__(
+        self, source: RecordSource, model: ResponseModel, max_concurrent_calls: int | None = None
+    ) -> None:
         self._source = source
         self._calls = _CallLimit(max_concurrent_calls)
-        self._window: list[cars_pb2.Record] = []
-        if not source.live:
-            # The same layout as RecordSource's window (the pool, then its first max_count
-            # records again), so any (count, offset) is one slice of shared messages.
-            pool = [_to_message(record) for record in source.pool]
-            self._window = [pool[i % len(pool)] for i in range(len(pool) + source.max_count)]
-        self._responses = _ResponseCache(self._window)
+        self._prebuilt = Prebuilt(source, _new_message) if model is ResponseModel.PREBUILT else None
 
     async def _validated(
         self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext
@@ -115,30 +100,30 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
         except BadRequest as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))  # raises
 
-    def _live_messages(self, count: int, offset: int | None) -> list[cars_pb2.Record]:
-        return [_to_message(record) for record in self._source.records(count, offset)]
-
     async def ListRecords(
         self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext
     ) -> cars_pb2.ListRecordsResponse:
         async with self._calls.slot(context):
             count, offset = await self._validated(request, context)
-            if self._source.live:
-                return cars_pb2.ListRecordsResponse(records=self._live_messages(count, offset))
-            return self._responses.get(self._source.start(count, offset), count)
+            if self._prebuilt is not None:
+                return cars_pb2.ListRecordsResponse(records=self._prebuilt.objects(count, offset))
+            response = cars_pb2.ListRecordsResponse()
+            add = response.records.add
+            for record in self._source.records(count, offset):
+                _fill(add(), record)
+            return response
 
     async def StreamRecords(
         self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[cars_pb2.Record]:
         async with self._calls.slot(context):
             count, offset = await self._validated(request, context)
-            if self._source.live:
-                messages = self._live_messages(count, offset)
+            if self._prebuilt is not None:
+                for message in self._prebuilt.objects(count, offset):
+                    yield message
             else:
-                start = self._source.start(count, offset)
-                messages = self._window[start : start + count]
-            for message in messages:
-                yield message
+                for record in self._source.records(count, offset):
+                    yield _new_message(record)
 
 
 def _server_options(context: WorkerContext) -> list[tuple[str, int]]:
@@ -164,7 +149,7 @@ def _credentials(context: WorkerContext) -> grpc.ServerCredentials | None:
 async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
     settings = context.settings
     server = grpc.aio.server(options=_server_options(context))
-    servicer = RecordServicer(context.records, settings.grpc_max_concurrent_rpcs)
+    servicer = RecordServicer(context.records, settings.response_model, settings.grpc_max_concurrent_rpcs)
     cars_pb2_grpc.add_RecordServiceServicer_to_server(
         servicer if metrics is None else instrument_servicer(servicer, RECORD_SERVICE, metrics), server
     )

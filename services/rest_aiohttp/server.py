@@ -20,9 +20,9 @@ from services.common.rest import (
     KEEP_ALIVE_TIMEOUT_SECONDS,
     LISTEN_BACKLOG,
     Health,
+    RecordBodies,
     error_body,
     openapi_document,
-    records_body,
     route_label,
 )
 from services.common.supervisor import WorkerContext
@@ -74,10 +74,11 @@ def build_app(
     observe = [] if metrics is None else [_observe(HttpServerDurations(metrics))]
     app = web.Application(middlewares=[*observe, _json_errors])
     openapi = orjson.dumps(openapi_document(settings.max_count, settings.default_count))
+    bodies = RecordBodies(records, settings.response_model)
 
     async def list_records(request: web.Request) -> web.Response:
         try:
-            body = records_body(records, request.query.get("count"), request.query.get("offset"))
+            body = bodies.body(request.query.get("count"), request.query.get("offset"))
         except BadRequest as error:
             return _json(400, error_body(400, str(error)))
         return _json(200, body)

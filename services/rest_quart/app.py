@@ -14,7 +14,7 @@ from werkzeug.exceptions import HTTPException
 from services.common.config import load_settings
 from services.common.metrics import HttpServerDurations, MetricBatch
 from services.common.records import BadRequest
-from services.common.rest import JSON, Health, error_body, openapi_document, records_body, route_label
+from services.common.rest import JSON, Health, RecordBodies, error_body, openapi_document, route_label
 from services.common.supervisor import record_source, signal_when_parent_dies
 from services.rest_quart import DRAIN_FLAG, READY_PREFIX, runtime_dir
 
@@ -31,6 +31,7 @@ def create_app() -> Quart:
     records = record_source(settings)
     health = Health(flag_file=runtime_dir() / DRAIN_FLAG)
     openapi = orjson.dumps(openapi_document(settings.max_count, settings.default_count))
+    bodies = RecordBodies(records, settings.response_model)
 
     app = Quart(__name__)
     # OPTIONS answers 405 as on aiohttp, and as the OpenAPI document (GET only) says.
@@ -48,7 +49,7 @@ def create_app() -> Quart:
     @app.get("/records")
     async def list_records() -> Response:
         try:
-            body = records_body(records, request.args.get("count"), request.args.get("offset"))
+            body = bodies.body(request.args.get("count"), request.args.get("offset"))
         except BadRequest as error:
             return _json(400, error_body(400, str(error)))
         return _json(200, body)

@@ -75,11 +75,11 @@ def _ready_pids() -> list[int]:
 
 
 def _announce_when_ready(
-    port: int, metrics_port: int, workers: int, tls: bool, ready: threading.Event
+    settings: Settings, port: int, metrics_port: int, workers: int, ready: threading.Event
 ) -> None:
     while len(_ready_pids()) < workers:
         time.sleep(0.01)
-    print_listening(SERVICE, port, metrics_port, workers, tls)
+    print_listening(SERVICE, port, metrics_port, workers, settings)
     ready.set()
 
 
@@ -140,7 +140,7 @@ def main() -> int:
     metrics_port = start_metrics_server(settings.host, settings.metrics_port, SERVICE, "hypercorn", workers)
     ready = threading.Event()
     killed = threading.Event()
-    announce = (port, metrics_port, workers, settings.tls, ready)
+    announce = (settings, port, metrics_port, workers, ready)
     threading.Thread(target=_announce_when_ready, args=announce, daemon=True).start()
     threading.Thread(target=_stop_on_signal, args=(settings, ready, killed), daemon=True).start()
 

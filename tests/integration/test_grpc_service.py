@@ -84,10 +84,26 @@ def tls_service() -> Iterator[RunningService]:
     assert service.stop() == 0
 
 
-@pytest.fixture(params=["plaintext", "tls"])
+@pytest.fixture(scope="module")
+def prebuilt_service() -> Iterator[RunningService]:
+    service = launch_service("grpc_aio", {**BASE_ENV, "RESPONSE_MODEL": "prebuilt"})
+    yield service
+    assert service.stop() == 0
+
+
+# The plaintext services under each response model (RESPONSE_MODEL): build (the default), prebuilt.
+PLAINTEXT = {"plaintext": "plain_service", "prebuilt": "prebuilt_service"}
+
+
+@pytest.fixture(params=PLAINTEXT.values())
+def plaintext(request: pytest.FixtureRequest) -> RunningService:
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(params=["plaintext", "prebuilt", "tls"])
 def channel(request: pytest.FixtureRequest) -> Iterator[grpc.Channel]:
-    if request.param == "plaintext":
-        service = request.getfixturevalue("plain_service")
+    if request.param in PLAINTEXT:
+        service = request.getfixturevalue(PLAINTEXT[request.param])
         assert not service.tls
         opened = grpc.insecure_channel(target(service))
     else:
@@ -169,11 +185,9 @@ def test_responses_equal_the_pool(channel: grpc.Channel, pool: list, count: int,
     assert streamed == expected
 
 
-def test_without_offset_the_server_rotates_through_the_pool(
-    plain_service: RunningService, pool: list
-) -> None:
+def test_without_offset_the_server_rotates_through_the_pool(plaintext: RunningService, pool: list) -> None:
     pool_records = list(expected_response(pool, POOL_SIZE, 0).records)
-    with grpc.insecure_channel(target(plain_service)) as opened:
+    with grpc.insecure_channel(target(plaintext)) as opened:
         stub = cars_pb2_grpc.RecordServiceStub(opened)
         first = stub.ListRecords(request(count=7), timeout=5).records
         second = stub.ListRecords(request(count=7), timeout=5).records
@@ -182,10 +196,11 @@ def test_without_offset_the_server_rotates_through_the_pool(
     assert list(second) == [pool_records[(start + 7 + i) % POOL_SIZE] for i in range(7)]
 
 
-def test_responses_stay_right_while_the_cache_evicts(start_service: Callable[..., RunningService]) -> None:
-    # A 10-record pool and MAX_COUNT 5 give a 15-record budget; these 50 windows hold 150 records.
+@pytest.mark.parametrize("model", ["build", "prebuilt"])
+def test_every_window_of_a_small_pool(start_service: Callable[..., RunningService], model: str) -> None:
+    # MAX_COUNT 5 on a 10-record pool: every (count, offset), twice, wrapping around the pool's end.
     env = {"RECORD_POOL_SIZE": "10", "RECORD_SEED": str(SEED), "MAX_COUNT": "5", "DEFAULT_COUNT": "5"}
-    service = start_service("grpc_aio", env)
+    service = start_service("grpc_aio", {**env, "RESPONSE_MODEL": model})
     small_pool = generate_pool(10, SEED)
     with grpc.insecure_channel(target(service)) as opened:
         stub = cars_pb2_grpc.RecordServiceStub(opened)
@@ -194,6 +209,8 @@ def test_responses_stay_right_while_the_cache_evicts(start_service: Callable[...
                 for offset in range(10):
                     expected = expected_response(small_pool, count, offset)
                     assert stub.ListRecords(request(count, offset), timeout=5) == expected
+                    streamed = stub.StreamRecords(request(count, offset), timeout=5)
+                    assert list(streamed) == list(expected.records)
 
 
 def test_live_mode_generates_records_per_call(start_service: Callable[..., RunningService]) -> None:

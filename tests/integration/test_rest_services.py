@@ -37,8 +37,12 @@ SHARED: dict[str, tuple[str, bool, dict[str, str]]] = {
     "quart-tls-http11": ("rest_quart", True, {"ALPN_PROTOCOLS": "http/1.1"}),
     "aiohttp-live": ("rest_aiohttp", False, {"RECORD_MODE": "live"}),
     "quart-live": ("rest_quart", False, {"RECORD_MODE": "live"}),
+    "aiohttp-prebuilt": ("rest_aiohttp", False, {"RESPONSE_MODEL": "prebuilt"}),
+    "quart-prebuilt": ("rest_quart", False, {"RESPONSE_MODEL": "prebuilt"}),
 }
 CLEAR = {"rest_aiohttp": "aiohttp", "rest_quart": "quart"}  # the two-worker cleartext servers
+# The cleartext server of each module under each response model (RESPONSE_MODEL).
+BY_MODEL = {"build": CLEAR, "prebuilt": {"rest_aiohttp": "aiohttp-prebuilt", "rest_quart": "quart-prebuilt"}}
 EVERY_KIND = ["aiohttp", "aiohttp-tls", "quart", "quart-tls"]
 CAR_FIELDS = {"make", "model", "trim", "color", "year", "mileage"}
 DRIVER_FIELDS = {"firstname", "lastname", "driverId"}
@@ -182,21 +186,23 @@ def test_healthy_and_serves_records(shared, ca_context, name) -> None:
     validate(document, "Health", health.json())
 
 
+@pytest.mark.parametrize("model", BY_MODEL)
 @pytest.mark.parametrize(("count", "offset"), [(1, 0), (7, POOL_SIZE - 3), (MAX_COUNT, 123)])
-def test_same_request_same_body_on_both_servers(shared, ca_context, pool, count, offset) -> None:
+def test_same_request_same_body_on_both_servers(shared, ca_context, pool, count, offset, model) -> None:
     bodies = set()
     for module in SERVERS:
-        with client(shared[CLEAR[module]], ca_context) as http:
+        with client(shared[BY_MODEL[model][module]], ca_context) as http:
             response = http.get("/records", params={"count": count, "offset": offset})
         assert response.status_code == 200
         bodies.add(response.content)
     assert bodies == {orjson.dumps({"records": window(pool, offset, count)})}
 
 
+@pytest.mark.parametrize("model", BY_MODEL)
 @pytest.mark.parametrize("module", SERVERS)
-def test_rotates_through_the_pool_without_offset(shared, ca_context, pool, module) -> None:
+def test_rotates_through_the_pool_without_offset(shared, ca_context, pool, module, model) -> None:
     # One keep-alive connection, so one worker and its cursor serve both requests.
-    with client(shared[CLEAR[module]], ca_context) as http:
+    with client(shared[BY_MODEL[model][module]], ca_context) as http:
         first = records_of(http.get("/records", params={"count": 5}))
         second = records_of(http.get("/records", params={"count": 5}))
     start = pool.index(first[0])
