@@ -106,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument("--profile", action="append", metavar="NAME[,NAME]", help="resource profiles")
     pick.add_argument("--count", action="append", metavar="N[,N]", help="records per response")
     pick.add_argument("--load-model", action="append", metavar="NAME[,NAME]", help="load models")
+    pick.add_argument(
+        "--response-model",
+        action="append",
+        metavar="MODEL[,MODEL]",
+        help="what each request builds: build (default) and/or prebuilt",
+    )
     pick.add_argument("--vus", type=int, help="VUs of constant-vus load models")
     pick.add_argument(
         "--rate", type=int, help="iterations/s of constant-arrival-rate load models (a search's first step)"
@@ -374,6 +380,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         profiles=split_list(args.profile),
         counts=parsed_counts,
         load_models=split_list(args.load_model),
+        response_models=split_list(args.response_model),
         vus=args.vus,
         rate=args.rate,
         duration=args.duration,

@@ -16,6 +16,7 @@ import pytest
 from google.protobuf import json_format
 from prometheus_client.parser import text_string_to_metric_families
 
+from services.common.contract import RECORD_SHAPE
 from services.common.metrics import FLUSH_SECONDS
 from services.common.pb import cars_pb2
 from services.common.records import generate_pool
@@ -44,8 +45,6 @@ CLEAR = {"rest_aiohttp": "aiohttp", "rest_quart": "quart"}  # the two-worker cle
 # The cleartext server of each module under each response model (RESPONSE_MODEL).
 BY_MODEL = {"build": CLEAR, "prebuilt": {"rest_aiohttp": "aiohttp-prebuilt", "rest_quart": "quart-prebuilt"}}
 EVERY_KIND = ["aiohttp", "aiohttp-tls", "quart", "quart-tls"]
-CAR_FIELDS = {"make", "model", "trim", "color", "year", "mileage"}
-DRIVER_FIELDS = {"firstname", "lastname", "driverId"}
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -177,8 +176,8 @@ def test_healthy_and_serves_records(shared, ca_context, name) -> None:
     assert len(default) == DEFAULT_COUNT
     for record in records:
         assert set(record) == {"car", "driver"}
-        assert set(record["car"]) == CAR_FIELDS
-        assert set(record["driver"]) == DRIVER_FIELDS
+        assert set(record["car"]) == set(RECORD_SHAPE["car"].fields)
+        assert set(record["driver"]) == set(RECORD_SHAPE["driver"].fields)
     # Canonical JSON names: the body parses (unknown fields rejected) into the gRPC message.
     message = json_format.Parse(orjson.dumps({"records": records}), cars_pb2.ListRecordsResponse())
     assert len(message.records) == 3

@@ -111,6 +111,7 @@ class FakeContainer:
             "metrics_port": int(env["METRICS_PORT"]),
             "workers": 2,
             "tls": "TLS_CERT_FILE" in env,
+            "response_model": env["RESPONSE_MODEL"],
         }
         out = json.dumps(listening).encode() + b"\n" if self.client.service_listens else b""
         return out + (b"service stderr\n" if stderr else b"")
@@ -233,6 +234,13 @@ def no_polling_delay(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(docker_engine, "_POLL_S", 0.01)
 
 
+@pytest.fixture(autouse=True)
+def compose_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defaults a user gets: CI exports tests/docker/substitutes.env (K6_IMAGE, SERVICE_NOFILE)."""
+    for variable in ("K6_IMAGE", "SERVICE_NOFILE"):
+        monkeypatch.delenv(variable, raising=False)
+
+
 class _Service(BaseHTTPRequestHandler):
     """Stands in for a REST service behind its published ports: health, records and metrics."""
 
@@ -336,6 +344,7 @@ def test_service_container_parameters_per_profile(
             "HOST": "0.0.0.0",
             "PORT": "8081",
             "METRICS_PORT": "9101",
+            "RESPONSE_MODEL": "build",
             "SHUTDOWN_DRAIN_SECONDS": "0",
         },
         "network": "protolab",
@@ -399,6 +408,7 @@ def test_tls_target_env_and_the_volume_ca_adopted_for_host_verification(
         "HOST": "0.0.0.0",
         "PORT": "8082",
         "METRICS_PORT": "9102",
+        "RESPONSE_MODEL": "build",
         "SHUTDOWN_DRAIN_SECONDS": "0",
         "TLS_CERT_FILE": "/certs/server.pem",
         "TLS_KEY_FILE": "/certs/server-key.pem",

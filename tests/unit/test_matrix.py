@@ -97,6 +97,33 @@ def test_overrides_filter_and_multiply_with_repeats_outermost() -> None:
     assert plan.scenarios[0].group == "quart-h1.p1.c10.closed"
 
 
+def test_response_models_multiply_and_a_target_can_pin_one(matrix_data: dict[str, Any]) -> None:
+    overrides = Overrides(targets=("grpc", "aiohttp-h1"), response_models=("build", "prebuilt"))
+    plan = expand(load_matrix(MATRIX), "local", "ci", overrides)
+    assert [(s.target.name, s.response_model) for s in plan.scenarios] == [
+        ("aiohttp-h1", "build"),
+        ("grpc", "build"),
+        ("aiohttp-h1", "prebuilt"),
+        ("grpc", "prebuilt"),
+    ]
+    # The default model keeps the group ids of runs made before the models existed.
+    assert [s.group for s in plan.scenarios][::2] == [
+        "aiohttp-h1.small.c100.closed",
+        "aiohttp-h1.small.c100.closed.prebuilt",
+    ]
+    data = copy.deepcopy(matrix_data)
+    data["targets"]["grpc"]["response_model"] = "prebuilt"
+    pinned = expand(parse_matrix(data, MATRIX), "local", "ci", overrides)
+    assert [(s.target.name, s.response_model) for s in pinned.scenarios if s.target.name == "grpc"] == [
+        ("grpc", "prebuilt")
+    ]
+    data["targets"]["grpc"]["response_model"] = "cached"
+    with pytest.raises(
+        MatrixError, match=r"\[targets.grpc\] response_model: 'cached' must be one of 'build' or 'prebuilt'"
+    ):
+        parse_matrix(data, MATRIX)
+
+
 def test_vus_and_rate_overrides_touch_only_their_executors() -> None:
     plan = expand(
         load_matrix(MATRIX),
@@ -329,6 +356,7 @@ def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None
         "--target",
         "--count",
         "--load-model",
+        "--response-model",
         "--vus",
         "--rate",
         "--duration",

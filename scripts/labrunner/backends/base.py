@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from labrunner.model.matrix import Profile, Scenario, Target
+from labrunner.model.matrix import Profile, Scenario
 
 # The runner stops a service only after k6 has finished, so no client is left to move away
 # while its health says NOT_SERVING: a drain would only lengthen every scenario.
@@ -159,11 +159,22 @@ def listening_event(lines: Iterable[bytes]) -> dict[str, Any]:
     return {}
 
 
-def check_listening(listening: Mapping[str, Any], target: Target, log_tail: str) -> None:
-    """ScenarioFailed when the listening line does not describe the target's service."""
-    if not isinstance(listening.get("port"), int) or bool(listening.get("tls")) != target.tls:
+def service_env(scenario: Scenario) -> dict[str, str]:
+    """What every backend sets for a scenario's service, besides where it listens and its TLS files."""
+    return {"RESPONSE_MODEL": scenario.response_model, **SERVICE_STOP_ENV, **dict(scenario.target.env)}
+
+
+def check_listening(listening: Mapping[str, Any], scenario: Scenario, log_tail: str) -> None:
+    """ScenarioFailed when the listening line does not describe the scenario's service."""
+    target = scenario.target
+    if (
+        not isinstance(listening.get("port"), int)
+        or bool(listening.get("tls")) != target.tls
+        or listening.get("response_model") != scenario.response_model
+    ):
+        expected = f"target tls={target.tls}, response_model={scenario.response_model}"
         raise ScenarioFailed(
-            "start", f"unexpected listening line {json.dumps(listening)} (target tls={target.tls})", log_tail
+            "start", f"unexpected listening line {json.dumps(listening)} ({expected})", log_tail
         )
 
 

@@ -24,7 +24,6 @@ from requests.exceptions import RequestException
 from labrunner import certs
 from labrunner.backends.base import (
     LOG_TAIL_LINES,
-    SERVICE_STOP_ENV,
     BackendSettings,
     BackendUnavailable,
     Endpoint,
@@ -38,6 +37,7 @@ from labrunner.backends.base import (
     cpu_list,
     delta,
     listening_event,
+    service_env,
     shared_cpus_note,
     tail,
 )
@@ -283,7 +283,7 @@ class DockerBackend:
         if split.shared:
             notes.append(shared_cpus_note(split.k6, f"the Docker engine has {self._cpus} CPUs", profile))
         name = container_name(self._settings.run_id, scenario.id)
-        env = {"HOST": "0.0.0.0", "PORT": str(port), "METRICS_PORT": str(metrics_port), **SERVICE_STOP_ENV}
+        env = {"HOST": "0.0.0.0", "PORT": str(port), "METRICS_PORT": str(metrics_port)}
         if target.tls:
             env["TLS_CERT_FILE"] = f"{CERTS_DIR}/{certs.SERVER_FILE}"
             env["TLS_KEY_FILE"] = f"{CERTS_DIR}/{certs.SERVER_KEY_FILE}"
@@ -292,7 +292,7 @@ class DockerBackend:
             image=image,
             command=["python", "-m", f"services.{target.service}"],
             name=name,
-            environment=env | dict(target.env),
+            environment=env | service_env(scenario),
             network=NETWORK,
             # The runner checks health and verifies from the host through these ports (None: any
             # free host port).
@@ -485,7 +485,6 @@ class DockerBackend:
         """The service's listening line: its workers, and whether metrics and TLS are on."""
         timeout = self._settings.start_timeout_s
         deadline = time.monotonic() + timeout
-        target = service.scenario.target
         while not (listening := _listening(service.container)):
             self._check_running(service, "start")
             if time.monotonic() > deadline:
@@ -493,7 +492,7 @@ class DockerBackend:
                     "start", f"no listening line in {timeout:g}s", _logs_tail(service.container)
                 )
             time.sleep(_POLL_S)
-        check_listening(listening, target, _logs_tail(service.container))
+        check_listening(listening, service.scenario, _logs_tail(service.container))
         return listening
 
     def _check_running(self, service: _Service, phase: str) -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from labrunner.backends.base import (
-    SERVICE_STOP_ENV,
     BackendSettings,
     Endpoint,
     K6Invocation,
@@ -26,6 +25,7 @@ from labrunner.backends.base import (
     check_profile_fits,
     delta,
     listening_event,
+    service_env,
     shared_cpus_note,
     tail_file,
 )
@@ -63,6 +63,7 @@ SERVICE_KNOBS = frozenset(
         "SHUTDOWN_GRACE_SECONDS",
         "GRPC_MAX_CONCURRENT_RPCS",
         "PROMETHEUS_MULTIPROC_DIR",
+        "RESPONSE_MODEL",
     }
 )
 K6_INHERITED_ENV = ("PATH", "HOME", "TMPDIR")
@@ -261,16 +262,16 @@ class LocalBackend:
             why = f"exited with code {exited}" if exited is not None else f"no listening line in {timeout:g}s"
             module = f"services.{scenario.target.service}"
             raise ScenarioFailed("start", f"{module} {why}", tail_file(service.log_file))
-        check_listening(listening, scenario.target, tail_file(service.log_file))
+        check_listening(listening, scenario, tail_file(service.log_file))
         return listening
 
     def _service_env(self, scenario: Scenario) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in SERVICE_KNOBS}
-        env |= {"HOST": HOST, "PORT": "0", "METRICS_PORT": "0", "PYTHONUNBUFFERED": "1", **SERVICE_STOP_ENV}
+        env |= {"HOST": HOST, "PORT": "0", "METRICS_PORT": "0", "PYTHONUNBUFFERED": "1"}
         if scenario.target.tls:
             env["TLS_CERT_FILE"] = str(self._settings.certs_dir / "server.pem")
             env["TLS_KEY_FILE"] = str(self._settings.certs_dir / "server-key.pem")
-        return env | dict(scenario.target.env)
+        return env | service_env(scenario)
 
     def _sample(self, service: _Service) -> CgroupStats:
         if service.cgroup is not None:

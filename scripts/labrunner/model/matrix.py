@@ -38,6 +38,12 @@ _MEMORY_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 T = TypeVar("T")
 
 
+# services/common/config.py's ResponseModel: `build` maps records into protocol objects per
+# request, `prebuilt` only assembles objects made at start (the wire-only cost).
+RESPONSE_MODELS = ("build", "prebuilt")
+DEFAULT_RESPONSE_MODEL = "build"
+
+
 class MatrixError(ValueError):
     """The matrix file or a command-line selection is invalid; the message says where."""
 
@@ -67,6 +73,7 @@ class Target:
     tls: bool
     expect_proto: str | None  # REST only: the res.proto k6 and the verifier must see
     env: tuple[tuple[str, str], ...] = ()
+    response_model: str | None = None  # pins the target to one model; None: the preset's
 
     @property
     def is_grpc(self) -> bool:
@@ -130,11 +137,17 @@ class Scenario:
     warmup_s: float
     repeat: int  # 1-based
     repeats: int
+    response_model: str = DEFAULT_RESPONSE_MODEL  # what each request builds (RESPONSE_MODEL)
 
     @property
     def group(self) -> str:
-        """The scenario id without the repeat: repeats of one group are aggregated."""
-        return f"{self.target.name}.{self.profile.name}.c{self.count}.{self.load_model.name}"
+        """The scenario id without the repeat: repeats of one group are aggregated.
+
+        The default response model adds nothing, so groups keep the ids runs made before the
+        models existed had.
+        """
+        group = f"{self.target.name}.{self.profile.name}.c{self.count}.{self.load_model.name}"
+        return group if self.response_model == DEFAULT_RESPONSE_MODEL else f"{group}.{self.response_model}"
 
     @property
     def id(self) -> str:
@@ -166,6 +179,7 @@ class Overrides:
     profiles: tuple[str, ...] | None = None
     counts: tuple[int, ...] | None = None
     load_models: tuple[str, ...] | None = None
+    response_models: tuple[str, ...] | None = None
     vus: int | None = None
     rate: int | None = None
     duration: str | None = None
@@ -254,6 +268,13 @@ Name = Annotated[str, _must(_NAME.match, "name must be letters, digits, '-' or '
 Names = Annotated[list[str], BeforeValidator(_as_list), _must(len, "must list at least one name")]
 Counts = Annotated[list[PositiveInt], BeforeValidator(_as_list), _must(len, "must list at least one count")]
 Entries = Annotated[dict[Name, T], _must(len, "must define at least one entry")]
+ResponseModelName = Annotated[
+    str,
+    _must(RESPONSE_MODELS.__contains__, "{value} must be one of " + " or ".join(map(repr, RESPONSE_MODELS))),
+]
+ResponseModelNames = Annotated[
+    list[ResponseModelName], BeforeValidator(_as_list), _must(len, "must list at least one model")
+]
 _DURATION = TypeAdapter[float](Duration, config=_STRICT)
 _MEMORY_SIZE = TypeAdapter[int](MemorySize, config=_STRICT)
 _POSITIVE_INT = TypeAdapter[int](PositiveInt, config=_STRICT)
@@ -296,6 +317,7 @@ class _TargetSpec(_Table):
     tls: bool
     expect_proto: str | None = Field(default=None, validate_default=True)
     env: dict[str, str] = {}
+    response_model: ResponseModelName | None = None
 
     @field_validator("expect_proto")
     @classmethod
@@ -315,7 +337,16 @@ class _TargetSpec(_Table):
 
     def build(self, name: str) -> Target:
         env = tuple(sorted(self.env.items()))
-        return Target(name, self.service, self.script, self.protocol, self.tls, self.expect_proto, env)
+        return Target(
+            name,
+            self.service,
+            self.script,
+            self.protocol,
+            self.tls,
+            self.expect_proto,
+            env,
+            self.response_model,
+        )
 
 
 class _StageSpec(_Table):
@@ -403,6 +434,7 @@ class _Settings(_Table):
     profiles: Names
     counts: Counts
     load_models: Names
+    response_models: ResponseModelNames
     duration: PositiveDuration
     warmup: Duration
     repeats: PositiveInt
@@ -421,6 +453,7 @@ class _Selection(_Table):
     profiles: Names | None = None
     counts: Counts | None = None
     load_models: Names | None = None
+    response_models: ResponseModelNames | None = None
     duration: PositiveDuration | None = None
     warmup: Duration | None = None
     repeats: PositiveInt | None = None
@@ -535,12 +568,16 @@ def expand(
             warmup_s=settings.warmup,
             repeat=repeat,
             repeats=settings.repeats,
+            response_model=response_model,
         )
         for repeat in range(1, settings.repeats + 1)
         for profile in profiles
         for count in sorted(set(settings.counts))
         for model in models
+        for response_model in dict.fromkeys(settings.response_models)
         for target in targets
+        # A target pinned to one model runs only in that model.
+        if matrix.targets[target].response_model in (None, response_model)
     )
     return Plan(
         matrix_path=matrix.path,

@@ -158,9 +158,10 @@ def build_invocation(
 def read_summary(path: Path) -> dict[str, Any] | None:
     """The handleSummary JSON, None when k6 did not write one (it crashed or was killed)."""
     try:
-        return json.loads(path.read_text())
+        summary: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return summary
 
 
 def parse_summary(summary: Mapping[str, Any]) -> K6Metrics:

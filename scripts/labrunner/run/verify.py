@@ -2,7 +2,6 @@
 
 import ssl
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,18 +13,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from labrunner.backends.base import Backend, Endpoint, ScenarioFailed, ServiceHandle
 from labrunner.model.matrix import Scenario, Target
+from services.common.contract import RECORD_SHAPE
 from services.common.pb import cars_pb2, cars_pb2_grpc
 
 GRPC_SERVICE = "protolab.cars.v1.RecordService"
-CAR_FIELDS: Mapping[str, type] = {
-    "make": str,
-    "model": str,
-    "trim": str,
-    "color": str,
-    "year": int,
-    "mileage": int,
-}
-DRIVER_FIELDS: Mapping[str, type] = {"firstname": str, "lastname": str, "driverId": str}
 TIMEOUT_S = 10.0
 _HEALTH_POLL_S = 0.1
 _MAX_SHAPE_ERRORS = 3  # enough to see the pattern without burying the message
@@ -52,7 +43,8 @@ def health(handle: ServiceHandle, target: Target, ca_file: Path) -> str | None:
         if target.is_grpc:
             with _grpc_channel(handle.address, target.tls, ca_file) as channel:
                 stub = health_pb2_grpc.HealthStub(channel)
-                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                # types-grpcio-health-checking declares HealthStub without its generated methods.
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)  # type: ignore[attr-defined]
                 status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
                 return None if status == "SERVING" else f"health status {status}"
         with _http_client(target.tls, ca_file, timeout_s=1.0) as client:
@@ -107,8 +99,10 @@ def record_shape_errors(records: object, count: int) -> list[str]:
 def _record_errors(record: object) -> list[str]:
     if not isinstance(record, dict):
         return [f"is {type(record).__name__}, expected an object"]
-    errors = [f"unexpected key {k!r}" for k in sorted(set(record) - {"car", "driver"})]
-    for part, spec in (("car", CAR_FIELDS), ("driver", DRIVER_FIELDS)):
+    # The shape from the proto's descriptor: JSON names and their JSON types.
+    errors = [f"unexpected key {k!r}" for k in sorted(set(record) - set(RECORD_SHAPE))]
+    for part, shape in RECORD_SHAPE.items():
+        spec = shape.fields
         value = record.get(part)
         if not isinstance(value, dict):
             errors.append(f"{part} missing or not an object")
@@ -164,7 +158,10 @@ def _grpc(
         with _grpc_channel(handle.address, scenario.target.tls, ca_file) as channel:
             health_stub = health_pb2_grpc.HealthStub(channel)
             for service in ("", GRPC_SERVICE):
-                reply = health_stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=TIMEOUT_S)
+                # types-grpcio-health-checking declares HealthStub without its generated methods.
+                reply = health_stub.Check(  # type: ignore[attr-defined]
+                    health_pb2.HealthCheckRequest(service=service), timeout=TIMEOUT_S
+                )
                 status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
                 _expect(
                     status == "SERVING",
