@@ -91,8 +91,8 @@ def cpu_limit_cores(cgroup: CgroupPaths) -> float | None:
         text = _read(cgroup.cpu / "cpu.max")
         if not text or text.startswith("max"):
             return None
-        quota, period = text.split()
-        return int(quota) / int(period)
+        max_quota, max_period = text.split()
+        return int(max_quota) / int(max_period)
     quota = _read_int(cgroup.cpu / "cpu.cfs_quota_us")
     period = _read_int(cgroup.cpu / "cpu.cfs_period_us")
     if quota is None or quota <= 0 or not period:

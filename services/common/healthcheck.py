@@ -71,7 +71,8 @@ def check_grpc(host: str, port: int, ca_file: Path | None, timeout: float) -> No
         channel = grpc.insecure_channel(target, options=options)
     with channel:
         try:
-            response = health_pb2_grpc.HealthStub(channel).Check(
+            # types-grpcio-health-checking declares HealthStub without its methods.
+            response = health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]
                 health_pb2.HealthCheckRequest(service=""), timeout=timeout
             )
         except grpc.RpcError as exc:

@@ -229,7 +229,7 @@ class ServiceInfoCollector(Collector):
 def start_metrics_server(host: str, port: int, service: str, server: str, workers: int) -> int:
     """Serve /metrics from the supervisor process; returns the bound port (port 0 picks one)."""
     registry = CollectorRegistry()
-    MultiProcessCollector(registry)
+    MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
     registry.register(CgroupCollector())
     registry.register(ServiceInfoCollector(service, server, workers))
     httpd, _thread = start_http_server(port, addr=host, registry=registry)

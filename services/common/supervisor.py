@@ -15,6 +15,7 @@ or the end of the grace period, kills the workers at once.
 """
 
 import ctypes
+import functools
 import json
 import logging
 import multiprocessing
@@ -26,6 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.context import ForkProcess
 from types import FrameType
 
 from services.common.cgroup import worker_count
@@ -51,6 +53,11 @@ class WorkerContext:
 
 
 WorkerMain = Callable[[WorkerContext], None]
+
+
+def _report_port(listening: "multiprocessing.SimpleQueue[tuple[int, int]]", index: int, port: int) -> None:
+    """A worker's report_listening: its index and bound port, to the supervisor."""
+    listening.put((index, port))
 
 
 def record_source(settings: Settings) -> RecordSource:
@@ -106,7 +113,7 @@ def run_service(service: str, server: str, settings: Settings, worker_main: Work
     processes = []
     for index in range(workers):
         context = WorkerContext(
-            settings, records, port, reuse_port, index, lambda p, i=index: listening.put((i, p))
+            settings, records, port, reuse_port, index, functools.partial(_report_port, listening, index)
         )
         process = fork.Process(
             target=_worker_entry, args=(worker_main, context, os.getpid()), name=f"{service}-{index}"
@@ -149,7 +156,8 @@ def print_listening(service: str, port: int, metrics_port: int, workers: int, se
 
 
 def _await_listening(
-    listening: "multiprocessing.SimpleQueue[tuple[int, int]]", processes: list[multiprocessing.Process]
+    listening: "multiprocessing.SimpleQueue[tuple[int, int]]",
+    processes: list[ForkProcess],
 ) -> set[int] | None:
     """The set of bound ports once every worker listens; None if one died first."""
     ports: dict[int, int] = {}
@@ -166,7 +174,7 @@ def _await_listening(
     return set(ports.values())
 
 
-def _supervise(processes: list[multiprocessing.Process], settings: Settings, stop_requests: list[int]) -> int:
+def _supervise(processes: list[ForkProcess], settings: Settings, stop_requests: list[int]) -> int:
     """Wait for a stop signal or a worker death; forward the stop; the exit code."""
     deadline: float | None = None
     forwarded = 0
@@ -201,7 +209,7 @@ def _supervise(processes: list[multiprocessing.Process], settings: Settings, sto
     return 0 if all(p.exitcode == 0 for p in processes) else 1
 
 
-def _kill(processes: list[multiprocessing.Process]) -> None:
+def _kill(processes: list[ForkProcess]) -> None:
     for process in processes:
         if process.is_alive():
             process.kill()

@@ -21,7 +21,7 @@ comes from the handler, so it is counted like any other code.
 import asyncio
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from types import SimpleNamespace
 from typing import Any
@@ -37,8 +37,8 @@ _LABELS = ("grpc_type", "grpc_service", "grpc_method")
 # Go's codes.Code.String() is the CamelCase of the enum name, except these two.
 _GO_CODE_NAMES = {grpc.StatusCode.OK: "OK", grpc.StatusCode.CANCELLED: "Canceled"}
 
-UnaryBehavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
-StreamBehavior = Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]
+UnaryBehavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+StreamBehavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncGenerator[Any, None]]
 
 
 def go_code_name(code: grpc.StatusCode) -> str:
@@ -101,7 +101,7 @@ class _MethodMetrics:
         self.handling_seconds.observe(time.perf_counter() - started_at)
 
 
-def _error_code(context: grpc.aio.ServicerContext, error: BaseException) -> grpc.StatusCode:
+def _error_code(context: grpc.aio.ServicerContext[Any, Any], error: BaseException) -> grpc.StatusCode:
     """The status grpc.aio sends for an RPC that ended with error."""
     if isinstance(error, grpc.aio.AbortError):
         return context.code()  # abort() stores its code before raising
@@ -114,7 +114,7 @@ def _error_code(context: grpc.aio.ServicerContext, error: BaseException) -> grpc
 
 
 def _instrument_unary(behavior: UnaryBehavior, metrics: _MethodMetrics) -> UnaryBehavior:
-    async def instrumented(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def instrumented(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         started_at = time.perf_counter()
         metrics.started.inc()
         metrics.msg_received.inc()
@@ -134,11 +134,11 @@ def _instrument_unary(behavior: UnaryBehavior, metrics: _MethodMetrics) -> Unary
 
 def _instrument_server_stream(
     behavior: StreamBehavior, metrics: _MethodMetrics
-) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]:
+) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[None]]:
     # The wrapper writes with context.write rather than being an async generator itself:
     # grpc.aio then cancels *this* coroutine on client cancellation (a generator would be
     # left suspended at its yield), and each message counts once its write completed.
-    async def instrumented(request: Any, context: grpc.aio.ServicerContext) -> None:
+    async def instrumented(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         started_at = time.perf_counter()
         metrics.started.inc()
         metrics.msg_received.inc()

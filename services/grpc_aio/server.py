@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -64,7 +65,7 @@ class _CallLimit:
         self._active = 0
 
     @contextlib.asynccontextmanager
-    async def slot(self, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+    async def slot(self, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[None]:
         if self._limit is not None and self._active >= self._limit:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded")
         self._active += 1
@@ -91,7 +92,7 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
         self._prebuilt = Prebuilt(source, _new_message) if model is ResponseModel.PREBUILT else None
 
     async def _validated(
-        self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext
+        self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tuple[int, int | None]:
         count = request.count if request.HasField("count") else None
         offset = request.offset if request.HasField("offset") else None
@@ -101,7 +102,7 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))  # raises
 
     async def ListRecords(
-        self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext
+        self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> cars_pb2.ListRecordsResponse:
         async with self._calls.slot(context):
             count, offset = await self._validated(request, context)
@@ -114,7 +115,7 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
             return response
 
     async def StreamRecords(
-        self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext
+        self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[cars_pb2.Record]:
         async with self._calls.slot(context):
             count, offset = await self._validated(request, context)

@@ -6,11 +6,11 @@ import logging
 import signal
 import ssl
 import time
-from collections.abc import Awaitable, Callable
 
 import orjson
 import uvloop
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from services.common.config import Settings
 from services.common.metrics import HttpServerDurations, MetricBatch, worker_metrics
@@ -28,9 +28,6 @@ from services.common.rest import (
 from services.common.supervisor import WorkerContext
 
 log = logging.getLogger("protolab.rest_aiohttp")
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 
 def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
@@ -71,8 +68,10 @@ def build_app(
     records: RecordSource, health: Health, settings: Settings, metrics: MetricBatch | None
 ) -> web.Application:
     """The application: its routes, and the metrics middleware when given a batch to record into."""
-    observe = [] if metrics is None else [_observe(HttpServerDurations(metrics))]
-    app = web.Application(middlewares=[*observe, _json_errors])
+    middlewares: list[Middleware] = [_json_errors]
+    if metrics is not None:
+        middlewares.insert(0, _observe(HttpServerDurations(metrics)))
+    app = web.Application(middlewares=middlewares)
     openapi = orjson.dumps(openapi_document(settings.max_count, settings.default_count))
     bodies = RecordBodies(records, settings.response_model)
 

@@ -83,7 +83,11 @@ def create_app() -> Quart:
         # A supervisor killed outright cannot stop its workers: the kernel does, so none
         # outlives it holding the port.
         supervisor = multiprocessing.parent_process()
-        if supervisor is None or not signal_when_parent_dies(signal.SIGKILL, supervisor.pid):
+        if (
+            supervisor is None
+            or supervisor.pid is None
+            or not signal_when_parent_dies(signal.SIGKILL, supervisor.pid)
+        ):
             os.kill(os.getpid(), signal.SIGKILL)
         (runtime_dir() / f"{READY_PREFIX}{os.getpid()}").touch()
 
