@@ -1,0 +1,1 @@
+"""Emulated network links: profiles, namespace pairs, emulators (netem or userspace), verification."""
