@@ -1,4 +1,4 @@
-"""Capacity search: the stepping rule on simulated services, then a bounded search on a real one."""
+"""Capacity search: the stepping rule on simulated services and its settings."""
 
 from pathlib import Path
 
