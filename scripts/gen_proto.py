@@ -2,7 +2,11 @@
 
 Stubs are generated at install and image-build time, never committed, so they cannot
 drift from the proto. The virtual include path maps proto/ to services/common/pb, so
-the generated gRPC module imports `services.common.pb.cars_pb2` as a package import.
+the generated gRPC modules import `services.common.pb.cars_pb2` as a package import.
+
+Two gRPC stub modules come out: cars_pb2_grpc.py for grpcio (grpc_tools' built-in plugin) and
+cars_grpc.py for grpclib (its protoc plugin, the protoc-gen-grpclib_python script that pip
+installs beside this Python).
 """
 
 import sys
@@ -13,6 +17,7 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 PROTO = ROOT / "proto" / "cars.proto"
 OUT_PACKAGE = ROOT / "services" / "common" / "pb"
+GRPCLIB_PLUGIN = Path(sys.executable).with_name("protoc-gen-grpclib_python")
 
 
 def main() -> int:
@@ -27,6 +32,8 @@ def main() -> int:
             f"--python_out={ROOT}",
             f"--pyi_out={ROOT}",
             f"--grpc_python_out={ROOT}",
+            f"--plugin=protoc-gen-grpclib_python={GRPCLIB_PLUGIN}",
+            f"--grpclib_python_out={ROOT}",
             str(PROTO),
         ]
     )

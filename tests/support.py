@@ -13,10 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.common.config import DEFAULT_PORTS
+
 ROOT = Path(__file__).resolve().parents[1]
 CERTS = ROOT / "certs"
-# matrix.toml's instrumented targets, in its order: what the lab must offer, written out so a
-# target dropped from the matrix fails the tests.
+# matrix.toml's instrumented targets of the default and ci presets, in its order: what the lab
+# must offer, written out so a target dropped from the matrix fails the tests.
 ALL_TARGETS = (
     "aiohttp-h1",
     "aiohttp-h1-tls",
@@ -27,6 +29,12 @@ ALL_TARGETS = (
     "grpc-tls",
     "grpc-stream",
 )
+# The second implementations at equal protocol, next in matrix.toml (preset implementations).
+IMPLEMENTATION_TARGETS = ("granian-h1", "granian-h1-tls", "granian-h2-tls", "grpclib", "grpclib-tls")
+# Every server implementation, by protocol, from the one table of services: a server added
+# there is covered by every test parametrized over these.
+REST_SERVERS = tuple(service for service in DEFAULT_PORTS if service.startswith("rest_"))
+GRPC_SERVERS = tuple(service for service in DEFAULT_PORTS if service.startswith("grpc_"))
 
 
 @dataclass

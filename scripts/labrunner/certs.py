@@ -25,8 +25,8 @@ DEFAULT_DIR = REPO / "certs"
 CA_FILE, CA_KEY_FILE = "ca.pem", "ca-key.pem"
 SERVER_FILE, SERVER_KEY_FILE = "server.pem", "server-key.pem"
 # Every name a client may dial: local processes and the docker compose service names.
-DNS_NAMES = ("localhost", "rest-aiohttp", "rest-quart", "grpc-aio")
-IP_ADDRESSES = ("127.0.0.1", "::1")
+DNS_NAMES = ("localhost", "rest-aiohttp", "rest-quart", "grpc-aio", "rest-granian", "grpc-grpclib")
+IP_ADDRESSES = ("127.0.0.1", "::1", "198.18.0.1")  # the last: the service on a network scenario's link
 CA_LIFETIME = datetime.timedelta(days=3650)
 SERVER_LIFETIME = datetime.timedelta(days=825)
 RENEW_BEFORE = datetime.timedelta(days=30)

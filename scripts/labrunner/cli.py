@@ -23,6 +23,7 @@ from labrunner.model.matrix import (
     load_matrix,
     split_list,
 )
+from labrunner.network.profiles import NetworkProfile
 from labrunner.observe import local_stack
 from labrunner.paths import REPO
 from labrunner.results import provenance
@@ -111,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="MODEL[,MODEL]",
         help="what each request builds: build (default) and/or prebuilt",
+    )
+    pick.add_argument(
+        "--network",
+        action="append",
+        metavar="NAME[,NAME]",
+        help="network profiles from [networks] (default loopback; the others need root)",
     )
     pick.add_argument("--vus", type=int, help="VUs of constant-vus load models")
     pick.add_argument(
@@ -222,6 +229,8 @@ def describe_matrix(matrix: Matrix) -> str:
         lines.append(f"  {t.name:16} {t.service:13} {t.protocol:8} {tls:5} {t.script} {env}".rstrip())
     lines += ["", "load models:"]
     lines += [f"  {m.name:10} {_describe_load(m)}" for m in matrix.load_models.values()]
+    lines += ["", "networks:"]
+    lines += [f"  {n.name:10} {_describe_network(n)}" for n in matrix.networks.values()]
     lines += ["", f"presets (default {matrix.default_preset!r}):"]
     for name, preset in matrix.presets.items():
         settings = ", ".join(f"{k}={v}" for k, v in preset.items()) or "the [defaults]"
@@ -381,12 +390,26 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         counts=parsed_counts,
         load_models=split_list(args.load_model),
         response_models=split_list(args.response_model),
+        networks=split_list(args.network),
         vus=args.vus,
         rate=args.rate,
         duration=args.duration,
         warmup=args.warmup,
         repeats=args.repeats,
     )
+
+
+def _describe_network(network: NetworkProfile) -> str:
+    if not network.emulated:
+        return "loopback, no emulation"
+    parts = [f"RTT {network.rtt_s * 1000:g} ms"]
+    if network.jitter_s:
+        parts.append(f"jitter {network.jitter_s * 1000:g} ms each way")
+    if network.loss_percent:
+        parts.append(f"loss {network.loss_percent:g}% each way")
+    if network.rate_bps:
+        parts.append(f"rate {network.rate_bps / 1e6:g} Mbit/s each way")
+    return ", ".join(parts)
 
 
 def _describe_load(model: LoadModel) -> str:

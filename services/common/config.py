@@ -108,6 +108,8 @@ DEFAULT_PORTS: dict[str, tuple[int, int]] = {
     "rest_aiohttp": (8081, 9101),
     "rest_quart": (8082, 9102),
     "grpc_aio": (50051, 9103),
+    "rest_granian": (8083, 9104),
+    "grpc_grpclib": (50052, 9105),
 }
 
 

@@ -82,6 +82,21 @@ def _reserve_shared_port(host: str, port: int) -> socket.socket:
     return sock
 
 
+def listen_socket(context: WorkerContext, backlog: int) -> socket.socket:
+    """The worker's listening socket, for servers that are handed a socket rather than binding one
+    (Granian, grpclib): SO_REUSEPORT only when the workers share the port, as for the servers that
+    bind themselves, so a single worker still fails loudly on a busy port."""
+    family = socket.AF_INET6 if ":" in context.settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if context.reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted connections inherit it
+    sock.bind((context.settings.host, context.port))
+    sock.listen(backlog)
+    return sock
+
+
 def _worker_entry(worker_main: WorkerMain, context: WorkerContext, supervisor_pid: int) -> None:
     # Ctrl-C reaches the whole process group; only the supervisor's SIGTERM stops a worker,
     # so one key press is one graceful shutdown, not two signals and a kill.

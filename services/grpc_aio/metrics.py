@@ -1,12 +1,8 @@
 """go-grpc-prometheus metrics for a grpc.aio servicer (py-grpc-prometheus has no aio support).
 
-Names, labels and label values follow go-grpc-prometheus exactly (grpc_code in Go's
-spelling: "OK", "InvalidArgument", "Canceled"), so existing gRPC dashboards work. Only
-the servicer given to instrument_servicer is instrumented (here RecordService): health
-and reflection are control traffic, and a health Watch stream lasts as long as its
-client. Every series of an instrumented method exists from start-up at 0, so rate()
-sees the first request. Counts are batched into the worker's multiprocess files
-(services.common.metrics.MetricBatch); the supervisor serves them.
+The metrics are services.common.grpc_metrics'. Only the servicer given to
+instrument_servicer is instrumented (here RecordService): health and reflection are
+control traffic, and a health Watch stream lasts as long as its client.
 
 The servicer's methods are wrapped before registration rather than by a grpc.aio
 ServerInterceptor: with any interceptor, grpc.aio resolves every call's handler through
@@ -29,76 +25,12 @@ from typing import Any
 import grpc
 import grpc.aio
 from google.protobuf.descriptor import ServiceDescriptor
-from prometheus_client import Counter, Histogram
 
-from services.common.metrics import LATENCY_BUCKETS_SECONDS, MetricBatch
-
-_LABELS = ("grpc_type", "grpc_service", "grpc_method")
-# Go's codes.Code.String() is the CamelCase of the enum name, except these two.
-_GO_CODE_NAMES = {grpc.StatusCode.OK: "OK", grpc.StatusCode.CANCELLED: "Canceled"}
+from services.common.grpc_metrics import GrpcServerMetrics, MethodMetrics
+from services.common.metrics import MetricBatch
 
 UnaryBehavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 StreamBehavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncGenerator[Any, None]]
-
-
-def go_code_name(code: grpc.StatusCode) -> str:
-    """The grpc_code label value go-grpc-prometheus writes for a status code."""
-    return _GO_CODE_NAMES.get(code) or "".join(part.capitalize() for part in code.name.split("_"))
-
-
-class _Metrics:
-    """The five go-grpc-prometheus metrics, unregistered: in multiprocess mode the files are the registry."""
-
-    def __init__(self) -> None:
-        self.started = Counter(
-            "grpc_server_started_total", "Total number of RPCs started on the server.", _LABELS, registry=None
-        )
-        self.handled = Counter(
-            "grpc_server_handled_total",
-            "Total number of RPCs completed on the server, regardless of success or failure.",
-            (*_LABELS, "grpc_code"),
-            registry=None,
-        )
-        self.handling_seconds = Histogram(
-            "grpc_server_handling_seconds",
-            "Histogram of response latency (seconds) of gRPC that had been application-level handled by the"
-            " server.",
-            _LABELS,
-            buckets=LATENCY_BUCKETS_SECONDS,
-            registry=None,
-        )
-        self.msg_received = Counter(
-            "grpc_server_msg_received_total",
-            "Total number of RPC stream messages received on the server.",
-            _LABELS,
-            registry=None,
-        )
-        self.msg_sent = Counter(
-            "grpc_server_msg_sent_total",
-            "Total number of gRPC stream messages sent by the server.",
-            _LABELS,
-            registry=None,
-        )
-
-
-class _MethodMetrics:
-    """One method's series, bound and batched once, so the hot path only adds to numbers."""
-
-    __slots__ = ("handled", "handling_seconds", "msg_received", "msg_sent", "started")
-
-    def __init__(self, metrics: _Metrics, batch: MetricBatch, labels: tuple[str, str, str]) -> None:
-        self.started = batch.counter(metrics.started.labels(*labels))
-        self.handling_seconds = batch.histogram(metrics.handling_seconds.labels(*labels))
-        self.msg_received = batch.counter(metrics.msg_received.labels(*labels))
-        self.msg_sent = batch.counter(metrics.msg_sent.labels(*labels))
-        self.handled = {
-            code: batch.counter(metrics.handled.labels(*labels, go_code_name(code)))
-            for code in grpc.StatusCode
-        }
-
-    def finish(self, code: grpc.StatusCode, started_at: float) -> None:
-        self.handled[code].inc()
-        self.handling_seconds.observe(time.perf_counter() - started_at)
 
 
 def _error_code(context: grpc.aio.ServicerContext[Any, Any], error: BaseException) -> grpc.StatusCode:
@@ -113,7 +45,7 @@ def _error_code(context: grpc.aio.ServicerContext[Any, Any], error: BaseExceptio
     return grpc.StatusCode.UNKNOWN if code in (None, grpc.StatusCode.OK) else code
 
 
-def _instrument_unary(behavior: UnaryBehavior, metrics: _MethodMetrics) -> UnaryBehavior:
+def _instrument_unary(behavior: UnaryBehavior, metrics: MethodMetrics) -> UnaryBehavior:
     async def instrumented(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         started_at = time.perf_counter()
         metrics.started.inc()
@@ -121,19 +53,19 @@ def _instrument_unary(behavior: UnaryBehavior, metrics: _MethodMetrics) -> Unary
         try:
             response = await behavior(request, context)
         except BaseException as error:
-            metrics.finish(_error_code(context, error), started_at)
+            metrics.finish(_error_code(context, error).name, started_at)
             raise
         code = context.code() or grpc.StatusCode.OK
         if code is grpc.StatusCode.OK:
             metrics.msg_sent.inc()
-        metrics.finish(code, started_at)
+        metrics.finish(code.name, started_at)
         return response
 
     return instrumented
 
 
 def _instrument_server_stream(
-    behavior: StreamBehavior, metrics: _MethodMetrics
+    behavior: StreamBehavior, metrics: MethodMetrics
 ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[None]]:
     # The wrapper writes with context.write rather than being an async generator itself:
     # grpc.aio then cancels *this* coroutine on client cancellation (a generator would be
@@ -148,9 +80,9 @@ def _instrument_server_stream(
                     await context.write(message)
                     metrics.msg_sent.inc()
         except BaseException as error:
-            metrics.finish(_error_code(context, error), started_at)
+            metrics.finish(_error_code(context, error).name, started_at)
             raise
-        metrics.finish(context.code() or grpc.StatusCode.OK, started_at)
+        metrics.finish((context.code() or grpc.StatusCode.OK).name, started_at)
 
     return instrumented
 
@@ -162,14 +94,14 @@ def instrument_servicer(servicer: object, service: ServiceDescriptor, batch: Met
     Handles unary and server-streaming methods (server-streaming ones must be async
     generators); a service with client-streaming methods is refused.
     """
-    metrics = _Metrics()
+    metrics = GrpcServerMetrics()
     methods = {}
     for method in service.methods:
         if method.client_streaming:
             raise ValueError(f"{method.full_name}: client-streaming methods are not instrumented")
         behavior = getattr(servicer, method.name)
         grpc_type = "server_stream" if method.server_streaming else "unary"
-        method_metrics = _MethodMetrics(metrics, batch, (grpc_type, service.full_name, method.name))
+        method_metrics = MethodMetrics(metrics, batch, (grpc_type, service.full_name, method.name))
         if not method.server_streaming:
             methods[method.name] = _instrument_unary(behavior, method_metrics)
         elif inspect.isasyncgenfunction(behavior):

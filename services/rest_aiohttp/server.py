@@ -4,7 +4,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import ssl
 import time
 
 import orjson
@@ -26,6 +25,7 @@ from services.common.rest import (
     route_label,
 )
 from services.common.supervisor import WorkerContext
+from services.common.tls import server_ssl_context
 
 log = logging.getLogger("protolab.rest_aiohttp")
 
@@ -95,19 +95,6 @@ def build_app(
     return app
 
 
-def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
-    if settings.tls_cert_file is None or settings.tls_key_file is None:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    # Hypercorn's TLS settings, so both REST servers pay for the same handshakes and ciphers.
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.set_ciphers("ECDHE+AESGCM")
-    context.options |= ssl.OP_NO_COMPRESSION
-    context.set_alpn_protocols(["http/1.1"])
-    context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
-    return context
-
-
 async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
     settings = context.settings
     health = Health()
@@ -122,7 +109,7 @@ async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
         runner,
         settings.host,
         context.port,
-        ssl_context=_ssl_context(settings),
+        ssl_context=server_ssl_context(settings, ["http/1.1"]),
         backlog=LISTEN_BACKLOG,
         reuse_port=context.reuse_port,
     )

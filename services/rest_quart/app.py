@@ -1,4 +1,6 @@
-"""The Quart application each Hypercorn worker imports: services.rest_quart.app:app."""
+"""The Quart application: build_app, the REST API any ASGI server can run (Hypercorn here, Granian in
+services.rest_granian), and create_app, what each Hypercorn worker calls
+(services.rest_quart.app:create_app())."""
 
 import logging
 import multiprocessing
@@ -11,9 +13,9 @@ import orjson
 from quart import Quart, Response, g, request
 from werkzeug.exceptions import HTTPException
 
-from services.common.config import load_settings
+from services.common.config import Settings, load_settings
 from services.common.metrics import HttpServerDurations, MetricBatch
-from services.common.records import BadRequest
+from services.common.records import BadRequest, RecordSource
 from services.common.rest import JSON, Health, RecordBodies, error_body, openapi_document, route_label
 from services.common.supervisor import record_source, signal_when_parent_dies
 from services.rest_quart import DRAIN_FLAG, READY_PREFIX, runtime_dir
@@ -25,11 +27,9 @@ def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> Re
     return Response(body, status=status, headers=headers, content_type=JSON)
 
 
-def create_app() -> Quart:
-    """The application, configured from the environment; the record pool is loaded here, at import."""
-    settings = load_settings("rest_quart")
-    records = record_source(settings)
-    health = Health(flag_file=runtime_dir() / DRAIN_FLAG)
+def build_app(settings: Settings, records: RecordSource, health: Health) -> Quart:
+    """The REST API as a Quart app: routes, JSON errors and, when enabled, request metrics (flushed
+    while the ASGI lifespan runs). The server decides when health reports draining."""
     openapi = orjson.dumps(openapi_document(settings.max_count, settings.default_count))
     bodies = RecordBodies(records, settings.response_model)
 
@@ -74,23 +74,6 @@ def create_app() -> Quart:
         log.exception("unexpected error serving %s %s", request.method, request.path)
         return _json(500, error_body(500))
 
-    @app.before_serving
-    async def started() -> None:
-        # Hypercorn's supervisor terminates the other workers as soon as the first one has
-        # shut down, cutting their in-flight requests; its shutdown event stops a worker
-        # gracefully, so SIGTERM must not.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        # A supervisor killed outright cannot stop its workers: the kernel does, so none
-        # outlives it holding the port.
-        supervisor = multiprocessing.parent_process()
-        if (
-            supervisor is None
-            or supervisor.pid is None
-            or not signal_when_parent_dies(signal.SIGKILL, supervisor.pid)
-        ):
-            os.kill(os.getpid(), signal.SIGKILL)
-        (runtime_dir() / f"{READY_PREFIX}{os.getpid()}").touch()
-
     if settings.metrics_enabled:
         metrics = MetricBatch()
         durations = HttpServerDurations(metrics)
@@ -117,4 +100,27 @@ def create_app() -> Quart:
     return app
 
 
-app = create_app()
+def create_app() -> Quart:
+    """A Hypercorn worker's app, configured from the environment (the record pool is loaded here):
+    build_app, with the drain flag the supervising process creates and the worker's start-up rules."""
+    settings = load_settings("rest_quart")
+    app = build_app(settings, record_source(settings), Health(flag_file=runtime_dir() / DRAIN_FLAG))
+
+    @app.before_serving
+    async def started() -> None:
+        # Hypercorn's supervisor terminates the other workers as soon as the first one has
+        # shut down, cutting their in-flight requests; its shutdown event stops a worker
+        # gracefully, so SIGTERM must not.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # A supervisor killed outright cannot stop its workers: the kernel does, so none
+        # outlives it holding the port.
+        supervisor = multiprocessing.parent_process()
+        if (
+            supervisor is None
+            or supervisor.pid is None
+            or not signal_when_parent_dies(signal.SIGKILL, supervisor.pid)
+        ):
+            os.kill(os.getpid(), signal.SIGKILL)
+        (runtime_dir() / f"{READY_PREFIX}{os.getpid()}").touch()
+
+    return app

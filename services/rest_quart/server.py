@@ -37,7 +37,7 @@ from services.common.supervisor import print_listening
 from services.rest_quart import DRAIN_FLAG, READY_PREFIX, runtime_dir
 
 SERVICE = "rest_quart"
-APPLICATION = "services.rest_quart.app:app"
+APPLICATION = "services.rest_quart.app:create_app()"  # Hypercorn evaluates the call in each worker
 CONFIG_FILE = Path(__file__).with_name("hypercorn.toml")
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 

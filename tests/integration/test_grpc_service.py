@@ -1,4 +1,5 @@
-"""services.grpc_aio over real sockets: contract, equal work, bad input, metrics, shutdown and limits."""
+"""Every gRPC service (grpc.aio, grpclib) over real sockets: contract, equal work, bad input, metrics,
+shutdown and limits."""
 
 import asyncio
 import os
@@ -28,7 +29,7 @@ from services.common.metrics import LATENCY_BUCKETS_SECONDS, MetricBatch
 from services.common.pb import cars_pb2, cars_pb2_grpc
 from services.common.records import generate_pool
 from services.grpc_aio.metrics import instrument_servicer
-from tests.support import CERTS, RunningService, launch_service, tls_env
+from tests.support import CERTS, GRPC_SERVERS, REST_SERVERS, RunningService, launch_service, tls_env
 
 SERVICE = "protolab.cars.v1.RecordService"
 POOL_SIZE = 2000
@@ -70,23 +71,29 @@ def expected_response(pool: list, count: int, offset: int) -> cars_pb2.ListRecor
 # --- shared servers for the read-only tests
 
 
+@pytest.fixture(scope="module", params=GRPC_SERVERS)
+def module(request: pytest.FixtureRequest) -> str:
+    """The gRPC server under test: every test that uses it (or the servers below) runs on each."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def plain_service() -> Iterator[RunningService]:
-    service = launch_service("grpc_aio", BASE_ENV)
+def plain_service(module: str) -> Iterator[RunningService]:
+    service = launch_service(module, BASE_ENV)
     yield service
     assert service.stop() == 0
 
 
 @pytest.fixture(scope="module")
-def tls_service() -> Iterator[RunningService]:
-    service = launch_service("grpc_aio", {**BASE_ENV, **tls_env()})
+def tls_service(module: str) -> Iterator[RunningService]:
+    service = launch_service(module, {**BASE_ENV, **tls_env()})
     yield service
     assert service.stop() == 0
 
 
 @pytest.fixture(scope="module")
-def prebuilt_service() -> Iterator[RunningService]:
-    service = launch_service("grpc_aio", {**BASE_ENV, "RESPONSE_MODEL": "prebuilt"})
+def prebuilt_service(module: str) -> Iterator[RunningService]:
+    service = launch_service(module, {**BASE_ENV, "RESPONSE_MODEL": "prebuilt"})
     yield service
     assert service.stop() == 0
 
@@ -95,13 +102,14 @@ def prebuilt_service() -> Iterator[RunningService]:
 PLAINTEXT = {"plaintext": "plain_service", "prebuilt": "prebuilt_service"}
 
 
+# Both take `module` so that pytest parametrizes them over the servers (getfixturevalue alone hides it).
 @pytest.fixture(params=PLAINTEXT.values())
-def plaintext(request: pytest.FixtureRequest) -> RunningService:
+def plaintext(request: pytest.FixtureRequest, module: str) -> RunningService:
     return request.getfixturevalue(request.param)
 
 
 @pytest.fixture(params=["plaintext", "prebuilt", "tls"])
-def channel(request: pytest.FixtureRequest) -> Iterator[grpc.Channel]:
+def channel(request: pytest.FixtureRequest, module: str) -> Iterator[grpc.Channel]:
     if request.param in PLAINTEXT:
         service = request.getfixturevalue(PLAINTEXT[request.param])
         assert not service.tls
@@ -130,11 +138,13 @@ def test_health_is_serving(channel: grpc.Channel) -> None:
     assert error.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-def test_reflection_lists_and_describes_the_service(channel: grpc.Channel) -> None:
+def test_reflection_lists_and_describes_the_service(channel: grpc.Channel, module: str) -> None:
     stub = reflection_pb2_grpc.ServerReflectionStub(channel)
     responses = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
     names = {service.name for response in responses for service in response.list_services_response.service}
-    assert {SERVICE, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= names
+    assert {SERVICE, "grpc.health.v1.Health"} <= names
+    if module == "grpc_aio":  # grpclib's reflection lists the services it was given, not itself
+        assert "grpc.reflection.v1alpha.ServerReflection" in names
     descriptor = ProtoReflectionDescriptorDatabase(channel).FindFileContainingSymbol(SERVICE)
     methods = {m.name: (m.server_streaming, m.output_type) for m in descriptor.service[0].method}
     assert methods == {
@@ -197,10 +207,12 @@ def test_without_offset_the_server_rotates_through_the_pool(plaintext: RunningSe
 
 
 @pytest.mark.parametrize("model", ["build", "prebuilt"])
-def test_every_window_of_a_small_pool(start_service: Callable[..., RunningService], model: str) -> None:
+def test_every_window_of_a_small_pool(
+    start_service: Callable[..., RunningService], module: str, model: str
+) -> None:
     # MAX_COUNT 5 on a 10-record pool: every (count, offset), twice, wrapping around the pool's end.
     env = {"RECORD_POOL_SIZE": "10", "RECORD_SEED": str(SEED), "MAX_COUNT": "5", "DEFAULT_COUNT": "5"}
-    service = start_service("grpc_aio", {**env, "RESPONSE_MODEL": model})
+    service = start_service(module, {**env, "RESPONSE_MODEL": model})
     small_pool = generate_pool(10, SEED)
     with grpc.insecure_channel(target(service)) as opened:
         stub = cars_pb2_grpc.RecordServiceStub(opened)
@@ -213,8 +225,10 @@ def test_every_window_of_a_small_pool(start_service: Callable[..., RunningServic
                     assert list(streamed) == list(expected.records)
 
 
-def test_live_mode_generates_records_per_call(start_service: Callable[..., RunningService]) -> None:
-    service = start_service("grpc_aio", {"RECORD_MODE": "live", "METRICS_ENABLED": "0"})
+def test_live_mode_generates_records_per_call(
+    start_service: Callable[..., RunningService], module: str
+) -> None:
+    service = start_service(module, {"RECORD_MODE": "live", "METRICS_ENABLED": "0"})
     with grpc.insecure_channel(target(service)) as opened:
         stub = cars_pb2_grpc.RecordServiceStub(opened)
         first = stub.ListRecords(request(count=5, offset=0), timeout=5)
@@ -262,7 +276,8 @@ def test_undecodable_requests_fail_and_the_server_keeps_serving(plain_service: R
         ):
             with pytest.raises(grpc.RpcError) as error:
                 call()
-            # grpc.aio reports a request its deserializer rejects as UNKNOWN (grpc-go says INTERNAL).
+            # grpc.aio reports a request its deserializer rejects as UNKNOWN (grpc-go says INTERNAL);
+            # grpclib's codec here answers the same.
             assert error.value.code() == grpc.StatusCode.UNKNOWN
             assert "Error parsing message" in error.value.details()
         with pytest.raises(grpc.RpcError) as error:
@@ -272,21 +287,34 @@ def test_undecodable_requests_fail_and_the_server_keeps_serving(plain_service: R
         assert len(stub.ListRecords(request(count=2), timeout=5).records) == 2
 
 
-def test_a_single_worker_refuses_a_busy_port(start_service: Callable[..., RunningService]) -> None:
+def test_a_single_worker_refuses_a_busy_port(
+    start_service: Callable[..., RunningService], module: str
+) -> None:
     # The two workers of the first service share their port with SO_REUSEPORT; grpc's default
     # (reuse-port on) would let the second service join them silently instead of failing.
-    sharing = start_service("grpc_aio", {**BASE_ENV, "WORKERS": "2"})
+    sharing = start_service(module, {**BASE_ENV, "WORKERS": "2"})
     with pytest.raises(AssertionError, match="did not print its listening line"):
-        start_service("grpc_aio", {**BASE_ENV, "PORT": str(sharing.port)})
+        start_service(module, {**BASE_ENV, "PORT": str(sharing.port)})
 
 
 # --- equal work across protocols
 
 
 def test_rest_bodies_equal_grpc_messages(start_service: Callable[..., RunningService], pool: list) -> None:
-    grpc_service = start_service("grpc_aio", BASE_ENV)
-    rest_services = [start_service(name, BASE_ENV) for name in ("rest_aiohttp", "rest_quart")]
+    # Every gRPC server and every REST server, in one test: all must give the same records.
+    grpc_services = [start_service(name, BASE_ENV) for name in GRPC_SERVERS]
+    rest_services = [start_service(name, BASE_ENV) for name in REST_SERVERS]
     cases = [(1, 0), (100, 0), (100, 777), (20, POOL_SIZE - 5), (MAX_COUNT, POOL_SIZE - 300)]
+    for grpc_service in grpc_services:
+        _equal_records(grpc_service, rest_services, pool, cases)
+
+
+def _equal_records(
+    grpc_service: RunningService,
+    rest_services: list[RunningService],
+    pool: list,
+    cases: list[tuple[int, int]],
+) -> None:
     with grpc.insecure_channel(target(grpc_service)) as opened, httpx.Client(timeout=10) as http:
         stub = cars_pb2_grpc.RecordServiceStub(opened)
         for count, offset in cases:
@@ -348,8 +376,8 @@ def settled(unary: int, stream: int) -> Callable[[Samples], bool]:
     return done
 
 
-def test_metrics_move_with_traffic(start_service: Callable[..., RunningService]) -> None:
-    service = start_service("grpc_aio", SLOW_ENV)
+def test_metrics_move_with_traffic(start_service: Callable[..., RunningService], module: str) -> None:
+    service = start_service(module, SLOW_ENV)
     before = scrape(service)
     for labels in (UNARY, STREAM):  # every series exists from start-up, at 0
         for name in (
@@ -419,10 +447,12 @@ def test_metrics_move_with_traffic(start_service: Callable[..., RunningService])
     assert 2 <= sent < 2 * SLOW_COUNT  # both sent some, neither all
 
 
-def test_exact_totals_with_two_workers(start_service: Callable[..., RunningService], tmp_path: Path) -> None:
+def test_exact_totals_with_two_workers(
+    start_service: Callable[..., RunningService], tmp_path: Path, module: str
+) -> None:
     metrics_dir = tmp_path / "metrics"
     service = start_service(
-        "grpc_aio", {**BASE_ENV, "WORKERS": "2", "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+        module, {**BASE_ENV, "WORKERS": "2", "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
     )
     assert service.workers == 2
     connections = 40
@@ -512,7 +542,9 @@ async def _calls_across_sigterm(service: RunningService, drain_seconds: float) -
     assert len(streams) == 4 and min(streams) > signalled + drain_seconds  # they outlived the drain
 
 
-def test_sigterm_finishes_in_flight_calls_and_exits_0(start_service: Callable[..., RunningService]) -> None:
+def test_sigterm_finishes_in_flight_calls_and_exits_0(
+    start_service: Callable[..., RunningService], module: str
+) -> None:
     drain_seconds = 1.0
     env = {
         **SLOW_ENV,
@@ -520,7 +552,7 @@ def test_sigterm_finishes_in_flight_calls_and_exits_0(start_service: Callable[..
         "SHUTDOWN_DRAIN_SECONDS": str(drain_seconds),
         "SHUTDOWN_GRACE_SECONDS": "20",
     }
-    service = start_service("grpc_aio", env)
+    service = start_service(module, env)
     asyncio.run(_calls_across_sigterm(service, drain_seconds))
     assert service.process.wait(timeout=30) == 0
 
@@ -543,8 +575,10 @@ async def _concurrent_slow_streams(address: str, streams: int) -> list[grpc.Stat
     return await asyncio.gather(*(slow_stream() for _ in range(streams)))
 
 
-def test_max_concurrent_rpcs_rejects_the_excess(start_service: Callable[..., RunningService]) -> None:
-    service = start_service("grpc_aio", {**SLOW_ENV, "GRPC_MAX_CONCURRENT_RPCS": "1"})
+def test_max_concurrent_rpcs_rejects_the_excess(
+    start_service: Callable[..., RunningService], module: str
+) -> None:
+    service = start_service(module, {**SLOW_ENV, "GRPC_MAX_CONCURRENT_RPCS": "1"})
     codes = asyncio.run(_concurrent_slow_streams(target(service), 5))
     assert codes.count(grpc.StatusCode.OK) >= 1
     assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) >= 1

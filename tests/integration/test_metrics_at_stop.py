@@ -11,21 +11,20 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from services.common.pb import cars_pb2, cars_pb2_grpc
-from tests.support import launch_service
+from tests.support import GRPC_SERVERS, REST_SERVERS, launch_service
 
 REQUESTS = 20
 # The series that count finished requests, per service.
 COUNTED = {
-    "rest_aiohttp": "http_server_request_duration_seconds_count",
-    "rest_quart": "http_server_request_duration_seconds_count",
-    "grpc_aio": "grpc_server_handled_total",
+    **dict.fromkeys(REST_SERVERS, "http_server_request_duration_seconds_count"),
+    **dict.fromkeys(GRPC_SERVERS, "grpc_server_handled_total"),
 }
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def send_requests(module: str, port: int) -> None:
-    if module == "grpc_aio":
+    if module in GRPC_SERVERS:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = cars_pb2_grpc.RecordServiceStub(channel)
             for _ in range(REQUESTS):

@@ -1,5 +1,5 @@
-"""Both response models on all three servers over real sockets: each states its model in its
-listening line, and all six return the same records for the same request, REST and gRPC alike."""
+"""Both response models on every server over real sockets: each states its model in its listening
+line, and all return the same records for the same request, REST and gRPC alike."""
 
 import json
 import os
@@ -19,7 +19,7 @@ from google.protobuf import json_format
 from services.common.config import ResponseModel
 from services.common.pb import cars_pb2, cars_pb2_grpc
 from services.common.records import generate_pool
-from tests.support import ROOT
+from tests.support import GRPC_SERVERS, REST_SERVERS, ROOT
 
 POOL_SIZE = 2000
 SEED = 42
@@ -33,8 +33,7 @@ ENV = {
     "RECORD_SEED": str(SEED),
     "MAX_COUNT": str(MAX_COUNT),
 }
-REST = ("rest_aiohttp", "rest_quart")
-SERVERS = (*REST, "grpc_aio")
+SERVERS = (*REST_SERVERS, *GRPC_SERVERS)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -93,10 +92,11 @@ def test_both_models_return_the_same_records_on_every_server(services, count, of
     params = {"count": count, "offset": offset}
     call = cars_pb2.ListRecordsRequest(count=count, offset=offset)
     for model in ResponseModel:
-        for module in REST:
+        for module in REST_SERVERS:
             url = f"http://127.0.0.1:{services[module, model].listening['port']}/records"
             assert httpx.get(url, params=params, trust_env=False).content == expected_body, (module, model)
-        with grpc.insecure_channel(f"127.0.0.1:{services['grpc_aio', model].listening['port']}") as channel:
-            stub = cars_pb2_grpc.RecordServiceStub(channel)
-            assert stub.ListRecords(call, timeout=10) == expected, model
-            assert list(stub.StreamRecords(call, timeout=10)) == list(expected.records), model
+        for module in GRPC_SERVERS:
+            with grpc.insecure_channel(f"127.0.0.1:{services[module, model].listening['port']}") as channel:
+                stub = cars_pb2_grpc.RecordServiceStub(channel)
+                assert stub.ListRecords(call, timeout=10) == expected, (module, model)
+                assert list(stub.StreamRecords(call, timeout=10)) == list(expected.records), (module, model)

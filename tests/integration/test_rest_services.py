@@ -1,5 +1,5 @@
-"""services.rest_aiohttp and services.rest_quart over real sockets: contract, equal work, bad input,
-negotiated protocol, metrics and graceful shutdown."""
+"""Every REST service (aiohttp, Quart on Hypercorn, Quart on Granian) over real sockets: contract,
+equal work, bad input, negotiated protocol, metrics and graceful shutdown."""
 
 import asyncio
 import signal
@@ -21,30 +21,30 @@ from services.common.metrics import FLUSH_SECONDS
 from services.common.pb import cars_pb2
 from services.common.records import generate_pool
 from services.common.rest import ROUTES
-from tests.support import CERTS, RunningService, launch_service, tls_env
+from tests.support import CERTS, REST_SERVERS, RunningService, launch_service, tls_env
 
 POOL_SIZE = 2000
 SEED = 42
 MAX_COUNT = 1000
 DEFAULT_COUNT = 100
 BASE_ENV = {"RECORD_POOL_SIZE": str(POOL_SIZE), "RECORD_SEED": str(SEED), "MAX_COUNT": str(MAX_COUNT)}
-SERVERS = ("rest_aiohttp", "rest_quart")
+SERVERS = REST_SERVERS
+# The short name of each server module: rest_quart -> quart.
+NAMES = {module: module.removeprefix("rest_") for module in SERVERS}
+# The servers that speak HTTP/2 over TLS (ALPN_PROTOCOLS); the others offer http/1.1 only.
+HTTP2 = ("rest_quart", "rest_granian")
 # The servers the module shares, all started at once: name -> (module, TLS, extra env).
 SHARED: dict[str, tuple[str, bool, dict[str, str]]] = {
-    "aiohttp": ("rest_aiohttp", False, {"WORKERS": "2"}),
-    "aiohttp-tls": ("rest_aiohttp", True, {}),
-    "quart": ("rest_quart", False, {"WORKERS": "2"}),
-    "quart-tls": ("rest_quart", True, {}),
-    "quart-tls-http11": ("rest_quart", True, {"ALPN_PROTOCOLS": "http/1.1"}),
-    "aiohttp-live": ("rest_aiohttp", False, {"RECORD_MODE": "live"}),
-    "quart-live": ("rest_quart", False, {"RECORD_MODE": "live"}),
-    "aiohttp-prebuilt": ("rest_aiohttp", False, {"RESPONSE_MODEL": "prebuilt"}),
-    "quart-prebuilt": ("rest_quart", False, {"RESPONSE_MODEL": "prebuilt"}),
+    **{NAMES[m]: (m, False, {"WORKERS": "2"}) for m in SERVERS},
+    **{f"{NAMES[m]}-tls": (m, True, {}) for m in SERVERS},
+    **{f"{NAMES[m]}-tls-http11": (m, True, {"ALPN_PROTOCOLS": "http/1.1"}) for m in HTTP2},
+    **{f"{NAMES[m]}-live": (m, False, {"RECORD_MODE": "live"}) for m in SERVERS},
+    **{f"{NAMES[m]}-prebuilt": (m, False, {"RESPONSE_MODEL": "prebuilt"}) for m in SERVERS},
 }
-CLEAR = {"rest_aiohttp": "aiohttp", "rest_quart": "quart"}  # the two-worker cleartext servers
+CLEAR = NAMES  # the two-worker cleartext servers
 # The cleartext server of each module under each response model (RESPONSE_MODEL).
-BY_MODEL = {"build": CLEAR, "prebuilt": {"rest_aiohttp": "aiohttp-prebuilt", "rest_quart": "quart-prebuilt"}}
-EVERY_KIND = ["aiohttp", "aiohttp-tls", "quart", "quart-tls"]
+BY_MODEL = {"build": CLEAR, "prebuilt": {m: f"{NAMES[m]}-prebuilt" for m in SERVERS}}
+EVERY_KIND = [name for m in SERVERS for name in (NAMES[m], f"{NAMES[m]}-tls")]
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -262,6 +262,9 @@ def test_openapi_document(shared, ca_context, name) -> None:
         ("quart-tls", "HTTP/2"),
         ("quart-tls-http11", "HTTP/1.1"),
         ("quart", "HTTP/1.1"),  # cleartext has no ALPN: httpx speaks HTTP/1.1
+        ("granian-tls", "HTTP/2"),
+        ("granian-tls-http11", "HTTP/1.1"),
+        ("granian", "HTTP/1.1"),
         ("aiohttp-tls", "HTTP/1.1"),
         ("aiohttp", "HTTP/1.1"),
     ],
@@ -274,7 +277,7 @@ def test_negotiated_protocol(shared, ca_context, name, expected) -> None:
 @pytest.mark.parametrize("name", EVERY_KIND)
 def test_request_metrics_move_with_traffic(shared, ca_context, name) -> None:
     service = shared[name]
-    version = "2" if name == "quart-tls" else "1.1"
+    version = "2" if name in {f"{NAMES[m]}-tls" for m in HTTP2} else "1.1"
     before = settled_counts(service)
     with client(service, ca_context) as http:
         for _ in range(3):
@@ -368,7 +371,7 @@ def test_sigterm_finishes_in_flight_requests(start_service, module, drain_second
         assert any(started > outcome["first_503"] for started, _ in statuses)
 
 
-@pytest.mark.parametrize("name", ["aiohttp-live", "quart-live"])
+@pytest.mark.parametrize("name", [f"{NAMES[m]}-live" for m in SERVERS])
 def test_live_mode_serves_valid_records(shared, ca_context, name) -> None:
     with client(shared[name], ca_context) as http:
         response = http.get("/records", params={"count": 5})

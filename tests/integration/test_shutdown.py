@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from labrunner.run.k6 import find_k6
 
 from services.common.pb import cars_pb2, cars_pb2_grpc
-from tests.support import ROOT, RunningService, k6_env, launch_service
+from tests.support import GRPC_SERVERS, REST_SERVERS, ROOT, RunningService, k6_env, launch_service
 
 DRAIN_S = 1.0
 GRACE_S = 5.0
@@ -39,7 +39,7 @@ STUCK = 5  # requests held in flight by clients that do not read
 # A response this large outgrows every socket buffer and HTTP/2 window, so a client that
 # does not read keeps its request in flight on the server.
 HUGE_COUNT = 100_000
-SCRIPTS = {"rest_aiohttp": "k6/rest.js", "rest_quart": "k6/rest.js", "grpc_aio": "k6/grpc_unary.js"}
+SCRIPTS = {**dict.fromkeys(REST_SERVERS, "k6/rest.js"), **dict.fromkeys(GRPC_SERVERS, "k6/grpc_unary.js")}
 MODULES = list(SCRIPTS)
 
 pytestmark = pytest.mark.timeout(90)
@@ -112,7 +112,7 @@ def health_watch(check: Callable[[], str]) -> Iterator[list[tuple[float, str]]]:
 
 def start_k6(module: str, port: int, out: Path) -> subprocess.Popen[str]:
     load = {"LOAD_MODEL": "constant-vus", "VUS": str(K6_VUS), "DURATION": K6_DURATION, "COUNT": "100"}
-    env = k6_env(port, module == "grpc_aio", **load)
+    env = k6_env(port, module in GRPC_SERVERS, **load)
     command = [str(find_k6(None)), "run", "--quiet", "--no-color", "--address", "", "--out", f"json={out}"]
     return subprocess.Popen(
         [*command, str(ROOT / SCRIPTS[module])],
@@ -127,7 +127,7 @@ def start_k6(module: str, port: int, out: Path) -> subprocess.Popen[str]:
 def test_sigterm_under_k6_load(tmp_path: Path, module: str) -> None:
     env = {"SHUTDOWN_DRAIN_SECONDS": str(DRAIN_S), "SHUTDOWN_GRACE_SECONDS": str(GRACE_S)}
     service = launch_service(module, env)
-    grpc_target = module == "grpc_aio"
+    grpc_target = module in GRPC_SERVERS
     check = grpc_health if grpc_target else http_health
     out = tmp_path / "k6.json"
     try:
@@ -198,7 +198,7 @@ def requests_held_in_flight(module: str, port: int) -> Iterator[None]:
     """STUCK requests for HUGE_COUNT records from clients that read the first bytes and stop."""
     with ExitStack() as stack:
         for _ in range(STUCK):
-            if module == "grpc_aio":
+            if module in GRPC_SERVERS:
                 channel = stack.enter_context(
                     grpc.insecure_channel(
                         f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)]

@@ -29,10 +29,13 @@ def test_server_certificate_has_every_lab_san(certs: Path) -> None:
         "rest-aiohttp",
         "rest-quart",
         "grpc-aio",
+        "rest-granian",
+        "grpc-grpclib",
     }
     assert set(sans.get_values_for_type(x509.IPAddress)) == {
         ipaddress.ip_address("127.0.0.1"),
         ipaddress.ip_address("::1"),
+        ipaddress.ip_address("198.18.0.1"),  # the service's end of a network scenario's link
     }
 
 

@@ -14,6 +14,7 @@ BACKEND_MAY_IMPORT = (
     "labrunner.backends.base",
     "labrunner.backends.cgroups",
     "labrunner.model",
+    "labrunner.network",  # namespaces, link emulators and their verification, as cgroups are limits
     "labrunner.say",
     "labrunner.certs",
     "services.common",

@@ -22,7 +22,7 @@ from labrunner.model.matrix import (
 )
 from labrunner.run.k6 import build_invocation
 
-from tests.support import ALL_TARGETS, ROOT
+from tests.support import ALL_TARGETS, IMPLEMENTATION_TARGETS, ROOT
 
 MATRIX = ROOT / "matrix.toml"
 
@@ -42,6 +42,7 @@ def test_repo_matrix_profiles_and_targets() -> None:
     }
     assert list(matrix.targets) == [
         *ALL_TARGETS,
+        *IMPLEMENTATION_TARGETS,
         *(f"{t}-nometrics" for t in ("aiohttp-h1", "quart-h1", "grpc")),
     ]
     for name in ("aiohttp-h1", "quart-h1", "grpc"):
@@ -381,6 +382,33 @@ def test_list_shows_the_matrix(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     assert all(name in text for name in ALL_TARGETS)
     assert "small      0.5 CPUs, 512 MiB" in text
+
+
+def test_implementations_preset_pairs_servers_at_equal_protocol() -> None:
+    matrix = load_matrix(MATRIX)
+    # The second implementations take the first one's settings: the same app or messages, ALPN.
+    for first, second in (("quart-h1-tls", "granian-h1-tls"), ("quart-h2-tls", "granian-h2-tls")):
+        one, other = matrix.targets[first], matrix.targets[second]
+        assert (one.protocol, one.tls, one.expect_proto, one.env) == (
+            other.protocol,
+            other.tls,
+            other.expect_proto,
+            other.env,
+        )
+    assert matrix.targets["grpclib"].script == matrix.targets["grpc"].script == "k6/grpc_unary.js"
+    for backend in ("local", "docker"):
+        plan = expand(matrix, backend, "implementations")
+        assert {s.profile.name for s in plan.scenarios} == {"quarter"}
+        assert {s.repeat for s in plan.scenarios} == {1, 2, 3}
+    targets = [s.target.name for s in plan.scenarios if s.repeat == 1]
+    assert sorted(targets) == sorted([
+        "aiohttp-h1", "quart-h1-tls", "quart-h2-tls", "granian-h1", "granian-h1-tls", "granian-h2-tls",
+        "grpc", "grpclib",
+    ])  # fmt: skip
+    # Not in the presets every run and CI take.
+    for preset in ("default", "ci"):
+        names = {s.target.name for s in expand(matrix, "local", preset).scenarios}
+        assert names.isdisjoint(IMPLEMENTATION_TARGETS), preset
 
 
 def test_metrics_overhead_preset_runs_at_a_quarter_cpu_locally() -> None:

@@ -6,6 +6,8 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ from typing import Any
 import pytest
 from labrunner.backends.base import Endpoint, ServiceHandle, ServiceUsage
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
-from labrunner.report import document
+from labrunner.report import cli, document, payload
 from labrunner.report.compare import (
     SEQUENTIAL,
     THROUGHPUT,
@@ -23,7 +25,14 @@ from labrunner.report.compare import (
     group_results,
     is_regression,
 )
-from labrunner.results.store import Outcome, build_result, scenario_dict
+from labrunner.results.store import (
+    RESULT_SCHEMA,
+    Outcome,
+    build_result,
+    result_path,
+    scenario_dict,
+    write_json_atomic,
+)
 from labrunner.run.k6 import K6Run
 from PIL import Image
 
@@ -81,6 +90,26 @@ def test_pairs_come_from_target_attributes() -> None:
         ("REST server vs REST server", "aiohttp-h1", "quart-h1"),
         ("REST server vs REST server", "aiohttp-h1-tls", "quart-h1-tls"),
     }
+
+
+def test_second_implementations_pair_with_the_first_at_equal_protocol() -> None:
+    targets = (
+        "quart-h1-tls",
+        "quart-h2-tls",
+        "grpc",
+        "grpc-stream",
+        "granian-h1-tls",
+        "granian-h2-tls",
+        "grpclib",
+    )
+    groups = group_results([_result(s, 100.0 + s.repeat) for s in _scenarios(targets, ("small",), 2)])
+    pairs = _pairs(compare_groups(groups))
+    assert {pair for pair in pairs if "server vs" in pair[0]} == {
+        ("REST server vs REST server", "quart-h1-tls", "granian-h1-tls"),
+        ("REST server vs REST server", "quart-h2-tls", "granian-h2-tls"),
+        ("gRPC server vs gRPC server", "grpc", "grpclib"),  # not grpc-stream: another script
+    }
+    assert ("HTTP/2 vs HTTP/1.1", "granian-h2-tls", "granian-h1-tls") in pairs
 
 
 def test_uninstrumented_targets_answer_only_metrics_on_vs_off() -> None:
@@ -192,6 +221,129 @@ def test_markdown_and_html_carry_the_same_content(tmp_path: Path) -> None:
     assert "| a | b\\|c |" in md and "![alt](charts/a.png)" in md
     assert "Title &lt;run&gt;" in page and "<b>bold</b>" in page and "<code>code</code>" in page
     assert 'src="data:image/png;base64,' in page and "charts/a.png" not in page
+
+
+# --- Against a baseline run: fake run directories as the runner leaves them ---------------
+
+
+def _write_run(path: Path, results: Iterable[Mapping[str, Any]], manifest: bool = True) -> Path:
+    """scenarios/*.json, manifest.json (unless not) and payload.json, so the report measures nothing."""
+    for result in results:
+        write_json_atomic(result_path(path, result["scenario_id"]), {"schema": RESULT_SCHEMA, **result})
+    if manifest:
+        host = {"cpu_model": "Intel(R) Xeon(R) CPU"}
+        write_json_atomic(path / "manifest.json", {"run_id": path.name, "git": {"sha": "abc"}, "host": host})
+    row = payload.PayloadRow(100, 20000, 4000, 15000, 3800)
+    write_json_atomic(path / "payload.json", {"schema": payload.SCHEMA, "rows": [asdict(row)]})
+    return path
+
+
+def _baseline_report(run: Path, baseline: Path) -> tuple[str, str]:
+    """The whole report.md of `report.py RUN --baseline BASELINE`, and its baseline section."""
+    assert cli.main([str(run), "--baseline", str(baseline)]) == 0
+    md = (run / "report.md").read_text()
+    return md, md.split(f"## Against baseline run {baseline.name}", 1)[1].split("\n## ", 1)[0]
+
+
+def _row(section: str, group: str) -> str:
+    [row] = [line for line in section.splitlines() if line.startswith(f"| `{group}` |")]
+    return row
+
+
+def _with_cpu(scenario: Scenario, rps: float, cpu_ms_per_request: float) -> dict[str, Any]:
+    return _result(scenario, rps, cpu_s=int(rps * 3) * cpu_ms_per_request / 1000)
+
+
+def test_one_repeat_baseline_shows_ratios_and_flags_large_changes(tmp_path: Path) -> None:
+    # The issue's quiet runs A and B on one host, one repeat each: aiohttp fell by 40%.
+    before = {"aiohttp-h1": (4573.0, 0.11), "quart-h1": (747.0, 0.55), "grpc": (1587.0, 0.30)}
+    after = {"aiohttp-h1": (2732.0, 0.12), "quart-h1": (706.0, 0.56), "grpc": (1367.0, 0.31)}
+    scenarios = _scenarios((*before, "grpc-tls"), ("small",), 1)
+    baseline = _write_run(
+        tmp_path / "quietA", [_with_cpu(s, *before.get(s.target.name, (900.0, 0.4))) for s in scenarios]
+    )
+    run = _write_run(
+        tmp_path / "quietB",
+        [_with_cpu(s, *after[s.target.name]) for s in scenarios if s.target.name in after],
+    )
+    md, section = _baseline_report(run, baseline)
+    assert "no regression" not in md.lower()
+    groups = {s.target.name: s.group for s in scenarios}
+    aiohttp = _row(section, groups["aiohttp-h1"])
+    assert "| 1 / 1 | 4573.0 → 2732.0 | 0.60x (-40%) |" in aiohttp
+    assert "1.09x (+9%)" in aiohttp  # CPU per request
+    assert aiohttp.endswith("| one repeat: cannot judge; **large change (-40% req/s), not tested** |")
+    quart = _row(section, groups["quart-h1"])
+    assert "0.95x (-5%)" in quart and quart.endswith("| one repeat: cannot judge |")
+    assert "0.86x (-14%)" in _row(section, groups["grpc"])
+    assert (
+        "3 groups present in both runs: 1 large unjudged change, 2 unjudged groups with changes within "
+        "±20%. With one repeat in either run no test can judge a change"
+    ) in section
+    assert f"Only in the baseline: `{groups['grpc-tls']}`." in section
+
+
+def _repeated(targets: dict[str, float], jitter: Mapping[int, float]) -> list[dict[str, Any]]:
+    return [
+        _result(s, targets[s.target.name] * jitter[s.repeat]) for s in _scenarios((*targets,), ("small",), 3)
+    ]
+
+
+_JITTER = {1: 1.0, 2: 1.03, 3: 0.97}
+_OTHER_JITTER = {1: 0.98, 2: 1.0, 3: 1.02}
+
+
+def test_repeated_regression_is_significant_with_its_interval(tmp_path: Path) -> None:
+    baseline = _write_run(tmp_path / "before", _repeated({"aiohttp-h1": 1000.0, "grpc": 500.0}, _JITTER))
+    run = _write_run(tmp_path / "after", _repeated({"aiohttp-h1": 600.0, "grpc": 495.0}, _OTHER_JITTER))
+    md, section = _baseline_report(run, baseline)
+    assert "no regression" not in md.lower()
+    [aiohttp, grpc] = (s.group for s in _scenarios(("aiohttp-h1", "grpc"), ("small",), 1))
+    row = _row(section, aiohttp)
+    match = re.search(r"\*\*0\.60x \(-40%\)\*\* \[(\d\.\d\d), (\d\.\d\d)\] significant", row)
+    assert match, row
+    assert float(match[1]) < 0.60 < float(match[2]) < 1
+    assert "| **significant regression** (req/s, CPU s / 1k req) |" in row  # same CPU, fewer requests
+    assert "cannot judge" not in section and "large change" not in row  # significant: judged, not flagged
+    assert "3 / 3" in row
+    assert "2 groups present in both runs: **1 significant regression**, 1 group within noise." in section
+    assert _row(section, grpc).endswith("| within noise |")
+
+
+def test_small_repeated_change_is_within_noise(tmp_path: Path) -> None:
+    baseline = _write_run(tmp_path / "before", _repeated({"aiohttp-h1": 1000.0, "grpc": 500.0}, _JITTER))
+    run = _write_run(tmp_path / "after", _repeated({"aiohttp-h1": 990.0, "grpc": 505.0}, _OTHER_JITTER))
+    _, section = _baseline_report(run, baseline)
+    [aiohttp, grpc] = (s.group for s in _scenarios(("aiohttp-h1", "grpc"), ("small",), 1))
+    row = _row(section, aiohttp)
+    assert re.search(r"\| 0\.99x \(-1%\) \[0\.9\d, 1\.\d\d\] not significant \|", row), row
+    assert row.endswith("| within noise |") and _row(section, grpc).endswith("| within noise |")
+    assert "No regression among 2 groups present in both runs: every group has repeats" in section
+
+
+def test_baseline_from_older_code_and_failed_groups(tmp_path: Path) -> None:
+    # An older run: no manifest, results without the keys later code adds, one group failed.
+    scenarios = _scenarios(("aiohttp-h1", "grpc"), ("small",), 2)
+    old = []
+    for s in scenarios:
+        result = {k: v for k, v in _result(s, 1000.0 + s.repeat).items() if k not in ("suspect", "notes")}
+        if s.target.name == "grpc":
+            result.update(status="failed", k6=None, service=None, failure={"phase": "start", "message": "x"})
+        old.append(result)
+    baseline = _write_run(tmp_path / "old", old, manifest=False)
+    newer = [
+        {**r, "later_key": {"anything": 1}, "scenario": {**r["scenario"], "later_key": "x"}}
+        for r in (_result(s, 1000.0 + s.repeat) for s in scenarios)
+    ]
+    run = _write_run(tmp_path / "new", newer)
+    md, section = _baseline_report(run, baseline)
+    [aiohttp, grpc] = (s.group for s in _scenarios(("aiohttp-h1", "grpc"), ("small",), 1))
+    assert _row(section, aiohttp).endswith("| within noise |")
+    assert _row(section, grpc).endswith("| not compared: no successful repeat in the baseline |")
+    assert (
+        "2 groups present in both runs: 1 group within noise, 1 group without a successful repeat" in section
+    )
+    assert "no regression" not in md.lower()
 
 
 # --- A real run: two targets, two repeats, the closed and the sequential model -------------

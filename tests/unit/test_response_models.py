@@ -2,27 +2,30 @@
 nothing; prebuilt maps each pool record once at start and shares those objects between requests."""
 
 import asyncio
-import importlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import make_mocked_request
+from quart import Quart
 from quart.wrappers.response import DataBody
 
-from services.common import rest
+from services.common import messages, rest
 from services.common.config import ConfigError, ResponseModel, Settings, load_settings
 from services.common.pb import cars_pb2
 from services.common.rest import Health, RecordBodies
 from services.common.supervisor import record_source
 from services.grpc_aio import server as grpc_server
+from services.grpc_grpclib import servicer as grpclib_servicer
 from services.rest_aiohttp.server import build_app
+from services.rest_quart.app import build_app as build_quart_app
+from services.rest_quart.app import create_app
 
 POOL_SIZE = 50
 MAX_COUNT = 20
 COUNT, OFFSET = 10, POOL_SIZE - 3  # a window that wraps around the pool
-SERVERS = ("rest_aiohttp", "rest_quart", "grpc_aio")
+SERVERS = ("rest_aiohttp", "rest_quart", "rest_granian", "grpc_aio", "grpc_grpclib")
 
 
 class AbortContext:
@@ -72,15 +75,21 @@ def aiohttp_request(config: Settings) -> Callable[[], Awaitable[bytes]]:
 
 
 def quart_request(_config: Settings) -> Callable[[], Awaitable[bytes]]:
-    # Imported once the env is set: the module creates an app from the env at import.
-    app = importlib.import_module("services.rest_quart.app").create_app()  # reads the env of _config
+    return _quart_app_request(create_app())  # Hypercorn's worker app, from the env of _config
 
+
+def granian_request(config: Settings) -> Callable[[], Awaitable[bytes]]:
+    # Granian's worker builds the same Quart app from its settings.
+    return _quart_app_request(build_quart_app(config, record_source(config), Health()))
+
+
+def _quart_app_request(app: Quart) -> Callable[[], Awaitable[bytes]]:
     async def request() -> bytes:
         query = {"count": str(COUNT), "offset": str(OFFSET)}
         async with app.test_request_context("/records", query_string=query):
             response = await app.view_functions["list_records"]()
         assert response.status_code == 200 and isinstance(response.response, DataBody)
-        return response.response.data  # the bytes the handler made, as Hypercorn will send them
+        return response.response.data  # the bytes the handler made, as the server will send them
 
     return request
 
@@ -99,12 +108,51 @@ def grpc_request(config: Settings) -> Callable[[], Awaitable[bytes]]:
     return request
 
 
-REQUESTS = {"rest_aiohttp": aiohttp_request, "rest_quart": quart_request, "grpc_aio": grpc_request}
+class OneRequestStream:
+    """A grpclib call's stream as RecordService uses it: one request in, the messages sent kept."""
+
+    def __init__(self, request: cars_pb2.ListRecordsRequest) -> None:
+        self.request = request
+        self.sent: list[Any] = []
+
+    async def recv_message(self) -> cars_pb2.ListRecordsRequest:
+        return self.request
+
+    async def send_message(self, message: Any) -> None:
+        self.sent.append(message)
+
+
+def grpclib_request(config: Settings) -> Callable[[], Awaitable[bytes]]:
+    service = grpclib_servicer.RecordService(
+        record_source(config), config.response_model, grpclib_servicer.Calls(None)
+    )
+    responses: list[cars_pb2.ListRecordsResponse] = []
+
+    async def request() -> bytes:
+        stream = OneRequestStream(cars_pb2.ListRecordsRequest(count=COUNT, offset=OFFSET))
+        await service.ListRecords(stream)
+        (response,) = stream.sent
+        assert all(response is not earlier for earlier in responses), "a response object was handed out twice"
+        responses.append(response)
+        return response.SerializeToString()  # what grpclib's codec does with it
+
+    return request
+
+
+REQUESTS = {
+    "rest_aiohttp": aiohttp_request,
+    "rest_quart": quart_request,
+    "rest_granian": granian_request,
+    "grpc_aio": grpc_request,
+    "grpc_grpclib": grpclib_request,
+}
 # The function each server maps one neutral record with: REST into dicts, gRPC into a message.
 MAPPINGS = {
     "rest_aiohttp": (rest, "json_record"),
     "rest_quart": (rest, "json_record"),
-    "grpc_aio": (grpc_server, "_fill"),
+    "rest_granian": (rest, "json_record"),
+    "grpc_aio": (messages, "fill_record"),
+    "grpc_grpclib": (messages, "fill_record"),
 }
 
 

@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 from labrunner.backends.base import Endpoint, ScenarioFailed, ServiceHandle, ServiceUsage
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
-from labrunner.observe import prometheus_sd
+from labrunner.observe import host, prometheus_sd
 from labrunner.results.store import (
     SUMMARY_COLUMNS,
     Outcome,
@@ -228,7 +229,7 @@ def test_summaries_are_regenerated_from_result_files(tmp_path: Path) -> None:
     markdown = (tmp_path / "summary.md").read_text()
     assert markdown.startswith("# protolab run run1")
     assert "1 of 2 scenarios ok" in markdown
-    assert f"| {scenarios[0].id} | ok | 1000.0 | 0 | 2.00 | 4.00 | 9.00 | 20.00 | 98% |" in markdown
+    assert f"| {scenarios[0].id} | build | ok | 1000.0 | 0 | 2.00 | 4.00 | 9.00 | 20.00 | 98% |" in markdown
     assert f"- `{scenarios[1].id}`: health: timeout" in markdown
 
 
@@ -252,3 +253,45 @@ def test_prometheus_file_sd_per_scenario(tmp_path: Path) -> None:
     (tmp_path / "other-run-x.json").write_text("[]")
     prometheus_sd.delete_run(tmp_path, "run1")
     assert [p.name for p in tmp_path.iterdir()] == ["other-run-x.json"]
+
+
+def test_measured_interference_is_in_the_result_flags_it_and_reaches_the_summaries(tmp_path: Path) -> None:
+    scenario = _scenarios()[0]
+    # 4 s on the service's CPU 1: busy 2.9 s of which the service's own 1.47 s; k6's CPU 0 is quiet.
+    window = host.Window(
+        host.Snapshot(10.0, {0: host.CpuTimes(50.0, 0.0), 1: host.CpuTimes(40.0, 0.0)}),
+        host.Snapshot(14.0, {0: host.CpuTimes(51.25, 0.0), 1: host.CpuTimes(41.1, 0.0)}),
+        k6_cpu_seconds=2.7,
+    )
+    handle, usage = _handle(scenario), _usage()
+    section = host.scenario_section(window, handle, usage, None)
+    result = build_result(replace(_outcome(scenario), host=section))
+    assert result["host"]["interference"]["service_cpus"]["others_cpu_seconds"] == pytest.approx(1.43)
+    assert result["host"]["interference"]["k6_cpus"]["share"] == pytest.approx(0.0125)
+    interference = [r for r in result["suspect"] if "host interference" in r]
+    assert interference == [
+        "other processes used 35.8% of the service's CPUs 1 (1.43 CPU s) during the measured window "
+        "(> 5%): host interference"
+    ]
+    write_json_atomic(result_path(tmp_path, scenario.id), result)
+    write_json_atomic(
+        tmp_path / "manifest.json",
+        {
+            "calibration": {
+                "before": {"cpu_seconds_per_unit": 0.0004},
+                "after": {"cpu_seconds_per_unit": 0.0006},
+            }
+        },
+    )
+    write_summaries(tmp_path, "run1", [scenario.id])
+    [row] = list(csv.DictReader(io.StringIO((tmp_path / "summary.csv").read_text())))
+    assert float(row["others_service_cpus_share"]) == pytest.approx(0.3575)
+    assert float(row["others_k6_cpus_share"]) == pytest.approx(0.0125)
+    # 1.47 CPU s over 3000 requests = 0.49 ms per request = 0.98 units of 0.5 ms.
+    assert float(row["service_cpu_per_request_cal"]) == pytest.approx(0.98)
+    markdown = (tmp_path / "summary.md").read_text()
+    assert "| 35.8% / 1.2% | 0.0% | 0.980 |" in markdown
+    # Without a measured window nothing is flagged and the figure says why.
+    quiet = build_result(replace(_outcome(scenario), host=host.scenario_section(None, handle, usage, None)))
+    assert quiet["host"]["reason"] == "no measured k6 run"
+    assert not [r for r in quiet["suspect"] if "interference" in r]

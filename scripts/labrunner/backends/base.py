@@ -66,6 +66,8 @@ class ServiceHandle:
     service_cpus: tuple[int, ...]  # CPUs the service is pinned to
     k6_cpus: tuple[int, ...]  # CPUs k6 may use
     notes: tuple[str, ...] = ()  # caveats that qualify this scenario's numbers
+    # Network scenarios: the emulator and the link's measured RTT and rate (local backend).
+    network: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -274,6 +274,10 @@ class DockerBackend:
 
     def start_service(self, scenario: Scenario) -> ServiceHandle:
         profile, target = scenario.profile, scenario.target
+        if scenario.network.emulated:  # not yet: the containers' link would go unemulated
+            raise ScenarioFailed(
+                "network", f"network {scenario.network.name}: only the local backend emulates links"
+            )
         image = image_name(target.service)
         check_profile_fits(profile, self._cpus, f"the Docker engine has {self._cpus}")
         with _docker_errors("start"):

@@ -39,10 +39,27 @@ from labrunner.backends.cgroups import (
     split_cpus,
 )
 from labrunner.model.matrix import Scenario
+from labrunner.network.emulators import Emulator, choose_emulator
+from labrunner.network.namespaces import (
+    NAMESPACE_PREFIX,
+    Link,
+    NetworkError,
+    add_host_access,
+    create_link,
+    exec_prefix,
+    hold,
+    plan_link,
+    remove_leftovers,
+    remove_link,
+    require_net_admin,
+)
+from labrunner.network.verify import LinkMeasurement, LinkVerificationError, verify
 from labrunner.say import Say
 from services.common.cgroup import CgroupStats, read_stats
 
 HOST = "127.0.0.1"
+# Runs' namespaces: the leftovers a run removes are these, never a test's (protolab-t<pid>-).
+RUN_NAMESPACE_PREFIX = f"{NAMESPACE_PREFIX}run-"
 # Service settings the runner decides; inherited values would make runs irreproducible.
 SERVICE_KNOBS = frozenset(
     {
@@ -105,6 +122,17 @@ class _Service:
     reader: threading.Thread
     listening: dict[str, Any] = field(default_factory=dict)
     window: _Window | None = None
+    network: "_Network | None" = None
+
+
+@dataclass
+class _Network:
+    """A network scenario's link and the emulator on it, until the scenario ends."""
+
+    link: Link
+    held: list[int]  # open namespace files: other runs' remove_leftovers() leave the link alone
+    emulator: Emulator | None = None  # set once it is applied, so teardown knows to remove it
+    measurement: LinkMeasurement | None = None
 
 
 class LocalBackend:
@@ -115,6 +143,11 @@ class LocalBackend:
     def __init__(self, settings: BackendSettings) -> None:
         self._settings = settings
         self._services: dict[str, _Service] = {}
+        if os.geteuid() == 0:
+            # What a killed run left (namespaces, their veths, orphaned services); a live run
+            # holds its namespaces open, so they stay.
+            with contextlib.suppress(NetworkError):  # no iproute2: network scenarios say so later
+                remove_leftovers(RUN_NAMESPACE_PREFIX, keep_in_use=True)
 
     def start_service(self, scenario: Scenario) -> ServiceHandle:
         profile = scenario.profile
@@ -126,9 +159,14 @@ class LocalBackend:
         if split.shared:
             notes.append(shared_cpus_note(split.k6, f"the host has {len(available)} CPUs", profile))
         log_file = self._settings.logs_dir / f"{scenario.id}.service.log"
+        network: _Network | None = None
         try:
-            service = self._spawn(scenario, cgroup, split.service, log_file)
+            if scenario.network.emulated:
+                network = self._network(scenario, split.k6, notes)
+            service = self._spawn(scenario, cgroup, split.service, log_file, network)
         except BaseException:
+            if network is not None:
+                _remove_network(network)
             if cgroup is not None:
                 remove_cgroup(cgroup)
             raise
@@ -139,18 +177,21 @@ class LocalBackend:
             self._release(scenario.id)  # no handle reaches the runner, so stop it here
             raise
         port, metrics_port = listening["port"], listening.get("metrics_port") or None
+        # On a network scenario the host reaches the service's address past the emulated link.
+        host = network.link.service.address if network else HOST
         return ServiceHandle(
             scenario_id=scenario.id,
             service=scenario.target.service,
-            address=Endpoint(HOST, port),
-            k6_address=Endpoint(HOST, port),
-            metrics_address=Endpoint(HOST, metrics_port) if metrics_port else None,
-            prometheus_target=f"{HOST}:{metrics_port}" if metrics_port else None,
+            address=Endpoint(host, port),
+            k6_address=Endpoint(host, port),
+            metrics_address=Endpoint(host, metrics_port) if metrics_port else None,
+            prometheus_target=f"{host}:{metrics_port}" if metrics_port else None,
             workers=listening.get("workers"),
             limits=f"cgroup-v{cgroup.version}" if cgroup else "affinity",
             service_cpus=split.service,
             k6_cpus=split.k6,
             notes=tuple(notes),
+            network=_network_record(network),
         )
 
     def service_ended(self, handle: ServiceHandle) -> str | None:
@@ -169,8 +210,10 @@ class LocalBackend:
         peak_scope = "window" if reset else "lifetime"
         started = time.monotonic()
         with invocation.log_file.open("ab") as log:
+            # k6 runs in the client's namespace: its requests cross the emulated link.
+            prefix = exec_prefix(service.network.link.client.namespace) if service.network else []
             process = subprocess.Popen(
-                [str(self._settings.k6_binary), *invocation.run_args],
+                [*prefix, str(self._settings.k6_binary), *invocation.run_args],
                 cwd=self._settings.root,
                 env=env,
                 stdout=log,
@@ -212,9 +255,48 @@ class LocalBackend:
             _terminate(service.process, self._settings.stop_timeout_s)
             service.reader.join(timeout=2.0)  # EOF once every worker has closed stdout
         finally:
-            if service.cgroup is not None:
-                remove_cgroup(service.cgroup)
+            try:
+                if service.network is not None:
+                    _remove_network(service.network)
+            finally:
+                if service.cgroup is not None:
+                    remove_cgroup(service.cgroup)
         return service
+
+    def _network(self, scenario: Scenario, relay_cpus: tuple[int, ...], notes: list[str]) -> _Network:
+        """The scenario's namespaces, link, emulator and host access, verified against its profile.
+
+        Any failure is the scenario's, in phase "network"; what was made is removed again.
+        """
+        profile = scenario.network
+        try:
+            require_net_admin()
+            link = create_link(plan_link(self._settings.run_id, scenario.id, prefix=RUN_NAMESPACE_PREFIX))
+        except NetworkError as exc:
+            raise ScenarioFailed("network", str(exc)) from exc
+        try:
+            network = _Network(link, hold(link))
+        except BaseException:
+            remove_link(link)
+            raise
+        try:
+            add_host_access(network.link)
+            emulator = choose_emulator(relay_cpus)
+            emulator.apply(network.link, profile)
+            network.emulator = emulator
+            network.measurement = verify(network.link, profile)
+        except (NetworkError, LinkVerificationError) as exc:
+            _remove_network(network)
+            raise ScenarioFailed("network", str(exc)) from exc
+        except BaseException:
+            _remove_network(network)
+            raise
+        if network.emulator is not None and network.emulator.name == "userspace":
+            notes.append(
+                f"network {profile.name}: the userspace link emulator shares k6's CPUs "
+                f"{','.join(map(str, relay_cpus))}"
+            )
+        return network
 
     def _cgroup(self, scenario: Scenario, notes: list[str]) -> Cgroup | None:
         name = f"{self._settings.run_id}-{scenario.id}"
@@ -228,14 +310,22 @@ class LocalBackend:
             return None
 
     def _spawn(
-        self, scenario: Scenario, cgroup: Cgroup | None, cpus: tuple[int, ...], log_file: Path
+        self,
+        scenario: Scenario,
+        cgroup: Cgroup | None,
+        cpus: tuple[int, ...],
+        log_file: Path,
+        network: _Network | None = None,
     ) -> _Service:
         log_file.parent.mkdir(parents=True, exist_ok=True)
+        # `ip netns exec` execs the service in place: the pid, cgroup and CPUs set here stay.
+        prefix = exec_prefix(network.link.service.namespace) if network else []
+        host = network.link.service.address if network else HOST
         with log_file.open("ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", f"services.{scenario.target.service}"],
+                [*prefix, sys.executable, "-m", f"services.{scenario.target.service}"],
                 cwd=self._settings.root,
-                env=self._service_env(scenario),
+                env=self._service_env(scenario, host),
                 stdout=subprocess.PIPE,
                 stderr=log,
                 # Own session: Ctrl-C reaches the runner only, which then stops the service
@@ -244,7 +334,7 @@ class LocalBackend:
                 preexec_fn=functools.partial(_enter_limits, cgroup, cpus),  # noqa: PLW1509
             )
         assert process.stdout is not None
-        service = _Service(scenario, process, cgroup, cpus, log_file, threading.Thread())
+        service = _Service(scenario, process, cgroup, cpus, log_file, threading.Thread(), network=network)
         service.reader = threading.Thread(
             target=_pump_stdout, args=(process.stdout, log_file, service), daemon=True
         )
@@ -265,9 +355,9 @@ class LocalBackend:
         check_listening(listening, scenario, tail_file(service.log_file))
         return listening
 
-    def _service_env(self, scenario: Scenario) -> dict[str, str]:
+    def _service_env(self, scenario: Scenario, host: str = HOST) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in SERVICE_KNOBS}
-        env |= {"HOST": HOST, "PORT": "0", "METRICS_PORT": "0", "PYTHONUNBUFFERED": "1"}
+        env |= {"HOST": host, "PORT": "0", "METRICS_PORT": "0", "PYTHONUNBUFFERED": "1"}
         if scenario.target.tls:
             env["TLS_CERT_FILE"] = str(self._settings.certs_dir / "server.pem")
             env["TLS_KEY_FILE"] = str(self._settings.certs_dir / "server-key.pem")
@@ -277,6 +367,31 @@ class LocalBackend:
         if service.cgroup is not None:
             return read_stats(service.cgroup.paths)
         return _session_stats(service.process.pid, len(service.service_cpus))
+
+
+def _remove_network(network: _Network) -> None:
+    """Emulator off, then the namespaces (and with them the veths, TUN devices and host route)."""
+    try:
+        if network.emulator is not None:
+            network.emulator.remove(network.link)
+    finally:
+        while network.held:
+            os.close(network.held.pop())
+        remove_link(network.link)
+
+
+def _network_record(network: _Network | None) -> dict[str, Any] | None:
+    """What the result records of the link: the emulator and what verification measured."""
+    if network is None:
+        return None
+    measurement = network.measurement
+    return {
+        "emulator": network.emulator.name if network.emulator else None,
+        "service_address": network.link.service.address,
+        "client_address": network.link.client.address,
+        "measured_rtt_s": measurement.rtt_s if measurement else None,
+        "measured_rate_bps": measurement.rate_bps if measurement else None,
+    }
 
 
 def _enter_limits(cgroup: Cgroup | None, cpus: tuple[int, ...]) -> None:

@@ -5,7 +5,7 @@ import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self, TypeVar, get_args
 
@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from labrunner.network.profiles import NetworkProfile, NetworkSpec
 
 BACKENDS = ("local", "docker")
 ProtocolName = Literal["http1.1", "http2", "grpc"]
@@ -42,6 +44,8 @@ T = TypeVar("T")
 # request, `prebuilt` only assembles objects made at start (the wire-only cost).
 RESPONSE_MODELS = ("build", "prebuilt")
 DEFAULT_RESPONSE_MODEL = "build"
+# Today's network: 127.0.0.1, no namespaces, no emulator; groups on it keep their old ids.
+LOOPBACK = NetworkProfile("loopback")
 
 
 class MatrixError(ValueError):
@@ -138,6 +142,7 @@ class Scenario:
     repeat: int  # 1-based
     repeats: int
     response_model: str = DEFAULT_RESPONSE_MODEL  # what each request builds (RESPONSE_MODEL)
+    network: NetworkProfile = LOOPBACK  # the link between k6 and the service
 
     @property
     def group(self) -> str:
@@ -147,7 +152,9 @@ class Scenario:
         models existed had.
         """
         group = f"{self.target.name}.{self.profile.name}.c{self.count}.{self.load_model.name}"
-        return group if self.response_model == DEFAULT_RESPONSE_MODEL else f"{group}.{self.response_model}"
+        if self.response_model != DEFAULT_RESPONSE_MODEL:
+            group = f"{group}.{self.response_model}"
+        return group if self.network.name == LOOPBACK.name else f"{group}.{self.network.name}"
 
     @property
     def id(self) -> str:
@@ -169,6 +176,7 @@ class Matrix:
     defaults: Mapping[str, Any]
     presets: Mapping[str, Mapping[str, Any]]
     default_preset: str
+    networks: Mapping[str, NetworkProfile] = field(default_factory=lambda: {LOOPBACK.name: LOOPBACK})
 
 
 @dataclass(frozen=True)
@@ -180,6 +188,7 @@ class Overrides:
     counts: tuple[int, ...] | None = None
     load_models: tuple[str, ...] | None = None
     response_models: tuple[str, ...] | None = None
+    networks: tuple[str, ...] | None = None
     vus: int | None = None
     rate: int | None = None
     duration: str | None = None
@@ -435,6 +444,7 @@ class _Settings(_Table):
     counts: Counts
     load_models: Names
     response_models: ResponseModelNames
+    networks: Names = ["loopback"]
     duration: PositiveDuration
     warmup: Duration
     repeats: PositiveInt
@@ -454,6 +464,7 @@ class _Selection(_Table):
     counts: Counts | None = None
     load_models: Names | None = None
     response_models: ResponseModelNames | None = None
+    networks: Names | None = None
     duration: PositiveDuration | None = None
     warmup: Duration | None = None
     repeats: PositiveInt | None = None
@@ -482,6 +493,7 @@ class _MatrixFile(_Table):
     targets: Entries[_TargetSpec]
     load_models: Entries[_LoadModelSpec]
     presets: dict[str, _Preset] = {}
+    networks: dict[Name, NetworkSpec] = {}
 
 
 def parse_duration(value: object, where: str) -> float:
@@ -530,6 +542,8 @@ def parse_matrix(data: Mapping[str, Any], path: Path) -> Matrix:
         defaults=defaults,
         presets=data.get("presets", {}),
         default_preset=spec.defaults.preset,
+        # loopback is always there, so matrices without a [networks] table run as before.
+        networks={LOOPBACK.name: LOOPBACK} | {n: s.build(n) for n, s in spec.networks.items()},
     )
     for name in matrix.presets:
         for backend in BACKENDS:
@@ -558,6 +572,7 @@ def expand(
     ]
     targets = _names(settings.targets, matrix.targets, "target", where)
     profiles = _names(settings.profiles, matrix.profiles, "profile", where)
+    networks = _names(settings.networks, matrix.networks, "network", where)
     scenarios = tuple(
         Scenario(
             target=matrix.targets[target],
@@ -569,8 +584,10 @@ def expand(
             repeat=repeat,
             repeats=settings.repeats,
             response_model=response_model,
+            network=matrix.networks[network],
         )
         for repeat in range(1, settings.repeats + 1)
+        for network in networks
         for profile in profiles
         for count in sorted(set(settings.counts))
         for model in models
@@ -604,7 +621,7 @@ def _settings(matrix: Matrix, preset: str, backend: str, overrides: Overrides, w
         merged.update({k: v for k, v in layer.items() if k not in BACKENDS})
     merged.update(preset_table.get(backend, {}))
     for key in SELECTION_KEYS:
-        if key not in merged:
+        if key not in merged and _Settings.model_fields[key].is_required():
             raise MatrixError(f"{where}: {key!r} is not set in [defaults] or the preset")
     cli = {f.name: getattr(overrides, f.name) for f in fields(overrides)}
     merged.update({k: v for k, v in cli.items() if v is not None and k in SELECTION_KEYS})

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -128,6 +129,35 @@ def create_link(link: Link) -> Link:
     return link
 
 
+HOST_DEVICE = "plab-host"  # on the host; its peer lives in the service's namespace
+HOST_PEER_DEVICE = "plab-hsvc"
+HOST_SUBNET = IPv4Network("198.18.1.0/30")
+
+
+def add_host_access(link: Link, subnet: IPv4Network = HOST_SUBNET) -> None:
+    """A veth pair from the host into the service's namespace, and a host route to the service.
+
+    The runner's health check, its verification and Prometheus then reach
+    link.service.address from the host, past the emulated link (k6's side is untouched).
+    The pair, and with it the route, goes when the service's namespace is deleted.
+    """
+    if subnet.prefixlen != 30 or not subnet.subnet_of(BENCHMARK_RANGE):
+        raise NetworkError(f"subnet {subnet} must be a /30 inside {BENCHMARK_RANGE}")
+    host, peer = (IPv4Interface(f"{address}/30") for address in subnet.hosts())
+    namespace = link.service.namespace
+    # Made on the host with its peer moved at once; a killed run's pair went with its namespace.
+    veth = ["link", "add", HOST_DEVICE, "type", "veth", "peer", "name", HOST_PEER_DEVICE]
+    run(["ip", *veth, "netns", namespace])
+    run(["ip", "addr", "add", str(host), "dev", HOST_DEVICE])
+    run(["ip", "link", "set", HOST_DEVICE, "up"])
+    run(["ip", "-n", namespace, "addr", "add", str(peer), "dev", HOST_PEER_DEVICE])
+    run(["ip", "-n", namespace, "link", "set", HOST_PEER_DEVICE, "up"])
+    run(["ip", "route", "replace", f"{link.service.address}/32", "via", str(peer.ip), "dev", HOST_DEVICE])
+    # Replies to any host-side source (a container's Prometheus) go back the same way; the
+    # client's address stays on the emulated link, its routes being more specific.
+    run(["ip", "-n", namespace, "route", "add", "default", "via", str(host.ip), "dev", HOST_PEER_DEVICE])
+
+
 def remove_link(link: Link) -> None:
     """Delete both namespaces (and with them the veth pair); already gone is fine."""
     for namespace in link.namespaces:
@@ -140,10 +170,13 @@ def list_namespaces(prefix: str = NAMESPACE_PREFIX) -> list[str]:
     return sorted(entry["name"] for entry in json.loads(out or "[]") if entry["name"].startswith(prefix))
 
 
-def remove_leftovers(prefix: str = NAMESPACE_PREFIX) -> list[str]:
+def remove_leftovers(prefix: str = NAMESPACE_PREFIX, keep_in_use: bool = False) -> list[str]:
     """Delete every namespace a killed run left (a run starts with this); returns their names.
 
-    Only one run per host may use a prefix at a time, as for the docker backend's containers.
+    Only one run per host may use a prefix at a time, as for the docker backend's containers,
+    unless `keep_in_use`: then a namespace a live process holds open (see hold()) is another
+    run's and stays. Processes left inside a leftover (a service orphaned by a SIGKILL of its
+    runner) are killed first: they would keep the namespace, and its veths, alive.
     """
     if not prefix.startswith(NAMESPACE_PREFIX):
         raise ValueError(f"prefix {prefix!r} must start with {NAMESPACE_PREFIX!r}: only the lab's own")
@@ -151,9 +184,48 @@ def remove_leftovers(prefix: str = NAMESPACE_PREFIX) -> list[str]:
         return []  # no named namespace was ever created on this boot
     require_net_admin()
     leftovers = list_namespaces(prefix)
+    if keep_in_use:
+        held = _held_namespaces()
+        leftovers = [ns for ns in leftovers if _inode(ns) not in held]
     for namespace in leftovers:
+        _kill_inside(namespace)
         _delete_namespace(namespace)
     return leftovers
+
+
+def _kill_inside(namespace: str) -> None:
+    for pid in run(["ip", "netns", "pids", namespace], check=False).stdout.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def hold(link: Link) -> list[int]:
+    """Open both namespaces' files: while these descriptors are open, remove_leftovers(keep_in_use=True)
+    in another run leaves the link alone. Close them (os.close) before removing the link."""
+    return [os.open(NETNS_DIR / namespace, os.O_RDONLY) for namespace in link.namespaces]
+
+
+def _inode(namespace: str) -> int | None:
+    try:
+        return (NETNS_DIR / namespace).stat().st_ino
+    except OSError:
+        return None
+
+
+def _held_namespaces() -> set[int]:
+    """Inodes of the network namespaces live processes hold open (not those they only run in)."""
+    held: set[int] = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        for path in proc.glob("fd/*"):
+            try:
+                target = os.readlink(path)
+            except OSError:
+                continue  # gone meanwhile, or not ours to read
+            if target.startswith("net:["):  # a namespace fd opened from /proc
+                held.add(int(target[5:-1]))
+            elif target.startswith(f"{NETNS_DIR}/") and (inode := _inode(target[len(f"{NETNS_DIR}/") :])):
+                held.add(inode)  # its file under /run/netns held open (hold())
+    return held
 
 
 def exec_prefix(namespace: str) -> list[str]:

@@ -79,6 +79,7 @@ class Group:
     target: str
     service: str
     protocol: str
+    script: str  # the k6 script ("" in results written before it was recorded)
     tls: bool
     instrumented: bool  # request metrics on (METRICS_ENABLED is not "0" in the target's env)
     profile: str
@@ -144,6 +145,12 @@ _RULES = (
         ("protocol", "tls", *_SCENARIO),
         lambda c, b: c.protocol != "grpc" and c.service != b.service and c.order < b.order,
     ),
+    # The same script too: a streaming target is no baseline for a unary one.
+    _Rule(
+        "gRPC server vs gRPC server",
+        ("protocol", "script", "tls", *_SCENARIO),
+        lambda c, b: c.protocol == "grpc" and c.service != b.service and c.order < b.order,
+    ),
 )
 
 
@@ -165,6 +172,7 @@ def group_results(results: Iterable[Result]) -> list[Group]:
                 target=scenario["target"],
                 service=scenario["service"],
                 protocol=scenario["protocol"],
+                script=scenario.get("script", ""),
                 tls=scenario["tls"],
                 instrumented=scenario.get("env", {}).get("METRICS_ENABLED") != "0",
                 profile=scenario["profile"]["name"],
@@ -231,6 +239,104 @@ def is_regression(comparison: Comparison) -> list[str]:
         if r.significant and (r.estimate < 1) == METRICS[name].higher_is_better:
             worse.append(name)
     return worse
+
+
+# A change beyond this (either way) is flagged even when no test judged it: 0.20 = +-20%.
+LARGE_CHANGE = 0.20
+REGRESSION = "significant regression"
+IMPROVEMENT = "significant improvement"
+LARGE_UNJUDGED = "large unjudged change"
+LARGE_NOT_SIGNIFICANT = "large change, not significant"
+UNJUDGED = "unjudged"  # untested, and within LARGE_CHANGE
+WITHIN_NOISE = "within noise"
+NOT_COMPARED = "not compared"
+VERDICTS = (
+    REGRESSION,
+    IMPROVEMENT,
+    LARGE_UNJUDGED,
+    LARGE_NOT_SIGNIFICANT,
+    UNJUDGED,
+    WITHIN_NOISE,
+    NOT_COMPARED,
+)
+
+
+@dataclass(frozen=True)
+class BaselineChange:
+    """One group present in both runs, and what its change against the baseline run amounts to.
+
+    A change is judged only where both runs have repeats: with one repeat on either side
+    no test can tell a change from noise, so such a group is "unjudged", never "no
+    regression". A change beyond LARGE_CHANGE is flagged whether or not it was tested.
+    """
+
+    current: Group
+    baseline: Group
+    comparison: Comparison | None  # None when one side has no successful repeat
+
+    @property
+    def id(self) -> str:
+        return self.current.id
+
+    @property
+    def ratios(self) -> Mapping[str, Ratio]:
+        return self.comparison.ratios if self.comparison else {}
+
+    @property
+    def worse(self) -> list[str]:
+        """Metrics significantly worse than in the baseline."""
+        return is_regression(self.comparison) if self.comparison else []
+
+    @property
+    def better(self) -> list[str]:
+        """Metrics significantly better than in the baseline."""
+        return [
+            name
+            for name, r in self.ratios.items()
+            if r.significant and (r.estimate > 1) == METRICS[name].higher_is_better
+        ]
+
+    @property
+    def untested(self) -> list[str]:
+        """Metrics whose ratio no test could judge (one repeat on a side, values not positive)."""
+        return [name for name, r in self.ratios.items() if r.significant is None]
+
+    @property
+    def large(self) -> list[str]:
+        """Metrics that moved beyond LARGE_CHANGE without a significant test result."""
+        return [name for name, r in self.ratios.items() if not r.significant and is_large(r)]
+
+    @property
+    def verdict(self) -> str:
+        """The group's category, one of VERDICTS."""
+        if not self.ratios:
+            return NOT_COMPARED
+        if self.worse:
+            return REGRESSION
+        if self.better:
+            return IMPROVEMENT
+        if self.large:
+            large_untested = set(self.large) & set(self.untested)
+            return LARGE_UNJUDGED if large_untested else LARGE_NOT_SIGNIFICANT
+        return UNJUDGED if self.untested else WITHIN_NOISE
+
+
+def is_large(r: Ratio) -> bool:
+    """Whether a ratio's estimate is beyond +-LARGE_CHANGE."""
+    return abs(r.estimate - 1) > LARGE_CHANGE
+
+
+def baseline_changes(current: Sequence[Group], baseline: Sequence[Group]) -> list[BaselineChange]:
+    """Every group present in both runs (by group id), in this run's group order."""
+    previous = {g.id: g for g in baseline}
+    changes = []
+    for g in current:
+        then = previous.get(g.id)
+        if then is None:
+            continue
+        comparison = _compare("vs baseline", g, then) if g.results and then.results else None
+        changes.append(BaselineChange(g, then, comparison))
+    return changes
 
 
 def _compare(kind: str, candidate: Group, baseline: Group) -> Comparison:

@@ -10,12 +10,15 @@ from google.protobuf import json_format
 
 from services.common.config import load_settings
 from services.common.pb import cars_pb2
-from services.common.records import Record, load_pool
+from services.common.records import JsonRecord, load_pool
 
 SCHEMA = "protolab.payload/1"
 COUNTS = (1, 10, 100, 1000)
 # zlib's default, and what aiohttp and gRPC's gzip use unless configured otherwise.
 GZIP_LEVEL = 6
+# Every service reads the pool from the same RECORD_POOL_SIZE and RECORD_SEED; the service named
+# here only picks the default ports, which the payload does not use.
+POOL_SERVICE = "rest_aiohttp"
 
 
 @dataclass(frozen=True)
@@ -29,19 +32,19 @@ class PayloadRow:
     protobuf_gzip_bytes: int
 
 
-def pool_records(count: int) -> list[Record]:
+def pool_records(count: int) -> list[JsonRecord]:
     """The records a server returns for (count, offset=0): the first ones of the pool."""
-    settings = load_settings(0, 0)
+    settings = load_settings(POOL_SERVICE)
     pool = load_pool(settings.record_pool_size, settings.record_seed)
     return [pool[i % len(pool)] for i in range(count)]
 
 
-def json_body(records: Sequence[Record]) -> bytes:
+def json_body(records: Sequence[JsonRecord]) -> bytes:
     """The REST body, encoded as services.common.rest.records_body encodes it."""
     return orjson.dumps({"records": list(records)})
 
 
-def protobuf_message(records: Sequence[Record]) -> cars_pb2.ListRecordsResponse:
+def protobuf_message(records: Sequence[JsonRecord]) -> cars_pb2.ListRecordsResponse:
     """The gRPC response for the same records, parsed from the JSON body: equal content by construction."""
     return json_format.Parse(json_body(records), cars_pb2.ListRecordsResponse())
 
@@ -67,7 +70,7 @@ def measure(counts: Sequence[int] = COUNTS) -> list[PayloadRow]:
 
 def as_document(rows: Sequence[PayloadRow]) -> dict[str, Any]:
     """payload.json in a run directory."""
-    settings = load_settings(0, 0)
+    settings = load_settings(POOL_SERVICE)
     return {
         "schema": SCHEMA,
         "pool": {"size": settings.record_pool_size, "seed": settings.record_seed},

@@ -12,7 +12,19 @@ from google.protobuf.internal import api_implementation
 from labrunner.run.k6 import k6_version
 
 # Distributions whose versions change what is measured (servers, gRPC, serialization).
-LIBRARIES = ("grpcio", "protobuf", "aiohttp", "quart", "hypercorn", "h2", "uvloop", "orjson", "httpx")
+LIBRARIES = (
+    "grpcio",
+    "protobuf",
+    "aiohttp",
+    "quart",
+    "hypercorn",
+    "granian",
+    "grpclib",
+    "h2",
+    "uvloop",
+    "orjson",
+    "httpx",
+)
 
 
 def git_info(root: Path) -> dict[str, Any]:

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labrunner.backends.base import ScenarioFailed, ServiceHandle, ServiceUsage
-from labrunner.run.k6 import K6Run
 from labrunner.model.matrix import Plan, Scenario
+from labrunner.observe import host as host_interference
+from labrunner.run import calibration
+from labrunner.run.k6 import K6Run
 
 if TYPE_CHECKING:  # verify imports the generated gRPC stubs; summaries do not need them
     from labrunner.run.verify import Verification
@@ -57,6 +59,10 @@ SUMMARY_COLUMNS = (
     "throttled_s",
     "memory_peak_mib",
     "k6_cpu_utilisation",
+    "others_service_cpus_share",
+    "others_k6_cpus_share",
+    "steal_share",
+    "service_cpu_per_request_cal",
     "protocol_verified",
     "overhead_s",
     "suspect",
@@ -79,6 +85,7 @@ class Outcome:
     k6_run: K6Run | None
     usage: ServiceUsage | None
     timings_s: Mapping[str, float]
+    host: Mapping[str, Any] | None = None  # observe.host.interference(): others on the scenario's CPUs
 
 
 def write_json_atomic(path: Path, data: object) -> None:
@@ -120,6 +127,8 @@ def scenario_dict(scenario: Scenario) -> dict[str, Any]:
         "env": dict(target.env),
         "profile": {"name": profile.name, "cpus": profile.cpus, "memory_bytes": profile.memory_bytes},
         "count": scenario.count,
+        "response_model": scenario.response_model,
+        "network": asdict(scenario.network) | {"rtt_s": scenario.network.rtt_s},
         "load_model": {
             "name": model.name,
             "executor": model.executor,
@@ -162,7 +171,14 @@ def build_result(outcome: Outcome) -> dict[str, Any]:
         "service": service,
         "timings_s": dict(outcome.timings_s),
         "notes": list(outcome.handle.notes) if outcome.handle else [],
-        "suspect": _suspect(metrics, k6_section, service, outcome.scenario),
+        "host": None if outcome.host is None else dict(outcome.host),
+        # The profile, and for an emulated one the emulator and the link's measured RTT and rate.
+        "network": {
+            "profile": outcome.scenario.network.name,
+            **((outcome.handle.network or {}) if outcome.handle else {}),
+        },
+        "suspect": _suspect(metrics, k6_section, service, outcome.scenario)
+        + host_interference.suspect_reasons(outcome.host),
     }
 
 
@@ -176,7 +192,8 @@ def load_results(out_dir: Path, order: Sequence[str] = ()) -> list[dict[str, Any
             continue  # unreadable results are rerun by --resume, never trusted
         if isinstance(data, dict) and data.get("schema") == RESULT_SCHEMA:
             results.append(data)
-    position = {scenario_id: i for i, scenario_id in enumerate(order)}
+    # Keyed for lookups by a result's scenario_id, which a foreign file may lack (None).
+    position: dict[str | None, int] = {scenario_id: i for i, scenario_id in enumerate(order)}
     return sorted(
         results,
         key=lambda r: (position.get(r.get("scenario_id"), len(position)), r.get("started_at", "")),
@@ -188,8 +205,8 @@ def completed_ok(out_dir: Path) -> set[str]:
     return {r["scenario_id"] for r in load_results(out_dir) if r.get("status") == "ok"}
 
 
-def summary_row(result: Mapping[str, Any]) -> dict[str, Any]:
-    """One flat row of summary.csv from a result."""
+def summary_row(result: Mapping[str, Any], calibration_unit_s: float | None = None) -> dict[str, Any]:
+    """One flat row of summary.csv from a result; calibration_unit_s: the run's calibration unit."""
     scenario = result["scenario"]
     metrics = (result.get("k6") or {}).get("metrics") or {}
     latency = metrics.get("latency_ms") or {}
@@ -199,6 +216,8 @@ def summary_row(result: Mapping[str, Any]) -> dict[str, Any]:
     timings = result.get("timings_s") or {}
     requests = metrics.get("requests")
     received = metrics.get("data_received_bytes")
+    cpu_seconds = usage.get("cpu_seconds")
+    section = result.get("host")
     return {
         "scenario": result["scenario_id"],
         "status": result["status"],
@@ -210,6 +229,8 @@ def summary_row(result: Mapping[str, Any]) -> dict[str, Any]:
         "cpus": scenario["profile"]["cpus"],
         "memory_mib": scenario["profile"]["memory_bytes"] / 2**20,
         "count": scenario["count"],
+        # Results written before the response models existed name none.
+        "response_model": scenario.get("response_model", ""),
         "load_model": scenario["load_model"]["name"],
         "repeat": scenario["repeat"],
         "requests": requests,
@@ -226,6 +247,13 @@ def summary_row(result: Mapping[str, Any]) -> dict[str, Any]:
         "throttled_s": usage.get("throttled_seconds"),
         "memory_peak_mib": _mib(usage.get("memory_peak_bytes")),
         "k6_cpu_utilisation": (result.get("k6") or {}).get("cpu_utilisation"),
+        "others_service_cpus_share": host_interference.share(section, "service_cpus"),
+        "others_k6_cpus_share": host_interference.share(section, "k6_cpus"),
+        "steal_share": (section or {}).get("steal_share"),
+        # Service CPU per request over the calibration's CPU per unit: comparable across CPU models.
+        "service_cpu_per_request_cal": cpu_seconds / requests / calibration_unit_s
+        if cpu_seconds is not None and requests and calibration_unit_s
+        else None,
         "protocol_verified": verification.get("protocol") if verification.get("ok") else None,
         "overhead_s": timings.get("overhead"),
         "suspect": "; ".join(result.get("suspect") or []),
@@ -235,7 +263,8 @@ def summary_row(result: Mapping[str, Any]) -> dict[str, Any]:
 
 def write_summaries(out_dir: Path, run_id: str, order: Sequence[str] = ()) -> None:
     """Regenerate summary.csv and summary.md from every result file of the run."""
-    rows = [summary_row(r) for r in load_results(out_dir, order)]
+    unit = calibration.unit_seconds(_read_manifest(out_dir).get("calibration"))
+    rows = [summary_row(r, unit) for r in load_results(out_dir, order)]
     write_text_atomic(out_dir / "summary.csv", summary_csv(rows))
     write_text_atomic(out_dir / "summary.md", summary_markdown(run_id, rows))
 
@@ -256,15 +285,19 @@ def summary_markdown(run_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
         f"# protolab run {run_id}",
         "",
         f"{ok} of {len(rows)} scenarios ok. Latency of successful requests in ms; CPU "
-        "utilisation is the share of the profile's quota (service) or of k6's own CPUs.",
+        "utilisation is the share of the profile's quota (service) or of k6's own CPUs. Others: "
+        "the share of the service's / k6's CPUs that processes outside the scenario used during "
+        f"the measured window (suspect above {host_interference.SUSPECT_SHARE:.0%}). CPU/req cal: "
+        "the service's CPU time per request in units of the run's calibration workload.",
         "",
-        "| scenario | status | req/s | errors | p50 | p90 | p99 | max | service CPU | "
-        "throttled s | peak MiB | k6 CPU | protocol |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
+        "| scenario | response model | status | req/s | errors | p50 | p90 | p99 | max | service CPU | "
+        "throttled s | peak MiB | k6 CPU | others | steal | CPU/req cal | protocol |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
     for r in rows:
         cells = [
             r["scenario"],
+            r["response_model"] or "-",
             r["status"],
             _fmt(r["requests_per_s"], "{:.1f}"),
             _fmt(r["errors"], "{}"),
@@ -273,6 +306,9 @@ def summary_markdown(run_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
             _fmt(r["throttled_s"], "{:.2f}"),
             _fmt(r["memory_peak_mib"], "{:.0f}"),
             _fmt(r["k6_cpu_utilisation"], "{:.0%}"),
+            _others(r["others_service_cpus_share"], r["others_k6_cpus_share"]),
+            _fmt(r["steal_share"], "{:.1%}"),
+            _fmt(r["service_cpu_per_request_cal"], "{:.3f}"),
             r["protocol_verified"] or "-",
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -296,6 +332,7 @@ def build_manifest(
     all_ok: bool | None,
     settings: Mapping[str, Any],
     resumed_at: Sequence[str] = (),
+    calibration: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """manifest.json: what was run, from which code, with which tools, on which host."""
     return {
@@ -310,6 +347,8 @@ def build_manifest(
         "backend": dict(backend),
         **provenance,
         "settings": dict(settings),
+        # labrunner.run.calibration before the first scenario and after the last (this session's).
+        "calibration": dict(calibration or {}),
         "matrix": {
             "path": str(plan.matrix_path),
             "text": plan.matrix_path.read_text(),
@@ -411,6 +450,21 @@ def _utilisation(cpu_seconds: float | None, cores: float | None, seconds: float 
     if cpu_seconds is None or not cores or not seconds:
         return None
     return cpu_seconds / (cores * seconds)
+
+
+def _others(service: float | None, k6: float | None) -> str:
+    """summary.md's others cell: "0.4% / 1.2%" (service's CPUs / k6's CPUs)."""
+    if service is None and k6 is None:
+        return "-"
+    return f"{_fmt(service, '{:.1%}')} / {_fmt(k6, '{:.1%}')}"
+
+
+def _read_manifest(out_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((out_dir / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _mib(value: int | None) -> float | None:

@@ -1,6 +1,7 @@
 """Run a plan: each scenario through start, health, verify, warm-up, measure, stop, collect."""
 
 import json
+import os
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from labrunner.backends.base import (
     ServiceUsage,
 )
 from labrunner.model.matrix import LoadModel, Plan, Scenario
-from labrunner.observe import annotations, prometheus_sd
+from labrunner.observe import annotations, host, prometheus_sd
 from labrunner.results.store import (
     Outcome,
     build_manifest,
@@ -29,7 +30,7 @@ from labrunner.results.store import (
     write_json_atomic,
     write_summaries,
 )
-from labrunner.run import capacity, k6, verify
+from labrunner.run import calibration, capacity, k6, verify
 from labrunner.run.k6 import K6Run
 from labrunner.say import Say
 
@@ -72,6 +73,13 @@ def run_plan(plan: Plan, config: RunConfig, backend: Backend, settings: BackendS
             "prometheus_targets_dir": str(config.targets_dir) if config.targets_dir else None,
         },
     }
+    # The same fixed workload before the first scenario and after the last, where the first
+    # scenario's service runs: how fast this host's CPU was, and whether that changed.
+    calibration_cpus = calibration.cpus_for(plan.scenarios[0]) if plan.scenarios else ()
+    calibrations: dict[str, Any] = {}
+    if plan.scenarios:
+        calibrations["before"] = calibration.calibrate(calibration_cpus, "before", say)
+    manifest_args["calibration"] = calibrations
     write_json_atomic(
         out / "manifest.json", build_manifest(**manifest_args, finished_at=None, complete=False, all_ok=None)
     )
@@ -90,6 +98,8 @@ def run_plan(plan: Plan, config: RunConfig, backend: Backend, settings: BackendS
             progress.finished(index, scenario, result)
             if result["status"] != "ok":
                 failed.append(scenario.id)
+        if plan.scenarios:
+            calibrations["after"] = calibration.calibrate(calibration_cpus, "after", say)
         interrupted = False
     finally:
         backend.close()
@@ -105,6 +115,7 @@ def run_plan(plan: Plan, config: RunConfig, backend: Backend, settings: BackendS
                 all_ok=all_ok if not interrupted else None,
             ),
         )
+        write_summaries(out, config.run_id, order)  # CPU per request in the final calibration's units
     say(
         f"{len(plan.scenarios) - len(failed)} of {len(plan.scenarios)} scenarios ok"
         + (f"; failed: {', '.join(failed)}" if failed else "")
@@ -138,6 +149,9 @@ def _run_scenario(
     started_at = datetime.now(UTC)
     began = time.monotonic()
     ca_file = settings.certs_dir / "ca.pem"
+    # /proc/stat around every measured k6 run: what others took on the scenario's CPUs.
+    unmetered = host.unavailable(backend.name, os.environ)
+    metered = host.MeteredBackend(backend, host.read_snapshot if unmetered is None else None)
     try:
         with _timed(timings, "start"):
             handle = backend.start_service(scenario)
@@ -163,10 +177,10 @@ def _run_scenario(
                 say(f"    note: {problem}")
         with _timed(timings, "measure"), _marked_window(config, scenario, say):
             if scenario.load_model.search is not None:
-                search = capacity.search(scenario, handle, backend, invocation, say)
+                search = capacity.search(scenario, handle, metered, invocation, say)
                 k6_run = search.run  # the search checked every step
             else:
-                k6_run = k6.run(backend, handle, invocation(False), measured=True)
+                k6_run = k6.run(metered, handle, invocation(False), measured=True)
                 _check_measured(k6_run)
     except ScenarioFailed as exc:
         failure = exc
@@ -196,6 +210,7 @@ def _run_scenario(
             k6_run=k6_run,
             usage=usage,
             timings_s=timings,
+            host=host.scenario_section(metered.window, handle, usage, unmetered),
         )
         result = build_result(outcome)
         if search is not None:
@@ -326,6 +341,7 @@ def _outcome_line(result: dict[str, Any]) -> str:
         parts.append(f"service CPU {usage['cpu_utilisation']:.0%} of {usage['cpu_limit_cores']:g}")
     if result["k6"]["cpu_utilisation"] is not None:
         parts.append(f"k6 CPU {result['k6']['cpu_utilisation']:.0%}")
+    parts.append(host.describe(result.get("host")))
     parts += [f"suspect: {reason}" for reason in result["suspect"]]
     return ", ".join(parts) + f" {took}"
 

@@ -1,0 +1,303 @@
+"""Host interference: the CPU time processes outside a scenario took on its CPUs, and steal.
+
+Per-CPU counters from /proc/stat are read right before and right after each measured k6
+run, each read timestamped. Over that window, on the service's CPUs and on k6's CPUs:
+
+- capacity = the window's wall time x the number of CPUs;
+- steal = time the hypervisor gave these virtual CPUs' slots to other guests;
+- busy = capacity - idle - iowait - steal: the time the CPUs ran something;
+- others = busy - the scenario's own CPU time (the service's cgroup, k6's rusage).
+
+Busy is not user + nice + system + irq + softirq: the kernel charges those a whole tick
+(4 ms at HZ=250) to whatever runs when the tick fires, and for the short, timer-driven bursts
+a server and k6 run in, their sum missed up to 4% of a CPU's time over 3 s here. Idle and
+iowait are timed exactly on a tickless (NO_HZ) kernel (they agreed with cpuidle's residency
+counters to 0.6% of a CPU here), steal comes from the hypervisor's clock, and the scenario's
+own figures are exact; /proc/stat prints 10 ms units. So others is good to about 1% of a CPU
+over a few seconds and may come out slightly negative. Both kernel and scenario figures leave
+steal out (a task's clock stops while its CPU is stolen when the kernel accounts paravirtual
+steal time); interrupts handled while the service runs count as its own unless the kernel
+accounts IRQ time apart (CONFIG_IRQ_TIME_ACCOUNTING), and the idle loop's own entry and exit
+count as others.
+"""
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from labrunner.backends.base import (
+    Backend,
+    K6Invocation,
+    K6Process,
+    ServiceHandle,
+    ServiceUsage,
+    cpu_list,
+)
+from labrunner.model.matrix import Scenario
+
+PROC_STAT = Path("/proc/stat")
+USER_HZ = os.sysconf("SC_CLK_TCK")
+# Above this share of the scenario's CPUs, what others (or the hypervisor) took may have moved
+# the numbers: the result is suspect.
+SUSPECT_SHARE = 0.05
+# /proc/stat columns after "cpuN", in order (proc(5)).
+_COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """One CPU's cumulative /proc/stat counters that interference is computed from, in seconds."""
+
+    idle: float  # idle + iowait
+    steal: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """/proc/stat's per-CPU counters and when they were read (time.monotonic())."""
+
+    at: float
+    cpus: Mapping[int, CpuTimes]
+
+
+Reader = Callable[[], Snapshot]
+
+
+@dataclass(frozen=True)
+class Window:
+    """/proc/stat around one measured k6 run, and the CPU seconds k6 used in it."""
+
+    before: Snapshot
+    after: Snapshot
+    k6_cpu_seconds: float | None
+
+    @property
+    def seconds(self) -> float:
+        return self.after.at - self.before.at
+
+
+def parse_proc_stat(text: str, ticks_per_second: int = USER_HZ) -> dict[int, CpuTimes]:
+    """The per-CPU lines of /proc/stat ("cpu0 ...", not the "cpu" total) as CpuTimes."""
+    cpus = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or not name[3:].isdigit():
+            continue
+        values = dict(zip(_COLUMNS, (int(v) for v in rest.split()), strict=False))
+        cpus[int(name[3:])] = CpuTimes(
+            idle=(values["idle"] + values.get("iowait", 0)) / ticks_per_second,
+            steal=values.get("steal", 0) / ticks_per_second,  # old kernels: fewer columns
+        )
+    return cpus
+
+
+def read_snapshot(path: Path = PROC_STAT) -> Snapshot:
+    """/proc/stat now, stamped with the middle of the read."""
+    began = time.monotonic()
+    text = path.read_text()
+    return Snapshot((began + time.monotonic()) / 2, parse_proc_stat(text))
+
+
+def unavailable(backend: str, environ: Mapping[str, str], proc_stat: Path = PROC_STAT) -> str | None:
+    """Why this host's /proc/stat cannot describe the scenario's CPUs; None when it can."""
+    if backend == "docker":
+        docker_host = environ.get("DOCKER_HOST", "")
+        if docker_host and not docker_host.startswith("unix://"):
+            return f"the Docker engine at {docker_host} is not this host: its CPUs cannot be read from here"
+    elif backend != "local":
+        return f"backend {backend}: its CPUs are not this host's"
+    if not os.access(proc_stat, os.R_OK):
+        return f"{proc_stat} cannot be read on this host"
+    return None
+
+
+def interference(
+    window: Window | None,
+    service_cpus: Sequence[int],
+    k6_cpus: Sequence[int],
+    service_cpu_seconds: float | None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """The result's "host" section: what others and the hypervisor took over the window.
+
+    When the two CPU sets overlap, the union is one figure, from which the service's and
+    k6's own time are both subtracted once; it then stands for both sets.
+    """
+    if window is None or reason is not None:
+        return _unknown(reason or "no measured k6 run")
+    union = sorted(set(service_cpus) | set(k6_cpus))
+    missing = [cpu for cpu in union if cpu not in window.before.cpus or cpu not in window.after.cpus]
+    if missing:
+        return _unknown(f"CPU(s) {cpu_list(missing)} not in /proc/stat")
+    steal, capacity = _delta(window, union, "steal"), window.seconds * len(union)
+    section: dict[str, Any] = {
+        "measured": True,
+        "reason": None,
+        "window_seconds": _round(window.seconds),
+        "interference": None,
+        "steal_seconds": _round(steal),
+        "steal_share": _round(steal / capacity) if capacity > 0 else None,
+    }
+    if set(service_cpus) & set(k6_cpus):
+        own = _sum(service_cpu_seconds, window.k6_cpu_seconds)
+        shared = _cpus_figure(window, union, own)
+        section["interference"] = {"service_cpus": shared, "k6_cpus": shared, "shared": True}
+    else:
+        section["interference"] = {
+            "service_cpus": _cpus_figure(window, service_cpus, service_cpu_seconds),
+            "k6_cpus": _cpus_figure(window, k6_cpus, window.k6_cpu_seconds),
+            "shared": False,
+        }
+    return section
+
+
+def scenario_section(
+    window: Window | None, handle: ServiceHandle | None, usage: ServiceUsage | None, reason: str | None
+) -> dict[str, Any] | None:
+    """interference() for a scenario; None when no service ran."""
+    if handle is None:
+        return None
+    return interference(
+        window, handle.service_cpus, handle.k6_cpus, usage.cpu_seconds if usage else None, reason
+    )
+
+
+def suspect_reasons(section: Mapping[str, Any] | None) -> list[str]:
+    """Why a result's numbers may be the host's: others or steal above SUSPECT_SHARE of the CPUs."""
+    if not section or not section.get("measured"):
+        return []
+    reasons = []
+    figures = section.get("interference") or {}
+    sets = {"service_cpus": "the service's CPUs", "k6_cpus": "k6's CPUs"}
+    if figures.get("shared"):  # one figure for both sets: one reason
+        sets = {"service_cpus": "the CPUs the service shares with k6,"}
+    for key, label in sets.items():
+        figure = figures.get(key) or {}
+        share = figure.get("share")
+        if share is not None and share > SUSPECT_SHARE:
+            reasons.append(
+                f"other processes used {share:.1%} of {label} {cpu_list(figure['cpus'])} "
+                f"({figure['others_cpu_seconds']:.2f} CPU s) during the measured window "
+                f"(> {SUSPECT_SHARE:.0%}): host interference"
+            )
+    steal = section.get("steal_share")
+    if steal is not None and steal > SUSPECT_SHARE:
+        reasons.append(
+            f"the hypervisor took {steal:.1%} of the scenario's CPUs (steal, {section['steal_seconds']:.2f} "
+            f"s) during the measured window (> {SUSPECT_SHARE:.0%})"
+        )
+    return reasons
+
+
+def describe(section: Mapping[str, Any] | None) -> str:
+    """The progress line's figure: "others: service CPUs 0.8%, k6 CPUs 2.1%, steal 0.0%"."""
+    if not section:
+        return "others: unknown"
+    if not section.get("measured"):
+        return f"others: unknown ({section.get('reason')})"
+    figures = section.get("interference") or {}
+    if figures.get("shared"):
+        parts = [f"shared CPUs {_percent(figures['service_cpus'].get('share'))}"]
+    else:
+        parts = [
+            f"service CPUs {_percent((figures.get('service_cpus') or {}).get('share'))}",
+            f"k6 CPUs {_percent((figures.get('k6_cpus') or {}).get('share'))}",
+        ]
+    return f"others: {', '.join(parts)}, steal {_percent(section.get('steal_share'))}"
+
+
+def share(section: Mapping[str, Any] | None, key: str) -> float | None:
+    """A result's others share on "service_cpus" or "k6_cpus"; None when unknown."""
+    figures = ((section or {}).get("interference") or {}).get(key) or {}
+    value = figures.get("share")
+    return None if value is None else float(value)
+
+
+class MeteredBackend:
+    """A backend whose measured k6 runs are bracketed by /proc/stat reads; `window` is the last.
+
+    The last measured run is also the window the backend's ServiceUsage covers (a capacity
+    search's last step), so the scenario's own CPU time and /proc/stat agree on the window.
+    """
+
+    def __init__(self, backend: Backend, read: Reader | None) -> None:
+        self.name = backend.name
+        self._backend = backend
+        self._read = read
+        self.window: Window | None = None
+
+    def start_service(self, scenario: Scenario) -> ServiceHandle:
+        return self._backend.start_service(scenario)
+
+    def service_ended(self, handle: ServiceHandle) -> str | None:
+        return self._backend.service_ended(handle)
+
+    def service_log_tail(self, handle: ServiceHandle) -> str:
+        return self._backend.service_log_tail(handle)
+
+    def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Process:
+        if not measured or self._read is None:
+            return self._backend.run_k6(handle, invocation, measured)
+        before = self._read()
+        process = self._backend.run_k6(handle, invocation, measured)
+        self.window = Window(before, self._read(), process.cpu_seconds)
+        return process
+
+    def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
+        return self._backend.stop_service(handle)
+
+    def close(self) -> None:
+        self._backend.close()
+
+
+def _cpus_figure(window: Window, cpus: Iterable[int], own_cpu_seconds: float | None) -> dict[str, Any]:
+    cpus = sorted(cpus)
+    capacity, idle, steal = (
+        window.seconds * len(cpus),
+        _delta(window, cpus, "idle"),
+        _delta(window, cpus, "steal"),
+    )
+    busy = capacity - idle - steal
+    others = None if own_cpu_seconds is None else busy - own_cpu_seconds
+    return {
+        "cpus": cpus,
+        "capacity_cpu_seconds": _round(capacity),
+        "idle_cpu_seconds": _round(idle),
+        "busy_cpu_seconds": _round(busy),
+        "own_cpu_seconds": _round(own_cpu_seconds),
+        "others_cpu_seconds": _round(others),
+        "share": _round(others / capacity) if others is not None and capacity > 0 else None,
+    }
+
+
+def _unknown(reason: str) -> dict[str, Any]:
+    return {
+        "measured": False,
+        "reason": reason,
+        "window_seconds": None,
+        "interference": None,
+        "steal_seconds": None,
+        "steal_share": None,
+    }
+
+
+def _delta(window: Window, cpus: Iterable[int], field: str) -> float:
+    return sum(
+        float(getattr(window.after.cpus[c], field)) - float(getattr(window.before.cpus[c], field))
+        for c in cpus
+    )
+
+
+def _sum(*values: float | None) -> float | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _percent(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1%}"

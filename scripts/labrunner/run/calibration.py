@@ -1,0 +1,203 @@
+"""Calibration: a fixed, single-threaded, CPU-bound workload that measures how fast this host's CPU is.
+
+One unit is the work of one build-model response of 100 records, on fixed synthetic
+records (no Faker, no record pool, so code changes elsewhere cannot change the unit): map
+them into dicts and serialize them with orjson, map them into protobuf messages and
+serialize those. The runner runs it before the first scenario and after the last one, in
+a fresh interpreter (`python -m labrunner.run.calibration --cpus N`) pinned to the
+first scenario's service CPUs, and records its CPU time per unit. CPU per request divided
+by that time gives CPU per request in calibration units: comparable across CPU models as
+far as the unit's mix of Python and C work resembles a request's.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from labrunner.backends.base import cpu_list
+from labrunner.backends.cgroups import split_cpus
+from labrunner.model.matrix import Scenario
+from labrunner.say import Say
+
+WORKLOAD = "protolab.calibration/1: 100 fixed records to orjson and to protobuf"  # change it, change this
+RECORDS = 100
+# Many short rounds: the fastest is the CPU's own speed; neighbours only ever slow a round down.
+UNITS_PER_ROUND = 50
+ROUNDS = 40
+TIMEOUT_S = 120.0
+# Before and after one run, the calibration should agree this closely; between two runs
+# compared with --baseline, BASELINE_SPREAD.
+RUN_SPREAD = 0.05
+BASELINE_SPREAD = 0.10
+
+_CARS = (
+    ("Toyota", "Corolla", "LE"),
+    ("Ford", "F-150", "XLT"),
+    ("Honda", "Civic", "Sport"),
+    ("Volkswagen", "Golf", "GTI"),
+    ("BMW", "3 Series", "330i"),
+    ("Tesla", "Model 3", "Long Range"),
+    ("Hyundai", "Tucson", "Limited"),
+)
+_COLORS = ("red", "blue", "black", "white", "silver", "green", "grey", "yellow", "orange", "brown", "navy")
+_FIRST = ("Ada", "Grace", "Linus", "Barbara", "Dennis", "Frances", "Ken", "Margaret", "Edsger", "Radia")
+_LAST = ("Lovelace", "Hopper", "Torvalds", "Liskov", "Ritchie", "Allen", "Thompson", "Hamilton", "Dijkstra")
+
+Record = tuple[tuple[str, str, str, str, int, int], tuple[str, str, str]]
+
+
+def records(count: int = RECORDS) -> list[Record]:
+    """Fixed synthetic records shaped like the lab's (proto/cars.proto): the same on every host."""
+    return [
+        (
+            (*_CARS[i % len(_CARS)], _COLORS[i % len(_COLORS)], 1990 + i % 35, (i * 7919) % 250_000),
+            (_FIRST[i % len(_FIRST)], _LAST[i % len(_LAST)], f"D{(i * 104_729) % 10**8:08d}"),
+        )
+        for i in range(count)
+    ]
+
+
+def unit(pool: Sequence[Record]) -> int:
+    """One unit of work; returns the bytes produced so nothing is optimised away."""
+    from services.common.pb import cars_pb2  # noqa: PLC0415 (only the measuring process needs it)
+
+    body = orjson.dumps(
+        {
+            "records": [
+                {
+                    "car": {
+                        "make": car[0],
+                        "model": car[1],
+                        "trim": car[2],
+                        "color": car[3],
+                        "year": car[4],
+                        "mileage": car[5],
+                    },
+                    "driver": {"firstname": driver[0], "lastname": driver[1], "driverId": driver[2]},
+                }
+                for car, driver in pool
+            ]
+        }
+    )
+    message = cars_pb2.ListRecordsResponse(
+        records=[
+            cars_pb2.Record(
+                car=cars_pb2.Car(
+                    make=car[0], model=car[1], trim=car[2], color=car[3], year=car[4], mileage=car[5]
+                ),
+                driver=cars_pb2.Driver(firstname=driver[0], lastname=driver[1], driver_id=driver[2]),
+            )
+            for car, driver in pool
+        ]
+    )
+    return len(body) + len(message.SerializeToString())
+
+
+def measure(units_per_round: int = UNITS_PER_ROUND, rounds: int = ROUNDS) -> dict[str, Any]:
+    """Run the workload in this thread: one warm-up round, then `rounds` timed by thread CPU time.
+
+    The unit's time is the fastest round's: what shares the core (caches, an SMT sibling)
+    inflates CPU time and never deflates it, so the fastest round is closest to the CPU's
+    own speed (timeit's reasoning). The median and the spread are recorded beside it.
+    """
+    pool = records()
+    for _ in range(units_per_round):
+        unit(pool)
+    per_unit = []
+    began_wall, began_cpu = time.monotonic(), time.thread_time()
+    for _ in range(rounds):
+        start = time.thread_time()
+        for _ in range(units_per_round):
+            unit(pool)
+        per_unit.append((time.thread_time() - start) / units_per_round)
+    fastest, median = min(per_unit), statistics.median(per_unit)
+    return {
+        "workload": WORKLOAD,
+        "units": units_per_round * rounds,
+        "rounds": rounds,
+        "cpu_seconds_per_unit": fastest,
+        "median_cpu_seconds_per_unit": median,
+        "median_over_fastest": median / fastest,
+        "cpu_seconds": time.thread_time() - began_cpu,
+        "wall_seconds": time.monotonic() - began_wall,
+        "cpus": sorted(os.sched_getaffinity(0)),
+    }
+
+
+def cpus_for(scenario: Scenario) -> tuple[int, ...]:
+    """The CPUs the local backend pins the scenario's service to (the highest-numbered ones)."""
+    return split_cpus(sorted(os.sched_getaffinity(0)), scenario.profile.whole_cpus).service
+
+
+def run(cpus: Sequence[int], when: str) -> dict[str, Any]:
+    """One calibration in a fresh interpreter pinned to cpus; {"error": ...} when it fails."""
+    began = time.monotonic()
+    command = [sys.executable, "-m", "labrunner.run.calibration", "--cpus", cpu_list(cpus)]
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=True)
+        measured: dict[str, Any] = json.loads(out.stdout)
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        stderr = getattr(exc, "stderr", None) or ""
+        measured = {"workload": WORKLOAD, "error": f"{type(exc).__name__}: {exc} {stderr[-500:]}".strip()}
+    return {
+        "when": when,
+        "at": datetime.now(UTC).isoformat(),
+        "took_s": round(time.monotonic() - began, 3),
+        **measured,
+    }
+
+
+def calibrate(cpus: Sequence[int], when: str, say: Say) -> dict[str, Any]:
+    """run() with a line for the user."""
+    result = run(cpus, when)
+    if "error" in result:
+        say(f"calibration {when}: failed: {result['error']}")
+    else:
+        say(
+            f"calibration {when}: {result['cpu_seconds_per_unit'] * 1e6:.0f} us CPU per unit on CPU(s) "
+            f"{cpu_list(result['cpus'])} (median round {result['median_over_fastest']:.2f}x the fastest)"
+        )
+    return result
+
+
+def unit_seconds(calibration: Mapping[str, Any] | None) -> float | None:
+    """A run's calibration unit in CPU seconds: the mean of its before and after results."""
+    values = [
+        float(c["cpu_seconds_per_unit"])
+        for c in ((calibration or {}).get(when) for when in ("before", "after"))
+        if isinstance(c, Mapping) and c.get("cpu_seconds_per_unit")
+    ]
+    return sum(values) / len(values) if values else None
+
+
+def drift(calibration: Mapping[str, Any] | None) -> float | None:
+    """after / before - 1 of one run's calibration; None unless both were measured."""
+    before, after = ((calibration or {}).get(when) or {} for when in ("before", "after"))
+    if not before.get("cpu_seconds_per_unit") or not after.get("cpu_seconds_per_unit"):
+        return None
+    return float(after["cpu_seconds_per_unit"]) / float(before["cpu_seconds_per_unit"]) - 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Measure the calibration workload's CPU time per unit.")
+    parser.add_argument("--cpus", help="pin to these CPUs first, e.g. 1 or 2,3")
+    parser.add_argument("--units", type=int, default=UNITS_PER_ROUND, help="units per round")
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    args = parser.parse_args(argv)
+    if args.cpus:
+        os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
+    print(json.dumps(measure(args.units, args.rounds)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

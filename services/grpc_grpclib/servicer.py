@@ -1,0 +1,116 @@
+"""RecordService on grpclib: the messages of services.common.messages, bad input refused with a status.
+
+Apart from the worker (server.py), so that it imports nothing of grpclib's health and reflection,
+whose protobuf modules clash with grpcio's in one process (the unit tests import both servers).
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from google.protobuf.message import DecodeError
+from grpclib.const import Status
+from grpclib.encoding.proto import ProtoCodec
+from grpclib.exceptions import GRPCError
+
+from services.common.config import ResponseModel
+from services.common.messages import RecordMessages
+from services.common.pb import cars_grpc
+from services.common.records import BadRequest, RecordSource
+
+log = logging.getLogger("protolab.grpc_grpclib")
+# grpc_aio's limit (services/grpc_aio/server.py): requests are a few bytes.
+_MAX_REQUEST_BYTES = 64 * 1024
+
+
+class MessageStream(Protocol):
+    """What RecordService uses of a call's stream (a grpclib Stream, or the metrics' CountedStream)."""
+
+    async def recv_message(self) -> Any: ...
+
+    async def send_message(self, message: Any) -> None: ...
+
+
+class Codec(ProtoCodec):
+    """grpclib's protobuf codec, answering bad requests as grpc.aio does: larger than 64 KiB with
+    RESOURCE_EXHAUSTED (grpclib has no receive limit, so the request is refused once read; the
+    cgroup's memory limit bounds that), undecodable with UNKNOWN "Error parsing message"."""
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        if len(data) > _MAX_REQUEST_BYTES:
+            message = f"Received message larger than max ({len(data)} vs. {_MAX_REQUEST_BYTES})"
+            raise GRPCError(Status.RESOURCE_EXHAUSTED, message)
+        try:
+            return super().decode(data, message_type)
+        except DecodeError:
+            raise GRPCError(Status.UNKNOWN, "Error parsing message") from None
+
+
+class Calls:
+    """The RecordService calls in flight in this worker: above GRPC_MAX_CONCURRENT_RPCS refused
+    with RESOURCE_EXHAUSTED, once the server stops refused with UNAVAILABLE, awaited at the stop."""
+
+    def __init__(self, limit: int | None) -> None:
+        self._limit = limit
+        self._active = 0
+        self._stopping = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        if self._stopping:
+            raise GRPCError(Status.UNAVAILABLE, "The server is stopping")
+        if self._limit is not None and self._active >= self._limit:
+            raise GRPCError(Status.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded")
+        self._active += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._active -= 1
+            if not self._active:
+                self._idle.set()
+
+    async def stop(self, grace_seconds: float) -> None:
+        """Refuse new calls; wait up to grace_seconds for those in flight."""
+        self._stopping = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace_seconds)
+        except TimeoutError:
+            log.warning("grace period over: cancelling %d calls", self._active)
+
+
+class RecordService(cars_grpc.RecordServiceBase):
+    """RecordService: its messages (services.common.messages) under the response model, bad input
+    refused with INVALID_ARGUMENT."""
+
+    def __init__(self, source: RecordSource, model: ResponseModel, calls: Calls) -> None:
+        self._messages = RecordMessages(source, model)
+        self._calls = calls
+
+    async def _validated(self, stream: MessageStream) -> tuple[int, int | None]:
+        request = await stream.recv_message()
+        if request is None:
+            raise GRPCError(Status.INVALID_ARGUMENT, "no request message")
+        try:
+            return self._messages.validate(request)
+        except BadRequest as error:
+            raise GRPCError(Status.INVALID_ARGUMENT, str(error)) from None
+
+    async def ListRecords(self, stream: MessageStream) -> None:
+        async with self._calls.slot():
+            count, offset = await self._validated(stream)
+            await stream.send_message(self._messages.response(count, offset))
+
+    async def StreamRecords(self, stream: MessageStream) -> None:
+        async with self._calls.slot():
+            count, offset = await self._validated(stream)
+            for message in self._messages.stream(count, offset):
+                await stream.send_message(message)
+                # grpclib's send returns without yielding while the flow-control window lasts: a
+                # long stream would hold the worker's loop (other calls, a client's cancel) for
+                # as long. grpc.aio yields on every write; so does this.
+                await asyncio.sleep(0)

@@ -1,0 +1,376 @@
+"""Unit tests: interference from /proc/stat snapshots, its suspect flag, calibration bookkeeping."""
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from labrunner.backends.base import K6Invocation, K6Process, ServiceHandle, ServiceUsage
+from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
+from labrunner.observe import host
+from labrunner.observe.host import CpuTimes, MeteredBackend, Snapshot, Window
+from labrunner.report import cli as report_cli
+from labrunner.report import host as host_figures
+from labrunner.report import payload
+from labrunner.report.document import Paragraph
+from labrunner.results.store import RESULT_SCHEMA, result_path, scenario_dict, write_json_atomic
+from labrunner.run import calibration
+
+from tests.support import ROOT
+
+PROC_STAT = """\
+cpu  300 10 100 1000 20 5 15 30 40 0
+cpu0 100 0 50 500 10 0 5 10 0 0
+cpu1 200 10 50 500 10 5 10 20 40 0
+intr 12345 1 2 3
+ctxt 987654
+btime 1700000000
+processes 4242
+"""
+
+
+def _cpu(idle: float, steal: float = 0.0) -> CpuTimes:
+    return CpuTimes(idle=idle, steal=steal)
+
+
+def _window(before: Snapshot, after: Snapshot, k6: float | None = 1.0) -> Window:
+    return Window(before, after, k6)
+
+
+# Over a 4 s window: CPU 1 (the service's) busy 2.2 s, CPU 0 (k6's) busy 1.1 s, 0.04 s stolen on 1.
+BEFORE = Snapshot(100.0, {0: _cpu(50.0), 1: _cpu(40.0, steal=1.0)})
+AFTER = Snapshot(104.0, {0: _cpu(52.9), 1: _cpu(41.76, steal=1.04)})
+
+
+def test_parse_proc_stat_reads_per_cpu_lines_in_seconds() -> None:
+    cpus = host.parse_proc_stat(PROC_STAT, ticks_per_second=100)
+    assert sorted(cpus) == [0, 1]  # the "cpu" total and the other lines are left out
+    # busy = user + nice + system + irq + softirq; guest (40) is already inside user.
+    assert cpus[0] == CpuTimes(idle=5.10, steal=0.10)  # idle + iowait
+    assert cpus[1] == CpuTimes(idle=5.10, steal=0.20)
+
+
+def test_parse_proc_stat_of_an_old_kernel_without_steal() -> None:
+    assert host.parse_proc_stat("cpu3 100 0 100 800\n", ticks_per_second=100) == {
+        3: CpuTimes(idle=8.0, steal=0.0)
+    }
+
+
+def test_read_snapshot_reads_this_hosts_proc_stat() -> None:
+    first = host.read_snapshot()
+    second = host.read_snapshot()
+    assert first.cpus and set(first.cpus) == set(second.cpus) and second.at > first.at
+    assert all(second.cpus[c].idle >= first.cpus[c].idle >= 0 for c in first.cpus)
+
+
+def test_others_are_busy_time_minus_the_scenarios_own() -> None:
+    section = host.interference(_window(BEFORE, AFTER, k6=1.0), (1,), (0,), service_cpu_seconds=2.0)
+    assert section["measured"] is True and section["reason"] is None
+    figures = section["interference"]
+    assert figures["shared"] is False
+    service, k6 = figures["service_cpus"], figures["k6_cpus"]
+    assert service["cpus"] == [1] and k6["cpus"] == [0]
+    assert service["capacity_cpu_seconds"] == pytest.approx(4.0)
+    assert service["idle_cpu_seconds"] == pytest.approx(1.76)
+    assert service["busy_cpu_seconds"] == pytest.approx(2.2)  # 4 s - idle - 0.04 s stolen
+    assert service["own_cpu_seconds"] == pytest.approx(2.0)
+    assert service["others_cpu_seconds"] == pytest.approx(0.2)
+    assert service["share"] == pytest.approx(0.05)
+    assert k6["others_cpu_seconds"] == pytest.approx(0.1)
+    assert k6["share"] == pytest.approx(0.025)
+    assert section["steal_seconds"] == pytest.approx(0.04)
+    assert section["steal_share"] == pytest.approx(0.04 / 8.0)
+    assert section["window_seconds"] == pytest.approx(4.0)
+    json.dumps(section)  # plain data
+
+
+def test_overlapping_cpu_sets_are_one_figure_with_both_own_times_subtracted_once() -> None:
+    section = host.interference(_window(BEFORE, AFTER, k6=1.0), (0, 1), (0, 1), service_cpu_seconds=2.0)
+    figures = section["interference"]
+    assert figures["shared"] is True and figures["service_cpus"] == figures["k6_cpus"]
+    union = figures["service_cpus"]
+    assert union["cpus"] == [0, 1]
+    assert union["busy_cpu_seconds"] == pytest.approx(3.3)
+    assert union["own_cpu_seconds"] == pytest.approx(3.0)
+    assert union["others_cpu_seconds"] == pytest.approx(0.3)
+    assert union["share"] == pytest.approx(0.3 / 8.0)
+
+
+def test_unknown_own_time_leaves_others_unknown_but_keeps_steal() -> None:
+    section = host.interference(_window(BEFORE, AFTER, k6=None), (1,), (0,), service_cpu_seconds=None)
+    figures = section["interference"]
+    assert figures["service_cpus"]["share"] is None and figures["k6_cpus"]["others_cpu_seconds"] is None
+    assert figures["service_cpus"]["busy_cpu_seconds"] == pytest.approx(2.2)
+    assert section["steal_seconds"] == pytest.approx(0.04)
+    assert host.suspect_reasons(section) == []
+
+
+@pytest.mark.parametrize(
+    ("window", "cpus", "reason", "expected"),
+    [
+        (None, (1,), None, "no measured k6 run"),
+        (_window(BEFORE, AFTER), (7,), None, "CPU(s) 7 not in /proc/stat"),
+        (_window(BEFORE, AFTER), (1,), "the engine is elsewhere", "the engine is elsewhere"),
+    ],
+)
+def test_unknown_interference_says_why(
+    window: Window | None, cpus: tuple[int, ...], reason: str | None, expected: str
+) -> None:
+    section = host.interference(window, cpus, (0,), 1.0, reason)
+    assert section == {
+        "measured": False,
+        "reason": expected,
+        "window_seconds": None,
+        "interference": None,
+        "steal_seconds": None,
+        "steal_share": None,
+    }
+    assert host.suspect_reasons(section) == []
+    assert host.describe(section) == f"others: unknown ({expected})"
+
+
+def test_where_proc_stat_describes_the_scenarios_cpus(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text(PROC_STAT)
+    assert host.unavailable("local", {}, stat) is None
+    assert host.unavailable("docker", {}, stat) is None
+    assert host.unavailable("docker", {"DOCKER_HOST": "unix:///var/run/docker.sock"}, stat) is None
+    remote = host.unavailable("docker", {"DOCKER_HOST": "tcp://10.0.0.5:2376"}, stat)
+    assert remote is not None and "tcp://10.0.0.5:2376 is not this host" in remote
+    assert "ssh://" in (host.unavailable("docker", {"DOCKER_HOST": "ssh://lab"}, stat) or "")
+    missing = host.unavailable("local", {}, tmp_path / "absent")
+    assert missing is not None and "cannot be read" in missing
+    assert host.unavailable("kubernetes", {}, stat) == "backend kubernetes: its CPUs are not this host's"
+
+
+def _with_share(service: float, k6: float, steal: float = 0.0, shared: bool = False) -> dict[str, Any]:
+    def figure(share: float, cpus: list[int]) -> dict[str, Any]:
+        return {"cpus": cpus, "others_cpu_seconds": share * 4.0, "share": share}
+
+    return {
+        "measured": True,
+        "interference": {
+            "service_cpus": figure(service, [1]),
+            "k6_cpus": figure(service if shared else k6, [0]),
+            "shared": shared,
+        },
+        "steal_seconds": steal * 8.0,
+        "steal_share": steal,
+    }
+
+
+def test_suspect_above_five_percent_of_either_cpu_set_or_of_steal() -> None:
+    assert host.suspect_reasons(_with_share(0.049, 0.049, steal=0.049)) == []
+    [service] = host.suspect_reasons(_with_share(0.051, 0.0))
+    assert service.startswith("other processes used 5.1% of the service's CPUs 1 (0.20 CPU s)")
+    assert service.endswith("(> 5%): host interference")
+    [k6] = host.suspect_reasons(_with_share(0.0, 0.30))
+    assert k6.startswith("other processes used 30.0% of k6's CPUs 0 (1.20 CPU s)")
+    [steal] = host.suspect_reasons(_with_share(0.0, 0.0, steal=0.06))
+    assert steal.startswith("the hypervisor took 6.0% of the scenario's CPUs (steal, 0.48 s)")
+    [shared] = host.suspect_reasons(_with_share(0.2, 0.0, shared=True))  # one figure, one reason
+    assert "the CPUs the service shares with k6, 1" in shared
+    assert host.suspect_reasons(None) == []
+
+
+def test_progress_line_figure() -> None:
+    assert host.describe(_with_share(0.008, 0.021)) == ("others: service CPUs 0.8%, k6 CPUs 2.1%, steal 0.0%")
+    assert host.describe(_with_share(0.1, 0.0, shared=True)) == "others: shared CPUs 10.0%, steal 0.0%"
+    assert host.describe(None) == "others: unknown"
+    assert host.share(_with_share(0.008, 0.021), "k6_cpus") == pytest.approx(0.021)
+    assert host.share({"measured": False, "interference": None}, "k6_cpus") is None
+
+
+class _FakeBackend:
+    """Counts calls; a measured k6 run uses 1.5 CPU s."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def start_service(self, scenario: Scenario) -> ServiceHandle:
+        raise NotImplementedError
+
+    def service_ended(self, handle: ServiceHandle) -> str | None:
+        self.calls.append("service_ended")
+        return None
+
+    def service_log_tail(self, handle: ServiceHandle) -> str:
+        return "tail"
+
+    def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Process:
+        self.calls.append(f"run_k6 measured={measured}")
+        return K6Process(0, 3.0, 1.5 if measured else 0.5, 1, "")
+
+    def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
+        return ServiceUsage.unmeasured(0, "")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def test_metered_backend_reads_proc_stat_around_measured_runs_only() -> None:
+    inner = _FakeBackend()
+    snapshots = iter([BEFORE, AFTER, AFTER, BEFORE])
+    reads: list[int] = []
+
+    def read() -> Snapshot:
+        reads.append(1)
+        return next(snapshots)
+
+    metered = MeteredBackend(inner, read)
+    handle: Any = None
+    invocation: Any = None
+    assert metered.name == "local"
+    metered.run_k6(handle, invocation, measured=False)
+    assert reads == [] and metered.window is None
+    metered.run_k6(handle, invocation, measured=True)
+    assert metered.window == Window(BEFORE, AFTER, 1.5)
+    metered.run_k6(handle, invocation, measured=True)  # a capacity search's next step: the last counts
+    assert metered.window == Window(AFTER, BEFORE, 1.5)
+    assert metered.service_log_tail(handle) == "tail"
+    metered.close()
+    assert inner.calls == [
+        "run_k6 measured=False",
+        "run_k6 measured=True",
+        "run_k6 measured=True",
+        "close",
+    ]
+    unmetered = MeteredBackend(_FakeBackend(), None)
+    unmetered.run_k6(handle, invocation, measured=True)
+    assert unmetered.window is None
+
+
+def _calibration(before: float | None, after: float | None) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    if before is not None:
+        found["before"] = {"cpu_seconds_per_unit": before}
+    if after is not None:
+        found["after"] = {"cpu_seconds_per_unit": after}
+    return found
+
+
+def test_calibration_unit_and_drift() -> None:
+    assert calibration.unit_seconds(_calibration(0.0004, 0.0006)) == pytest.approx(0.0005)
+    assert calibration.unit_seconds(_calibration(0.0004, None)) == pytest.approx(0.0004)
+    assert calibration.unit_seconds({"before": {"error": "boom"}}) is None
+    assert calibration.unit_seconds(None) is None
+    assert calibration.drift(_calibration(0.0004, 0.00042)) == pytest.approx(0.05)
+    assert calibration.drift(_calibration(0.0004, None)) is None
+
+
+def test_calibration_warnings_in_the_report() -> None:
+    assert host_figures.calibration_warnings({"calibration": _calibration(1.0, 1.049)}) == []
+    [warning] = host_figures.calibration_warnings({"calibration": _calibration(1.0, 1.06)})
+    assert isinstance(warning, Paragraph) and "changed by +6.0%" in warning.text
+    [same] = host_figures.baseline_warnings(
+        {"calibration": _calibration(1.0, 1.0)}, {"calibration": _calibration(1.09, 1.09)}, "base"
+    )
+    assert isinstance(same, Paragraph) and "Warning" not in same.text
+    [differ] = host_figures.baseline_warnings(
+        {"calibration": _calibration(1.0, 1.0)}, {"calibration": _calibration(1.12, 1.12)}, "base"
+    )
+    assert isinstance(differ, Paragraph) and "**Warning: the calibrations differ by -10.7%**" in differ.text
+    [none] = host_figures.baseline_warnings({"calibration": _calibration(1.0, 1.0)}, {}, "base")
+    assert isinstance(none, Paragraph) and "none in the baseline" in none.text
+
+
+def test_calibration_workload_is_fixed() -> None:
+    records = calibration.records()
+    assert len(records) == calibration.RECORDS and records == calibration.records()
+    assert records[0] == (("Toyota", "Corolla", "LE", "red", 1990, 0), ("Ada", "Lovelace", "D00000000"))
+    assert calibration.unit(records) == calibration.unit(records) > 10_000  # bytes of both encodings
+
+
+def test_calibration_runs_pinned_in_a_fresh_interpreter() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "labrunner.run.calibration", "--cpus", "0", "--units", "5", "--rounds", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    measured = json.loads(out.stdout)
+    assert measured["cpus"] == [0] and measured["units"] == 15 and measured["rounds"] == 3
+    assert 0 < measured["cpu_seconds_per_unit"] <= measured["median_cpu_seconds_per_unit"]
+    assert measured["workload"] == calibration.WORKLOAD
+
+
+def _run_dir(path: Path, calibration_s: tuple[float, float], others: float) -> Path:
+    """A one-result run directory as the runner leaves it, with payload.json so nothing is measured."""
+    [scenario] = expand(
+        load_matrix(ROOT / "matrix.toml"), "local", "ci", Overrides(targets=("grpc",))
+    ).scenarios
+    section = host.interference(
+        Window(
+            Snapshot(0.0, {0: _cpu(0), 1: _cpu(0)}),
+            Snapshot(4.0, {0: _cpu(3.0), 1: _cpu(3.0 - others * 4)}),
+            1.0,
+        ),
+        (1,),
+        (0,),
+        service_cpu_seconds=1.0,
+    )
+    result = {
+        "schema": RESULT_SCHEMA,
+        "scenario_id": scenario.id,
+        "status": "ok",
+        "scenario": scenario_dict(scenario),
+        "k6": {
+            "cpu_utilisation": 0.3,
+            "metrics": {
+                "requests": 2000,
+                "requests_per_second": 666.7,
+                "errors": 0,
+                "error_rate": 0.0,
+                "latency_ms": {"avg": 2.0, "p50": 2.0, "p90": 3.0, "p95": 4.0, "p99": 5.0},
+                "data_received_bytes": 2_000_000,
+                "test_run_seconds": 3.0,
+            },
+        },
+        "service": {"usage": {"cpu_seconds": 1.0, "cpu_utilisation": 0.67}},
+        "host": section,
+        "suspect": host.suspect_reasons(section),
+    }
+    write_json_atomic(result_path(path, scenario.id), result)
+    before, after = calibration_s
+    write_json_atomic(
+        path / "manifest.json",
+        {
+            "run_id": path.name,
+            "git": {"sha": "abc"},
+            "host": {"cpu_model": "AMD EPYC"},
+            "calibration": {
+                when: {"cpu_seconds_per_unit": s, "median_over_fastest": 1.1, "cpus": [1]}
+                for when, s in (("before", before), ("after", after))
+            },
+        },
+    )
+    row = payload.PayloadRow(100, 20000, 4000, 15000, 3800)
+    write_json_atomic(path / "payload.json", {"schema": payload.SCHEMA, "rows": [asdict(row)]})
+    return path
+
+
+def test_report_shows_interference_calibration_and_their_warnings(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path / "now", (0.0005, 0.00055), others=0.2)
+    base = _run_dir(tmp_path / "base", (0.00042, 0.00042), others=0.0)
+    assert report_cli.main([str(run), "--baseline", str(base)]) == 0
+    md = (run / "report.md").read_text()
+    assert "**Warning: the calibration changed by +10.0% between the start and the end of the run**" in md
+    assert "**Warning: the calibrations differ by +25.0%**" in md
+    summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    assert "| others max | CPU / req (cal) |" in summary
+    # 1.0 CPU s / 2000 requests = 0.5 ms per request, over a unit of 0.525 ms.
+    assert "| 20.0% | 0.952 |" in summary
+    section = md.split("## Host interference and calibration", 1)[1].split("\n## ", 1)[0]
+    assert "| 1 | 20.0% (0.80 CPU s) | 0 | 0.0% (0.00 CPU s) | 0.0% |" in section
+    assert "| before | 500.0 | 1.10x | 1 |" in section and "| after | 550.0 | 1.10x | 1 |" in section
+    assert "suspect: other processes used 20.0% of the service's CPUs 1" in md
+    assert report_cli.main([str(base)]) == 0
+    quiet = (base / "report.md").read_text()
+    assert "Warning" not in quiet and "moved by +0.0% from before to after" in quiet

@@ -1,0 +1,123 @@
+"""Network scenarios without a link: the matrix's [networks], ids, --network, results, no root."""
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from labrunner import cli
+from labrunner.backends import local
+from labrunner.backends.base import BackendSettings, ScenarioFailed
+from labrunner.model.matrix import LOOPBACK, MatrixError, Overrides, expand, load_matrix, parse_matrix
+from labrunner.network.namespaces import NEED_ROOT, NetworkError
+from labrunner.results.store import scenario_dict
+
+from tests.support import ROOT
+
+MATRIX = ROOT / "matrix.toml"
+
+
+@pytest.fixture(scope="module")
+def matrix_data() -> dict[str, Any]:
+    return tomllib.loads(MATRIX.read_text())
+
+
+def test_repo_matrix_networks() -> None:
+    networks = load_matrix(MATRIX).networks
+    assert list(networks) == ["loopback", "lan", "wan", "lossy", "narrow"]
+    assert not networks["loopback"].emulated
+    assert networks["lan"].rtt_s == pytest.approx(0.0005)
+    assert (networks["wan"].rtt_s, networks["wan"].jitter_s) == pytest.approx((0.050, 0.005))
+    assert (networks["lossy"].rtt_s, networks["lossy"].loss_percent) == pytest.approx((0.050, 1.0))
+    assert (networks["narrow"].rtt_s, networks["narrow"].rate_bps) == (pytest.approx(0.020), 10_000_000)
+
+
+def test_loopback_is_the_default_and_keeps_the_ids() -> None:
+    plan = expand(load_matrix(MATRIX), "local", "ci", Overrides(targets=("grpc",)))
+    [scenario] = plan.scenarios
+    assert scenario.network == LOOPBACK and scenario.id == "grpc.small.c100.closed.r1"
+
+
+def test_network_preset_runs_the_tls_targets_over_every_profile() -> None:
+    plan = expand(load_matrix(MATRIX), "local", "network")
+    pairs = {(s.target.name, s.network.name) for s in plan.scenarios}
+    targets = {"aiohttp-h1-tls", "quart-h1-tls", "quart-h2-tls", "grpc-tls"}
+    networks = {"loopback", "lan", "wan", "lossy", "narrow"}
+    assert pairs == {(t, n) for t in targets for n in networks}
+    assert len(plan.scenarios) == 20
+    ids = {s.id for s in plan.scenarios}
+    assert "grpc-tls.small.c100.closed.r1" in ids and "grpc-tls.small.c100.closed.wan.r1" in ids
+    assert max(s.duration_s for s in plan.scenarios) <= 10
+
+
+def test_network_override_and_unknown_names() -> None:
+    matrix = load_matrix(MATRIX)
+    plan = expand(matrix, "local", "ci", Overrides(targets=("grpc-tls",), networks=("wan", "narrow")))
+    assert [s.id for s in plan.scenarios] == [
+        "grpc-tls.small.c100.closed.wan.r1",
+        "grpc-tls.small.c100.closed.narrow.r1",
+    ]
+    with pytest.raises(MatrixError, match="unknown network 'moon'"):
+        expand(matrix, "local", "ci", Overrides(networks=("moon",)))
+
+
+def test_cli_network_option(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(
+        ["--backend", "local", "--preset", "ci", "--target", "grpc", "--network", "lan,wan", "--dry-run"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "grpc.small.c100.closed.lan.r1" in out and "grpc.small.c100.closed.wan.r1" in out
+
+
+def test_a_matrix_without_networks_runs_on_loopback(matrix_data: dict[str, Any]) -> None:
+    data = copy.deepcopy(matrix_data)
+    del data["networks"]
+    data["defaults"].pop("networks")
+    del data["presets"]["network"]
+    matrix = parse_matrix(data, MATRIX)
+    assert list(matrix.networks) == ["loopback"]
+    assert {s.network for s in expand(matrix, "local", "ci").scenarios} == {LOOPBACK}
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"delay": "-5ms"}, r"\[networks.wan\] delay: .*must not be negative"),
+        ({"loss": "101%"}, r"\[networks.wan\] loss: .*between 0% and 100%"),
+        ({"delay": "25 parsecs"}, r"\[networks.wan\] delay: unknown unit"),
+        ({"latency": "25ms"}, r"\[networks.wan\]: unknown key 'latency'"),
+    ],
+)
+def test_bad_network_values_name_the_key(
+    matrix_data: dict[str, Any], table: dict[str, str], message: str
+) -> None:
+    data = copy.deepcopy(matrix_data)
+    data["networks"]["wan"] = table
+    with pytest.raises(MatrixError, match=message):
+        parse_matrix(data, MATRIX)
+
+
+def test_result_scenario_names_its_network() -> None:
+    plan = expand(load_matrix(MATRIX), "local", "ci", Overrides(targets=("grpc-tls",), networks=("wan",)))
+    network = scenario_dict(plan.scenarios[0])["network"]
+    assert network["name"] == "wan" and network["rtt_s"] == pytest.approx(0.05)
+
+
+def test_without_root_a_network_scenario_fails_in_phase_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_root() -> None:
+        raise NetworkError(NEED_ROOT)
+
+    monkeypatch.setattr(local, "require_net_admin", no_root)
+    monkeypatch.setattr(local.LocalBackend, "_cgroup", lambda self, scenario, notes: None)
+    spawned: list[object] = []
+    monkeypatch.setattr(local.LocalBackend, "_spawn", lambda *args, **kwargs: spawned.append(args))
+    settings = BackendSettings("unit", ROOT, tmp_path, tmp_path / "logs", Path("/nonexistent/k6"), 5.0, 5.0)
+    backend = local.LocalBackend(settings)
+    plan = expand(load_matrix(MATRIX), "local", "ci", Overrides(targets=("grpc-tls",), networks=("wan",)))
+    with pytest.raises(ScenarioFailed) as failed:
+        backend.start_service(plan.scenarios[0])
+    assert failed.value.phase == "network" and "need root" in failed.value.message
+    assert spawned == []  # the service never started
