@@ -54,6 +54,8 @@ ANSWERS = {
     "rest-aiohttp": (8081, "http", "/healthz"),
     "rest-quart": (8082, "http", "/healthz"),
     "grpc-aio": (50051, "grpc", ""),
+    "rest-granian": (8083, "http", "/healthz"),
+    "grpc-grpclib": (50052, "grpc", ""),
 }
 ONE_SHOTS = {"certs"}  # must have exited 0
 # The main run: the ci preset (small profile) with a shorter measurement.
