@@ -229,6 +229,8 @@ def _running(proc: dict[str, Any]) -> bool:
         if reaped == pid:
             proc["exit_code"] = os.waitstatus_to_exitcode(wait_status)
             return False
+        # Our child, unreaped: its pid cannot have been reused, so it is still the program.
+        return True
     except ChildProcessError:
         pass  # started by another process (e.g. an earlier CLI call)
     try:
