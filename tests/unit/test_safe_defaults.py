@@ -76,6 +76,13 @@ def test_generated_secrets_and_results_are_ignored_by_git(path: str) -> None:
     assert ignored.returncode == 0, f"{path} is not in .gitignore"
 
 
+@pytest.mark.parametrize("path", ["scripts/labrunner/results/__init__.py", "scripts/labrunner/certs.py"])
+def test_source_named_like_an_output_folder_is_not_ignored(path: str) -> None:
+    # /results/ and /certs/ are the repository root's: the package's results/ is source.
+    ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT, check=False)
+    assert ignored.returncode == 1, f"{path} is ignored by .gitignore"
+
+
 def test_the_private_key_pattern_finds_keys() -> None:
     # The scan above proves nothing if the pattern misses the keys scripts/gen_certs.py writes.
     for label in (b"PRIVATE KEY", b"RSA PRIVATE KEY", b"EC PRIVATE KEY", b"OPENSSH PRIVATE KEY"):

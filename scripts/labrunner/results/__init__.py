@@ -1,0 +1,1 @@
+"""What a run leaves behind: scenario results, the manifest and summaries, provenance."""
