@@ -9,7 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [[ ! -x .venv/bin/python ]]; then
-  python3 -m venv .venv
+  # The venv's interpreter runs the local backend's services: an optimized build of Python 3.11
+  # when the host has one (PROTOLAB_PYTHON chooses another); results record which one ran.
+  "$(python3 services/common/interpreter.py pick)" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-lab.txt
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \

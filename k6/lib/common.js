@@ -1,7 +1,7 @@
 // Shared k6 pieces for every protolab script: env parsing, load models, the uniform
 // protolab_* metrics, record checks and handleSummary. See docs/CONTRACTS.md.
 import exec from 'k6/execution';
-import { Counter, Rate, Trend } from 'k6/metrics';
+import { Counter, Gauge, Rate, Trend } from 'k6/metrics';
 import grpc from 'k6/net/grpc';
 
 // Uniform metrics for every protocol, so requests/s and latency compare like for like.
@@ -10,6 +10,11 @@ import grpc from 'k6/net/grpc';
 export const reqs = new Counter('protolab_reqs');
 export const reqDuration = new Trend('protolab_req_duration', true);
 export const reqFailed = new Rate('protolab_req_failed');
+// k6's count of this k6 instance's initialized VUs, once per VU at its first request: the
+// builtin vus_max is sampled once a second, so a shorter run (a quick shared-iterations model)
+// has none, and a k6 split by execution segments must show that its VUs add up.
+export const vusInitialized = new Gauge('protolab_vus');
+let vusNoted = false;
 
 const TREND_STATS = ['avg', 'min', 'med', 'max', 'p(50)', 'p(90)', 'p(95)', 'p(99)', 'count'];
 
@@ -58,6 +63,10 @@ export function logFirstFailure(message) {
 
 // Records one finished request in the uniform metrics.
 export function record(ok, durationMs) {
+  if (!vusNoted) {
+    vusNoted = true;
+    vusInitialized.add(exec.instance.vusInitialized);
+  }
   reqFailed.add(!ok);
   if (ok) {
     reqs.add(1);

@@ -3,6 +3,7 @@
 import argparse
 import contextlib
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -11,8 +12,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from labrunner import backends, certs
-from labrunner.backends.base import BackendSettings, BackendUnavailable
+from labrunner.backends.base import K6_INSTANCES_NEED_LOCAL, BackendSettings, BackendUnavailable, cpu_list
+from labrunner.backends.cgroups import split_cpus
 from labrunner.model.matrix import (
+    AUTO_INSTANCES,
     LoadModel,
     Matrix,
     MatrixError,
@@ -123,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument(
         "--rate", type=int, help="iterations/s of constant-arrival-rate load models (a search's first step)"
     )
+    pick.add_argument(
+        "--k6-instances",
+        metavar="N|auto",
+        help="k6 processes splitting each load model by execution segments, one CPU of the k6 side "
+        "each (local backend); auto: one per k6 CPU (default: the preset's k6_instances, else 1)",
+    )
     pick.add_argument("--duration", help="measured k6 time, e.g. 30s (ramping models use their stages)")
     pick.add_argument("--warmup", help="unmeasured k6 time before measuring, e.g. 10s; 0 skips it")
     pick.add_argument("--repeats", type=int, help="independent runs per scenario")
@@ -192,7 +201,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def describe_plan(plan: Plan) -> str:
     """The dry-run table: one line per scenario in execution order, then the k6 time."""
-    header = ("#", "scenario", "service", "protocol", "tls", "cpus", "memory", "load", "time")
+    header: tuple[str, ...] = (
+        "#",
+        "scenario",
+        "service",
+        "protocol",
+        "tls",
+        "cpus",
+        "memory",
+        "load",
+        "time",
+    )
+    split = any(s.k6_instances != 1 for s in plan.scenarios)
+    if split:
+        header = (*header, "k6 instances")
     rows = [header]
     for index, s in enumerate(plan.scenarios, start=1):
         rows.append(
@@ -206,6 +228,7 @@ def describe_plan(plan: Plan) -> str:
                 f"{s.profile.memory_bytes // 2**20}Mi",
                 _describe_load(s.load_model),
                 f"{format_duration(s.warmup_s)}+{format_duration(s.measured_seconds)}",
+                *([str(s.k6_instances)] if split else []),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -246,6 +269,7 @@ def _run(
         raise _Usage(f"{out_dir} already holds results; pass --resume or choose another --run-id")
     k6_binary = find_k6(args.k6)
     _preflight(plan)
+    _check_k6_instances(plan)
     if any(s.target.tls for s in plan.scenarios) and certs.ensure_certs(args.certs):
         print(f"generated TLS material in {args.certs}")
     targets_dir = Path(args.prometheus_targets) if args.prometheus_targets else None
@@ -393,10 +417,43 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         networks=split_list(args.network),
         vus=args.vus,
         rate=args.rate,
+        k6_instances=_k6_instances(args.k6_instances),
         duration=args.duration,
         warmup=args.warmup,
         repeats=args.repeats,
     )
+
+
+def _k6_instances(value: str | None) -> int | str | None:
+    """--k6-instances: "auto" stays a word, digits become a number; the matrix validates both."""
+    if value is None or value == AUTO_INSTANCES:
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise _Usage(f"--k6-instances takes an integer >= 1 or 'auto', got {value!r}") from None
+
+
+def _check_k6_instances(plan: Plan) -> None:
+    """k6 split into more instances than the k6 side has CPUs (one each) fails before the first
+    scenario: the local backend's split of this host's CPUs is known now."""
+    wanted = {
+        s.k6_instances for s in plan.scenarios if isinstance(s.k6_instances, int) and s.k6_instances > 1
+    }
+    if not wanted:
+        return
+    if plan.backend != "local":
+        raise _Usage(K6_INSTANCES_NEED_LOCAL)
+    available = sorted(os.sched_getaffinity(0))
+    for scenario in plan.scenarios:
+        count, profile = scenario.k6_instances, scenario.profile
+        k6_cpus = split_cpus(available, profile.whole_cpus).k6
+        if isinstance(count, int) and count > len(k6_cpus):
+            raise _Usage(
+                f"k6_instances = {count} needs {count} CPUs for k6, one per instance, but this host has "
+                f"{len(available)} and profile {profile.name} leaves k6 {len(k6_cpus)} (CPU "
+                f"{cpu_list(k6_cpus)}): lower --k6-instances, use 'auto', or a host with more CPUs"
+            )
 
 
 def _describe_network(network: NetworkProfile) -> str:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from multiprocessing.context import ForkProcess
 from types import FrameType
 
+from services.common import interpreter
 from services.common.cgroup import worker_count
 from services.common.config import ConfigError, Settings
 from services.common.metrics import start_metrics_server
@@ -156,8 +157,8 @@ def run_service(service: str, server: str, settings: Settings, worker_main: Work
 
 
 def print_listening(service: str, port: int, metrics_port: int, workers: int, settings: Settings) -> None:
-    """Print the one JSON line (docs/CONTRACTS.md) that tests and the runner read: the bound ports, and
-    the response model the results are recorded under."""
+    """Print the one JSON line (docs/CONTRACTS.md) that tests and the runner read: the bound ports, the
+    response model the results are recorded under and the Python build that serves."""
     event = {
         "event": "listening",
         "service": service,
@@ -166,6 +167,7 @@ def print_listening(service: str, port: int, metrics_port: int, workers: int, se
         "workers": workers,
         "tls": settings.tls,
         "response_model": settings.response_model.value,
+        "interpreter": interpreter.describe(),
     }
     print(json.dumps(event), flush=True)
 

@@ -1,6 +1,7 @@
 """End to end: run_matrix.py --backend local with real k6, Prometheus and InfluxDB, then the dashboards."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -93,6 +94,13 @@ def test_every_target_succeeds_with_its_protocol_verified(ci_run: dict[str, Any]
     assert manifest["complete"] is True and manifest["all_ok"] is True
     summary = (ci_run["out"] / "summary.csv").read_text().splitlines()
     assert len(summary) == 1 + len(ALL_TARGETS)
+    # Provenance per scenario: the Python build that served and k6's path to it.
+    for target, result in ci_run["results"].items():
+        build = result["service"]["interpreter"]
+        assert build["executable"] == os.path.realpath(sys.executable), (target, build)
+        assert result["service"]["network_path"] == "loopback 127.0.0.1: k6 process to service process"
+    # One repeat per group: summary.md says so instead of giving an interval.
+    assert "(one repeat)" in (ci_run["out"] / "summary.md").read_text()
 
 
 def test_services_stop_without_a_drain_once_k6_is_done(ci_run: dict[str, Any]) -> None:

@@ -82,6 +82,7 @@ def test_the_listening_line_states_the_response_model(services, module, model) -
     assert listening["event"] == "listening" and listening["service"] == module
     assert listening["response_model"] == model.value
     assert {"port", "metrics_port", "workers", "tls"} <= set(listening)
+    assert listening["interpreter"]["executable"] == os.path.realpath(sys.executable)
 
 
 @pytest.mark.parametrize(("count", "offset"), [(1, 0), (7, POOL_SIZE - 3), (MAX_COUNT, 123)])

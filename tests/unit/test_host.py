@@ -374,3 +374,41 @@ def test_report_shows_interference_calibration_and_their_warnings(tmp_path: Path
     assert report_cli.main([str(base)]) == 0
     quiet = (base / "report.md").read_text()
     assert "Warning" not in quiet and "moved by +0.0% from before to after" in quiet
+
+
+def test_the_userspace_relay_is_interference_on_k6s_cpus_reported_apart() -> None:
+    # k6's CPU 0 was busy 1.1 s of 4 s; k6 itself took 0.6 s and the relay 0.4 s of the rest.
+    window = Window(BEFORE, AFTER, 0.6, relay_cpu_seconds=0.4)
+    section = host.interference(window, (1,), (0,), service_cpu_seconds=2.0)
+    k6 = section["interference"]["k6_cpus"]
+    assert k6["own_cpu_seconds"] == pytest.approx(0.6)  # the relay is not k6's own time
+    assert k6["others_cpu_seconds"] == pytest.approx(0.5)  # others include it...
+    assert k6["relay_cpu_seconds"] == pytest.approx(0.4)  # ...and say how much was the relay
+    assert k6["relay_share"] == pytest.approx(0.1)
+    assert "relay_cpu_seconds" not in section["interference"]["service_cpus"]
+    assert host.relay_share(section) == pytest.approx(0.1)
+    assert host.describe(section).endswith("k6 CPUs 12.5% (of which relay 10.0%), steal 0.5%")
+    (reason,) = [r for r in host.suspect_reasons(section) if "k6's CPUs" in r]
+    assert "of which the userspace link emulator 0.40" in reason
+    # Without a relay, nothing about one.
+    plain = host.interference(Window(BEFORE, AFTER, 0.6), (1,), (0,), service_cpu_seconds=2.0)
+    assert "relay_share" not in plain["interference"]["k6_cpus"] and host.relay_share(plain) is None
+    assert "relay" not in host.describe(plain)
+    cell = host_figures._figure(section["interference"]["k6_cpus"])[1]
+    assert cell == "12.5% (0.50 CPU s), of which relay 10.0% (0.40 CPU s)"
+
+
+def test_metered_backend_keeps_the_relays_cpu_of_the_last_measured_run() -> None:
+    class _Relayed(_FakeBackend):
+        def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Process:
+            return K6Process(0, 3.0, 1.5, 1, "", relay_cpu_seconds=0.25 if measured else 9.0)
+
+    for read in (None, iter([BEFORE, AFTER]).__next__):
+        metered = MeteredBackend(_Relayed(), read)
+        handle: Any = None
+        metered.run_k6(handle, None, measured=False)  # type: ignore[arg-type]
+        assert metered.relay_cpu_seconds is None
+        metered.run_k6(handle, None, measured=True)  # type: ignore[arg-type]
+        assert metered.relay_cpu_seconds == 0.25
+        if read is not None:
+            assert metered.window == Window(BEFORE, AFTER, 1.5, 0.25)

@@ -62,10 +62,14 @@ def test_default_preset_depends_on_backend() -> None:
     matrix = load_matrix(MATRIX)
     local = expand(matrix, "local")
     docker = expand(matrix, "docker")
-    assert [s.target.name for s in local.scenarios] == list(ALL_TARGETS)
-    assert {s.profile.name for s in local.scenarios} == {"small"}
+    # Interleaved repeats: every target once per repeat, repeats outermost.
+    assert [s.target.name for s in local.scenarios] == list(ALL_TARGETS) * 3
+    assert [s.repeat for s in local.scenarios[:: len(ALL_TARGETS)]] == [1, 2, 3]
+    assert {s.profile.name for s in local.scenarios} == {"quarter"}
     assert {s.profile.name for s in docker.scenarios} == {"p1"}
-    assert {(s.count, s.duration_s, s.warmup_s, s.repeats) for s in local.scenarios} == {(100, 30.0, 10.0, 1)}
+    assert {(s.count, s.duration_s, s.warmup_s, s.repeats) for s in local.scenarios} == {(100, 10.0, 3.0, 3)}
+    # Under 10 minutes on a 2-CPU host, start-up and stop included (measured: README).
+    assert local.estimated_seconds < 10 * 60
 
 
 def test_ci_preset_is_short_and_small() -> None:

@@ -45,9 +45,12 @@ def test_network_preset_runs_the_tls_targets_over_every_profile() -> None:
     targets = {"aiohttp-h1-tls", "quart-h1-tls", "quart-h2-tls", "grpc-tls"}
     networks = {"loopback", "lan", "wan", "lossy", "narrow"}
     assert pairs == {(t, n) for t in targets for n in networks}
-    assert len(plan.scenarios) == 20
+    # The closed and the open model: equal VUs, and an equal offered rate.
+    assert {s.load_model.name for s in plan.scenarios} == {"closed", "open"}
+    assert len(plan.scenarios) == 40
     ids = {s.id for s in plan.scenarios}
     assert "grpc-tls.small.c100.closed.r1" in ids and "grpc-tls.small.c100.closed.wan.r1" in ids
+    assert "grpc-tls.small.c100.open.wan.r1" in ids
     assert max(s.duration_s for s in plan.scenarios) <= 10
 
 

@@ -295,3 +295,27 @@ def test_measured_interference_is_in_the_result_flags_it_and_reaches_the_summari
     quiet = build_result(replace(_outcome(scenario), host=host.scenario_section(None, handle, usage, None)))
     assert quiet["host"]["reason"] == "no measured k6 run"
     assert not [r for r in quiet["suspect"] if "interference" in r]
+
+
+def test_the_userspace_relays_cpu_reaches_the_summaries_as_part_of_others_on_k6s_cpus(tmp_path: Path) -> None:
+    scenario = _scenarios()[0]
+    # k6's CPU 0 busy 1.25 s of 4 s: k6's own 0.25 s, the relay 0.8 s of the other 1.0 s.
+    window = host.Window(
+        host.Snapshot(10.0, {0: host.CpuTimes(50.0, 0.0), 1: host.CpuTimes(40.0, 0.0)}),
+        host.Snapshot(14.0, {0: host.CpuTimes(52.75, 0.0), 1: host.CpuTimes(41.1, 0.0)}),
+        k6_cpu_seconds=0.25,
+        relay_cpu_seconds=0.8,
+    )
+    handle, usage = _handle(scenario), _usage()
+    result = build_result(
+        replace(_outcome(scenario), host=host.scenario_section(window, handle, usage, None))
+    )
+    k6_cpus = result["host"]["interference"]["k6_cpus"]
+    assert k6_cpus["others_cpu_seconds"] == pytest.approx(1.0)
+    assert (k6_cpus["relay_cpu_seconds"], k6_cpus["relay_share"]) == pytest.approx((0.8, 0.2))
+    assert any("of which the userspace link emulator 0.80" in r for r in result["suspect"])
+    write_json_atomic(result_path(tmp_path, scenario.id), result)
+    write_summaries(tmp_path, "run1", [scenario.id])
+    [row] = list(csv.DictReader(io.StringIO((tmp_path / "summary.csv").read_text())))
+    assert float(row["relay_k6_cpus_share"]) == pytest.approx(0.2)
+    assert "/ 25.0% (relay 20.0%) |" in (tmp_path / "summary.md").read_text()

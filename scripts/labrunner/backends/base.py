@@ -4,7 +4,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from labrunner.model.matrix import Profile, Scenario
 
@@ -68,6 +68,8 @@ class ServiceHandle:
     notes: tuple[str, ...] = ()  # caveats that qualify this scenario's numbers
     # Network scenarios: the emulator and the link's measured RTT and rate (local backend).
     network: Mapping[str, Any] | None = None
+    network_path: str = ""  # how k6's packets reach the service (loopback, a bridge, a veth pair)
+    interpreter: Mapping[str, Any] | None = None  # the service's Python build, from its listening line
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,12 @@ class K6Invocation:
     env: Mapping[str, str]
     summary_file: Path  # where handleSummary writes its JSON (SUMMARY_FILE)
     log_file: Path  # k6 stdout and stderr
+    # A k6 split into instances (k6_instances > 1): this invocation describes the whole run,
+    # `instances` the processes that run it, each on its execution segment and its own CPUs.
+    instances: tuple["K6Invocation", ...] = ()
+    segment: str | None = None  # an instance's --execution-segment, e.g. "1/2:1"
+    cpus: tuple[int, ...] | None = None  # an instance's CPUs; None: all of the k6 side's
+    raw_file: Path | None = None  # an instance's --out csv file: every sample, for merged percentiles
 
     @property
     def run_args(self) -> tuple[str, ...]:
@@ -95,6 +103,9 @@ class K6Process:
     cpu_seconds: float | None
     cpus: int  # CPUs k6 could use
     output_tail: str
+    # CPU seconds a link emulator process (the userspace relay, on k6's CPUs) took during a
+    # measured run: not k6's own time, so interference on k6's CPUs. None without one.
+    relay_cpu_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +158,21 @@ class Backend(Protocol):
     def close(self) -> None:
         """Stop whatever is still running (after an error or Ctrl-C)."""
         ...
+
+
+@runtime_checkable
+class K6InstancesBackend(Protocol):
+    """A backend that can run k6 split into instances (k6_instances > 1): the local one for now."""
+
+    def run_k6_instances(
+        self, handle: ServiceHandle, invocations: Sequence[K6Invocation], measured: bool
+    ) -> tuple[K6Process, ...]:
+        """Start every instance together, each on its invocation's CPUs, and wait for all of them;
+        a measured run's usage window spans them all."""
+        ...
+
+
+K6_INSTANCES_NEED_LOCAL = "k6_instances > 1 needs the local backend for now"
 
 
 def listening_event(lines: Iterable[bytes]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -39,7 +40,7 @@ from labrunner.backends.cgroups import (
     split_cpus,
 )
 from labrunner.model.matrix import Scenario
-from labrunner.network.emulators import Emulator, choose_emulator
+from labrunner.network.emulators import Emulator, UserspaceEmulator, choose_emulator
 from labrunner.network.namespaces import (
     NAMESPACE_PREFIX,
     Link,
@@ -86,6 +87,7 @@ SERVICE_KNOBS = frozenset(
 K6_INHERITED_ENV = ("PATH", "HOME", "TMPDIR")
 _POLL_S = 0.1
 _K6_INTERRUPT_GRACE_S = 10.0
+_K6_POLL_S = 0.01  # how often split k6 instances are checked for their end
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Looked up once here: a child between fork and exec must not dlopen (see _enter_limits).
@@ -192,6 +194,8 @@ class LocalBackend:
             k6_cpus=split.k6,
             notes=tuple(notes),
             network=_network_record(network),
+            network_path=_network_path(network),
+            interpreter=listening.get("interpreter"),
         )
 
     def service_ended(self, handle: ServiceHandle) -> str | None:
@@ -202,38 +206,62 @@ class LocalBackend:
         return tail_file(self._services[handle.scenario_id].log_file)
 
     def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Process:
+        return self.run_k6_instances(handle, (invocation,), measured)[0]
+
+    def run_k6_instances(
+        self, handle: ServiceHandle, invocations: Sequence[K6Invocation], measured: bool
+    ) -> tuple[K6Process, ...]:
+        """One k6 process per invocation, all started together, each pinned to its own CPUs."""
         service = self._services[handle.scenario_id]
-        env = {k: os.environ[k] for k in K6_INHERITED_ENV if k in os.environ} | dict(invocation.env)
-        log_offset = invocation.log_file.stat().st_size if invocation.log_file.exists() else 0
+        env = {k: os.environ[k] for k in K6_INHERITED_ENV if k in os.environ}
+        offsets = [inv.log_file.stat().st_size if inv.log_file.exists() else 0 for inv in invocations]
         before = self._sample(service) if measured else None
         reset = measured and service.cgroup is not None and reset_memory_peak(service.cgroup)
         peak_scope = "window" if reset else "lifetime"
+        relay_before = _relay_cpu(service.network) if measured else None
+        # k6 runs in the client's namespace: its requests cross the emulated link.
+        prefix = exec_prefix(service.network.link.client.namespace) if service.network else []
         started = time.monotonic()
-        with invocation.log_file.open("ab") as log:
-            # k6 runs in the client's namespace: its requests cross the emulated link.
-            prefix = exec_prefix(service.network.link.client.namespace) if service.network else []
-            process = subprocess.Popen(
-                [*prefix, str(self._settings.k6_binary), *invocation.run_args],
-                cwd=self._settings.root,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # Set before exec: Go starts its threads early and they keep the mask they see.
-                preexec_fn=functools.partial(_enter_k6_cpus, handle.k6_cpus),  # noqa: PLW1509
-            )
+        processes: list[tuple[subprocess.Popen[bytes], float]] = []
         try:
-            cpu_seconds = _wait_with_usage(process)
+            for invocation in invocations:
+                with invocation.log_file.open("ab") as log:
+                    process = subprocess.Popen(
+                        [*prefix, str(self._settings.k6_binary), *invocation.run_args],
+                        cwd=self._settings.root,
+                        env=env | dict(invocation.env),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        # Set before exec: Go starts its threads early and they keep the mask they see.
+                        preexec_fn=functools.partial(  # noqa: PLW1509
+                            _enter_k6_cpus, invocation.cpus or handle.k6_cpus
+                        ),
+                    )
+                processes.append((process, time.monotonic()))
+            if len(processes) == 1:
+                ended = [(_wait_with_usage(processes[0][0]), time.monotonic())]
+            else:
+                ended = _wait_all_with_usage([process for process, _ in processes])
         finally:
-            _reap_interrupted(process)
+            for process, _ in processes:
+                _reap_interrupted(process)
         wall = time.monotonic() - started
         if before is not None:
             service.window = _Window(before, self._sample(service), wall, peak_scope)
-        return K6Process(
-            exit_code=process.returncode,
-            wall_seconds=wall,
-            cpu_seconds=cpu_seconds,
-            cpus=len(handle.k6_cpus),
-            output_tail=tail_file(invocation.log_file, offset=log_offset),
+        # The userspace link emulator over the whole run: the same window for every instance.
+        relay = delta(relay_before, _relay_cpu(service.network)) if measured else None
+        return tuple(
+            K6Process(
+                exit_code=process.returncode,
+                wall_seconds=wall if len(processes) == 1 else end - began,
+                cpu_seconds=cpu_seconds,
+                cpus=len(invocation.cpus or handle.k6_cpus),
+                output_tail=tail_file(invocation.log_file, offset=offset),
+                relay_cpu_seconds=relay,
+            )
+            for (process, began), (cpu_seconds, end), invocation, offset in zip(
+                processes, ended, invocations, offsets, strict=True
+            )
         )
 
     def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
@@ -380,13 +408,34 @@ def _remove_network(network: _Network) -> None:
         remove_link(network.link)
 
 
+def _network_path(network: _Network | None) -> str:
+    if network is None:
+        return f"loopback {HOST}: k6 process to service process"
+    emulator = network.emulator.name if network.emulator else "no emulator"
+    return f"veth pair between network namespaces ({emulator}): k6 process to service process"
+
+
+def _relay_cpu(network: _Network | None) -> float | None:
+    """The userspace relay's CPU seconds so far; None for netem (kernel time) or a dead relay."""
+    if network is None or network.emulator is None:
+        return None
+    try:
+        usage = network.emulator.usage(network.link)
+    except NetworkError:
+        return None
+    return None if usage is None else usage.cpu_s
+
+
 def _network_record(network: _Network | None) -> dict[str, Any] | None:
     """What the result records of the link: the emulator and what verification measured."""
     if network is None:
         return None
     measurement = network.measurement
+    relay = network.emulator if isinstance(network.emulator, UserspaceEmulator) else None
     return {
         "emulator": network.emulator.name if network.emulator else None,
+        # Where the userspace relay runs (k6's CPUs); its CPU time is in the host section.
+        "relay_cpus": list(relay.cpus) if relay else None,
         "service_address": network.link.service.address,
         "client_address": network.link.client.address,
         "measured_rtt_s": measurement.rtt_s if measurement else None,
@@ -430,6 +479,25 @@ def _wait_with_usage(process: subprocess.Popen[bytes]) -> float:
     # wait4 reaped the child, so Popen must be told its exit code.
     process.returncode = os.waitstatus_to_exitcode(status)
     return usage.ru_utime + usage.ru_stime
+
+
+def _wait_all_with_usage(processes: Sequence[subprocess.Popen[bytes]]) -> list[tuple[float, float]]:
+    """Wait for every child; per child its CPU seconds (wait4) and when it ended (monotonic).
+
+    Polled, so each instance's end is its own: a blocking wait on one would date the others late.
+    """
+    pending = {process.pid: process for process in processes}
+    ended: dict[int, tuple[float, float]] = {}
+    while pending:
+        for pid, process in list(pending.items()):
+            reaped, status, usage = os.wait4(pid, os.WNOHANG)
+            if reaped:
+                process.returncode = os.waitstatus_to_exitcode(status)
+                ended[pid] = (usage.ru_utime + usage.ru_stime, time.monotonic())
+                del pending[pid]
+        if pending:
+            time.sleep(_K6_POLL_S)
+    return [ended[process.pid] for process in processes]
 
 
 def _reap_interrupted(process: subprocess.Popen[bytes]) -> None:

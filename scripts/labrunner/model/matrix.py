@@ -38,6 +38,8 @@ _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*([bkmg]?)b?$", re.IGNORECASE)
 _MEMORY_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 T = TypeVar("T")
+AUTO_INSTANCES = "auto"
+K6Instances = int | Literal["auto"]
 
 
 # services/common/config.py's ResponseModel: `build` maps records into protocol objects per
@@ -143,6 +145,9 @@ class Scenario:
     repeats: int
     response_model: str = DEFAULT_RESPONSE_MODEL  # what each request builds (RESPONSE_MODEL)
     network: NetworkProfile = LOOPBACK  # the link between k6 and the service
+    # k6 processes splitting the load model by execution segments, one CPU each; "auto": one
+    # per CPU of the k6 side. Not part of the id: the load model is the same, only split.
+    k6_instances: K6Instances = 1
 
     @property
     def group(self) -> str:
@@ -191,6 +196,7 @@ class Overrides:
     networks: tuple[str, ...] | None = None
     vus: int | None = None
     rate: int | None = None
+    k6_instances: int | str | None = None  # an integer >= 1 or "auto"
     duration: str | None = None
     warmup: str | None = None
     repeats: int | None = None
@@ -245,6 +251,13 @@ def _bytes(value: object) -> int:
     raise _problem("{value} is not a memory size (e.g. '512m', '2g')", value)
 
 
+def _k6_instances(value: object) -> object:
+    """k6_instances: an integer >= 1, or "auto" (one instance per CPU of the k6 side)."""
+    if value == AUTO_INSTANCES or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise _problem("{value} must be an integer >= 1 or 'auto'", value)
+
+
 def _as_list(value: object) -> object:
     # One name stands for a list of one; the command line gives tuples.
     if isinstance(value, str):
@@ -281,6 +294,7 @@ ResponseModelName = Annotated[
     str,
     _must(RESPONSE_MODELS.__contains__, "{value} must be one of " + " or ".join(map(repr, RESPONSE_MODELS))),
 ]
+K6InstancesSetting = Annotated[K6Instances, BeforeValidator(_k6_instances)]
 ResponseModelNames = Annotated[
     list[ResponseModelName], BeforeValidator(_as_list), _must(len, "must list at least one model")
 ]
@@ -445,6 +459,7 @@ class _Settings(_Table):
     load_models: Names
     response_models: ResponseModelNames
     networks: Names = ["loopback"]
+    k6_instances: K6InstancesSetting = 1
     duration: PositiveDuration
     warmup: Duration
     repeats: PositiveInt
@@ -465,6 +480,7 @@ class _Selection(_Table):
     load_models: Names | None = None
     response_models: ResponseModelNames | None = None
     networks: Names | None = None
+    k6_instances: K6InstancesSetting | None = None
     duration: PositiveDuration | None = None
     warmup: Duration | None = None
     repeats: PositiveInt | None = None
@@ -585,6 +601,7 @@ def expand(
             repeats=settings.repeats,
             response_model=response_model,
             network=matrix.networks[network],
+            k6_instances=settings.k6_instances,
         )
         for repeat in range(1, settings.repeats + 1)
         for network in networks

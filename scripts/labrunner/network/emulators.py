@@ -73,6 +73,35 @@ def tbf_args(profile: NetworkProfile) -> list[str]:
     return ["tbf", "rate", f"{profile.rate_bps}bit", "burst", str(burst), "limit", str(burst + queue)]
 
 
+def netem_args(profile: NetworkProfile) -> list[str]:
+    """netem's delay, jitter and loss for the profile (per direction), with the lab's queue limit."""
+    netem = ["netem", "limit", str(QUEUE_LIMIT), "delay", f"{round(profile.delay_s * 1e6)}us"]
+    if profile.jitter_s:
+        netem.append(f"{round(profile.jitter_s * 1e6)}us")
+    if profile.loss_percent:
+        netem += ["loss", f"{profile.loss_percent:g}%"]
+    return netem
+
+
+def netem_qdisc_commands(tc: Sequence[str], device: str, profile: NetworkProfile) -> list[list[str]]:
+    """The tc commands that put the profile on `device`'s egress: netem, with tbf under it for a rate.
+
+    `tc` is the command's prefix (e.g. `tc -n <namespace>`); the local backend's NetemEmulator and
+    the docker backend's helper container both use these.
+    """
+    qdisc = [*tc, "qdisc", "replace", "dev", device]
+    commands = [[*qdisc, "root", "handle", "1:", *netem_args(profile)]]
+    if profile.rate_bps:
+        # Under netem: packets leave its delay line into the rate limiter.
+        commands.append([*qdisc, "parent", "1:1", "handle", "10:", *tbf_args(profile)])
+    return commands
+
+
+def tbf_qdisc_commands(tc: Sequence[str], device: str, profile: NetworkProfile) -> list[list[str]]:
+    """The tc command that limits `device`'s egress to the profile's rate with tbf alone (no netem)."""
+    return [[*tc, "qdisc", "replace", "dev", device, "root", "handle", "10:", *tbf_args(profile)]]
+
+
 class NetemEmulator:
     """tc netem on both veth ends (delay, jitter, loss), with tbf under it for a rate."""
 
@@ -80,19 +109,9 @@ class NetemEmulator:
 
     def commands(self, link: Link, profile: NetworkProfile) -> list[list[str]]:
         """The exact tc commands apply() runs."""
-        netem = ["netem", "limit", str(QUEUE_LIMIT), "delay", f"{round(profile.delay_s * 1e6)}us"]
-        if profile.jitter_s:
-            netem.append(f"{round(profile.jitter_s * 1e6)}us")
-        if profile.loss_percent:
-            netem += ["loss", f"{profile.loss_percent:g}%"]
         commands = []
         for side in (link.service, link.client):
-            tc = ["tc", "-n", side.namespace, "qdisc"]
-            commands.append([*tc, "replace", "dev", side.device, "root", "handle", "1:", *netem])
-            if profile.rate_bps:
-                # Under netem: packets leave its delay line into the rate limiter.
-                tbf = tbf_args(profile)
-                commands.append([*tc, "replace", "dev", side.device, "parent", "1:1", "handle", "10:", *tbf])
+            commands += netem_qdisc_commands(["tc", "-n", side.namespace], side.device, profile)
         return commands
 
     def apply(self, link: Link, profile: NetworkProfile) -> None:

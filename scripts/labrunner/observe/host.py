@@ -8,6 +8,10 @@ run, each read timestamped. Over that window, on the service's CPUs and on k6's 
 - busy = capacity - idle - iowait - steal: the time the CPUs ran something;
 - others = busy - the scenario's own CPU time (the service's cgroup, k6's rusage).
 
+The userspace link emulator (a relay process on k6's CPUs, network scenarios only) is not the
+scenario's own time: it is interference on k6's CPUs, inside others, and reported apart
+("of which relay": relay_cpu_seconds and relay_share in the k6 CPUs' figure).
+
 Busy is not user + nice + system + irq + softirq: the kernel charges those a whole tick
 (4 ms at HZ=250) to whatever runs when the tick fires, and for the short, timer-driven bursts
 a server and k6 run in, their sum missed up to 4% of a CPU's time over 3 s here. Idle and
@@ -29,9 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.backends.base import (
+    K6_INSTANCES_NEED_LOCAL,
     Backend,
+    K6InstancesBackend,
     K6Invocation,
     K6Process,
+    ScenarioFailed,
     ServiceHandle,
     ServiceUsage,
     cpu_list,
@@ -73,6 +80,8 @@ class Window:
     before: Snapshot
     after: Snapshot
     k6_cpu_seconds: float | None
+    # The userspace link emulator's CPU time in the window: on k6's CPUs, part of "others" there.
+    relay_cpu_seconds: float | None = None
 
     @property
     def seconds(self) -> float:
@@ -143,12 +152,12 @@ def interference(
     }
     if set(service_cpus) & set(k6_cpus):
         own = _sum(service_cpu_seconds, window.k6_cpu_seconds)
-        shared = _cpus_figure(window, union, own)
+        shared = _cpus_figure(window, union, own, window.relay_cpu_seconds)
         section["interference"] = {"service_cpus": shared, "k6_cpus": shared, "shared": True}
     else:
         section["interference"] = {
             "service_cpus": _cpus_figure(window, service_cpus, service_cpu_seconds),
-            "k6_cpus": _cpus_figure(window, k6_cpus, window.k6_cpu_seconds),
+            "k6_cpus": _cpus_figure(window, k6_cpus, window.k6_cpu_seconds, window.relay_cpu_seconds),
             "shared": False,
         }
     return section
@@ -178,9 +187,11 @@ def suspect_reasons(section: Mapping[str, Any] | None) -> list[str]:
         figure = figures.get(key) or {}
         share = figure.get("share")
         if share is not None and share > SUSPECT_SHARE:
+            relay = figure.get("relay_cpu_seconds")
+            of_which = f", of which the userspace link emulator {relay:.2f}" if relay is not None else ""
             reasons.append(
                 f"other processes used {share:.1%} of {label} {cpu_list(figure['cpus'])} "
-                f"({figure['others_cpu_seconds']:.2f} CPU s) during the measured window "
+                f"({figure['others_cpu_seconds']:.2f} CPU s{of_which}) during the measured window "
                 f"(> {SUSPECT_SHARE:.0%}): host interference"
             )
     steal = section.get("steal_share")
@@ -206,7 +217,17 @@ def describe(section: Mapping[str, Any] | None) -> str:
             f"service CPUs {_percent((figures.get('service_cpus') or {}).get('share'))}",
             f"k6 CPUs {_percent((figures.get('k6_cpus') or {}).get('share'))}",
         ]
+    relay = relay_share(section)
+    if relay is not None:
+        parts[-1] += f" (of which relay {_percent(relay)})"
     return f"others: {', '.join(parts)}, steal {_percent(section.get('steal_share'))}"
+
+
+def relay_share(section: Mapping[str, Any] | None) -> float | None:
+    """The share of k6's CPUs the userspace link emulator took (inside others there); None without one."""
+    figures = ((section or {}).get("interference") or {}).get("k6_cpus") or {}
+    value = figures.get("relay_share")
+    return None if value is None else float(value)
 
 
 def share(section: Mapping[str, Any] | None, key: str) -> float | None:
@@ -228,6 +249,8 @@ class MeteredBackend:
         self._backend = backend
         self._read = read
         self.window: Window | None = None
+        # The last measured run's userspace link emulator CPU seconds, /proc/stat or not.
+        self.relay_cpu_seconds: float | None = None
 
     def start_service(self, scenario: Scenario) -> ServiceHandle:
         return self._backend.start_service(scenario)
@@ -240,11 +263,33 @@ class MeteredBackend:
 
     def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Process:
         if not measured or self._read is None:
-            return self._backend.run_k6(handle, invocation, measured)
-        before = self._read()
-        process = self._backend.run_k6(handle, invocation, measured)
-        self.window = Window(before, self._read(), process.cpu_seconds)
+            process = self._backend.run_k6(handle, invocation, measured)
+        else:
+            before = self._read()
+            process = self._backend.run_k6(handle, invocation, measured)
+            self.window = Window(before, self._read(), process.cpu_seconds, process.relay_cpu_seconds)
+        if measured:
+            self.relay_cpu_seconds = process.relay_cpu_seconds
         return process
+
+    def run_k6_instances(
+        self, handle: ServiceHandle, invocations: Sequence[K6Invocation], measured: bool
+    ) -> tuple[K6Process, ...]:
+        """k6 split into instances: one window around all of them, k6's time their sum."""
+        backend = self._backend
+        if not isinstance(backend, K6InstancesBackend):
+            raise ScenarioFailed("measure", K6_INSTANCES_NEED_LOCAL)
+        if not measured or self._read is None:
+            processes = backend.run_k6_instances(handle, invocations, measured)
+        else:
+            before = self._read()
+            processes = backend.run_k6_instances(handle, invocations, measured)
+            k6_cpu_seconds = _sum(*(p.cpu_seconds for p in processes))
+            relay = processes[0].relay_cpu_seconds if processes else None
+            self.window = Window(before, self._read(), k6_cpu_seconds, relay)
+        if measured:
+            self.relay_cpu_seconds = processes[0].relay_cpu_seconds if processes else None
+        return processes
 
     def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
         return self._backend.stop_service(handle)
@@ -253,7 +298,10 @@ class MeteredBackend:
         self._backend.close()
 
 
-def _cpus_figure(window: Window, cpus: Iterable[int], own_cpu_seconds: float | None) -> dict[str, Any]:
+def _cpus_figure(
+    window: Window, cpus: Iterable[int], own_cpu_seconds: float | None, relay_cpu_seconds: float | None = None
+) -> dict[str, Any]:
+    """relay_cpu_seconds: the link emulator's share of others, reported apart ("of which relay")."""
     cpus = sorted(cpus)
     capacity, idle, steal = (
         window.seconds * len(cpus),
@@ -262,7 +310,7 @@ def _cpus_figure(window: Window, cpus: Iterable[int], own_cpu_seconds: float | N
     )
     busy = capacity - idle - steal
     others = None if own_cpu_seconds is None else busy - own_cpu_seconds
-    return {
+    figure = {
         "cpus": cpus,
         "capacity_cpu_seconds": _round(capacity),
         "idle_cpu_seconds": _round(idle),
@@ -271,6 +319,10 @@ def _cpus_figure(window: Window, cpus: Iterable[int], own_cpu_seconds: float | N
         "others_cpu_seconds": _round(others),
         "share": _round(others / capacity) if others is not None and capacity > 0 else None,
     }
+    if relay_cpu_seconds is not None:
+        figure["relay_cpu_seconds"] = _round(relay_cpu_seconds)
+        figure["relay_share"] = _round(relay_cpu_seconds / capacity) if capacity > 0 else None
+    return figure
 
 
 def _unknown(reason: str) -> dict[str, Any]:

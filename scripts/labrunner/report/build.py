@@ -10,6 +10,7 @@ from typing import Any
 
 from labrunner.report import charts, payload, serialization
 from labrunner.report import host as host_figures
+from labrunner.report import network as network_figures
 from labrunner.report.compare import (
     CAPACITY,
     COMPARED,
@@ -135,6 +136,7 @@ def build(
     blocks += _sequential(run)
     blocks += _capacity(run)
     blocks += _comparisons(run)
+    blocks += network_figures.section(run.groups)  # only with more than one network profile
     blocks += host_figures.section(run.manifest, run.results)
     if baseline is not None:
         blocks += _baseline(run, baseline)
@@ -168,6 +170,7 @@ def _provenance(run: Run) -> list[Block]:
             + f"kernel {host.get('kernel')}",
         ),
         *((name, str(version)) for name, version in versions.items()),
+        *_service_paths(run.results),
         ("command", f"`{' '.join(m.get('argv', []))}`"),
     ]
     notes = sorted({note for r in run.results for note in r.get("notes", [])})
@@ -183,6 +186,23 @@ def _provenance(run: Run) -> list[Block]:
         )
     )
     return blocks
+
+
+def _service_paths(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """The services' Python builds and k6's network paths, as the results recorded them."""
+    interpreters: set[str] = set()
+    paths: set[str] = set()
+    for r in results:
+        service = r.get("service") or {}
+        if build := service.get("interpreter"):
+            interpreters.add(
+                f"{build['implementation']} {build['version']} `{build['executable']}`, optimized: "
+                f"{build['optimized']}, libpython {build['libpython']}"
+            )
+        if service.get("network_path"):
+            paths.add(service["network_path"])
+    rows = [("service interpreter", interpreters), ("k6 to service", paths)]
+    return [(name, "; ".join(sorted(values))) for name, values in rows if values]
 
 
 def _summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) -> list[Block]:
@@ -213,7 +233,7 @@ def _summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) 
         rps, p99 = g.summary("rps"), g.summary("p99")
         errors = sum((r["k6"]["metrics"] or {}).get("errors") or 0 for r in g.results)
         row = [
-            f"`{g.id}`",
+            f"`{g.id}`" + (" (lower bound)" if g.lower_bound else ""),
             f"{len(g.results)}/{g.attempted}",
             _median(rps, "rps"),
             _interval(rps, "rps"),
@@ -240,9 +260,16 @@ def _summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) 
             "bytes are what k6 received per response, headers and framing included. Others max: the "
             "largest share of the service's or k6's CPUs that processes outside the scenario took in "
             "any repeat; CPU / req (cal): the median service CPU per request in calibration units "
-            "(see Host interference and calibration)."
+            "(see Host interference and calibration). A lower bound is a closed-model group that k6 or "
+            "something else, not the service, limited: the service does at least this much, and the "
+            "group enters no comparison."
         ),
         table(headers, rows),
+        *(
+            [Bullets(tuple(f"`{g.id}`: {g.lower_bound}" for g in groups if g.lower_bound))]
+            if any(g.lower_bound for g in groups)
+            else []
+        ),
     ]
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labrunner.report.stats import Ratio, Summary, ratio, summarize
+from labrunner.results.bounds import lower_bound_reason
 
 Result = Mapping[str, Any]
 Reader = Callable[[Result], float | None]
@@ -86,6 +87,8 @@ class Group:
     cpus: float
     count: int
     load_model: str
+    response_model: str  # "build" or "prebuilt" ("" in results written before it was recorded)
+    network: str  # the network profile ("loopback" in results written before it was recorded)
     kind: str  # THROUGHPUT, SEQUENTIAL or CAPACITY
     iterations: int | None  # sequential: requests per repeat
     order: int  # position of the target in the run (matrix order)
@@ -101,9 +104,19 @@ class Group:
         return summarize(values) if values else None
 
     @property
+    def lower_bound(self) -> str | None:
+        """Why this group's throughput is only a lower bound of the service's (then it enters no
+        ratio between targets or budgets), or None."""
+        reasons = [reason for reason in map(lower_bound_reason, self.results) if reason]
+        if not reasons or self.kind != THROUGHPUT:
+            return None
+        return f"{len(reasons)} of {len(self.results)} repeats not service-bound ({reasons[0]})"
+
+    @property
     def context(self) -> str:
         """What a comparison holds fixed: profile, payload and load."""
-        return f"{self.profile}, c{self.count}, {self.load_model}"
+        held = f"{self.profile}, c{self.count}, {self.load_model}"
+        return held if self.network == "loopback" else f"{held}, {self.network}"
 
 
 @dataclass(frozen=True)
@@ -126,8 +139,14 @@ class _Rule:
 
 
 # Every question compares like with like: same scenario, and instrumented with instrumented.
-_SCENARIO = ("profile", "count", "load_model", "instrumented")
+_SCENARIO = ("profile", "count", "load_model", "response_model", "network", "instrumented")
 _RULES = (
+    # What building each response costs over sending prebuilt objects, per server and protocol.
+    _Rule(
+        "build vs prebuilt",
+        ("target", "profile", "count", "load_model", "network"),
+        lambda c, b: c.response_model == "build" and b.response_model == "prebuilt",
+    ),
     _Rule(
         "metrics on vs off",
         ("service", "protocol", "tls", "profile", "count", "load_model"),
@@ -179,6 +198,8 @@ def group_results(results: Iterable[Result]) -> list[Group]:
                 cpus=scenario["profile"]["cpus"],
                 count=scenario["count"],
                 load_model=model["name"],
+                response_model=scenario.get("response_model", ""),
+                network=(scenario.get("network") or {}).get("name", "loopback"),
                 kind=_kind(model),
                 iterations=model.get("iterations"),
                 order=targets[scenario["target"]],
@@ -190,8 +211,9 @@ def group_results(results: Iterable[Result]) -> list[Group]:
 
 
 def compare_groups(groups: Sequence[Group]) -> list[Comparison]:
-    """Every pair the rules find, in group order; groups without a successful repeat are skipped."""
-    usable = [g for g in groups if g.results]
+    """Every pair the rules find, in group order; groups without a successful repeat, or whose
+    throughput is only a lower bound, are skipped."""
+    usable = [g for g in groups if g.results and not g.lower_bound]
     comparisons = []
     for rule in _RULES:
         for candidate in usable:
@@ -206,14 +228,15 @@ def compare_groups(groups: Sequence[Group]) -> list[Comparison]:
 
 
 def budget_pairs(groups: Sequence[Group]) -> list[Comparison]:
-    """The same target, payload and load on consecutive budgets: does more CPU buy more throughput?
+    """The same target, payload, load, response model and network on consecutive budgets: does more CPU
+    buy more throughput?
 
     Sequential groups are left out: one client at a time keeps at most one CPU busy.
     """
-    by_rest: dict[tuple[str, int, str], list[Group]] = {}
+    by_rest: dict[tuple[str, int, str, str, str], list[Group]] = {}
     for g in groups:
-        if g.results and g.kind != SEQUENTIAL:
-            by_rest.setdefault((g.target, g.count, g.load_model), []).append(g)
+        if g.results and g.kind != SEQUENTIAL and not g.lower_bound:
+            by_rest.setdefault((g.target, g.count, g.load_model, g.response_model, g.network), []).append(g)
     comparisons = []
     for members in by_rest.values():
         ordered = sorted(members, key=lambda g: g.cpus)

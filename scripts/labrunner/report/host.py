@@ -73,7 +73,9 @@ def section(manifest: Mapping[str, Any], results: Sequence[Result]) -> list[Bloc
             "CPUs during the measured window (their time neither idle nor stolen, from per-CPU "
             "/proc/stat, minus the scenario's own CPU time), as a share of those CPUs' capacity (wall "
             "time x CPUs); steal: what the hypervisor took from them. "
-            f"Above {host.SUSPECT_SHARE:.0%} the result is suspect."
+            f"Above {host.SUSPECT_SHARE:.0%} the result is suspect. On network scenarios with the "
+            "userspace link emulator, the relay runs on k6's CPUs: its CPU time counts as others there "
+            "and is shown apart (of which relay)."
         ),
     ]
     rows = [_interference_row(r) for r in results if r.get("host") is not None]
@@ -108,6 +110,9 @@ def _figure(figure: Mapping[str, Any] | None) -> list[str]:
     cpus = ",".join(map(str, figure["cpus"]))
     seconds = figure.get("others_cpu_seconds")
     cell = _share(figure.get("share")) + (f" ({seconds:.2f} CPU s)" if seconds is not None else "")
+    relay = figure.get("relay_cpu_seconds")
+    if relay is not None:  # the userspace link emulator runs on k6's CPUs: part of others there
+        cell += f", of which relay {_share(figure.get('relay_share'))} ({relay:.2f} CPU s)"
     return [cpus, cell]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from google.protobuf.internal import api_implementation
 
 from labrunner.run.k6 import k6_version
+from services.common import interpreter
 
 # Distributions whose versions change what is measured (servers, gRPC, serialization).
 LIBRARIES = (
@@ -35,9 +36,12 @@ def git_info(root: Path) -> dict[str, Any]:
 
 
 def versions(k6_binary: Path) -> dict[str, str | None]:
-    """Python, k6, the protobuf backend (upb, cpp or python) and the measured libraries."""
+    """Python and its build, k6, the protobuf backend (upb, cpp or python) and the measured libraries."""
+    build = interpreter.describe()
     found: dict[str, str | None] = {
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        # The runner's own; each result records the build its service ran (the same venv locally).
+        "python": f"{build['implementation']} {build['version']} {build['executable']} "
+        f"(optimized: {build['optimized']}, libpython {build['libpython']})",
         "k6": k6_version(k6_binary),
         "protobuf_backend": api_implementation.Type(),
     }

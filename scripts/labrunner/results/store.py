@@ -11,9 +11,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from labrunner.backends.base import ScenarioFailed, ServiceHandle, ServiceUsage
+from labrunner.backends.base import ScenarioFailed, ServiceHandle, ServiceUsage, cpu_list
 from labrunner.model.matrix import Plan, Scenario
 from labrunner.observe import host as host_interference
+from labrunner.report.repeats import across_repeats_markdown
+from labrunner.results.bounds import CLOSED_EXECUTORS, K6_SATURATED, SERVICE_CPU_BOUND
 from labrunner.run import calibration
 from labrunner.run.k6 import K6Run
 
@@ -22,11 +24,7 @@ if TYPE_CHECKING:  # verify imports the generated gRPC stubs; summaries do not n
 
 RESULT_SCHEMA = "protolab.result/1"
 MANIFEST_SCHEMA = "protolab.manifest/1"
-K6_SATURATED = 0.8  # above this share of its CPUs, k6 may be what limits throughput
 MAX_ERROR_RATE = 0.01
-# Below this share of its quota under a closed model, something else held the service back.
-SERVICE_CPU_BOUND = 0.5
-CLOSED_EXECUTORS = ("constant-vus", "ramping-vus")
 SUMMARY_COLUMNS = (
     "scenario",
     "status",
@@ -61,6 +59,7 @@ SUMMARY_COLUMNS = (
     "k6_cpu_utilisation",
     "others_service_cpus_share",
     "others_k6_cpus_share",
+    "relay_k6_cpus_share",  # of others on k6's CPUs: the userspace link emulator
     "steal_share",
     "service_cpu_per_request_cal",
     "protocol_verified",
@@ -145,6 +144,9 @@ def scenario_dict(scenario: Scenario) -> dict[str, Any]:
         "warmup_s": scenario.warmup_s,
         "repeat": scenario.repeat,
         "repeats": scenario.repeats,
+        # Set only when k6 may split (results of one k6 keep their keys); the k6 section's
+        # "instances" says how many ran.
+        **({"k6_instances": scenario.k6_instances} if scenario.k6_instances != 1 else {}),
     }
 
 
@@ -249,6 +251,7 @@ def summary_row(result: Mapping[str, Any], calibration_unit_s: float | None = No
         "k6_cpu_utilisation": (result.get("k6") or {}).get("cpu_utilisation"),
         "others_service_cpus_share": host_interference.share(section, "service_cpus"),
         "others_k6_cpus_share": host_interference.share(section, "k6_cpus"),
+        "relay_k6_cpus_share": host_interference.relay_share(section),
         "steal_share": (section or {}).get("steal_share"),
         # Service CPU per request over the calibration's CPU per unit: comparable across CPU models.
         "service_cpu_per_request_cal": cpu_seconds / requests / calibration_unit_s
@@ -264,9 +267,11 @@ def summary_row(result: Mapping[str, Any], calibration_unit_s: float | None = No
 def write_summaries(out_dir: Path, run_id: str, order: Sequence[str] = ()) -> None:
     """Regenerate summary.csv and summary.md from every result file of the run."""
     unit = calibration.unit_seconds(_read_manifest(out_dir).get("calibration"))
-    rows = [summary_row(r, unit) for r in load_results(out_dir, order)]
+    results = load_results(out_dir, order)
+    rows = [summary_row(r, unit) for r in results]
     write_text_atomic(out_dir / "summary.csv", summary_csv(rows))
-    write_text_atomic(out_dir / "summary.md", summary_markdown(run_id, rows))
+    across = "".join(f"\n{line}" for line in across_repeats_markdown(results))
+    write_text_atomic(out_dir / "summary.md", summary_markdown(run_id, rows) + across)
 
 
 def summary_csv(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -287,7 +292,8 @@ def summary_markdown(run_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
         f"{ok} of {len(rows)} scenarios ok. Latency of successful requests in ms; CPU "
         "utilisation is the share of the profile's quota (service) or of k6's own CPUs. Others: "
         "the share of the service's / k6's CPUs that processes outside the scenario used during "
-        f"the measured window (suspect above {host_interference.SUSPECT_SHARE:.0%}). CPU/req cal: "
+        f"the measured window (suspect above {host_interference.SUSPECT_SHARE:.0%}; relay: the "
+        "userspace link emulator's part of it on k6's CPUs). CPU/req cal: "
         "the service's CPU time per request in units of the run's calibration workload.",
         "",
         "| scenario | response model | status | req/s | errors | p50 | p90 | p99 | max | service CPU | "
@@ -306,7 +312,7 @@ def summary_markdown(run_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
             _fmt(r["throttled_s"], "{:.2f}"),
             _fmt(r["memory_peak_mib"], "{:.0f}"),
             _fmt(r["k6_cpu_utilisation"], "{:.0%}"),
-            _others(r["others_service_cpus_share"], r["others_k6_cpus_share"]),
+            _others(r["others_service_cpus_share"], r["others_k6_cpus_share"], r.get("relay_k6_cpus_share")),
             _fmt(r["steal_share"], "{:.1%}"),
             _fmt(r["service_cpu_per_request_cal"], "{:.3f}"),
             r["protocol_verified"] or "-",
@@ -364,7 +370,7 @@ def _k6_section(run: K6Run | None) -> dict[str, Any] | None:
     if run is None:
         return None
     summary = run.summary or {}
-    return {
+    section = {
         "exit_code": run.exit_code,
         "wall_seconds": run.wall_seconds,
         "cpu_seconds": run.cpu_seconds,
@@ -375,6 +381,28 @@ def _k6_section(run: K6Run | None) -> dict[str, Any] | None:
         "summary_metrics": summary.get("metrics"),
         "output_tail": run.output_tail,
     }
+    if run.instances:
+        # k6 split by execution segments: metrics above are merged (counts summed, latency over
+        # every instance's raw samples), cpu_utilisation is the busiest instance's; each instance's own:
+        section["instances"] = [
+            {
+                "index": index,
+                "segment": instance.segment,
+                "cpus": list(instance.cpu_ids),
+                "exit_code": instance.exit_code,
+                "wall_seconds": instance.wall_seconds,
+                "cpu_seconds": instance.cpu_seconds,
+                "cpu_utilisation": instance.cpu_utilisation,
+                "latency_samples": None
+                if instance.latency_samples is None
+                else len(instance.latency_samples),
+                "metrics": asdict(instance.metrics) if instance.metrics else None,
+                "summary_metrics": (instance.summary or {}).get("metrics"),
+                "output_tail": instance.output_tail,
+            }
+            for index, instance in enumerate(run.instances, start=1)
+        ]
+    return section
 
 
 def _service_section(
@@ -390,6 +418,8 @@ def _service_section(
         "cpus_shared_with_k6": bool(set(handle.service_cpus) & set(handle.k6_cpus)),
         "address": str(handle.address),
         "prometheus_target": handle.prometheus_target,
+        "network_path": handle.network_path,
+        "interpreter": dict(handle.interpreter) if handle.interpreter else None,
         "usage": None,
         "log_tail": usage.log_tail if usage else "",
     }
@@ -423,7 +453,15 @@ def _suspect(
     reasons = []
     model = scenario.load_model
     k6_cpu = (k6_section or {}).get("cpu_utilisation")
-    if k6_cpu is not None and k6_cpu > K6_SATURATED:
+    instances = (k6_section or {}).get("instances") or []
+    for instance in instances:  # k6 split: any saturated instance limited the load it was given
+        share = instance["cpu_utilisation"]
+        if share is not None and share > K6_SATURATED:
+            reasons.append(
+                f"k6 instance {instance['index']} of {len(instances)} used {share:.0%} of its CPU "
+                f"{cpu_list(instance['cpus'])} (load generator saturated)"
+            )
+    if not instances and k6_cpu is not None and k6_cpu > K6_SATURATED:
         reasons.append(f"k6 used {k6_cpu:.0%} of its CPUs (load generator saturated)")
     if metrics:
         # shared-iterations counts what the cap cut off as dropped: the reason below says it better.
@@ -452,11 +490,13 @@ def _utilisation(cpu_seconds: float | None, cores: float | None, seconds: float 
     return cpu_seconds / (cores * seconds)
 
 
-def _others(service: float | None, k6: float | None) -> str:
-    """summary.md's others cell: "0.4% / 1.2%" (service's CPUs / k6's CPUs)."""
+def _others(service: float | None, k6: float | None, relay: float | None = None) -> str:
+    """summary.md's others cell: "0.4% / 1.2%" (service's CPUs / k6's CPUs), and of k6's the
+    userspace link emulator's part: "0.4% / 9.2% (relay 8.1%)"."""
     if service is None and k6 is None:
         return "-"
-    return f"{_fmt(service, '{:.1%}')} / {_fmt(k6, '{:.1%}')}"
+    of_which = f" (relay {relay:.1%})" if relay is not None else ""
+    return f"{_fmt(service, '{:.1%}')} / {_fmt(k6, '{:.1%}')}{of_which}"
 
 
 def _read_manifest(out_dir: Path) -> dict[str, Any]:

@@ -1,24 +1,38 @@
 """Build k6 invocations for a scenario and read the summary its handleSummary writes."""
 
+import itertools
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from labrunner.backends.base import Backend, K6Invocation, K6Process, ServiceHandle
-from labrunner.model.matrix import LoadModel, Scenario, format_duration
+from labrunner.backends.base import (
+    K6_INSTANCES_NEED_LOCAL,
+    Backend,
+    K6InstancesBackend,
+    K6Invocation,
+    K6Process,
+    ScenarioFailed,
+    ServiceHandle,
+    cpu_list,
+)
+from labrunner.model.matrix import K6Instances, LoadModel, Scenario, format_duration
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
 
 # The runner reads these; passing them makes the summary independent of the script's options.
 SUMMARY_TREND_STATS = "avg,min,med,max,p(50),p(90),p(95),p(99),count"
 EXIT_THRESHOLDS_CROSSED = 99  # k6's exit code when a threshold failed (the run itself completed)
 LATENCY_STATS = {"avg": "avg", "p50": "p(50)", "p90": "p(90)", "p95": "p(95)", "p99": "p(99)", "max": "max"}
+PERCENTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+# The raw-output metric merged percentiles come from: successful requests' latency, as the summary's.
+LATENCY_METRIC = "protolab_req_duration"
 
 
 class K6NotFound(RuntimeError):
@@ -56,9 +70,18 @@ class K6Run:
     cpu_seconds: float | None
     cpus: int  # CPUs k6 could use
     output_tail: str
+    # k6 split into instances: each instance's own run (segment, CPUs, summary, latency samples);
+    # this run merges them (sums, and percentiles over every instance's samples).
+    instances: tuple["K6Run", ...] = ()
+    segment: str | None = None  # an instance's execution segment
+    cpu_ids: tuple[int, ...] = ()  # an instance's CPUs
+    latency_samples: tuple[float, ...] | None = None  # an instance's raw protolab_req_duration values
+    merged: K6Metrics | None = None  # a split run's merged numbers
 
     @classmethod
-    def collect(cls, process: K6Process, invocation: K6Invocation) -> "K6Run":
+    def collect(
+        cls, process: K6Process, invocation: K6Invocation, latency_samples: Sequence[float] | None = None
+    ) -> "K6Run":
         return cls(
             process.exit_code,
             read_summary(invocation.summary_file),
@@ -66,11 +89,56 @@ class K6Run:
             process.cpu_seconds,
             process.cpus,
             process.output_tail,
+            segment=invocation.segment,
+            cpu_ids=invocation.cpus or (),
+            latency_samples=None if latency_samples is None else tuple(latency_samples),
+        )
+
+    @classmethod
+    def merge(cls, runs: Sequence["K6Run"]) -> "K6Run":
+        """One run from its instances: counts summed, latency over all their samples.
+
+        ScenarioFailed when an instance's raw output does not hold one sample per successful
+        request its summary counts: the merged percentiles would not be over all samples.
+        """
+        metrics = [run.metrics for run in runs]
+        merged = None
+        if all(m is not None for m in metrics):
+            samples: list[float] | None = []
+            for index, (run, m) in enumerate(zip(runs, metrics, strict=True), start=1):
+                assert m is not None
+                if run.latency_samples is None or samples is None:
+                    samples = None
+                    continue
+                if len(run.latency_samples) != m.requests:
+                    raise ScenarioFailed(
+                        "measure",
+                        f"k6 instance {index}: its raw output holds {len(run.latency_samples)} latency "
+                        f"samples, its summary {m.requests} successful requests",
+                        run.output_tail,
+                    )
+                samples.extend(run.latency_samples)
+            merged = merge_metrics([m for m in metrics if m is not None], samples)
+        cpu = [run.cpu_seconds for run in runs]
+        return cls(
+            exit_code=merge_exit_codes([run.exit_code for run in runs]),
+            summary=None,
+            wall_seconds=max(run.wall_seconds for run in runs),
+            cpu_seconds=None if any(c is None for c in cpu) else sum(c for c in cpu if c is not None),
+            cpus=sum(run.cpus for run in runs),
+            output_tail="\n".join(
+                f"[k6 instance {i} of {len(runs)}, segment {run.segment}]\n{run.output_tail}"
+                for i, run in enumerate(runs, start=1)
+            ),
+            instances=tuple(runs),
+            merged=merged,
         )
 
     @cached_property
     def metrics(self) -> K6Metrics | None:
-        """The summary's numbers, parsed once; None without a summary."""
+        """The summary's numbers, parsed once (a split run's: merged); None without a summary."""
+        if self.instances:
+            return self.merged
         return None if self.summary is None else parse_summary(self.summary)
 
     @property
@@ -78,8 +146,12 @@ class K6Run:
         """k6's CPU use as a fraction of the CPUs it may use; near 1.0 means k6 saturated.
 
         Over k6's own test run where the summary has it: the process's wall time also holds
-        its start-up (a container's creation under docker), which would read low.
+        its start-up (a container's creation under docker), which would read low. A split run
+        reports its busiest instance: one saturated instance limits the load it was given.
         """
+        if self.instances:
+            shares = [run.cpu_utilisation for run in self.instances]
+            return None if any(s is None for s in shares) else max(s for s in shares if s is not None)
         seconds = (self.metrics.test_run_seconds if self.metrics else None) or self.wall_seconds
         if self.cpu_seconds is None or seconds <= 0 or self.cpus <= 0:
             return None
@@ -87,9 +159,180 @@ class K6Run:
 
 
 def run(backend: Backend, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Run:
-    """Run k6 where the backend runs it, then read the summary it wrote."""
-    invocation.summary_file.unlink(missing_ok=True)  # a stale summary must not pass for this run's
-    return K6Run.collect(backend.run_k6(handle, invocation, measured), invocation)
+    """Run k6 where the backend runs it, then read the summary it wrote.
+
+    A split invocation runs all its instances together and merges them (K6Run.merge).
+    """
+    if not invocation.instances:
+        invocation.summary_file.unlink(missing_ok=True)  # a stale summary must not pass for this run's
+        return K6Run.collect(backend.run_k6(handle, invocation, measured), invocation)
+    for instance in invocation.instances:
+        instance.summary_file.unlink(missing_ok=True)
+        if instance.raw_file is not None:
+            instance.raw_file.unlink(missing_ok=True)
+    if not isinstance(backend, K6InstancesBackend):
+        raise ScenarioFailed("measure" if measured else "warmup", K6_INSTANCES_NEED_LOCAL)
+    processes = backend.run_k6_instances(handle, invocation.instances, measured)
+    runs = [
+        K6Run.collect(
+            process, instance, take_latency_samples(instance.raw_file) if instance.raw_file else None
+        )
+        for process, instance in zip(processes, invocation.instances, strict=True)
+    ]
+    return K6Run.merge(runs)
+
+
+def execution_segments(instances: int) -> tuple[str, tuple[str, ...]]:
+    """k6's --execution-segment-sequence for `instances` equal parts, and each part's --execution-segment.
+
+    3 -> ("0,1/3,2/3,1", ("0:1/3", "1/3:2/3", "2/3:1")).
+    """
+    if instances < 1:
+        raise ValueError(f"instances must be >= 1, got {instances}")
+    points = ["0", *(f"{i}/{instances}" for i in range(1, instances)), "1"]
+    return ",".join(points), tuple(f"{a}:{b}" for a, b in itertools.pairwise(points))
+
+
+def split_evenly(value: int, parts: int) -> list[int]:
+    """How k6 splits an integer (VUs) over equal execution segments: the first ones get the remainder."""
+    return [value // parts + (1 if i < value % parts else 0) for i in range(parts)]
+
+
+def splittable_vus(model: LoadModel) -> int:
+    """The VUs a load model has to share among instances (an arrival-rate model: its pre-allocated)."""
+    if model.executor == "ramping-vus":
+        return max((stage.target for stage in model.stages), default=0)
+    if model.executor == "constant-arrival-rate":
+        return min(model.pre_allocated_vus or 0, model.rate or 0)
+    return model.vus or 0
+
+
+def planned_vus(model: LoadModel, instances: int) -> list[int]:
+    """Each instance's VUs by its execution segment: they add up to the load model's.
+
+    For an arrival-rate model, its maximum (each instance starts with its share of pre_allocated_vus).
+    """
+    if model.executor == "constant-arrival-rate":
+        return split_evenly(model.max_vus or 0, instances)
+    if model.executor == "ramping-vus":
+        return split_evenly(splittable_vus(model), instances)
+    return split_evenly(model.vus or 0, instances)
+
+
+def instances_for(setting: K6Instances, k6_cpus: Sequence[int], model: LoadModel, can_split: bool) -> int:
+    """How many k6 processes a scenario runs, one per CPU of the k6 side.
+
+    "auto": as many as k6 has CPUs, never more than the load model has VUs to share (1 where
+    the backend cannot split). An explicit count the k6 side cannot hold, one CPU each, or
+    that would leave an instance without VUs, fails the scenario before any load.
+    """
+    vus = splittable_vus(model)
+    if isinstance(setting, str):  # AUTO_INSTANCES, the only string the matrix accepts
+        return max(1, min(len(k6_cpus), vus)) if can_split else 1
+    if setting == 1:
+        return 1
+    if not can_split:
+        raise ScenarioFailed("start", K6_INSTANCES_NEED_LOCAL)
+    if setting > len(k6_cpus):
+        raise ScenarioFailed(
+            "start",
+            f"k6_instances = {setting} needs {setting} CPUs for k6, one per instance; k6 has "
+            f"{len(k6_cpus)} (CPU {cpu_list(k6_cpus)}): lower k6_instances, use 'auto', "
+            "or a host with more CPUs",
+        )
+    if setting > vus:
+        raise ScenarioFailed(
+            "start",
+            f"k6_instances = {setting}: load model {model.name} has {vus} VUs to share, "
+            "so an instance would have none",
+        )
+    return setting
+
+
+def take_latency_samples(raw_file: Path) -> list[float]:
+    """The latency samples in an instance's raw CSV output; they replace it, one value per line
+    in <raw>.latency_ms.txt (the CSV holds every metric's samples and grows fast)."""
+    prefix = LATENCY_METRIC + ","
+    samples: list[float] = []
+    try:
+        with raw_file.open() as f:
+            for line in f:
+                if line.startswith(prefix):
+                    samples.append(float(line.split(",", 3)[2]))  # metric_name,timestamp,metric_value,...
+    except OSError:
+        return []  # no raw output: merge() names the instance whose samples are missing
+    kept = raw_file.with_suffix(".latency_ms.txt")
+    kept.write_text("".join(f"{value!r}\n" for value in samples))
+    raw_file.unlink()
+    return samples
+
+
+def percentile(ordered: Sequence[float], fraction: float) -> float:
+    """k6's percentile of sorted values: linear interpolation between the closest ranks."""
+    rank = fraction * (len(ordered) - 1)
+    low, high = ordered[math.floor(rank)], ordered[math.ceil(rank)]
+    return low + (high - low) * (rank - math.floor(rank))
+
+
+def latency_stats(samples: Sequence[float]) -> dict[str, float | None]:
+    """avg, p50, p90, p95, p99 and max over every sample, as k6 computes them for one instance."""
+    if not samples:
+        return dict.fromkeys(LATENCY_STATS)
+    ordered = sorted(samples)
+    stats: dict[str, float | None] = {"avg": math.fsum(ordered) / len(ordered)}
+    stats |= {key: percentile(ordered, fraction) for key, fraction in PERCENTILES.items()}
+    stats["max"] = ordered[-1]
+    return stats
+
+
+def merge_metrics(metrics: Sequence[K6Metrics], samples: Sequence[float] | None) -> K6Metrics:
+    """Instances' numbers as one run's: counts summed, rates over the longest instance's test run.
+
+    Latency comes from every instance's samples, never from averaging percentiles; without
+    samples (a warm-up) only avg (weighted by requests) and max are exact, percentiles are None.
+    """
+    requests = sum(m.requests for m in metrics)
+    attempts = sum(m.attempts for m in metrics)
+    errors = sum(m.errors for m in metrics)
+    received = sum(m.data_received_bytes for m in metrics)
+    durations = [m.test_run_seconds for m in metrics if m.test_run_seconds is not None]
+    seconds = max(durations) if durations else None
+    if samples is not None:
+        latency = latency_stats(samples)
+    else:
+        latency = dict.fromkeys(LATENCY_STATS)
+        timed = [(m.latency_ms.get("avg"), m.requests) for m in metrics if m.requests]
+        if requests and all(avg is not None for avg, _ in timed):
+            latency["avg"] = sum(avg * n for avg, n in timed if avg is not None) / requests
+        maxima = [m.latency_ms.get("max") for m in metrics if m.requests]
+        latency["max"] = max((v for v in maxima if v is not None), default=None)
+    vus = [m.vus_max for m in metrics if m.vus_max is not None]
+    return K6Metrics(
+        requests=requests,
+        requests_per_second=requests / seconds if seconds else sum(m.requests_per_second for m in metrics),
+        attempts=attempts,
+        errors=errors,
+        error_rate=errors / attempts if attempts else None,
+        latency_ms=latency,
+        data_received_bytes=received,
+        data_received_bytes_per_second=received / seconds
+        if seconds
+        else sum(m.data_received_bytes_per_second for m in metrics),
+        dropped_iterations=sum(m.dropped_iterations for m in metrics),
+        iterations=sum(m.iterations for m in metrics),
+        checks_passed=sum(m.checks_passed for m in metrics),
+        checks_failed=sum(m.checks_failed for m in metrics),
+        vus_max=sum(vus) if vus else None,
+        test_run_seconds=seconds,
+        failed_thresholds=tuple(sorted({t for m in metrics for t in m.failed_thresholds})),
+    )
+
+
+def merge_exit_codes(codes: Sequence[int]) -> int:
+    """0 when every instance succeeded; else a failure's code before crossed thresholds' (99)."""
+    failures = [code for code in codes if code != 0]
+    hard = [code for code in failures if code != EXIT_THRESHOLDS_CROSSED]
+    return (hard or failures or [0])[0]
 
 
 def find_k6(explicit: str | None) -> Path:
@@ -120,10 +363,14 @@ def build_invocation(
     log_file: Path,
     influxdb_url: str | None,
     warmup: bool,
+    instances: int = 1,
+    k6_cpus: Sequence[int] = (),
 ) -> K6Invocation:
     """The k6 run for a scenario; the warm-up runs the same script for the warm-up time.
 
     The warm-up does not write to InfluxDB, so dashboards only ever show measured data.
+    instances > 1 splits the run by k6's execution segments into that many processes, the i-th
+    on k6_cpus[i]; a measured one also writes its raw samples (--out csv) for merged percentiles.
     """
     target = scenario.target
     model = _warmup_model(scenario.load_model) if warmup else scenario.load_model
@@ -152,7 +399,51 @@ def build_invocation(
         args += ["--tag", f"{key}={value}"]
     if influxdb_url and not warmup:
         args += ["--out", f"influxdb={influxdb_url.rstrip('/')}/{INFLUXDB_DATABASE}"]
-    return K6Invocation(root / target.script, tuple(args), env, summary_file, log_file)
+    invocation = K6Invocation(root / target.script, tuple(args), env, summary_file, log_file)
+    if instances <= 1:
+        return invocation
+    return replace(invocation, instances=_split(invocation, instances, k6_cpus, raw=not warmup))
+
+
+def _split(
+    invocation: K6Invocation, instances: int, k6_cpus: Sequence[int], raw: bool
+) -> tuple[K6Invocation, ...]:
+    """One invocation per execution segment, each with its own summary, log, raw output and CPU.
+
+    The k6_instance tag keeps the instances' InfluxDB points apart (points with equal tags and
+    timestamps would overwrite each other).
+    """
+    sequence, segments = execution_segments(instances)
+    stem = invocation.summary_file.name.removesuffix(".json")
+    log = invocation.log_file
+    split = []
+    for index, segment in enumerate(segments, start=1):
+        summary = invocation.summary_file.with_name(f"{stem}.k6-{index}.json")
+        raw_file = invocation.summary_file.with_name(f"{stem}.k6-{index}.csv") if raw else None
+        args = [
+            *invocation.args,
+            "--execution-segment",
+            segment,
+            "--execution-segment-sequence",
+            sequence,
+            "--tag",
+            f"k6_instance={index}",
+        ]
+        if raw_file is not None:
+            args += ["--out", f"csv={raw_file}"]
+        split.append(
+            replace(
+                invocation,
+                args=tuple(args),
+                env={**invocation.env, "SUMMARY_FILE": str(summary)},
+                summary_file=summary,
+                log_file=log.with_name(f"{log.stem}-{index}{log.suffix}"),
+                segment=segment,
+                cpus=(k6_cpus[index - 1],) if len(k6_cpus) >= instances else None,
+                raw_file=raw_file,
+            )
+        )
+    return tuple(split)
 
 
 def read_summary(path: Path) -> dict[str, Any] | None:
@@ -187,7 +478,8 @@ def parse_summary(summary: Mapping[str, Any]) -> K6Metrics:
         iterations=int(value("iterations", "count") or 0),
         checks_passed=int(value("checks", "passes") or 0),
         checks_failed=int(value("checks", "fails") or 0),
-        vus_max=value("vus_max", "max"),
+        # k6's vus_max is sampled once a second; protolab_vus (k6/lib/common.js) covers shorter runs.
+        vus_max=value("vus_max", "max") or value("protolab_vus", "max"),
         test_run_seconds=duration_ms / 1000 if duration_ms is not None else None,
         failed_thresholds=tuple(
             f"{name} {expression}"

@@ -14,10 +14,12 @@ from typing import Any
 from labrunner.backends.base import (
     Backend,
     BackendSettings,
+    K6InstancesBackend,
     K6Invocation,
     ScenarioFailed,
     ServiceHandle,
     ServiceUsage,
+    cpu_list,
 )
 from labrunner.model.matrix import LoadModel, Plan, Scenario
 from labrunner.observe import annotations, host, prometheus_sd
@@ -165,7 +167,17 @@ def _run_scenario(
             verification = verify.verify(handle, scenario, ca_file)
         if not verification.ok:
             raise ScenarioFailed("verify", "; ".join(verification.failures))
-        invocation = _invocation_factory(scenario, config, settings, handle)
+        # k6 split into instances, one CPU of the k6 side each (k6_instances; "auto" resolves here).
+        instances = k6.instances_for(
+            scenario.k6_instances,
+            handle.k6_cpus,
+            scenario.load_model,
+            can_split=isinstance(backend, K6InstancesBackend),
+        )
+        if instances > 1:
+            cpus = cpu_list(handle.k6_cpus[:instances])
+            say(f"    k6: {instances} instances by execution segments, one each on CPUs {cpus}")
+        invocation = _invocation_factory(scenario, config, settings, handle, instances)
         if scenario.warmup_s > 0:
             with _timed(timings, "warmup"):
                 warmup = k6.run(backend, handle, invocation(True), measured=False)
@@ -213,6 +225,8 @@ def _run_scenario(
             host=host.scenario_section(metered.window, handle, usage, unmetered),
         )
         result = build_result(outcome)
+        if metered.relay_cpu_seconds is not None:  # the userspace link emulator, on k6's CPUs
+            result["network"]["relay_cpu_s"] = round(metered.relay_cpu_seconds, 4)
         if search is not None:
             result["capacity"] = search.as_dict()
             result["suspect"] += search.suspect
@@ -223,7 +237,11 @@ def _run_scenario(
 
 
 def _invocation_factory(
-    scenario: Scenario, config: RunConfig, settings: BackendSettings, handle: ServiceHandle
+    scenario: Scenario,
+    config: RunConfig,
+    settings: BackendSettings,
+    handle: ServiceHandle,
+    instances: int = 1,
 ) -> Callable[..., K6Invocation]:
     def invocation(warmup: bool, model: LoadModel | None = None, step: int | None = None) -> K6Invocation:
         """model and step: one step of a capacity search, with its own summary file."""
@@ -238,6 +256,8 @@ def _invocation_factory(
             log_file=settings.logs_dir / f"{scenario.id}.k6.log",
             influxdb_url=config.influxdb_url,
             warmup=warmup,
+            instances=instances,
+            k6_cpus=handle.k6_cpus,
         )
 
     (config.out_dir / "k6").mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,76 @@
+"""summary.md's view across repeats: each group's mean with its interval, and the ratios between targets."""
+
+from collections.abc import Iterable
+
+from labrunner.report.compare import THROUGHPUT, Group, Result, compare_groups, group_results
+from labrunner.report.stats import CONFIDENCE, Ratio, Summary
+
+
+def across_repeats_markdown(results: Iterable[Result]) -> list[str]:
+    """Markdown lines: one row per throughput group, then the comparisons; [] without such groups."""
+    groups = [g for g in group_results(results) if g.kind == THROUGHPUT]
+    if not groups:
+        return []
+    lines = [
+        "## Across repeats",
+        "",
+        f"Mean ± half its {CONFIDENCE:.0%} confidence interval over the group's successful repeats "
+        '("one repeat": no interval). A lower bound is a closed-model throughput that k6 or '
+        "something else, not the service, limited: it enters no ratio.",
+        "",
+        "| group | ok | req/s | p50 ms | p99 ms | CPU s / 1k req | lower bound |",
+        "|---|--:|--:|--:|--:|--:|---|",
+    ]
+    for g in groups:
+        cells = [
+            f"`{g.id}`",
+            f"{len(g.results)}/{g.attempted}",
+            _mean(g.summary("rps"), "{:,.1f}"),
+            _mean(g.summary("p50"), "{:.2f}"),
+            _mean(g.summary("p99"), "{:.2f}"),
+            _mean(g.summary("cpu_per_1k"), "{:.3f}"),
+            g.lower_bound or "",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    comparisons = [c for c in compare_groups(groups) if "rps" in c.ratios]
+    if comparisons:
+        lines += [
+            "",
+            f"Ratios candidate / baseline with their {CONFIDENCE:.0%} interval (Welch; > 1: more req/s, or "
+            "more CPU per request):",
+            "",
+            "| comparison | candidate | baseline | held fixed | req/s | CPU s / 1k req |",
+            "|---|---|---|---|--:|--:|",
+        ]
+        for c in comparisons:
+            cells = [
+                c.kind,
+                c.candidate.target,
+                c.baseline.target,
+                c.candidate.context + _models(c.candidate, c.baseline),
+                _ratio(c.ratios.get("rps")),
+                _ratio(c.ratios.get("cpu_per_1k")),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _models(candidate: Group, baseline: Group) -> str:
+    same = candidate.response_model == baseline.response_model
+    return f", {candidate.response_model}" if same and candidate.response_model else ""
+
+
+def _mean(s: Summary | None, spec: str) -> str:
+    if s is None:
+        return "-"
+    if s.ci_low is None or s.ci_high is None:
+        return f"{spec.format(s.mean)} (one repeat)"
+    return f"{spec.format(s.mean)} ± {spec.format((s.ci_high - s.ci_low) / 2)}"
+
+
+def _ratio(r: Ratio | None) -> str:
+    if r is None:
+        return "-"
+    if r.low is None or r.high is None:
+        return f"{r.estimate:.2f}"
+    return f"{r.estimate:.2f} [{r.low:.2f}, {r.high:.2f}]"
