@@ -6,6 +6,7 @@ import json
 import os
 import select
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -18,10 +19,13 @@ import pytest
 from labrunner.network.bench import flood
 from labrunner.network.emulators import Emulator, NetemEmulator, UserspaceEmulator, kernel_has_netem
 from labrunner.network.namespaces import (
+    HOST_DEVICE,
     NEED_ROOT,
     Link,
     NetworkError,
+    add_host_access,
     create_link,
+    entered,
     list_namespaces,
     plan_link,
     remove_leftovers,
@@ -240,3 +244,17 @@ def test_the_relay_cost_and_ceiling(link: Link) -> None:
     # Generous bounds (this host is shared): the narrow profile needs ~1,700 packets/s both ways.
     assert result.forwarded_pps > 5000
     assert result.cpu_us_per_packet < 50
+
+
+def test_host_access_replaces_a_host_veth_that_outlived_its_namespace(link: Link) -> None:
+    # After a lossy scenario the last one's namespace, and its host veth, can linger for minutes
+    # (sockets still retransmitting hold it): the next scenario must not fail on the name.
+    run(["ip", "link", "add", HOST_DEVICE, "type", "veth", "peer", "name", "plab-stale"])
+    add_host_access(link)
+    assert run(["ip", "link", "show", "plab-stale"], check=False).returncode != 0
+    with entered(link.service.namespace):
+        listener = socket.create_server((link.service.address, 0))
+    with listener, socket.create_connection((link.service.address, listener.getsockname()[1]), timeout=2):
+        pass  # the host reaches the service's address through the new pair
+    remove_link(link)
+    assert run(["ip", "link", "show", HOST_DEVICE], check=False).returncode != 0

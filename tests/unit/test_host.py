@@ -412,3 +412,50 @@ def test_metered_backend_keeps_the_relays_cpu_of_the_last_measured_run() -> None
         assert metered.relay_cpu_seconds == 0.25
         if read is not None:
             assert metered.window == Window(BEFORE, AFTER, 1.5, 0.25)
+
+
+def test_others_share_of_the_whole_host_excludes_our_own_cpu_time() -> None:
+    # BEFORE -> AFTER: 3.3 s busy of 8 s over both CPUs; 2.5 s of it ours.
+    assert host.others_share(BEFORE, AFTER, own_cpu_seconds=2.5) == pytest.approx(0.8 / 8.0)
+    assert host.others_share(BEFORE, AFTER, own_cpu_seconds=5.0) == 0.0  # never below zero
+
+
+def test_a_calibration_on_a_busy_host_is_taken_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    shares = iter([0.21, 0.09, 0.01, 0.5])
+    monkeypatch.setattr(calibration, "QUIET_WAIT_S", 0.0)
+    monkeypatch.setattr(
+        calibration,
+        "run",
+        lambda cpus, when: {
+            "cpu_seconds_per_unit": 4e-4,
+            "median_over_fastest": 1.1,
+            "cpus": [1],
+            "others_share": next(shares),
+        },
+    )
+    lines: list[str] = []
+    result = calibration.calibrate([1], "before", lines.append)
+    assert result["others_share"] == 0.01  # the third attempt, the first quiet one
+    assert [line for line in lines if "again" in line] == [
+        "calibration before: others used 21% of the host; again in 0 s",
+        "calibration before: others used 9% of the host; again in 0 s",
+    ]
+    # Never more than CALIBRATION_ATTEMPTS: a host that stays busy keeps the last attempt.
+    busy = iter([0.3] * calibration.CALIBRATION_ATTEMPTS + [0.0])
+    monkeypatch.setattr(
+        calibration,
+        "run",
+        lambda cpus, when: {
+            "cpu_seconds_per_unit": 4e-4,
+            "median_over_fastest": 1.1,
+            "cpus": [1],
+            "others_share": next(busy),
+        },
+    )
+    assert calibration.calibrate([1], "after", lines.append)["others_share"] == 0.3
+
+
+def test_calibration_records_what_others_used_of_the_host() -> None:
+    result = calibration.run([0], "before")
+    assert "error" not in result, result
+    assert 0.0 <= result["others_share"] <= 1.0

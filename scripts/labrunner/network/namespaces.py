@@ -145,6 +145,8 @@ def add_host_access(link: Link, subnet: IPv4Network = HOST_SUBNET) -> None:
         raise NetworkError(f"subnet {subnet} must be a /30 inside {BENCHMARK_RANGE}")
     host, peer = (IPv4Interface(f"{address}/30") for address in subnet.hosts())
     namespace = link.service.namespace
+    # An earlier scenario's pair can outlive its namespace's deletion (see remove_link).
+    _delete_host_device()
     # Made on the host with its peer moved at once; a killed run's pair went with its namespace.
     veth = ["link", "add", HOST_DEVICE, "type", "veth", "peer", "name", HOST_PEER_DEVICE]
     run(["ip", *veth, "netns", namespace])
@@ -159,9 +161,20 @@ def add_host_access(link: Link, subnet: IPv4Network = HOST_SUBNET) -> None:
 
 
 def remove_link(link: Link) -> None:
-    """Delete both namespaces (and with them the veth pair); already gone is fine."""
+    """Delete the host's veth into the service's namespace, then both namespaces (and with them
+    the link's veth pair); already gone is fine.
+
+    The host's veth goes first and by name: a deleted namespace lives on, with its devices, while
+    a socket inside still holds it (after a lossy scenario, connections that retransmit into a
+    link that no longer exists, for minutes), and the next scenario's host veth takes that name.
+    """
+    _delete_host_device()
     for namespace in link.namespaces:
         _delete_namespace(namespace)
+
+
+def _delete_host_device() -> None:
+    run(["ip", "link", "del", HOST_DEVICE], check=False)
 
 
 def list_namespaces(prefix: str = NAMESPACE_PREFIX) -> list[str]:

@@ -110,6 +110,17 @@ def read_snapshot(path: Path = PROC_STAT) -> Snapshot:
     return Snapshot((began + time.monotonic()) / 2, parse_proc_stat(text))
 
 
+def others_share(before: Snapshot, after: Snapshot, own_cpu_seconds: float) -> float:
+    """The share of all the host's CPUs that processes other than ours used between two snapshots."""
+    cpus = [cpu for cpu in before.cpus if cpu in after.cpus]
+    window = Window(before, after, None)
+    capacity = window.seconds * len(cpus)
+    if capacity <= 0:
+        return 0.0
+    busy = capacity - _delta(window, cpus, "idle") - _delta(window, cpus, "steal")
+    return max(0.0, busy - own_cpu_seconds) / capacity
+
+
 def unavailable(backend: str, environ: Mapping[str, str], proc_stat: Path = PROC_STAT) -> str | None:
     """Why this host's /proc/stat cannot describe the scenario's CPUs; None when it can."""
     if backend == "docker":

@@ -123,9 +123,9 @@ def _calibration(found: Mapping[str, Any]) -> list[Block]:
     for when in ("before", "after"):
         c = found.get(when)
         if not isinstance(c, Mapping):
-            rows.append([when, "not measured", "-", "-"])
+            rows.append([when, "not measured", "-", "-", "-"])
         elif "error" in c:
-            rows.append([when, f"failed: {c['error']}", "-", "-"])
+            rows.append([when, f"failed: {c['error']}", "-", "-", "-"])
         else:
             rows.append(
                 [
@@ -133,6 +133,7 @@ def _calibration(found: Mapping[str, Any]) -> list[Block]:
                     f"{c['cpu_seconds_per_unit'] * 1e6:.1f}",
                     f"{c['median_over_fastest']:.2f}x",
                     ",".join(map(str, c["cpus"])),
+                    _share(c.get("others_share")),  # absent in runs before it was recorded
                 ]
             )
     change = calibration.drift(found)
@@ -147,10 +148,16 @@ def _calibration(found: Mapping[str, Any]) -> list[Block]:
             "Calibration: a fixed single-threaded workload (one unit = 100 fixed records mapped and "
             "serialized to JSON with orjson and to protobuf) run before the first scenario and after the "
             "last, pinned to the first scenario's service CPUs; its CPU time per unit is that of the "
-            "fastest of its rounds. CPU per request in calibration units = the service's CPU time per "
+            "fastest of its rounds; one taken while other processes used more than "
+            f"{calibration.QUIET_SHARE:.0%} of the host is taken again after a pause. "
+            "CPU per request in calibration units = the service's CPU time per "
             f"request / the mean of the two. {summary}"
         ),
-        table(("calibration", "us CPU per unit", "median round", "CPUs"), rows, (False, True, True, False)),
+        table(
+            ("calibration", "us CPU per unit", "median round", "CPUs", "others on the host"),
+            rows,
+            (False, True, True, False, True),
+        ),
     ]
 
 
