@@ -1,6 +1,7 @@
 """Shared fixtures; gRPC runs without fork handlers, as in the runner; the docker tests only on request."""
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -9,6 +10,11 @@ from labrunner import grpc_fork
 # The tests probe gRPC health from threads while forking k6 and services (preexec_fn), as the
 # runner does; pytest imports this before any test module imports grpc.
 grpc_fork.disable_fork_handlers()
+
+# The Ctrl-C tests send SIGINT to runners started from here. A shell without job control that
+# started the suite in the background left SIGINT ignored, and an ignored signal stays ignored
+# across exec, so those runners would never see it; a handled one is reset to the default.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from tests.support import RunningService, launch_service  # noqa: E402  (imports grpc after the setting)
 
