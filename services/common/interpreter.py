@@ -1,7 +1,7 @@
 """Which Python build runs a process, and the choice of the fastest one for the lab's venv.
 
 The interpreter's build moves every CPU-bound number: on this project's 2-CPU host Debian's
-python3.11 (built with PGO and LTO, libpython linked in) ran a JSON serialization loop 1.2-1.5x
+packaged python3.11 (libpython linked in) ran a JSON serialization loop 1.2-1.5x
 faster than a pyenv build of 3.11.7 (no --enable-optimizations, libpython shared). So every
 service says which build it runs (in its listening line), and setup prefers an optimized one.
 

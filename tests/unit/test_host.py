@@ -420,8 +420,9 @@ def test_others_share_of_the_whole_host_excludes_our_own_cpu_time() -> None:
     assert host.others_share(BEFORE, AFTER, own_cpu_seconds=5.0) == 0.0  # never below zero
 
 
-def test_a_calibration_on_a_busy_host_is_taken_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    shares = iter([0.21, 0.09, 0.01, 0.5])
+def _calibrations(monkeypatch: pytest.MonkeyPatch, others_shares: list[float]) -> None:
+    """calibration.run answers with these others_share values in turn, and no pause between."""
+    shares = iter(others_shares)
     monkeypatch.setattr(calibration, "QUIET_WAIT_S", 0.0)
     monkeypatch.setattr(
         calibration,
@@ -433,6 +434,10 @@ def test_a_calibration_on_a_busy_host_is_taken_again(monkeypatch: pytest.MonkeyP
             "others_share": next(shares),
         },
     )
+
+
+def test_a_calibration_on_a_busy_host_is_taken_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    _calibrations(monkeypatch, [0.21, 0.09, 0.01, 0.5])
     lines: list[str] = []
     result = calibration.calibrate([1], "before", lines.append)
     assert result["others_share"] == 0.01  # the third attempt, the first quiet one
@@ -441,17 +446,7 @@ def test_a_calibration_on_a_busy_host_is_taken_again(monkeypatch: pytest.MonkeyP
         "calibration before: others used 9% of the host; again in 0 s",
     ]
     # Never more than CALIBRATION_ATTEMPTS: a host that stays busy keeps the last attempt.
-    busy = iter([0.3] * calibration.CALIBRATION_ATTEMPTS + [0.0])
-    monkeypatch.setattr(
-        calibration,
-        "run",
-        lambda cpus, when: {
-            "cpu_seconds_per_unit": 4e-4,
-            "median_over_fastest": 1.1,
-            "cpus": [1],
-            "others_share": next(busy),
-        },
-    )
+    _calibrations(monkeypatch, [0.3] * calibration.CALIBRATION_ATTEMPTS + [0.0])
     assert calibration.calibrate([1], "after", lines.append)["others_share"] == 0.3
 
 
