@@ -6,6 +6,12 @@
 #                                  # start_interval), its CLI, Compose v2, buildx; debootstrap
 #   .ci/docker-engine.sh start     # containerd + dockerd in the background; waits for `docker info`
 #   .ci/docker-engine.sh stop      # dockerd, then containerd; images stay in the data root
+#   .ci/docker-engine.sh start-load  # a second dockerd, the tests' load host (k6), on
+#                                    # unix:///var/run/protolab-load/docker.sock; it shares the
+#                                    # first one's containerd (start that first)
+#   .ci/docker-engine.sh stop-load   # that dockerd, then its bridge plab-load0 (stop does it too)
+#   .ci/docker-engine.sh load-image IMAGE  # copies IMAGE from the first engine to the load engine
+#                                          # unless the load engine has it with the same id
 #
 # Bookworm's docker.io (20.10) is too old. Trixie's docker.io, docker-compose (the v2 plugin) and
 # docker-buildx install on bookworm from a trixie source pinned at priority 100: only the packages
@@ -17,6 +23,15 @@ DATA_ROOT=${DOCKER_DATA_ROOT:-/var/lib/docker}
 DOCKERD_LOG=${DOCKERD_LOG:-/var/log/protolab-dockerd.log}
 CONTAINERD_LOG=${CONTAINERD_LOG:-/var/log/protolab-containerd.log}
 START_TIMEOUT=${DOCKERD_START_TIMEOUT:-60}
+# The load engine: a second dockerd with its own socket, roots, pidfile, log and bridge.
+LOAD_SOCKET=${DOCKER_LOAD_SOCKET:-/var/run/protolab-load/docker.sock}
+LOAD_STATE_DIR=${DOCKER_LOAD_STATE:-/var/run/protolab-load}
+LOAD_DATA_ROOT=${DOCKER_LOAD_DATA_ROOT:-/var/lib/protolab-load-docker}
+LOAD_EXEC_ROOT=${DOCKER_LOAD_EXEC_ROOT:-$LOAD_STATE_DIR/exec}
+LOAD_DOCKERD_LOG=${DOCKERD_LOAD_LOG:-/var/log/protolab-dockerd-load.log}
+LOAD_BRIDGE=${DOCKER_LOAD_BRIDGE:-plab-load0}
+LOAD_BRIDGE_ADDR=${DOCKER_LOAD_BRIDGE_ADDR:-10.213.0.1/24}
+CONTAINERD_SOCKET=/run/containerd/containerd.sock
 TRIXIE_SOURCES=/etc/apt/sources.list.d/protolab-trixie.sources
 TRIXIE_PREFERENCES=/etc/apt/preferences.d/protolab-trixie.pref
 FROM_TRIXIE=(docker.io docker-cli docker-compose docker-buildx)
@@ -167,19 +182,107 @@ stop_pid() { # pidfile name timeout
 }
 
 cmd_stop() {
+    # The load engine uses this containerd: it goes first.
+    if pid_alive "$LOAD_STATE_DIR/dockerd.pid"; then cmd_stop_load; fi
     # dockerd stops its running containers (their stop timeouts) before it exits.
     stop_pid "$STATE_DIR/dockerd.pid" dockerd 60
     stop_pid "$STATE_DIR/containerd.pid" containerd 20
     log "stopped"
 }
 
+load_docker() { docker -H "unix://$LOAD_SOCKET" "$@"; }
+
+cmd_start_load() {
+    mkdir -p "$LOAD_STATE_DIR" "$LOAD_DATA_ROOT" "$LOAD_EXEC_ROOT"
+    if load_docker info >/dev/null 2>&1; then
+        log "the load engine already answers: $(load_docker info --format 'Server {{.ServerVersion}}')"
+        return 0
+    fi
+    # It shares the first engine's containerd (its own namespaces keep the containers apart).
+    if ! ctr --address "$CONTAINERD_SOCKET" version >/dev/null 2>&1; then
+        log "containerd does not answer on $CONTAINERD_SOCKET: run \`$0 start\` first"
+        exit 1
+    fi
+    local deadline=$((SECONDS + START_TIMEOUT)) daemon
+    if pid_alive "$LOAD_STATE_DIR/dockerd.pid"; then
+        daemon=$(cat "$LOAD_STATE_DIR/dockerd.pid")
+        log "load dockerd (pid $daemon) is running but does not answer yet; waiting"
+    else
+        # A second dockerd cannot share docker0, and --bip only readdresses the bridge it manages
+        # (docker0 by name): the load engine gets a bridge of its own, made here, via --bridge.
+        if ! ip link show "$LOAD_BRIDGE" >/dev/null 2>&1; then
+            log "creating bridge $LOAD_BRIDGE ($LOAD_BRIDGE_ADDR)"
+            ip link add "$LOAD_BRIDGE" type bridge
+        fi
+        ip addr replace "$LOAD_BRIDGE_ADDR" dev "$LOAD_BRIDGE"
+        ip link set "$LOAD_BRIDGE" up
+        log "starting load dockerd (socket: $LOAD_SOCKET, data root: $LOAD_DATA_ROOT, log: $LOAD_DOCKERD_LOG)"
+        # No iptables rules: the first dockerd owns the DOCKER* chains and the two would rewrite
+        # each other's. The load engine's containers run with --network host (k6 reaching the
+        # first engine's ports on 127.0.0.1), so they need neither NAT nor published ports; on its
+        # bridge a container reaches the host, but nothing beyond (FORWARD's policy is DROP).
+        # No --default-address-pool: with it, a dockerd that restarts deletes the interface named
+        # docker0 (moby's "clear stale bridge network"), which is the first engine's.
+        setsid dockerd \
+            --containerd="$CONTAINERD_SOCKET" \
+            --containerd-namespace=protolab-load \
+            --containerd-plugins-namespace=protolab-load-plugins \
+            --data-root="$LOAD_DATA_ROOT" \
+            --exec-root="$LOAD_EXEC_ROOT" \
+            --pidfile="$LOAD_STATE_DIR/dockerd.pid" \
+            --host="unix://$LOAD_SOCKET" \
+            --bridge="$LOAD_BRIDGE" \
+            --iptables=false \
+            --ip-masq=false \
+            --ip6tables=false \
+            >>"$LOAD_DOCKERD_LOG" 2>&1 </dev/null &
+        daemon=$!
+    fi
+    until load_docker info >/dev/null 2>&1; do
+        if ! kill -0 "$daemon" 2>/dev/null || ((SECONDS >= deadline)); then
+            log "--- last lines of $LOAD_DOCKERD_LOG ---"
+            tail -n 40 "$LOAD_DOCKERD_LOG" >&2 2>/dev/null || true
+            log "load dockerd did not answer \`docker -H unix://$LOAD_SOCKET info\` within ${START_TIMEOUT}s or exited"
+            exit 1
+        fi
+        sleep 0.5
+    done
+    log "load dockerd ready: $(load_docker info --format 'Server {{.ServerVersion}}, storage {{.Driver}}')"
+}
+
+cmd_stop_load() {
+    stop_pid "$LOAD_STATE_DIR/dockerd.pid" "load dockerd" 60
+    if ip link show "$LOAD_BRIDGE" >/dev/null 2>&1; then
+        ip link delete "$LOAD_BRIDGE"
+    fi
+    log "load engine stopped"
+}
+
+cmd_load_image() { # image
+    local image=$1 want have
+    want=$(docker image inspect --format '{{.Id}}' "$image")
+    have=$(load_docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+    if [[ $have == "$want" ]]; then
+        log "$image: already in the load engine"
+        return 0
+    fi
+    log "$image: copying to the load engine"
+    docker save "$image" | load_docker load
+}
+
 case ${1:-} in
 install) cmd_install ;;
 start) cmd_start ;;
 stop) cmd_stop ;;
+start-load) cmd_start_load ;;
+stop-load) cmd_stop_load ;;
+load-image)
+    [[ -n ${2:-} ]] || { echo "usage: $0 load-image IMAGE" >&2; exit 2; }
+    cmd_load_image "$2"
+    ;;
 versions) versions ;;
 *)
-    echo "usage: $0 install|start|stop|versions" >&2
+    echo "usage: $0 install|start|stop|start-load|stop-load|load-image IMAGE|versions" >&2
     exit 2
     ;;
 esac

@@ -11,6 +11,7 @@ import ipaddress
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography import x509
@@ -34,13 +35,27 @@ KEY_MODE = 0o600
 CERT_MODE = 0o644
 
 
-def required_sans() -> set[x509.GeneralName]:
-    return {x509.DNSName(n) for n in DNS_NAMES} | {
-        x509.IPAddress(ipaddress.ip_address(a)) for a in IP_ADDRESSES
-    }
+def san(name: str) -> x509.GeneralName:
+    """An IP address SAN for an address, a DNS SAN for anything else."""
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
 
 
-def problem(directory: Path) -> str | None:
+def required_sans(extra: Sequence[str] = ()) -> set[x509.GeneralName]:
+    """The lab's names, plus extra ones (a publish address other hosts dial: --san)."""
+    return {san(name) for name in (*DNS_NAMES, *IP_ADDRESSES, *extra)}
+
+
+def server_names(directory: Path) -> set[str]:
+    """The names and addresses the server certificate in directory holds."""
+    server = x509.load_pem_x509_certificate((directory / SERVER_FILE).read_bytes())
+    names = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return {str(name.value) for name in names}
+
+
+def problem(directory: Path, extra: Sequence[str] = ()) -> str | None:
     """Why the certificates in directory cannot be used as they are; None when they can."""
     try:
         ca = x509.load_pem_x509_certificate((directory / CA_FILE).read_bytes())
@@ -58,7 +73,7 @@ def problem(directory: Path) -> str | None:
     if ca_key.public_key() != ca.public_key() or server_key.public_key() != server.public_key():
         return "a key does not match its certificate"
     sans = set(server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
-    if missing := required_sans() - sans:
+    if missing := required_sans(extra) - sans:
         return f"{SERVER_FILE} lacks SANs {sorted(str(n.value) for n in missing)}"
     expires = min(ca.not_valid_after_utc, server.not_valid_after_utc)
     if expires - datetime.datetime.now(datetime.UTC) < RENEW_BEFORE:
@@ -66,18 +81,18 @@ def problem(directory: Path) -> str | None:
     return None
 
 
-def ensure_certs(directory: Path = DEFAULT_DIR, force: bool = False) -> bool:
+def ensure_certs(directory: Path = DEFAULT_DIR, force: bool = False, extra: Sequence[str] = ()) -> bool:
     """Generate the CA and server certificate unless valid ones exist; True when generated."""
-    if not force and problem(directory) is None:
+    if not force and problem(directory, extra) is None:
         for name in (CA_KEY_FILE, SERVER_KEY_FILE):
             (directory / name).chmod(KEY_MODE)
         return False
-    generate(directory)
+    generate(directory, extra)
     return True
 
 
-def generate(directory: Path) -> None:
-    """A fresh CA (EC P-256) and a server certificate it signs, with every lab SAN."""
+def generate(directory: Path, extra: Sequence[str] = ()) -> None:
+    """A fresh CA (EC P-256) and a server certificate it signs, with every lab SAN and extra ones."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -95,7 +110,7 @@ def generate(directory: Path) -> None:
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(cert_sign=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sorted(required_sans(), key=str)), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sorted(required_sans(extra), key=str)), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
@@ -169,9 +184,18 @@ def main(argv: list[str] | None = None) -> int:
         "--dir", type=Path, default=DEFAULT_DIR, help=f"output directory (default: {DEFAULT_DIR})"
     )
     parser.add_argument("--force", action="store_true", help="regenerate even if valid certificates exist")
+    parser.add_argument(
+        "--san",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name or address the server certificate must hold, e.g. the address the "
+        "services are published on for k6 on other hosts (repeatable)",
+    )
     args = parser.parse_args(argv)
-    reason = "--force" if args.force else problem(args.dir)
-    if ensure_certs(args.dir, force=args.force):
+    extra = [name for name in args.san if name]  # compose passes "" when PUBLISH_ADDRESS is unset
+    reason = "--force" if args.force else problem(args.dir, extra)
+    if ensure_certs(args.dir, force=args.force, extra=extra):
         print(f"generated CA and server certificate in {args.dir} ({reason})")
     else:
         print(f"kept the valid certificates in {args.dir}")

@@ -3,7 +3,6 @@
 import argparse
 import contextlib
 import json
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -12,8 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from labrunner import backends, certs
-from labrunner.backends.base import K6_INSTANCES_NEED_LOCAL, BackendSettings, BackendUnavailable, cpu_list
-from labrunner.backends.cgroups import split_cpus
+from labrunner.backends.base import Backend, BackendSettings, BackendUnavailable
+from labrunner.model.hosts import Hosts, HostsError, hosts
 from labrunner.model.matrix import (
     AUTO_INSTANCES,
     LoadModel,
@@ -102,6 +101,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--matrix", type=Path, default=REPO / "matrix.toml", help="matrix file (default: matrix.toml)"
     )
     where.add_argument("--preset", help="named selection from [presets] (default: [defaults].preset)")
+    engines = parser.add_argument_group(
+        "engines (docker backend; default: matrix.toml's [hosts], else the local engine for both)"
+    )
+    engines.add_argument(
+        "--service-engine",
+        metavar="ENGINE",
+        help="the engine that runs the service: 'local' (DOCKER_HOST, else the default socket), a "
+        "Docker context, or a URL (unix://, tcp://, ssh://)",
+    )
+    engines.add_argument(
+        "--load-engine",
+        action="append",
+        metavar="ENGINE[,ENGINE]",
+        help="the engine(s) that run k6's instances, one CPU each; other than the service's, k6 dials "
+        "--publish-address with host networking",
+    )
+    engines.add_argument(
+        "--publish-address",
+        metavar="ADDRESS",
+        help="where the service's ports are published on its engine's host (default 127.0.0.1); "
+        "the certificate must name it (PUBLISH_ADDRESS=... docker compose up -d)",
+    )
     where.add_argument("--list", action="store_true", help="list profiles, targets, load models, presets")
     where.add_argument("--dry-run", action="store_true", help="print the expanded scenarios and exit")
 
@@ -185,7 +206,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.list:
             print(describe_matrix(matrix))
             return EXIT_OK
-        backend_name, reason = backends.choose(args.backend)
+        roles = _hosts(args, matrix)
+        if args.backend == "auto" and not roles.default:
+            backend_name, reason = "docker", "auto: [hosts] or the engine options name Docker engines"
+        else:
+            backend_name, reason = backends.choose(args.backend)
         plan = expand(matrix, backend_name, args.preset, _overrides(args))
         if not plan.scenarios:
             raise _Usage("the selection has no scenarios")
@@ -193,8 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"backend: {backend_name} ({reason})")
             print(describe_plan(plan))
             return EXIT_OK
-        return _run(args, plan, backend_name, reason, argv)
-    except (MatrixError, K6NotFound, BackendUnavailable, _Usage) as exc:
+        return _run(args, plan, roles=roles, backend_name=backend_name, reason=reason, argv=argv)
+    except (MatrixError, HostsError, K6NotFound, BackendUnavailable, _Usage) as exc:
         print(f"run_matrix.py: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -262,14 +287,19 @@ def describe_matrix(matrix: Matrix) -> str:
 
 
 def _run(
-    args: argparse.Namespace, plan: Plan, backend_name: str, reason: str, argv: Sequence[str] | None
+    args: argparse.Namespace,
+    plan: Plan,
+    *,
+    roles: Hosts,
+    backend_name: str,
+    reason: str,
+    argv: Sequence[str] | None,
 ) -> int:
     run_id, out_dir = _run_location(args)
     if not args.resume and load_results(out_dir):
         raise _Usage(f"{out_dir} already holds results; pass --resume or choose another --run-id")
     k6_binary = find_k6(args.k6)
     _preflight(plan)
-    _check_k6_instances(plan)
     if any(s.target.tls for s in plan.scenarios) and certs.ensure_certs(args.certs):
         print(f"generated TLS material in {args.certs}")
     targets_dir = Path(args.prometheus_targets) if args.prometheus_targets else None
@@ -281,8 +311,14 @@ def _run(
         k6_binary=k6_binary,
         start_timeout_s=plan.start_timeout_s,
         stop_timeout_s=plan.stop_timeout_s,
+        hosts=roles,
     )
     backend = backends.create(backend_name, settings)
+    try:
+        _check_k6_instances(plan, backend)
+    except BaseException:
+        backend.close()
+        raise
     cleanup = contextlib.ExitStack()  # stops local observability if this run started it
     obs = _observability(args, backend_name, targets_dir, cleanup)
     config = RunConfig(
@@ -424,6 +460,18 @@ def _overrides(args: argparse.Namespace) -> Overrides:
     )
 
 
+def _hosts(args: argparse.Namespace, matrix: Matrix) -> Hosts:
+    """matrix.toml's [hosts] with the command line's engine options over it."""
+    chosen = matrix.hosts
+    load = split_list(args.load_engine)
+    return hosts(
+        args.service_engine or chosen.service,
+        load or chosen.load,
+        args.publish_address or chosen.publish_address,
+        "[hosts] or the engine options",
+    )
+
+
 def _k6_instances(value: str | None) -> int | str | None:
     """--k6-instances: "auto" stays a word, digits become a number; the matrix validates both."""
     if value is None or value == AUTO_INSTANCES:
@@ -434,26 +482,11 @@ def _k6_instances(value: str | None) -> int | str | None:
         raise _Usage(f"--k6-instances takes an integer >= 1 or 'auto', got {value!r}") from None
 
 
-def _check_k6_instances(plan: Plan) -> None:
-    """k6 split into more instances than the k6 side has CPUs (one each) fails before the first
-    scenario: the local backend's split of this host's CPUs is known now."""
-    wanted = {
-        s.k6_instances for s in plan.scenarios if isinstance(s.k6_instances, int) and s.k6_instances > 1
-    }
-    if not wanted:
-        return
-    if plan.backend != "local":
-        raise _Usage(K6_INSTANCES_NEED_LOCAL)
-    available = sorted(os.sched_getaffinity(0))
-    for scenario in plan.scenarios:
-        count, profile = scenario.k6_instances, scenario.profile
-        k6_cpus = split_cpus(available, profile.whole_cpus).k6
-        if isinstance(count, int) and count > len(k6_cpus):
-            raise _Usage(
-                f"k6_instances = {count} needs {count} CPUs for k6, one per instance, but this host has "
-                f"{len(available)} and profile {profile.name} leaves k6 {len(k6_cpus)} (CPU "
-                f"{cpu_list(k6_cpus)}): lower --k6-instances, use 'auto', or a host with more CPUs"
-            )
+def _check_k6_instances(plan: Plan, backend: Backend) -> None:
+    """k6 split into more instances than the load side has CPUs (one each) fails before the first
+    scenario, against the host or the load engines that run k6."""
+    for profile, count in dict.fromkeys((s.profile, s.k6_instances) for s in plan.scenarios):
+        backend.check_k6_instances(profile, count)
 
 
 def _describe_network(network: NetworkProfile) -> str:

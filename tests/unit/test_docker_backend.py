@@ -890,13 +890,15 @@ def test_backend_docker_without_an_engine_is_a_clear_error(
 ) -> None:
     # The real SDK against a socket nobody listens on.
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    socket_url = f"unix://{tmp_path}/no-engine.sock"
     with pytest.raises(
-        BackendUnavailable, match=r"^--backend docker: no Docker engine answered \(.+\); start"
+        BackendUnavailable,
+        match=rf"^--backend docker: service engine local \({re.escape(socket_url)}\) did not answer: .+; st",
     ):
         backends.create("docker", settings(tmp_path))
     argv = ["--backend", "docker", "--target", "grpc", "--k6", "/bin/true", "--out", str(tmp_path / "out")]
     assert cli.main(argv) == 2
-    assert "run_matrix.py: error: --backend docker: no Docker engine answered" in capsys.readouterr().err
+    assert "run_matrix.py: error: --backend docker: service engine local" in capsys.readouterr().err
 
 
 # --- Defects found under a real engine (issue 12) --------------------------------------------------
@@ -934,7 +936,8 @@ def test_an_engine_older_than_25_is_refused_with_what_the_lab_needs(monkeypatch:
     fake.version_answer = "20.10.24+dfsg1"
     monkeypatch.setattr(docker, "from_env", lambda timeout: fake)
     reason = "Docker engine 20.10.24+dfsg1 answered, but the lab needs Engine 25.0 or newer"
-    with pytest.raises(BackendUnavailable, match=rf"^--backend docker: {re.escape(reason)}"):
+    refused = rf"^--backend docker: service engine local .*: {re.escape(reason)}"
+    with pytest.raises(BackendUnavailable, match=refused):
         backends.create("docker", settings(Path("/nonexistent")))
     name, why = backends.choose("auto")
     assert (name, why.startswith(f"auto: {reason}")) == ("local", True)

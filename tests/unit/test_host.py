@@ -5,6 +5,7 @@ import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -135,15 +136,11 @@ def test_unknown_interference_says_why(
 def test_where_proc_stat_describes_the_scenarios_cpus(tmp_path: Path) -> None:
     stat = tmp_path / "stat"
     stat.write_text(PROC_STAT)
-    assert host.unavailable("local", {}, stat) is None
-    assert host.unavailable("docker", {}, stat) is None
-    assert host.unavailable("docker", {"DOCKER_HOST": "unix:///var/run/docker.sock"}, stat) is None
-    remote = host.unavailable("docker", {"DOCKER_HOST": "tcp://10.0.0.5:2376"}, stat)
-    assert remote is not None and "tcp://10.0.0.5:2376 is not this host" in remote
-    assert "ssh://" in (host.unavailable("docker", {"DOCKER_HOST": "ssh://lab"}, stat) or "")
-    missing = host.unavailable("local", {}, tmp_path / "absent")
+    here, elsewhere = SimpleNamespace(cpus_elsewhere=None), SimpleNamespace(cpus_elsewhere="on engine B")
+    assert host.unavailable(here, stat) is None  # type: ignore[arg-type]
+    assert host.unavailable(elsewhere, stat) == "on engine B"  # type: ignore[arg-type]
+    missing = host.unavailable(here, tmp_path / "absent")  # type: ignore[arg-type]
     assert missing is not None and "cannot be read" in missing
-    assert host.unavailable("kubernetes", {}, stat) == "backend kubernetes: its CPUs are not this host's"
 
 
 def _with_share(service: float, k6: float, steal: float = 0.0, shared: bool = False) -> dict[str, Any]:

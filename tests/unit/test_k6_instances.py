@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 from labrunner import cli
 from labrunner.backends.base import (
-    K6_INSTANCES_NEED_LOCAL,
+    BackendSettings,
+    BackendUnavailable,
     Endpoint,
     K6Invocation,
-    K6Process,
     ScenarioFailed,
     ServiceHandle,
 )
+from labrunner.backends.local import LocalBackend
 from labrunner.model.matrix import (
     LoadModel,
     MatrixError,
@@ -32,7 +33,6 @@ from labrunner.model.matrix import (
     parse_matrix,
 )
 from labrunner.results.store import Outcome, build_result
-from labrunner.run import k6
 from labrunner.run.k6 import (
     K6Run,
     build_invocation,
@@ -64,6 +64,10 @@ ONE_K6_KEYS = {
 def _scenario(**overrides: Any) -> Scenario:
     plan = expand(load_matrix(MATRIX), "local", "ci", Overrides(targets=("aiohttp-h1",), **overrides))
     return plan.scenarios[0]
+
+
+def _settings(tmp_path: Path) -> BackendSettings:
+    return BackendSettings("run1", ROOT, tmp_path, tmp_path, Path("k6"), 10.0, 10.0)
 
 
 def _handle(k6_cpus: tuple[int, ...] = (0, 1)) -> ServiceHandle:
@@ -171,16 +175,14 @@ def test_command_line_k6_instances(capsys: pytest.CaptureFixture[str]) -> None:
     assert "k6" not in capsys.readouterr().out.splitlines()[1].split()
 
 
-def test_preflight_refuses_more_instances_than_k6_cpus_and_the_docker_backend() -> None:
+def test_preflight_refuses_more_instances_than_k6_cpus_on_this_host(tmp_path: Path) -> None:
     matrix = load_matrix(MATRIX)
+    backend = LocalBackend(_settings(tmp_path))
     too_many = expand(matrix, "local", "ci", Overrides(targets=("aiohttp-h1",), k6_instances=999))
-    with pytest.raises(cli._Usage, match=r"k6_instances = 999 needs 999 CPUs for k6, one per instance"):
-        cli._check_k6_instances(too_many)
-    docker = expand(matrix, "docker", "ci", Overrides(targets=("aiohttp-h1",), k6_instances=2))
-    with pytest.raises(cli._Usage, match=K6_INSTANCES_NEED_LOCAL):
-        cli._check_k6_instances(docker)
+    with pytest.raises(BackendUnavailable, match=r"k6_instances = 999 needs 999 CPUs for k6, one per"):
+        cli._check_k6_instances(too_many, backend)
     for fine in (1, "auto"):
-        cli._check_k6_instances(expand(matrix, "docker", "ci", Overrides(k6_instances=fine)))
+        cli._check_k6_instances(expand(matrix, "local", "ci", Overrides(k6_instances=fine)), backend)
 
 
 # --- execution segments and the split invocation -----------------------------------------
@@ -251,34 +253,17 @@ def test_split_invocation_has_a_segment_cpu_summary_and_log_per_instance(
 
 def test_instances_for_auto_explicit_and_refusals() -> None:
     closed = LoadModel("closed", "constant-vus", vus=10)
-    assert instances_for("auto", (0, 1, 2), closed, can_split=True) == 3
-    assert instances_for("auto", (0, 1, 2), replace(closed, vus=2), can_split=True) == 2  # VUs cap it
-    assert instances_for("auto", (0, 1, 2), closed, can_split=False) == 1  # the docker backend
-    assert instances_for(1, (0,), closed, can_split=False) == 1
-    assert instances_for(2, (0, 1), closed, can_split=True) == 2
+    assert instances_for("auto", (0, 1, 2), closed) == 3
+    assert instances_for("auto", (0, 1, 2), replace(closed, vus=2)) == 2  # VUs cap it
+    assert instances_for(1, (0,), closed) == 1
+    assert instances_for(2, (0, 1), closed) == 2
     with pytest.raises(
-        ScenarioFailed, match=r"k6_instances = 3 needs 3 CPUs for k6, one per instance; k6 has 2"
+        ScenarioFailed,
+        match=r"k6_instances = 3 needs 3 CPUs for k6, one per instance; k6's side is CPU 0,1, so k6 has 2",
     ):
-        instances_for(3, (0, 1), closed, can_split=True)
-    with pytest.raises(ScenarioFailed, match=K6_INSTANCES_NEED_LOCAL):
-        instances_for(2, (0, 1), closed, can_split=False)
+        instances_for(3, (0, 1), closed)
     with pytest.raises(ScenarioFailed, match=r"load model seq has 1 VUs to share"):
-        instances_for(2, (0, 1), LoadModel("seq", "shared-iterations", vus=1, iterations=100), can_split=True)
-
-
-class _OneK6Backend:
-    """A backend with run_k6 only, as the docker backend is for now."""
-
-    name = "docker"
-
-    def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Process:
-        raise AssertionError("a split run must not fall back to one k6")
-
-
-def test_a_backend_without_instances_refuses_a_split_run(tmp_path: Path) -> None:
-    invocation = _invocation(tmp_path, warmup=False, instances=2)
-    with pytest.raises(ScenarioFailed, match=K6_INSTANCES_NEED_LOCAL):
-        k6.run(_OneK6Backend(), _handle(), invocation, measured=True)  # type: ignore[arg-type]
+        instances_for(2, (0, 1), LoadModel("seq", "shared-iterations", vus=1, iterations=100))
 
 
 # --- merging --------------------------------------------------------------------------

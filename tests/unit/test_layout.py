@@ -13,6 +13,7 @@ PACKAGE = ROOT / "scripts" / "labrunner"
 BACKEND_MAY_IMPORT = (
     "labrunner.backends.base",
     "labrunner.backends.cgroups",
+    "labrunner.backends.engines",  # the docker backend's: connecting to the engine a role names
     "labrunner.model",
     "labrunner.network",  # namespaces, link emulators and their verification, as cgroups are limits
     "labrunner.say",

@@ -2,11 +2,12 @@
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar
 
-from labrunner.model.matrix import Profile, Scenario
+from labrunner.model.hosts import Hosts
+from labrunner.model.matrix import K6Instances, Profile, Scenario
 
 # The runner stops a service only after k6 has finished, so no client is left to move away
 # while its health says NOT_SERVING: a drain would only lengthen every scenario.
@@ -49,6 +50,7 @@ class BackendSettings:
     k6_binary: Path
     start_timeout_s: float
     stop_timeout_s: float
+    hosts: Hosts = field(default_factory=Hosts)  # the docker backend's engine per role (local: the default)
 
 
 @dataclass(frozen=True)
@@ -64,12 +66,14 @@ class ServiceHandle:
     workers: int | None
     limits: str  # how the profile is enforced: cgroup-v1, cgroup-v2, docker, affinity
     service_cpus: tuple[int, ...]  # CPUs the service is pinned to
-    k6_cpus: tuple[int, ...]  # CPUs k6 may use
+    k6_cpus: tuple[int, ...]  # CPUs k6 may use (k6 on other engines: numbered places, see k6_places)
     notes: tuple[str, ...] = ()  # caveats that qualify this scenario's numbers
     # Network scenarios: the emulator and the link's measured RTT and rate (local backend).
     network: Mapping[str, Any] | None = None
     network_path: str = ""  # how k6's packets reach the service (loopback, a bridge, a veth pair)
     interpreter: Mapping[str, Any] | None = None  # the service's Python build, from its listening line
+    # k6 on engines other than the service's: what each k6_cpus entry stands for ("engine B CPU 1").
+    k6_places: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,7 @@ class K6Process:
     # CPU seconds a link emulator process (the userspace relay, on k6's CPUs) took during a
     # measured run: not k6's own time, so interference on k6's CPUs. None without one.
     relay_cpu_seconds: float | None = None
+    placement: str | None = None  # where it ran when that is not this host ("engine B CPU 1")
 
 
 @dataclass(frozen=True)
@@ -151,6 +156,23 @@ class Backend(Protocol):
         """Run k6 to completion; a measured run also opens the service's usage window."""
         ...
 
+    def run_k6_instances(
+        self, handle: ServiceHandle, invocations: Sequence[K6Invocation], measured: bool
+    ) -> tuple[K6Process, ...]:
+        """k6 split into instances (k6_instances > 1): start every instance together, each on its
+        invocation's CPUs, and wait for all of them; a measured run's usage window spans them all."""
+        ...
+
+    def check_k6_instances(self, profile: Profile, k6_instances: K6Instances) -> None:
+        """BackendUnavailable, naming the host or engines, when k6 split into k6_instances (one CPU
+        each) does not fit where the load runs beside this profile; checked before the first scenario."""
+        ...
+
+    @property
+    def cpus_elsewhere(self) -> str | None:
+        """Why this host's /proc/stat does not hold the scenario's CPUs; None when it does."""
+        ...
+
     def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
         """Stop the service (graceful, then forced) and release its limits; always safe to call."""
         ...
@@ -158,21 +180,6 @@ class Backend(Protocol):
     def close(self) -> None:
         """Stop whatever is still running (after an error or Ctrl-C)."""
         ...
-
-
-@runtime_checkable
-class K6InstancesBackend(Protocol):
-    """A backend that can run k6 split into instances (k6_instances > 1): the local one for now."""
-
-    def run_k6_instances(
-        self, handle: ServiceHandle, invocations: Sequence[K6Invocation], measured: bool
-    ) -> tuple[K6Process, ...]:
-        """Start every instance together, each on its invocation's CPUs, and wait for all of them;
-        a measured run's usage window spans them all."""
-        ...
-
-
-K6_INSTANCES_NEED_LOCAL = "k6_instances > 1 needs the local backend for now"
 
 
 def listening_event(lines: Iterable[bytes]) -> dict[str, Any]:
@@ -206,11 +213,27 @@ def check_listening(listening: Mapping[str, Any], scenario: Scenario, log_tail: 
         )
 
 
-def check_profile_fits(profile: Profile, cpus: int, have: str) -> None:
-    """Refuse a profile that asks for more CPUs than there are: its limit would not bind, and the
-    engine or the kernel would reject it or quietly give less. have: "the host has 2"."""
+def check_profile_fits(profile: Profile, cpus: int, have: str, memory_bytes: int | None = None) -> None:
+    """Refuse a profile that asks for more CPUs (or memory) than there are: its limit would not bind,
+    and the engine or the kernel would reject it or quietly give less. have: "the host has 2"."""
     if profile.cpus > cpus:
         raise ScenarioFailed("start", f"profile {profile.name} asks for {profile.cpus:g} CPUs; {have}")
+    if memory_bytes is not None and profile.memory_bytes > memory_bytes:
+        raise ScenarioFailed(
+            "start",
+            f"profile {profile.name} asks for {profile.memory_bytes // 2**20} MiB; {have} CPUs "
+            f"and {memory_bytes // 2**20} MiB",
+        )
+
+
+def k6_instances_problem(count: K6Instances, k6_cpus: int, where: str) -> str | None:
+    """Why `count` k6 instances, one CPU each, do not fit on k6_cpus CPUs; None when they do (or "auto")."""
+    if isinstance(count, str) or count <= k6_cpus:
+        return None
+    return (
+        f"k6_instances = {count} needs {count} CPUs for k6, one per instance; {where}, so k6 has "
+        f"{k6_cpus}: lower --k6-instances, use 'auto', or give the load more CPUs"
+    )
 
 
 def shared_cpus_note(k6_cpus: Sequence[int], have: str, profile: Profile) -> str:

@@ -3,6 +3,7 @@
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import math
 import os
@@ -11,7 +12,7 @@ import shlex
 import statistics
 import tarfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -39,13 +40,16 @@ from labrunner.backends.base import (
     check_profile_fits,
     cpu_list,
     delta,
+    k6_instances_problem,
     listening_event,
     service_env,
     shared_cpus_note,
     tail,
 )
 from labrunner.backends.cgroups import split_cpus
-from labrunner.model.matrix import Scenario
+from labrunner.backends.engines import DEFAULT_SOCKET, Engine
+from labrunner.backends.engines import connect as connect_engine
+from labrunner.model.matrix import K6Instances, Profile, Scenario
 from labrunner.network.emulators import netem_qdisc_commands, tbf_qdisc_commands
 from labrunner.network.profiles import NetworkProfile
 from labrunner.network.verify import LinkMeasurement
@@ -70,7 +74,6 @@ NOFILE = 65536  # services' and k6's ulimits.nofile default; SERVICE_NOFILE over
 # Engine 25 brought healthcheck start_interval, which docker-compose.yml uses; Compose v2 needs it too.
 MIN_ENGINE_VERSION = (25, 0)
 MANAGED_LABEL = "protolab.managed"
-LOOPBACK = "127.0.0.1"
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 _DNS_LABEL_MAX = 63  # Prometheus resolves the container name: it must be one DNS label
 PROBE_TIMEOUT_S = 5  # `--backend auto` must not hang on an engine that does not answer
@@ -168,12 +171,24 @@ def probe() -> str:
 
 
 def create(settings: BackendSettings, say: Say) -> "DockerBackend":
+    """The backend on the engines [hosts] names; every engine must answer now, or the run stops here."""
+    roles = settings.hosts
     try:
-        client = connect()
-        check_engine_version(client)
+        service = connect_engine(roles.service, "service", API_TIMEOUT_S)
+        engines = {roles.service: service}
+        for name in roles.load:
+            if name not in engines:
+                engines[name] = connect_engine(name, "load", API_TIMEOUT_S)
+        for name, engine in engines.items():
+            role = "service" if name == roles.service else "load"
+            try:
+                check_engine_version(engine.client)
+            except BackendUnavailable as exc:
+                raise BackendUnavailable(f"{engine.describe(role)}: {exc}") from None
     except BackendUnavailable as exc:
         raise BackendUnavailable(f"--backend docker: {exc}; start Docker or use --backend local") from exc
-    return DockerBackend(settings, client, say)
+    load = tuple(engines[name] for name in roles.load) if roles.load_apart else ()
+    return DockerBackend(settings, service.client, say, service_url=service.url, load=load)
 
 
 def check_engine_version(client: docker.DockerClient) -> str:
@@ -383,9 +398,21 @@ class DockerBackend:
 
     name = "docker"
 
-    def __init__(self, settings: BackendSettings, client: docker.DockerClient, say: Say = print) -> None:
+    def __init__(
+        self,
+        settings: BackendSettings,
+        client: docker.DockerClient,
+        say: Say = print,
+        service_url: str | None = None,
+        load: Sequence[Engine] = (),
+    ) -> None:
+        """`client` runs the services; `load`, when k6 runs on other engines (one may be the
+        service's), their engines in [hosts] order; empty: k6 beside the service on its network."""
         self._settings = settings
         self._client = client
+        self._service_url = service_url or os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+        self._load = tuple(load)
+        self._publish = settings.hosts.publish_address
         self._services: dict[str, _Service] = {}
         self._certs_adopted = False
         for what, lookup in (
@@ -401,30 +428,64 @@ class DockerBackend:
                 ) from None
         self._say = say
         self._helper_ready = False  # the network helper image is built once a run needs it
-        self._cpus = int(client.info()["NCPU"])
+        info = client.info()
+        self._cpus = int(info["NCPU"])
+        self._memory = info.get("MemTotal")  # bytes; a profile asking for more is refused
+        self._load_cpus = {engine.name: int(engine.client.info()["NCPU"]) for engine in self._load}
         # The same variables docker-compose.yml reads, so the runner's containers match compose's.
         self._k6_image = os.environ.get("K6_IMAGE") or K6_IMAGE
         nofile = int(os.environ.get("SERVICE_NOFILE") or NOFILE)
         self._ulimits = [Ulimit(name="nofile", soft=nofile, hard=nofile)]
-        if removed := remove_leftovers(client):
-            say(f"docker: removed {len(removed)} container(s) of an interrupted run: {', '.join(removed)}")
-        try:
-            client.images.get(self._k6_image)
-        except ImageNotFound:
-            # `docker compose up -d` skips k6 (profile "tools"), so its image may be missing.
-            say(f"docker: pulling {self._k6_image}")
-            repository, _, tag = self._k6_image.rpartition(":")
-            client.images.pull(repository, tag=tag)
+        for engine_client, where in self._clients():
+            if removed := remove_leftovers(engine_client):
+                names = ", ".join(removed)
+                say(f"docker: removed {len(removed)} container(s) of an interrupted run{where}: {names}")
+        for engine_client, where in self._clients(k6_only=True):
+            try:
+                engine_client.images.get(self._k6_image)
+            except ImageNotFound:
+                # `docker compose up -d` skips k6 (profile "tools"), so its image may be missing.
+                say(f"docker: pulling {self._k6_image}{where}")
+                repository, _, tag = self._k6_image.rpartition(":")
+                engine_client.images.pull(repository, tag=tag)
+
+    @property
+    def cpus_elsewhere(self) -> str | None:
+        if self._load:
+            names = ", ".join(engine.name for engine in self._load)
+            return f"k6 runs on load engine(s) {names}, apart from the service: their CPUs are not read"
+        if not self._service_url.startswith("unix://"):
+            return f"the Docker engine at {self._service_url} is not this host: its CPUs cannot be read here"
+        return None
+
+    def check_k6_instances(self, profile: Profile, k6_instances: K6Instances) -> None:
+        if self._load:
+            names = ", ".join(engine.name for engine in self._load)
+            slots = self._k6_slots(profile)
+            where = f"the load engines {names} have {len(slots)} CPUs for k6 beside profile {profile.name}"
+            problem = k6_instances_problem(k6_instances, len(slots), where)
+        else:
+            k6_cpus = split_cpus(range(self._cpus), profile.whole_cpus).k6
+            where = f"the engine has {self._cpus} CPUs and profile {profile.name} takes {profile.whole_cpus}"
+            problem = k6_instances_problem(k6_instances, len(k6_cpus), where)
+        if problem:
+            raise BackendUnavailable(problem)
 
     def start_service(self, scenario: Scenario) -> ServiceHandle:
         profile, target = scenario.profile, scenario.target
         image = image_name(target.service)
-        check_profile_fits(profile, self._cpus, f"the Docker engine has {self._cpus}")
+        check_profile_fits(profile, self._cpus, f"the Docker engine has {self._cpus}", self._memory)
+        if self._load and scenario.network.emulated:
+            raise ScenarioFailed(
+                "network",
+                f"network {scenario.network.name}: k6 on other engines reaches the service over the real "
+                "network between the hosts; emulated profiles need k6 beside the service (one engine)",
+            )
         with _docker_errors("start"):
             port, metrics_port = self._image_ports(image)
         split = split_cpus(range(self._cpus), profile.whole_cpus)
         notes: list[str] = []
-        if split.shared:
+        if split.shared and not self._load:
             notes.append(shared_cpus_note(split.k6, f"the Docker engine has {self._cpus} CPUs", profile))
         name = container_name(self._settings.run_id, scenario.id)
         env = {"HOST": "0.0.0.0", "PORT": str(port), "METRICS_PORT": str(metrics_port)}
@@ -440,7 +501,7 @@ class DockerBackend:
             network=NETWORK,
             # The runner checks health and verifies from the host through these ports (None: any
             # free host port).
-            ports={f"{port}/tcp": (LOOPBACK, None), f"{metrics_port}/tcp": (LOOPBACK, None)},
+            ports={f"{port}/tcp": (self._publish, None), f"{metrics_port}/tcp": (self._publish, None)},
             nano_cpus=round(profile.cpus * 1e9),
             mem_limit=profile.memory_bytes,
             memswap_limit=profile.memory_bytes,  # equal to the limit: no swap
@@ -463,32 +524,45 @@ class DockerBackend:
                 container.start()
                 listening = self._await_listening(service)
                 container.reload()
-                host_port = _published_port(container, port)
+                host_port = _published_port(container, port, self._publish)
                 published_metrics = listening.get("metrics_port") or None
-                host_metrics_port = _published_port(container, metrics_port) if published_metrics else None
+                host_metrics_port = (
+                    _published_port(container, metrics_port, self._publish) if published_metrics else None
+                )
                 service.ip = container.attrs["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
             if scenario.network.emulated:
                 network = self._network(service, split.k6)
         except BaseException:
             self._release(scenario.id)  # no handle reaches the runner, so remove it here
             raise
+        published = Endpoint(self._publish, host_port)
+        if self._load:  # k6 elsewhere dials the published port; the certificate names the address
+            slots = self._k6_slots(profile)
+            k6_address, k6_cpus = published, tuple(range(len(slots)))
+            k6_places = tuple(f"engine {engine.name} CPU {cpu}" for engine, cpu in slots)
+            engines = ", ".join(engine.name for engine in self._load)
+            path = f"k6 on engine(s) {engines} (host network) to {published}, the service's published port"
+        else:
+            # The compose name, mapped to this container in k6's /etc/hosts: the certificate
+            # has a SAN for it, not for the per-scenario container name.
+            k6_address, k6_cpus, k6_places = Endpoint(service.hostname, port), split.k6, ()
+            path = f"docker bridge network {NETWORK}: k6 container to service container"
         return ServiceHandle(
             scenario_id=scenario.id,
             service=target.service,
-            address=Endpoint(LOOPBACK, host_port),
-            # The compose name, mapped to this container in k6's /etc/hosts: the certificate
-            # has a SAN for it, not for the per-scenario container name.
-            k6_address=Endpoint(service.hostname, port),
-            metrics_address=Endpoint(LOOPBACK, host_metrics_port) if host_metrics_port else None,
+            address=published,
+            k6_address=k6_address,
+            metrics_address=Endpoint(self._publish, host_metrics_port) if host_metrics_port else None,
             prometheus_target=f"{name}:{metrics_port}" if published_metrics else None,
             workers=listening.get("workers"),
             limits="docker",
             service_cpus=split.service,
-            k6_cpus=split.k6,
+            k6_cpus=k6_cpus,
             notes=tuple(notes),
             network=network,
-            network_path=f"docker bridge network {NETWORK}: k6 container to service container",
+            network_path=path,
             interpreter=listening.get("interpreter"),
+            k6_places=k6_places,
         )
 
     def service_ended(self, handle: ServiceHandle) -> str | None:
@@ -503,35 +577,63 @@ class DockerBackend:
         return _logs_tail(self._services[handle.scenario_id].container)
 
     def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Process:
+        return self.run_k6_instances(handle, [invocation], measured)[0]
+
+    def run_k6_instances(
+        self, handle: ServiceHandle, invocations: Sequence[K6Invocation], measured: bool
+    ) -> tuple[K6Process, ...]:
+        """One k6 container per invocation, started together, each on its own cpuset; on other
+        engines, k6's files go in and its summary and raw samples come out through the engine's API
+        (a bind mount would name a directory of the engine's host, not of this one)."""
         service = self._services[handle.scenario_id]
         phase = "measure" if measured else "warmup"
-        container = self._create(phase, **self._k6_params(service, handle, invocation, phase))
+        runs: list[tuple[K6Invocation, Container, int, str | None]] = []
         try:
+            for index, invocation in enumerate(invocations, start=1):
+                client, cpus, place = self._k6_place(handle, invocation)
+                suffix = "" if len(invocations) == 1 else f"-{index}"
+                name = f"{service.container.name}-k6{suffix}"
+                params = self._k6_params(service, invocation, phase, cpus, name)
+                container = self._create(phase, client, **params)
+                runs.append((invocation, container, len(cpus), place))
+                if self._load:
+                    with _docker_errors(phase):
+                        container.put_archive("/", self._k6_files())
             with _docker_errors(phase):
                 before = _stats(service.container) if measured else None
                 started = time.monotonic()
-                container.start()
-                cpu_ns = _cpu_until_exit(container)
-                exit_code = int(container.wait()["StatusCode"])
+                for _, container, _, _ in runs:
+                    container.start()
+                cpu_ns = _cpu_until_all_exit([container for _, container, _, _ in runs])
                 wall = time.monotonic() - started
                 if before is not None:
                     after = _stats(service.container)
                     # Without a peak in the stats (cgroup v2), ask the service for its cgroup's.
                     peak = self._memory_peak(handle) if after.memory_max_usage is None else None
                     service.window = UsageWindow(before, after, wall, peak)
-                output = container.logs(stdout=True, stderr=True)
+                processes = []
+                for (invocation, container, cpu_count, place), cpu in zip(runs, cpu_ns, strict=True):
+                    exit_code = int(container.wait()["StatusCode"])
+                    output = container.logs(stdout=True, stderr=True)
+                    if self._load:
+                        _copy_results(container, invocation)
+                    invocation.log_file.parent.mkdir(parents=True, exist_ok=True)
+                    with invocation.log_file.open("ab") as log:
+                        log.write(output)
+                    processes.append(
+                        K6Process(
+                            exit_code=exit_code,
+                            wall_seconds=wall,
+                            cpu_seconds=None if cpu is None else cpu / 1e9,
+                            cpus=cpu_count,
+                            output_tail=tail(output),
+                            placement=place,
+                        )
+                    )
         finally:
-            _remove(container)  # also on Ctrl-C: force stops k6
-        invocation.log_file.parent.mkdir(parents=True, exist_ok=True)
-        with invocation.log_file.open("ab") as log:
-            log.write(output)
-        return K6Process(
-            exit_code=exit_code,
-            wall_seconds=wall,
-            cpu_seconds=None if cpu_ns is None else cpu_ns / 1e9,
-            cpus=len(handle.k6_cpus),
-            output_tail=tail(output),
-        )
+            for _, container, _, _ in runs:
+                _remove(container)  # also on Ctrl-C: force stops k6
+        return tuple(processes)
 
     def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
         released = self._release(handle.scenario_id)
@@ -544,11 +646,63 @@ class DockerBackend:
         for scenario_id in list(self._services):
             self._release(scenario_id)
         # A create interrupted by Ctrl-C may still have made its container: none of this run's stays.
-        with contextlib.suppress(DockerException):
-            for container in self._client.containers.list(
-                all=True, filters={"label": f"protolab.run={self._settings.run_id}"}
-            ):
-                _remove(container)
+        for client, _ in self._clients():
+            with contextlib.suppress(DockerException):
+                for container in client.containers.list(
+                    all=True, filters={"label": f"protolab.run={self._settings.run_id}"}
+                ):
+                    _remove(container)
+
+    def _clients(self, k6_only: bool = False) -> list[tuple[docker.DockerClient, str]]:
+        """Each engine's client once, with " on engine <name>" for messages ("" for the service's)."""
+        clients = [] if k6_only and self._load else [(self._client, "")]
+        for engine in self._load:
+            if engine.client is not self._client or k6_only:
+                clients.append((engine.client, f" on engine {engine.name}"))
+        return clients
+
+    def _k6_slots(self, profile: Profile) -> list[tuple[Engine, int]]:
+        """The load engines' CPUs for k6, one engine after another in turn (two instances on two
+        engines take one each); an engine that also runs the service offers what the service leaves."""
+        per_engine = []
+        for engine in self._load:
+            if engine.client is self._client:
+                cpus: Sequence[int] = split_cpus(range(self._cpus), profile.whole_cpus).k6
+            else:
+                cpus = range(self._load_cpus[engine.name])
+            per_engine.append([(engine, cpu) for cpu in cpus])
+        return [slot for turn in itertools.zip_longest(*per_engine) for slot in turn if slot is not None]
+
+    def _k6_place(
+        self, handle: ServiceHandle, invocation: K6Invocation
+    ) -> tuple[docker.DockerClient, tuple[int, ...], str | None]:
+        """The engine, cpuset and description of one k6 container."""
+        if not self._load:
+            return self._client, invocation.cpus or handle.k6_cpus, None
+        slots = self._k6_slots(self._services[handle.scenario_id].scenario.profile)
+        if invocation.cpus is None:  # one k6: every CPU the first load engine offers
+            engine = slots[0][0]
+            cpus = tuple(cpu for slot_engine, cpu in slots if slot_engine is engine)
+            return engine.client, cpus, f"engine {engine.name} CPUs {cpu_list(cpus)}"
+        (index,) = invocation.cpus
+        engine, cpu = slots[index]
+        return engine.client, (cpu,), f"engine {engine.name} CPU {cpu}"
+
+    def _k6_files(self) -> bytes:
+        """What k6 on another engine reads (k6/, proto/, the lab CA) and a results directory it can
+        write, as a tar for put_archive at the container's root."""
+        buffer = io.BytesIO()
+        root = self._settings.root
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for directory, inside in ((root / "k6", K6_DIR), (root / "proto", PROTO_DIR)):
+                tar.add(directory, arcname=inside.lstrip("/"), filter=_readable)
+            ca = self._settings.certs_dir / certs.CA_FILE
+            if ca.exists():
+                tar.add(ca, arcname=f"{CERTS_DIR.lstrip('/')}/{certs.CA_FILE}", filter=_readable)
+            results = tarfile.TarInfo(RESULTS_DIR.lstrip("/"))
+            results.type, results.mode = tarfile.DIRTYPE, 0o1777  # k6's image runs as its own user
+            tar.addfile(results)
+        return buffer.getvalue()
 
     def _network(self, service: _Service, probe_cpus: tuple[int, ...]) -> dict[str, Any]:
         """Emulate the profile on the service container's link, verify it, and say what was measured.
@@ -654,14 +808,16 @@ class DockerBackend:
             ) from exc
         self._helper_ready = True
 
-    def _create(self, phase: str, **params: Any) -> Container:
-        """containers.create; when it is interrupted, whatever the engine made under that name goes."""
+    def _create(self, phase: str, client: docker.DockerClient | None = None, **params: Any) -> Container:
+        """containers.create on client (default: the service's engine); when it is interrupted,
+        whatever the engine made under that name goes."""
+        engine = client or self._client
         try:
             with _docker_errors(phase):
-                return self._client.containers.create(**params)
+                return engine.containers.create(**params)
         except BaseException:
             with contextlib.suppress(DockerException):
-                _remove(self._client.containers.get(params["name"]))
+                _remove(engine.containers.get(params["name"]))
             raise
 
     def _release(self, scenario_id: str) -> tuple[_Service, int, str] | None:
@@ -731,6 +887,14 @@ class DockerBackend:
         for file_name in changed:
             certs.write_file(directory / file_name, files[file_name], _CERT_MODES[file_name])
         self._certs_adopted = True
+        # Every lab certificate names 127.0.0.1; another address, only when compose's `certs` had it.
+        if self._publish not in certs.IP_ADDRESSES and self._publish not in certs.server_names(directory):
+            raise ScenarioFailed(
+                "start",
+                f"the certificate in volume {CERTS_VOLUME} does not name the publish address "
+                f"{self._publish}, which k6 dials: recreate it with "
+                f"`PUBLISH_ADDRESS={self._publish} docker compose up -d`",
+            )
         if not changed:
             return []
         return [f"copied {', '.join(changed)} from volume {CERTS_VOLUME} into {directory} (the services' CA)"]
@@ -760,9 +924,13 @@ class DockerBackend:
             )
 
     def _k6_params(
-        self, service: _Service, handle: ServiceHandle, invocation: K6Invocation, phase: str
+        self, service: _Service, invocation: K6Invocation, phase: str, cpus: Sequence[int], name: str
     ) -> dict[str, Any]:
-        """The k6 container: the invocation with host paths moved to where the mounts put them."""
+        """A k6 container: the invocation with host paths moved to where the container has them.
+
+        Beside the service: on the compose network, the files mounted. On another engine: on that
+        host's network (no bridge or NAT between k6 and the wire), the files copied in (_k6_files).
+        """
         root = self._settings.root
         results = invocation.summary_file.parent
         paths = {
@@ -774,24 +942,31 @@ class DockerBackend:
         script = _in_container(str(invocation.script), paths)
         if not script.startswith(f"{K6_DIR}/"):
             raise ScenarioFailed(phase, f"k6 script {invocation.script} is not under {root / 'k6'}")
-        return {
+        args = [_csv_in_container(arg, paths) for arg in invocation.args]
+        if not self._load:
+            args = [_in_network(arg) for arg in args]
+        params: dict[str, Any] = {
             "image": self._k6_image,
-            "command": ["run", *map(_in_network, invocation.args), script],
-            "name": f"{service.container.name}-k6",
+            "command": ["run", *args, script],
+            "name": name,
             "environment": {key: _in_container(value, paths) for key, value in invocation.env.items()},
+            "cpuset_cpus": cpu_list(cpus),
+            "labels": self._labels(service.scenario, "k6"),
+            "ulimits": self._ulimits,
+        }
+        if self._load:
+            return params | {"network_mode": "host"}
+        return params | {
             "network": NETWORK,
             "extra_hosts": {service.hostname: service.ip},
-            "cpuset_cpus": cpu_list(handle.k6_cpus),
             # The host's user, so k6 can write its summary into the results directory it mounts.
             "user": f"{os.getuid()}:{os.getgid()}",
-            "labels": self._labels(service.scenario, "k6"),
             "volumes": {
                 str(root / "k6"): {"bind": K6_DIR, "mode": "ro"},
                 str(root / "proto"): {"bind": PROTO_DIR, "mode": "ro"},
                 CERTS_VOLUME: {"bind": CERTS_DIR, "mode": "ro"},
                 str(results): {"bind": RESULTS_DIR, "mode": "rw"},
             },
-            "ulimits": self._ulimits,
         }
 
     def _memory_peak(self, handle: ServiceHandle) -> int | None:
@@ -819,21 +994,52 @@ def _stats(container: Container) -> StatsSnapshot:
     return StatsSnapshot.parse(cast("dict[str, Any]", container.stats(stream=False, one_shot=True)))
 
 
-def _cpu_until_exit(container: Container) -> int | None:
-    """k6's CPU nanoseconds: an exited container has no stats, so sample until it exits.
+def _cpu_until_all_exit(containers: Sequence[Container]) -> list[int | None]:
+    """Each k6 container's CPU nanoseconds: an exited container has no stats, so sample until it exits.
 
-    The last sample is at most one poll interval before the exit, so up to that much k6 CPU
-    goes uncounted; a stopped container reports zero, hence the maximum.
+    The last sample is at most one poll interval (times the containers) before the exit, so up to
+    that much k6 CPU goes uncounted; a stopped container reports zero, hence the maximum.
     """
-    cpu_ns: int | None = None
-    while True:
-        sample = _stats(container).cpu_ns
-        if sample:
-            cpu_ns = max(cpu_ns or 0, sample)
-        container.reload()
-        if container.status != "running":
-            return cpu_ns
-        time.sleep(_K6_POLL_S)
+    cpu_ns: list[int | None] = [None] * len(containers)
+    running = list(range(len(containers)))
+    while running:
+        for index in list(running):
+            container = containers[index]
+            if sample := _stats(container).cpu_ns:
+                cpu_ns[index] = max(cpu_ns[index] or 0, sample)
+            container.reload()
+            if container.status != "running":
+                running.remove(index)
+        if running:
+            time.sleep(_K6_POLL_S)
+    return cpu_ns
+
+
+def _copy_results(container: Container, invocation: K6Invocation) -> None:
+    """k6's summary and raw samples out of its container into the host paths the runner reads;
+    a file k6 did not write stays missing (the runner then reports the missing summary)."""
+    for path in (invocation.summary_file, invocation.raw_file):
+        if path is None:
+            continue
+        try:
+            stream, _ = container.get_archive(f"{RESULTS_DIR}/{path.name}")
+        except NotFound:
+            continue
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.extractfile(path.name)
+            if member is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(member.read())
+
+
+def _readable(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """Files for k6's container: readable by its user, no bytecode caches."""
+    if "__pycache__" in info.name:
+        return None
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mode = 0o755 if info.isdir() else 0o644
+    return info
 
 
 def _remove(container: Container) -> None:
@@ -841,11 +1047,11 @@ def _remove(container: Container) -> None:
         container.remove(force=True)
 
 
-def _published_port(container: Container, port: int) -> int:
+def _published_port(container: Container, port: int, address: str) -> int:
     for binding in container.ports.get(f"{port}/tcp") or []:
-        if binding.get("HostIp") == LOOPBACK:
+        if binding.get("HostIp") == address:
             return int(binding["HostPort"])
-    raise ScenarioFailed("start", f"port {port} of {container.name} is not published on {LOOPBACK}")
+    raise ScenarioFailed("start", f"port {port} of {container.name} is not published on {address}")
 
 
 def _in_container(value: str, paths: Mapping[Path, str]) -> str:
@@ -854,6 +1060,13 @@ def _in_container(value: str, paths: Mapping[Path, str]) -> str:
         if value == str(host) or value.startswith(f"{host}/"):
             return inside + value[len(str(host)) :]
     return value
+
+
+def _csv_in_container(arg: str, paths: Mapping[Path, str]) -> str:
+    """A k6 CSV output (an instance's raw samples) written where the container has the results."""
+    if not arg.startswith("csv="):
+        return arg
+    return "csv=" + _in_container(arg.removeprefix("csv="), paths)
 
 
 def _in_network(arg: str) -> str:

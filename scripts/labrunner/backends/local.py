@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from labrunner.backends.base import (
     BackendSettings,
+    BackendUnavailable,
     Endpoint,
     K6Invocation,
     K6Process,
@@ -25,6 +26,7 @@ from labrunner.backends.base import (
     check_listening,
     check_profile_fits,
     delta,
+    k6_instances_problem,
     listening_event,
     service_env,
     shared_cpus_note,
@@ -39,7 +41,7 @@ from labrunner.backends.cgroups import (
     reset_memory_peak,
     split_cpus,
 )
-from labrunner.model.matrix import Scenario
+from labrunner.model.matrix import K6Instances, Profile, Scenario
 from labrunner.network.emulators import Emulator, UserspaceEmulator, choose_emulator
 from labrunner.network.namespaces import (
     NAMESPACE_PREFIX,
@@ -101,6 +103,11 @@ def probe() -> str:
 
 def create(settings: BackendSettings, say: Say) -> "LocalBackend":
     del say  # the local backend reports through each scenario's notes
+    if not settings.hosts.default:
+        raise BackendUnavailable(
+            "[hosts], --service-engine, --load-engine and --publish-address name Docker engines: "
+            "use them with --backend docker"
+        )
     return LocalBackend(settings)
 
 
@@ -141,6 +148,7 @@ class LocalBackend:
     """Services from `python -m services.<name>`, k6 from this host; both bound to 127.0.0.1."""
 
     name = "local"
+    cpus_elsewhere = None  # everything runs on this host
 
     def __init__(self, settings: BackendSettings) -> None:
         self._settings = settings
@@ -150,6 +158,13 @@ class LocalBackend:
             # holds its namespaces open, so they stay.
             with contextlib.suppress(NetworkError):  # no iproute2: network scenarios say so later
                 remove_leftovers(RUN_NAMESPACE_PREFIX, keep_in_use=True)
+
+    def check_k6_instances(self, profile: Profile, k6_instances: K6Instances) -> None:
+        available = sorted(os.sched_getaffinity(0))
+        k6_cpus = split_cpus(available, profile.whole_cpus).k6
+        where = f"this host has {len(available)} CPUs and profile {profile.name} needs {profile.whole_cpus}"
+        if problem := k6_instances_problem(k6_instances, len(k6_cpus), where):
+            raise BackendUnavailable(problem)
 
     def start_service(self, scenario: Scenario) -> ServiceHandle:
         profile = scenario.profile

@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from labrunner.model.hosts import LOCAL_ENGINE, LOOPBACK_ADDRESS, Hosts, HostsError, hosts
 from labrunner.network.profiles import NetworkProfile, NetworkSpec
 
 BACKENDS = ("local", "docker")
@@ -182,6 +183,7 @@ class Matrix:
     presets: Mapping[str, Mapping[str, Any]]
     default_preset: str
     networks: Mapping[str, NetworkProfile] = field(default_factory=lambda: {LOOPBACK.name: LOOPBACK})
+    hosts: Hosts = field(default_factory=Hosts)  # [hosts]: the Docker engine of each role
 
 
 @dataclass(frozen=True)
@@ -501,6 +503,14 @@ class _Defaults(_Preset):
     preset: str = "default"
 
 
+class _HostsSpec(_Table):
+    """[hosts]: the engine of each role (labrunner.model.hosts); the docker backend's only."""
+
+    service: str = LOCAL_ENGINE
+    load: Annotated[list[str], BeforeValidator(_as_list)] = [LOCAL_ENGINE]
+    publish_address: str = LOOPBACK_ADDRESS
+
+
 class _MatrixFile(_Table):
     """The whole file."""
 
@@ -510,6 +520,7 @@ class _MatrixFile(_Table):
     load_models: Entries[_LoadModelSpec]
     presets: dict[str, _Preset] = {}
     networks: dict[Name, NetworkSpec] = {}
+    hosts: _HostsSpec = _HostsSpec()
 
 
 def parse_duration(value: object, where: str) -> float:
@@ -550,6 +561,10 @@ def parse_matrix(data: Mapping[str, Any], path: Path) -> Matrix:
         raise MatrixError(f"[defaults] preset = {spec.defaults.preset!r} is not a [presets.*] table")
     # The layers stay as written: they are merged with the command line and listed by --list.
     defaults = {k: v for k, v in data.get("defaults", {}).items() if k != "preset"}
+    try:
+        roles = hosts(spec.hosts.service, tuple(spec.hosts.load), spec.hosts.publish_address, "[hosts]")
+    except HostsError as exc:
+        raise MatrixError(f"{path}: {exc}") from exc
     matrix = Matrix(
         path,
         profiles={n: p.build(n) for n, p in spec.profiles.items()},
@@ -560,6 +575,7 @@ def parse_matrix(data: Mapping[str, Any], path: Path) -> Matrix:
         default_preset=spec.defaults.preset,
         # loopback is always there, so matrices without a [networks] table run as before.
         networks={LOOPBACK.name: LOOPBACK} | {n: s.build(n) for n, s in spec.networks.items()},
+        hosts=roles,
     )
     for name in matrix.presets:
         for backend in BACKENDS:

@@ -33,17 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.backends.base import (
-    K6_INSTANCES_NEED_LOCAL,
     Backend,
-    K6InstancesBackend,
     K6Invocation,
     K6Process,
-    ScenarioFailed,
     ServiceHandle,
     ServiceUsage,
     cpu_list,
 )
-from labrunner.model.matrix import Scenario
+from labrunner.model.matrix import K6Instances, Profile, Scenario
 
 PROC_STAT = Path("/proc/stat")
 USER_HZ = os.sysconf("SC_CLK_TCK")
@@ -121,14 +118,10 @@ def others_share(before: Snapshot, after: Snapshot, own_cpu_seconds: float) -> f
     return max(0.0, busy - own_cpu_seconds) / capacity
 
 
-def unavailable(backend: str, environ: Mapping[str, str], proc_stat: Path = PROC_STAT) -> str | None:
+def unavailable(backend: Backend, proc_stat: Path = PROC_STAT) -> str | None:
     """Why this host's /proc/stat cannot describe the scenario's CPUs; None when it can."""
-    if backend == "docker":
-        docker_host = environ.get("DOCKER_HOST", "")
-        if docker_host and not docker_host.startswith("unix://"):
-            return f"the Docker engine at {docker_host} is not this host: its CPUs cannot be read from here"
-    elif backend != "local":
-        return f"backend {backend}: its CPUs are not this host's"
+    if elsewhere := backend.cpus_elsewhere:
+        return elsewhere
     if not os.access(proc_stat, os.R_OK):
         return f"{proc_stat} cannot be read on this host"
     return None
@@ -288,8 +281,6 @@ class MeteredBackend:
     ) -> tuple[K6Process, ...]:
         """k6 split into instances: one window around all of them, k6's time their sum."""
         backend = self._backend
-        if not isinstance(backend, K6InstancesBackend):
-            raise ScenarioFailed("measure", K6_INSTANCES_NEED_LOCAL)
         if not measured or self._read is None:
             processes = backend.run_k6_instances(handle, invocations, measured)
         else:
@@ -301,6 +292,13 @@ class MeteredBackend:
         if measured:
             self.relay_cpu_seconds = processes[0].relay_cpu_seconds if processes else None
         return processes
+
+    def check_k6_instances(self, profile: Profile, k6_instances: K6Instances) -> None:
+        self._backend.check_k6_instances(profile, k6_instances)
+
+    @property
+    def cpus_elsewhere(self) -> str | None:
+        return self._backend.cpus_elsewhere
 
     def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
         return self._backend.stop_service(handle)

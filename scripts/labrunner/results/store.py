@@ -389,6 +389,7 @@ def _k6_section(run: K6Run | None) -> dict[str, Any] | None:
                 "index": index,
                 "segment": instance.segment,
                 "cpus": list(instance.cpu_ids),
+                "placement": instance.placement,
                 "exit_code": instance.exit_code,
                 "wall_seconds": instance.wall_seconds,
                 "cpu_seconds": instance.cpu_seconds,

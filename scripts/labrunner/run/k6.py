@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.backends.base import (
-    K6_INSTANCES_NEED_LOCAL,
     Backend,
-    K6InstancesBackend,
     K6Invocation,
     K6Process,
     ScenarioFailed,
     ServiceHandle,
     cpu_list,
+    k6_instances_problem,
 )
 from labrunner.model.matrix import K6Instances, LoadModel, Scenario, format_duration
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
@@ -75,6 +74,7 @@ class K6Run:
     instances: tuple["K6Run", ...] = ()
     segment: str | None = None  # an instance's execution segment
     cpu_ids: tuple[int, ...] = ()  # an instance's CPUs
+    placement: str | None = None  # an instance's engine and CPU, when not this host's
     latency_samples: tuple[float, ...] | None = None  # an instance's raw protolab_req_duration values
     merged: K6Metrics | None = None  # a split run's merged numbers
 
@@ -91,6 +91,7 @@ class K6Run:
             process.output_tail,
             segment=invocation.segment,
             cpu_ids=invocation.cpus or (),
+            placement=process.placement,
             latency_samples=None if latency_samples is None else tuple(latency_samples),
         )
 
@@ -170,8 +171,6 @@ def run(backend: Backend, handle: ServiceHandle, invocation: K6Invocation, measu
         instance.summary_file.unlink(missing_ok=True)
         if instance.raw_file is not None:
             instance.raw_file.unlink(missing_ok=True)
-    if not isinstance(backend, K6InstancesBackend):
-        raise ScenarioFailed("measure" if measured else "warmup", K6_INSTANCES_NEED_LOCAL)
     processes = backend.run_k6_instances(handle, invocation.instances, measured)
     runs = [
         K6Run.collect(
@@ -219,27 +218,20 @@ def planned_vus(model: LoadModel, instances: int) -> list[int]:
     return split_evenly(model.vus or 0, instances)
 
 
-def instances_for(setting: K6Instances, k6_cpus: Sequence[int], model: LoadModel, can_split: bool) -> int:
+def instances_for(setting: K6Instances, k6_cpus: Sequence[int], model: LoadModel) -> int:
     """How many k6 processes a scenario runs, one per CPU of the k6 side.
 
-    "auto": as many as k6 has CPUs, never more than the load model has VUs to share (1 where
-    the backend cannot split). An explicit count the k6 side cannot hold, one CPU each, or
-    that would leave an instance without VUs, fails the scenario before any load.
+    "auto": as many as k6 has CPUs, never more than the load model has VUs to share. An explicit
+    count the k6 side cannot hold, one CPU each, or that would leave an instance without VUs,
+    fails the scenario before any load.
     """
     vus = splittable_vus(model)
     if isinstance(setting, str):  # AUTO_INSTANCES, the only string the matrix accepts
-        return max(1, min(len(k6_cpus), vus)) if can_split else 1
+        return max(1, min(len(k6_cpus), vus))
     if setting == 1:
         return 1
-    if not can_split:
-        raise ScenarioFailed("start", K6_INSTANCES_NEED_LOCAL)
-    if setting > len(k6_cpus):
-        raise ScenarioFailed(
-            "start",
-            f"k6_instances = {setting} needs {setting} CPUs for k6, one per instance; k6 has "
-            f"{len(k6_cpus)} (CPU {cpu_list(k6_cpus)}): lower k6_instances, use 'auto', "
-            "or a host with more CPUs",
-        )
+    if problem := k6_instances_problem(setting, len(k6_cpus), f"k6's side is CPU {cpu_list(k6_cpus)}"):
+        raise ScenarioFailed("start", problem)
     if setting > vus:
         raise ScenarioFailed(
             "start",

@@ -1,7 +1,6 @@
 """Run a plan: each scenario through start, health, verify, warm-up, measure, stop, collect."""
 
 import json
-import os
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -14,12 +13,10 @@ from typing import Any
 from labrunner.backends.base import (
     Backend,
     BackendSettings,
-    K6InstancesBackend,
     K6Invocation,
     ScenarioFailed,
     ServiceHandle,
     ServiceUsage,
-    cpu_list,
 )
 from labrunner.model.matrix import LoadModel, Plan, Scenario
 from labrunner.observe import annotations, host, prometheus_sd
@@ -152,7 +149,7 @@ def _run_scenario(
     began = time.monotonic()
     ca_file = settings.certs_dir / "ca.pem"
     # /proc/stat around every measured k6 run: what others took on the scenario's CPUs.
-    unmetered = host.unavailable(backend.name, os.environ)
+    unmetered = host.unavailable(backend)
     metered = host.MeteredBackend(backend, host.read_snapshot if unmetered is None else None)
     try:
         with _timed(timings, "start"):
@@ -168,15 +165,10 @@ def _run_scenario(
         if not verification.ok:
             raise ScenarioFailed("verify", "; ".join(verification.failures))
         # k6 split into instances, one CPU of the k6 side each (k6_instances; "auto" resolves here).
-        instances = k6.instances_for(
-            scenario.k6_instances,
-            handle.k6_cpus,
-            scenario.load_model,
-            can_split=isinstance(backend, K6InstancesBackend),
-        )
+        instances = k6.instances_for(scenario.k6_instances, handle.k6_cpus, scenario.load_model)
         if instances > 1:
-            cpus = cpu_list(handle.k6_cpus[:instances])
-            say(f"    k6: {instances} instances by execution segments, one each on CPUs {cpus}")
+            places = handle.k6_places[:instances] or [f"CPU {c}" for c in handle.k6_cpus[:instances]]
+            say(f"    k6: {instances} instances by execution segments, one each on {', '.join(places)}")
         invocation = _invocation_factory(scenario, config, settings, handle, instances)
         if scenario.warmup_s > 0:
             with _timed(timings, "warmup"):
