@@ -51,7 +51,7 @@ def connect(name: str, role: str, timeout_s: int) -> Engine:
                     f"{role} engine {name}: no Docker context of that name (see `docker context ls`); "
                     "name an engine as 'local', a context or a URL (unix://, tcp://, ssh://)"
                 )
-            url = context.Host
+            url = context.Host.replace("http+unix://", "unix://", 1)  # as the SDK stores a socket
             client = docker.DockerClient(
                 base_url=url,
                 tls=context.TLSConfig or False,

@@ -1,0 +1,182 @@
+"""Roles mapped to Docker engines (issue 15): [hosts] and the engine options, how an engine is
+reached (the real Docker SDK against sockets nobody listens on), the extra certificate name, and
+the docker backend's placement of k6 on load engines (on the thin fake client of
+test_docker_backend). The live two-engine run is tests/e2e/test_docker.py's."""
+
+import copy
+import dataclasses
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from docker.context import ContextAPI
+from labrunner import certs, cli
+from labrunner.backends.base import BackendUnavailable, ScenarioFailed
+from labrunner.backends.docker_engine import DockerBackend
+from labrunner.backends.engines import Engine, connect
+from labrunner.model.hosts import Hosts
+from labrunner.model.matrix import MatrixError, parse_matrix
+
+from tests.support import ROOT
+from tests.unit.test_docker_backend import FakeDocker, network_scenario, scenario, settings
+
+MATRIX = ROOT / "matrix.toml"
+
+
+@pytest.fixture(scope="module")
+def matrix_data() -> dict[str, Any]:
+    return tomllib.loads(MATRIX.read_text())
+
+
+def _with_hosts(data: dict[str, Any], **hosts: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(data)
+    changed["hosts"] = hosts
+    return changed
+
+
+# --- [hosts] and the command line -------------------------------------------------------------
+
+
+def test_without_hosts_both_roles_use_the_local_engine(matrix_data: dict[str, Any]) -> None:
+    hosts = parse_matrix(matrix_data, MATRIX).hosts
+    assert hosts == Hosts("local", ("local",), "127.0.0.1")
+    assert hosts.default and not hosts.load_apart
+
+
+def test_hosts_table_names_engines_per_role(matrix_data: dict[str, Any]) -> None:
+    data = _with_hosts(
+        matrix_data,
+        service="lab-a",
+        load=["ssh://k6@10.0.0.7", "tcp://10.0.0.8:2376"],
+        publish_address="10.0.0.5",
+    )
+    hosts = parse_matrix(data, MATRIX).hosts
+    assert hosts == Hosts("lab-a", ("ssh://k6@10.0.0.7", "tcp://10.0.0.8:2376"), "10.0.0.5")
+    assert hosts.load_apart
+    one = parse_matrix(_with_hosts(matrix_data, load="unix:///run/b.sock"), MATRIX).hosts
+    assert one.load == ("unix:///run/b.sock",)  # one engine stands for a list of one
+
+
+@pytest.mark.parametrize(
+    ("hosts", "message"),
+    [
+        ({"load": ["ftp://x"]}, "[hosts] load: 'ftp://x' is not an engine"),
+        ({"service": "tcp://"}, "[hosts] service: 'tcp://' is not an engine"),
+        ({"load": []}, "[hosts]: load must name at least one engine"),
+        ({"load": ["b", "b"]}, "[hosts]: load names an engine twice: b, b"),
+        ({"publish_address": "0.0.0.0"}, "[hosts] publish_address: '0.0.0.0': give the IPv4 address"),
+        ({"publish_address": "::1"}, "[hosts] publish_address: '::1': give the IPv4 address"),
+        ({"publish_address": "lab.example"}, "[hosts] publish_address: 'lab.example' is not an IPv4 address"),
+        ({"engine": "x"}, "unknown key 'engine'"),
+    ],
+)
+def test_bad_hosts_are_refused_naming_the_key(
+    matrix_data: dict[str, Any], hosts: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(MatrixError) as refused:
+        parse_matrix(_with_hosts(matrix_data, **hosts), MATRIX)
+    assert message in str(refused.value)
+
+
+def test_engine_options_override_the_table_and_auto_takes_docker(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--dry-run", "--preset", "ci", "--target", "grpc", "--load-engine", "unix:///run/b.sock"]
+    assert cli.main(argv) == 0
+    assert (
+        "backend: docker (auto: [hosts] or the engine options name Docker engines)" in capsys.readouterr().out
+    )
+    assert cli.main([*argv, "--publish-address", "localhost"]) == cli.EXIT_USAGE
+    assert "publish_address: 'localhost' is not an IPv4 address" in capsys.readouterr().err
+
+
+def test_the_local_backend_refuses_engines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--backend", "local", "--preset", "ci", "--target", "grpc", "--load-engine", "b"]
+    assert cli.main([*argv, "--k6", "/bin/true", "--out", str(tmp_path / "out")]) == cli.EXIT_USAGE
+    assert "name Docker engines: use them with --backend docker" in capsys.readouterr().err
+
+
+# --- Reaching an engine -----------------------------------------------------------------------
+
+
+def test_an_engine_that_does_not_answer_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    silent = f"unix://{tmp_path}/service.sock"
+    with pytest.raises(BackendUnavailable, match=rf"^load engine {silent} did not answer: "):
+        connect(silent, "load", timeout_s=5)
+    argv = ["--backend", "docker", "--preset", "ci", "--target", "grpc", "--service-engine", silent]
+    assert cli.main([*argv, "--k6", "/bin/true", "--out", str(tmp_path / "out")]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"error: --backend docker: service engine {silent} did not answer" in err
+    assert not (tmp_path / "out" / "scenarios").exists()  # nothing ran
+
+
+def test_a_docker_context_is_resolved_to_its_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "config"))
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.json").write_text("{}")
+    silent = f"unix://{tmp_path}/load.sock"
+    ContextAPI.create_context("lab-b", host=silent)
+    with pytest.raises(BackendUnavailable, match=rf"^load engine lab-b \({silent}\) did not answer"):
+        connect("lab-b", "load", timeout_s=5)
+    with pytest.raises(BackendUnavailable, match=r"^load engine nowhere: no Docker context of that name"):
+        connect("nowhere", "load", timeout_s=5)
+
+
+def test_the_certificate_names_an_extra_publish_address(tmp_path: Path) -> None:
+    certs.ensure_certs(tmp_path)
+    assert "10.0.0.5" not in certs.server_names(tmp_path)
+    assert certs.problem(tmp_path, ["10.0.0.5"]) == "server.pem lacks SANs ['10.0.0.5']"
+    assert certs.ensure_certs(tmp_path, extra=["10.0.0.5"]) is True  # regenerated with it
+    assert {"10.0.0.5", "127.0.0.1", "grpc-aio"} <= certs.server_names(tmp_path)
+    assert certs.main(["--dir", str(tmp_path), "--san", "10.0.0.5", "--san", ""]) == 0  # kept
+    assert certs.problem(tmp_path, ["10.0.0.5"]) is None
+
+
+# --- k6 on load engines -------------------------------------------------------------------------
+
+
+def _apart(tmp_path: Path, *load: Engine, service: FakeDocker | None = None) -> DockerBackend:
+    roles = Hosts("local", tuple(engine.name for engine in load), "127.0.0.1")
+    lab_settings = dataclasses.replace(settings(tmp_path), hosts=roles)
+    return DockerBackend(lab_settings, service or FakeDocker(), say=lambda line: None, load=load)
+
+
+def test_instances_take_the_load_engines_cpus_in_turn(tmp_path: Path) -> None:
+    two, three = FakeDocker(ncpu=2), FakeDocker(ncpu=3)
+    backend = _apart(tmp_path, Engine("b", "unix:///b.sock", two), Engine("c", "tcp://c:2376", three))
+    handle = backend.start_service(scenario("grpc"))
+    assert handle.k6_cpus == (0, 1, 2, 3, 4)
+    assert handle.k6_places == tuple(
+        f"engine {name} CPU {cpu}" for name, cpu in (("b", 0), ("c", 0), ("b", 1), ("c", 1), ("c", 2))
+    )
+    assert (handle.k6_address.host, handle.k6_address.port) == ("127.0.0.1", handle.address.port)
+    assert (
+        backend.cpus_elsewhere
+        == "k6 runs on load engine(s) b, c, apart from the service: their CPUs are not read"
+    )
+    backend.check_k6_instances(scenario("grpc").profile, 5)
+    with pytest.raises(BackendUnavailable, match=r"needs 6 CPUs .*the load engines b, c have 5 CPUs for k6"):
+        backend.check_k6_instances(scenario("grpc").profile, 6)
+    backend.close()
+
+
+def test_an_emulated_network_needs_k6_beside_the_service(tmp_path: Path) -> None:
+    service = FakeDocker()
+    backend = _apart(tmp_path, Engine("b", "unix:///b.sock", FakeDocker(ncpu=2)), service=service)
+    with pytest.raises(
+        ScenarioFailed, match=r"^network: network wan: k6 on other engines reaches the service"
+    ):
+        backend.start_service(network_scenario("wan"))
+    assert service.created == []
+
+
+def test_a_remote_service_engine_says_its_cpus_are_not_read_here(tmp_path: Path) -> None:
+    fake = FakeDocker()
+    remote = DockerBackend(settings(tmp_path), fake, say=lambda line: None, service_url="tcp://10.0.0.5:2376")
+    assert (
+        remote.cpus_elsewhere
+        == "the Docker engine at tcp://10.0.0.5:2376 is not this host: its CPUs cannot be read here"
+    )
+    here = DockerBackend(
+        settings(tmp_path), fake, say=lambda line: None, service_url="unix:///var/run/docker.sock"
+    )
+    assert here.cpus_elsewhere is None
