@@ -17,9 +17,10 @@ from labrunner.backends.docker_engine import DockerBackend
 from labrunner.backends.engines import Engine, connect
 from labrunner.model.hosts import Hosts
 from labrunner.model.matrix import MatrixError, parse_matrix
+from labrunner.run import k6
 
 from tests.support import ROOT
-from tests.unit.test_docker_backend import FakeDocker, network_scenario, scenario, settings
+from tests.unit.test_docker_backend import FakeDocker, docker_stats, network_scenario, scenario, settings
 
 MATRIX = ROOT / "matrix.toml"
 
@@ -180,3 +181,26 @@ def test_a_remote_service_engine_says_its_cpus_are_not_read_here(tmp_path: Path)
         settings(tmp_path), fake, say=lambda line: None, service_url="unix:///var/run/docker.sock"
     )
     assert here.cpus_elsewhere is None
+
+
+def test_instances_beside_the_service_each_get_a_container_and_a_cpu(tmp_path: Path) -> None:
+    fake = FakeDocker(ncpu=8)
+    fake.service_stats = [docker_stats(1.0, 0, 0, 0), docker_stats(2.0, 0, 0, 0)]
+    backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
+    target = scenario("grpc")
+    handle = backend.start_service(target)
+    invocation = k6.build_invocation(
+        target, handle, run_id="run1", root=ROOT, ca_file=tmp_path / "ca.pem",
+        summary_file=tmp_path / "out" / "k6" / "s.json", log_file=tmp_path / "out" / "logs" / "k6.log",
+        influxdb_url=None, warmup=False, instances=2, k6_cpus=handle.k6_cpus,
+    )  # fmt: skip
+    processes = backend.run_k6_instances(handle, invocation.instances, measured=True)
+    k6_params = [c.params for c in fake.created if c.role == "k6"]
+    assert [p["name"] for p in k6_params] == [f"{fake.created[0].name}-k6-1", f"{fake.created[0].name}-k6-2"]
+    assert [p["cpuset_cpus"] for p in k6_params] == [str(cpu) for cpu in handle.k6_cpus[:2]]
+    assert all(p["network"] == "protolab" for p in k6_params)
+    for index, params in enumerate(k6_params, start=1):  # raw samples where the mount puts them
+        assert f"csv=/results/s.k6-{index}.csv" in params["command"]
+    assert [(p.cpus, p.placement) for p in processes] == [(1, None), (1, None)]
+    backend.close()
+    assert {c.name for c in fake.created} <= set(fake.removed)
