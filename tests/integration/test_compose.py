@@ -306,6 +306,18 @@ def test_every_published_port_is_bound_to_loopback() -> None:
             assert host_port, f"{name}: port {target} needs an explicit host port"
 
 
+def test_publish_address_moves_the_services_and_influxdb_and_the_certificate_names_it() -> None:
+    moved = compose({**REQUIRED_ENV, "PUBLISH_ADDRESS": "10.0.0.5"})["services"]
+    on_address = {
+        name for name, service in moved.items() if any(ip == "10.0.0.5" for ip, _, _ in published(service))
+    }
+    services = {"rest-aiohttp", "rest-quart", "grpc-aio", "rest-granian", "grpc-grpclib"}
+    assert on_address == {"influxdb", *services}
+    for name in ("prometheus", "grafana"):  # they stay on the service host's loopback
+        assert {ip for ip, _, _ in published(moved[name])} == {LOOPBACK}, name
+    assert moved["certs"]["command"][-2:] == ["--san", "10.0.0.5"]
+
+
 def test_no_container_gets_the_docker_socket_or_privileges() -> None:
     text = COMPOSE_FILE.read_text()
     assert "docker.sock" not in text
@@ -550,13 +562,15 @@ def test_influxdb_healthcheck_waits_for_the_k6_database(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def compose_certs() -> Iterator[Path]:
-    """The certs one-shot's command, run natively into a folder that stands in for /certs."""
-    certs = raw_compose()["services"]["certs"]
+    """The certs one-shot's command (as a user gets it: no PUBLISH_ADDRESS), run natively into a
+    folder that stands in for /certs."""
+    certs = compose()["services"]["certs"]
     command = certs["command"]
-    assert command[:2] == ["python", "scripts/gen_certs.py"] and command[-2:] == ["--dir", "/certs"]
+    assert command == ["python", "scripts/gen_certs.py", "--dir", "/certs", "--san", "127.0.0.1"]
     assert "certs:/certs" in certs["volumes"]
     with tempfile.TemporaryDirectory(prefix="protolab-certs-") as directory:
-        subprocess.run([sys.executable, *command[1:-1], directory], cwd=ROOT, check=True, timeout=60)
+        native = [directory if part == "/certs" else part for part in command[1:]]
+        subprocess.run([sys.executable, *native], cwd=ROOT, check=True, timeout=60)
         yield Path(directory)
 
 
