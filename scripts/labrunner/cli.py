@@ -461,7 +461,15 @@ def _overrides(args: argparse.Namespace) -> Overrides:
 
 
 def _hosts(args: argparse.Namespace, matrix: Matrix) -> Hosts:
-    """matrix.toml's [hosts] with the command line's engine options over it."""
+    """matrix.toml's [hosts] with the command line's engine options over it; --backend local
+    leaves the table aside (it names Docker engines) and refuses the options."""
+    if args.backend == "local":
+        if args.service_engine or args.load_engine or args.publish_address:
+            raise _Usage(
+                "--service-engine, --load-engine and --publish-address name Docker engines: "
+                "use them with --backend docker"
+            )
+        return Hosts()
     chosen = matrix.hosts
     load = split_list(args.load_engine)
     return hosts(

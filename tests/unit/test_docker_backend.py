@@ -99,8 +99,8 @@ class FakeContainer:
         self.attrs["State"] = {"Status": "exited" if exited else "running", "ExitCode": 1 if exited else 0}
         self.attrs["NetworkSettings"] = {
             "Ports": {
-                port: [{"HostIp": "127.0.0.1", "HostPort": str(self.client.host_port)}]
-                for port in self.params.get("ports", {})
+                port: [{"HostIp": host_ip, "HostPort": str(self.client.host_port)}]
+                for port, (host_ip, _) in self.params.get("ports", {}).items()
             },
             "Networks": {"protolab": {"IPAddress": SERVICE_IP}},
         }
@@ -133,14 +133,25 @@ class FakeContainer:
         return out + (b"service stderr\n" if stderr else b"")
 
     def get_archive(self, path: str) -> tuple[Iterator[bytes], dict]:
+        """The certs volume's files; from a k6 container, the file k6 wrote (k6_results)."""
         self.client.calls.append(("get_archive", self.name, path))
+        files = {f"certs/{name}": data for name, data in self.client.volume_files.items()}
+        if self.role == "k6":
+            if path not in self.client.k6_results:
+                raise NotFound(path)
+            files = {path.rpartition("/")[2]: self.client.k6_results[path]}
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
-            for name, data in self.client.volume_files.items():
-                info = tarfile.TarInfo(f"certs/{name}")
+            for name, data in files.items():
+                info = tarfile.TarInfo(name)
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
         return iter([buffer.getvalue()]), {}
+
+    def put_archive(self, path: str, data: bytes) -> bool:
+        self.client.calls.append(("put_archive", self.name, path))
+        self.archive = data
+        return True
 
     def stop(self, timeout: int) -> None:
         self.client.calls.append(("stop", self.name, timeout))
@@ -166,6 +177,8 @@ class FakeDocker:
         self.volume_files: dict[str, bytes] = {}
         self.service_stats: list[dict] = []
         self.k6_stats: list[list[dict]] = []  # per k6 container, in order
+        self.k6_results: dict[str, bytes] = {}  # what k6 on a load engine wrote, by container path
+        self.mem_total: int | None = None  # info()'s MemTotal, when set
         self.on_k6_start: Callable[[FakeContainer], None] = lambda container: None
         self.leftovers = [FakeContainer(self, {"name": n, "labels": {}}) for n in leftovers]
         self.containers = SimpleNamespace(create=self._create, list=self._list, get=self._get)
@@ -218,7 +231,7 @@ class FakeDocker:
         return self._image(params["tag"]), []
 
     def info(self) -> dict[str, int]:
-        return {"NCPU": self.ncpu}
+        return {"NCPU": self.ncpu} | ({} if self.mem_total is None else {"MemTotal": self.mem_total})
 
     def ping(self) -> bool:
         return True

@@ -5,6 +5,8 @@ test_docker_backend). The live two-engine run is tests/e2e/test_docker.py's."""
 
 import copy
 import dataclasses
+import io
+import tarfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 from docker.context import ContextAPI
 from labrunner import certs, cli
+from labrunner.backends import docker_engine
 from labrunner.backends.base import BackendUnavailable, ScenarioFailed
 from labrunner.backends.docker_engine import DockerBackend
 from labrunner.backends.engines import Engine, connect
@@ -42,7 +45,7 @@ def _with_hosts(data: dict[str, Any], **hosts: Any) -> dict[str, Any]:
 def test_without_hosts_both_roles_use_the_local_engine(matrix_data: dict[str, Any]) -> None:
     hosts = parse_matrix(matrix_data, MATRIX).hosts
     assert hosts == Hosts("local", ("local",), "127.0.0.1")
-    assert hosts.default and not hosts.load_apart
+    assert hosts.default
 
 
 def test_hosts_table_names_engines_per_role(matrix_data: dict[str, Any]) -> None:
@@ -54,7 +57,6 @@ def test_hosts_table_names_engines_per_role(matrix_data: dict[str, Any]) -> None
     )
     hosts = parse_matrix(data, MATRIX).hosts
     assert hosts == Hosts("lab-a", ("ssh://k6@10.0.0.7", "tcp://10.0.0.8:2376"), "10.0.0.5")
-    assert hosts.load_apart
     one = parse_matrix(_with_hosts(matrix_data, load="unix:///run/b.sock"), MATRIX).hosts
     assert one.load == ("unix:///run/b.sock",)  # one engine stands for a list of one
 
@@ -94,6 +96,12 @@ def test_the_local_backend_refuses_engines(tmp_path: Path, capsys: pytest.Captur
     argv = ["--backend", "local", "--preset", "ci", "--target", "grpc", "--load-engine", "b"]
     assert cli.main([*argv, "--k6", "/bin/true", "--out", str(tmp_path / "out")]) == cli.EXIT_USAGE
     assert "name Docker engines: use them with --backend docker" in capsys.readouterr().err
+    # A [hosts] table does not stop a local run: it names Docker engines, which it does not use.
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(MATRIX.read_text() + '\n[hosts]\nload = ["unix:///run/b.sock"]\n')
+    dry = ["--dry-run", "--backend", "local", "--matrix", str(matrix), "--preset", "ci"]
+    assert cli.main(dry) == 0
+    assert "backend: local (requested)" in capsys.readouterr().out
 
 
 # --- Reaching an engine -----------------------------------------------------------------------
@@ -143,7 +151,7 @@ def _apart(tmp_path: Path, *load: Engine, service: FakeDocker | None = None) -> 
 
 def test_instances_take_the_load_engines_cpus_in_turn(tmp_path: Path) -> None:
     two, three = FakeDocker(ncpu=2), FakeDocker(ncpu=3)
-    backend = _apart(tmp_path, Engine("b", "unix:///b.sock", two), Engine("c", "tcp://c:2376", three))
+    backend = _apart(tmp_path, Engine("b", "unix:///b.sock", two), Engine("c", "unix:///c.sock", three))
     handle = backend.start_service(scenario("grpc"))
     assert handle.k6_cpus == (0, 1, 2, 3, 4)
     assert handle.k6_places == tuple(
@@ -204,3 +212,91 @@ def test_instances_beside_the_service_each_get_a_container_and_a_cpu(tmp_path: P
     assert [(p.cpus, p.placement) for p in processes] == [(1, None), (1, None)]
     backend.close()
     assert {c.name for c in fake.created} <= set(fake.removed)
+
+
+def test_k6_on_a_load_engine_gets_its_files_in_and_its_results_out(tmp_path: Path) -> None:
+    load = FakeDocker(ncpu=2)
+    load.k6_results = {"/results/s.k6-1.json": b'{"metrics": {}}', "/results/s.k6-1.csv": b"raw"}
+    lab = dataclasses.replace(settings(tmp_path), hosts=Hosts("local", ("b",), "10.0.0.5"))
+    service = FakeDocker()
+    service.service_stats = [docker_stats(1.0, 0, 0, 0), docker_stats(2.0, 0, 0, 0)]
+    backend = DockerBackend(lab, service, say=lambda line: None, load=[Engine("b", "unix:///b.sock", load)])
+    target = scenario("grpc-tls")
+    for extra, volume in (([], "lab"), (["10.0.0.5"], "published")):
+        certs.generate(tmp_path / volume, extra)
+        service.volume_files = {n: (tmp_path / volume / n).read_bytes() for n in ("ca.pem", "server.pem")}
+        if not extra:
+            with pytest.raises(ScenarioFailed, match=r"does not name the publish address 10.0.0.5"):
+                backend.start_service(target)
+    handle = backend.start_service(target)
+    assert str(handle.k6_address) == str(handle.address) == f"10.0.0.5:{service.host_port}"
+    invocation = k6.build_invocation(
+        target, handle, run_id="run1", root=ROOT, ca_file=tmp_path / "certs" / "ca.pem",
+        summary_file=tmp_path / "out" / "k6" / "s.json", log_file=tmp_path / "out" / "logs" / "k6.log",
+        influxdb_url="http://127.0.0.1:8086", warmup=False, instances=2, k6_cpus=handle.k6_cpus,
+    )  # fmt: skip
+    processes = backend.run_k6_instances(handle, invocation.instances, measured=True)
+    [first, second] = [c for c in load.created if c.role == "k6"]
+    assert {c.role for c in service.created} == {"service"}  # no k6 beside the service
+    for container, cpu in ((first, "0"), (second, "1")):
+        params = container.params
+        assert (params["network_mode"], params["cpuset_cpus"]) == ("host", cpu)
+        assert "volumes" not in params and "network" not in params
+        assert "--out" in params["command"] and "influxdb=http://10.0.0.5:8086/myk6db" in params["command"]
+        with tarfile.open(fileobj=io.BytesIO(container.archive)) as tar:
+            names = {member.name: member for member in tar.getmembers()}
+        assert {"k6/rest.js", "k6/grpc_unary.js", "proto/cars.proto", "certs/ca.pem"} <= set(names)
+        assert names["results"].isdir() and names["results"].mode == 0o1777
+    # The first instance's summary and raw samples came out; the second wrote none.
+    assert (tmp_path / "out" / "k6" / "s.k6-1.json").read_bytes() == b'{"metrics": {}}'
+    assert (tmp_path / "out" / "k6" / "s.k6-1.csv").read_bytes() == b"raw"
+    assert not (tmp_path / "out" / "k6" / "s.k6-2.json").exists()
+    assert [p.placement for p in processes] == ["engine b CPU 0", "engine b CPU 1"]
+    backend.close()
+    assert {c.name for c in load.created} <= set(load.removed)
+
+
+def test_the_same_engine_named_twice_is_one_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fakes = {"unix:///var/run/docker.sock": FakeDocker(), "unix:///b.sock": FakeDocker(ncpu=2)}
+    urls = {
+        "local": "unix:///var/run/docker.sock",
+        "unix:///var/run/docker.sock": "unix:///var/run/docker.sock",
+    }
+    monkeypatch.setattr(
+        docker_engine,
+        "connect_engine",
+        lambda name, role, timeout_s: Engine(name, urls.get(name, name), fakes[urls.get(name, name)]),
+    )
+    same = dataclasses.replace(settings(tmp_path), hosts=Hosts("local", ("unix:///var/run/docker.sock",)))
+    assert docker_engine.create(same, say=lambda line: None).start_service(scenario("grpc")).k6_places == ()
+    apart = dataclasses.replace(settings(tmp_path), hosts=Hosts("local", ("unix:///b.sock",)))
+    handle = docker_engine.create(apart, say=lambda line: None).start_service(scenario("grpc"))
+    assert handle.k6_places == ("engine unix:///b.sock CPU 0", "engine unix:///b.sock CPU 1")
+
+
+def test_a_load_engine_on_another_host_needs_a_publish_address(tmp_path: Path) -> None:
+    remote = Engine("ssh://k6@10.0.0.8", "ssh://k6@10.0.0.8", FakeDocker())
+    with pytest.raises(
+        BackendUnavailable, match=r"^load engine ssh://k6@10.0.0.8 is another host: k6 there would"
+    ):
+        _apart(tmp_path, remote)
+
+
+def test_the_service_engine_as_a_load_engine_offers_only_what_the_service_leaves(tmp_path: Path) -> None:
+    service = FakeDocker(ncpu=2)
+    shared = Engine("local", "unix:///var/run/docker.sock", service)
+    backend = _apart(tmp_path, shared, Engine("b", "unix:///b.sock", FakeDocker(ncpu=1)), service=service)
+    p1 = scenario("grpc").profile  # 2 CPUs: all of the service engine's
+    with pytest.raises(BackendUnavailable, match=r"have 1 CPUs for k6 beside profile p1"):
+        backend.check_k6_instances(p1, 2)
+    small = scenario("grpc", profile="small").profile  # 1 CPU: the other is k6's
+    backend.check_k6_instances(small, 2)
+
+
+def test_a_memory_limit_the_engine_cannot_bind_is_noted(tmp_path: Path) -> None:
+    fake = FakeDocker()
+    fake.mem_total = 2 * 2**30 - 64 * 2**20  # a 2 GB VM: a little less than 2 GiB
+    handle = DockerBackend(settings(tmp_path), fake, say=lambda line: None).start_service(scenario("grpc"))
+    assert (
+        "profile p1's memory limit (2048 MiB) is not below the engine's memory (1984 MiB)" in handle.notes[0]
+    )

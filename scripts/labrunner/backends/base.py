@@ -213,17 +213,11 @@ def check_listening(listening: Mapping[str, Any], scenario: Scenario, log_tail: 
         )
 
 
-def check_profile_fits(profile: Profile, cpus: int, have: str, memory_bytes: int | None = None) -> None:
-    """Refuse a profile that asks for more CPUs (or memory) than there are: its limit would not bind,
-    and the engine or the kernel would reject it or quietly give less. have: "the host has 2"."""
+def check_profile_fits(profile: Profile, cpus: int, have: str) -> None:
+    """Refuse a profile that asks for more CPUs than there are: its limit would not bind, and the
+    engine or the kernel would reject it or quietly give less. have: "the host has 2"."""
     if profile.cpus > cpus:
         raise ScenarioFailed("start", f"profile {profile.name} asks for {profile.cpus:g} CPUs; {have}")
-    if memory_bytes is not None and profile.memory_bytes > memory_bytes:
-        raise ScenarioFailed(
-            "start",
-            f"profile {profile.name} asks for {profile.memory_bytes // 2**20} MiB; {have} CPUs "
-            f"and {memory_bytes // 2**20} MiB",
-        )
 
 
 def k6_instances_problem(count: K6Instances, k6_cpus: int, where: str) -> str | None:

@@ -3,12 +3,14 @@
 import contextlib
 import hashlib
 import io
+import ipaddress
 import itertools
 import json
 import math
 import os
 import re
 import shlex
+import shutil
 import statistics
 import tarfile
 import time
@@ -60,6 +62,7 @@ NETWORK = "protolab"  # networks.default.name
 CERTS_VOLUME = "protolab-certs"  # volumes.certs.name, filled by the one-shot `certs` service
 K6_IMAGE = "grafana/k6:1.1.0"  # services.k6.image's default; K6_IMAGE overrides both
 INFLUXDB_IN_NETWORK = "influxdb:8086"  # the influxdb service as k6 reaches it on the network
+INFLUXDB_PORT = 8086  # where compose publishes it, on PUBLISH_ADDRESS
 CERTS_DIR = "/certs"
 K6_DIR, PROTO_DIR, RESULTS_DIR = "/k6", "/proto", "/results"
 # The hardening every compose service under test has (x-service in docker-compose.yml).
@@ -171,24 +174,41 @@ def probe() -> str:
 
 
 def create(settings: BackendSettings, say: Say) -> "DockerBackend":
-    """The backend on the engines [hosts] names; every engine must answer now, or the run stops here."""
+    """The backend on the engines [hosts] names; every engine must answer now, or the run stops here.
+
+    Engines are told apart by their address, so the service's engine named twice (`local`, its
+    socket's URL, a context) is one engine: k6 then runs beside the service, as without [hosts].
+    """
     roles = settings.hosts
     try:
-        service = connect_engine(roles.service, "service", API_TIMEOUT_S)
-        engines = {roles.service: service}
+        service = _checked(connect_engine(roles.service, "service", API_TIMEOUT_S), "service")
+        by_url = {service.url: service}
+        load = []
         for name in roles.load:
-            if name not in engines:
-                engines[name] = connect_engine(name, "load", API_TIMEOUT_S)
-        for name, engine in engines.items():
-            role = "service" if name == roles.service else "load"
-            try:
-                check_engine_version(engine.client)
-            except BackendUnavailable as exc:
-                raise BackendUnavailable(f"{engine.describe(role)}: {exc}") from None
-    except BackendUnavailable as exc:
+            engine = connect_engine(name, "load", API_TIMEOUT_S)
+            if engine.url in by_url:
+                engine.client.close()
+            else:
+                by_url[engine.url] = _checked(engine, "load")
+            load.append(by_url[engine.url])
+    except (BackendUnavailable, DockerException, RequestException) as exc:
         raise BackendUnavailable(f"--backend docker: {exc}; start Docker or use --backend local") from exc
-    load = tuple(engines[name] for name in roles.load) if roles.load_apart else ()
-    return DockerBackend(settings, service.client, say, service_url=service.url, load=load)
+    apart = any(engine is not service for engine in load)
+    try:
+        return DockerBackend(
+            settings, service.client, say, service_url=service.url, load=load if apart else ()
+        )
+    except (DockerException, RequestException) as exc:  # e.g. a load engine that cannot pull k6
+        raise BackendUnavailable(f"--backend docker: {exc}") from exc
+
+
+def _checked(engine: Engine, role: str) -> Engine:
+    """The engine, when its version is new enough; BackendUnavailable naming it otherwise."""
+    try:
+        check_engine_version(engine.client)
+    except (BackendUnavailable, DockerException, RequestException) as exc:
+        raise BackendUnavailable(f"{engine.describe(role)}: {exc}") from None
+    return engine
 
 
 def check_engine_version(client: docker.DockerClient) -> str:
@@ -233,9 +253,13 @@ def container_name(run_id: str, scenario_id: str) -> str:
     return f"{name[: _DNS_LABEL_MAX - 9].rstrip('-')}-{digest}"
 
 
-def remove_leftovers(client: docker.DockerClient) -> list[str]:
-    """Remove every container an earlier, interrupted run left behind; their names."""
-    leftovers = client.containers.list(all=True, filters={"label": f"{MANAGED_LABEL}=true"})
+def remove_leftovers(client: docker.DockerClient, running_too: bool = True) -> list[str]:
+    """Remove every container an earlier, interrupted run left behind (running_too=False: the
+    stopped ones only); their names."""
+    filters: dict[str, Any] = {"label": f"{MANAGED_LABEL}=true"}
+    if not running_too:
+        filters["status"] = ["created", "exited", "dead"]
+    leftovers = client.containers.list(all=True, filters=filters)
     for container in leftovers:
         _remove(container)
     # A listed container always has a name; the stubs allow None for one not yet inspected.
@@ -413,6 +437,13 @@ class DockerBackend:
         self._service_url = service_url or os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
         self._load = tuple(load)
         self._publish = settings.hosts.publish_address
+        remote = [engine.name for engine in self._load if not engine.on_this_host]
+        if remote and ipaddress.ip_address(self._publish).is_loopback:
+            raise BackendUnavailable(
+                f"load engine {remote[0]} is another host: k6 there would dial its own {self._publish}; "
+                "set --publish-address (or [hosts] publish_address) to this host's address the load "
+                "hosts reach, and start the lab with PUBLISH_ADDRESS set to it"
+            )
         self._services: dict[str, _Service] = {}
         self._certs_adopted = False
         for what, lookup in (
@@ -437,7 +468,8 @@ class DockerBackend:
         nofile = int(os.environ.get("SERVICE_NOFILE") or NOFILE)
         self._ulimits = [Ulimit(name="nofile", soft=nofile, hard=nofile)]
         for engine_client, where in self._clients():
-            if removed := remove_leftovers(engine_client):
+            # A load engine may be shared: another run's k6 still running there stays.
+            if removed := remove_leftovers(engine_client, running_too=not where):
                 names = ", ".join(removed)
                 say(f"docker: removed {len(removed)} container(s) of an interrupted run{where}: {names}")
         for engine_client, where in self._clients(k6_only=True):
@@ -474,7 +506,7 @@ class DockerBackend:
     def start_service(self, scenario: Scenario) -> ServiceHandle:
         profile, target = scenario.profile, scenario.target
         image = image_name(target.service)
-        check_profile_fits(profile, self._cpus, f"the Docker engine has {self._cpus}", self._memory)
+        check_profile_fits(profile, self._cpus, f"the Docker engine has {self._cpus}")
         if self._load and scenario.network.emulated:
             raise ScenarioFailed(
                 "network",
@@ -487,6 +519,11 @@ class DockerBackend:
         notes: list[str] = []
         if split.shared and not self._load:
             notes.append(shared_cpus_note(split.k6, f"the Docker engine has {self._cpus} CPUs", profile))
+        if self._memory is not None and profile.memory_bytes >= self._memory:
+            notes.append(
+                f"profile {profile.name}'s memory limit ({profile.memory_bytes // 2**20} MiB) is not below "
+                f"the engine's memory ({self._memory // 2**20} MiB): it does not bind"
+            )
         name = container_name(self._settings.run_id, scenario.id)
         env = {"HOST": "0.0.0.0", "PORT": str(port), "METRICS_PORT": str(metrics_port)}
         if target.tls:
@@ -666,8 +703,9 @@ class DockerBackend:
         engines take one each); an engine that also runs the service offers what the service leaves."""
         per_engine = []
         for engine in self._load:
-            if engine.client is self._client:
-                cpus: Sequence[int] = split_cpus(range(self._cpus), profile.whole_cpus).k6
+            if engine.client is self._client:  # what the service leaves; nothing when they would share
+                split = split_cpus(range(self._cpus), profile.whole_cpus)
+                cpus: Sequence[int] = () if split.shared else split.k6
             else:
                 cpus = range(self._load_cpus[engine.name])
             per_engine.append([(engine, cpu) for cpu in cpus])
@@ -886,7 +924,6 @@ class DockerBackend:
         changed = sorted(n for n, data in files.items() if _read_bytes(directory / n) != data)
         for file_name in changed:
             certs.write_file(directory / file_name, files[file_name], _CERT_MODES[file_name])
-        self._certs_adopted = True
         # Every lab certificate names 127.0.0.1; another address, only when compose's `certs` had it.
         if self._publish not in certs.IP_ADDRESSES and self._publish not in certs.server_names(directory):
             raise ScenarioFailed(
@@ -895,6 +932,7 @@ class DockerBackend:
                 f"{self._publish}, which k6 dials: recreate it with "
                 f"`PUBLISH_ADDRESS={self._publish} docker compose up -d`",
             )
+        self._certs_adopted = True  # after the check: every TLS scenario fails the same way
         if not changed:
             return []
         return [f"copied {', '.join(changed)} from volume {CERTS_VOLUME} into {directory} (the services' CA)"]
@@ -943,8 +981,10 @@ class DockerBackend:
         if not script.startswith(f"{K6_DIR}/"):
             raise ScenarioFailed(phase, f"k6 script {invocation.script} is not under {root / 'k6'}")
         args = [_csv_in_container(arg, paths) for arg in invocation.args]
-        if not self._load:
-            args = [_in_network(arg) for arg in args]
+        # InfluxDB on this host's loopback: the compose service beside the service, else the
+        # address the lab publishes it on (k6 on another host has its own loopback).
+        influxdb = f"{self._publish}:{INFLUXDB_PORT}" if self._load else INFLUXDB_IN_NETWORK
+        args = [_influxdb_at(arg, influxdb) for arg in args]
         params: dict[str, Any] = {
             "image": self._k6_image,
             "command": ["run", *args, script],
@@ -1025,11 +1065,18 @@ def _copy_results(container: Container, invocation: K6Invocation) -> None:
             stream, _ = container.get_archive(f"{RESULTS_DIR}/{path.name}")
         except NotFound:
             continue
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            member = tar.extractfile(path.name)
-            if member is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(member.read())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        archive = path.with_name(path.name + ".tar")  # on disk: raw samples can be gigabytes
+        try:
+            with archive.open("wb") as file:
+                for chunk in stream:
+                    file.write(chunk)
+            with tarfile.open(archive) as tar, path.open("wb") as out:
+                member = tar.extractfile(path.name)
+                if member is not None:
+                    shutil.copyfileobj(member, out)
+        finally:
+            archive.unlink(missing_ok=True)
 
 
 def _readable(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
@@ -1069,14 +1116,14 @@ def _csv_in_container(arg: str, paths: Mapping[Path, str]) -> str:
     return "csv=" + _in_container(arg.removeprefix("csv="), paths)
 
 
-def _in_network(arg: str) -> str:
-    """A k6 InfluxDB output on this host's loopback, moved to the compose influxdb service."""
+def _influxdb_at(arg: str, netloc: str) -> str:
+    """A k6 InfluxDB output on this host's loopback, moved to netloc (host:port) as k6 reaches it."""
     if not arg.startswith("influxdb="):
         return arg
     url = urlsplit(arg.removeprefix("influxdb="))
     if url.hostname not in _LOOPBACK_NAMES:
         return arg
-    return "influxdb=" + urlunsplit(url._replace(netloc=INFLUXDB_IN_NETWORK))
+    return "influxdb=" + urlunsplit(url._replace(netloc=netloc))
 
 
 def _listening(container: Container) -> dict[str, Any]:

@@ -33,11 +33,6 @@ class Hosts:
     publish_address: str = LOOPBACK_ADDRESS
 
     @property
-    def load_apart(self) -> bool:
-        """True when k6 runs on an engine other than the service's: it then dials publish_address."""
-        return self.load != (self.service,)
-
-    @property
     def default(self) -> bool:
         return self == Hosts()
 

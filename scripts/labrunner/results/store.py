@@ -376,6 +376,7 @@ def _k6_section(run: K6Run | None) -> dict[str, Any] | None:
         "cpu_seconds": run.cpu_seconds,
         "cpus": run.cpus,
         "cpu_utilisation": run.cpu_utilisation,
+        "placement": run.placement,  # one k6 on another engine: where it ran
         "metrics": asdict(run.metrics) if run.metrics else None,
         # The full k6 metrics, for statistics nobody has asked for yet.
         "summary_metrics": summary.get("metrics"),
@@ -416,7 +417,9 @@ def _service_section(
         "limits": handle.limits,
         "service_cpus": list(handle.service_cpus),
         "k6_cpus": list(handle.k6_cpus),
-        "cpus_shared_with_k6": bool(set(handle.service_cpus) & set(handle.k6_cpus)),
+        # k6 on other engines: what each k6_cpus entry is; their CPU numbers are not the service's.
+        "k6_places": list(handle.k6_places),
+        "cpus_shared_with_k6": not handle.k6_places and bool(set(handle.service_cpus) & set(handle.k6_cpus)),
         "address": str(handle.address),
         "prometheus_target": handle.prometheus_target,
         "network_path": handle.network_path,
