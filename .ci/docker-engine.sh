@@ -9,7 +9,7 @@
 #   .ci/docker-engine.sh start-load  # a second dockerd, the tests' load host (k6), on
 #                                    # unix:///var/run/protolab-load/docker.sock; it shares the
 #                                    # first one's containerd (start that first)
-#   .ci/docker-engine.sh stop-load   # that dockerd, then its bridge plab-load0 (stop does it too)
+#   .ci/docker-engine.sh stop-load   # that dockerd, then its bridge ci-load0 (stop does it too)
 #   .ci/docker-engine.sh load-image IMAGE  # copies IMAGE from the first engine to the load engine
 #                                          # unless the load engine has it with the same id
 #
@@ -29,7 +29,8 @@ LOAD_STATE_DIR=${DOCKER_LOAD_STATE:-/var/run/protolab-load}
 LOAD_DATA_ROOT=${DOCKER_LOAD_DATA_ROOT:-/var/lib/protolab-load-docker}
 LOAD_EXEC_ROOT=${DOCKER_LOAD_EXEC_ROOT:-$LOAD_STATE_DIR/exec}
 LOAD_DOCKERD_LOG=${DOCKERD_LOAD_LOG:-/var/log/protolab-dockerd-load.log}
-LOAD_BRIDGE=${DOCKER_LOAD_BRIDGE:-plab-load0}
+# Not "plab-": the lab names its own network devices so, and tests check the host has none.
+LOAD_BRIDGE=${DOCKER_LOAD_BRIDGE:-ci-load0}
 LOAD_BRIDGE_ADDR=${DOCKER_LOAD_BRIDGE_ADDR:-10.213.0.1/24}
 CONTAINERD_SOCKET=/run/containerd/containerd.sock
 TRIXIE_SOURCES=/etc/apt/sources.list.d/protolab-trixie.sources
