@@ -55,6 +55,7 @@ ONE_K6_KEYS = {
     "cpu_seconds",
     "cpus",
     "cpu_utilisation",
+    "placement",  # None here: one k6 on this host (issue 15 added it for k6 on another engine)
     "metrics",
     "summary_metrics",
     "output_tail",
