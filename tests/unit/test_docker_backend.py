@@ -890,11 +890,12 @@ def test_auto_falls_back_to_local_and_says_why(
 
     fake.ping = no_answer  # type: ignore[method-assign]
     monkeypatch.setattr(docker, "from_env", lambda timeout: fake)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)  # the message names the default socket
     assert cli.main(["--dry-run", "--target", "grpc"]) == 0
     first_line = capsys.readouterr().out.splitlines()[0]
     assert first_line == (
-        "backend: local (auto: no Docker engine answered "
-        "(Error while fetching server API version: connection refused))"
+        "backend: local (auto: Docker engine local (unix:///var/run/docker.sock) did not answer: "
+        "Error while fetching server API version: connection refused)"
     )
 
 

@@ -256,6 +256,16 @@ def test_k6_on_a_load_engine_gets_its_files_in_and_its_results_out(tmp_path: Pat
     assert {c.name for c in load.created} <= set(load.removed)
 
 
+def test_k6s_influxdb_output_follows_where_k6_runs() -> None:
+    at = docker_engine._influxdb_at
+    beside = at("influxdb=http://127.0.0.1:8086/myk6db", "influxdb", "8086")
+    assert beside == "influxdb=http://influxdb:8086/myk6db"
+    # On another engine: this host's publish address, on the URL's own port.
+    assert at("influxdb=http://localhost:18086/myk6db", "10.0.0.5") == "influxdb=http://10.0.0.5:18086/myk6db"
+    assert at("influxdb=http://10.0.0.9:8086/myk6db", "10.0.0.5") == "influxdb=http://10.0.0.9:8086/myk6db"
+    assert at("csv=/results/s.csv", "10.0.0.5") == "csv=/results/s.csv"
+
+
 def test_the_same_engine_named_twice_is_one_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fakes = {"unix:///var/run/docker.sock": FakeDocker(), "unix:///b.sock": FakeDocker(ncpu=2)}
     urls = {

@@ -51,6 +51,7 @@ from labrunner.backends.base import (
 from labrunner.backends.cgroups import split_cpus
 from labrunner.backends.engines import DEFAULT_SOCKET, Engine
 from labrunner.backends.engines import connect as connect_engine
+from labrunner.model.hosts import LOCAL_ENGINE
 from labrunner.model.matrix import K6Instances, Profile, Scenario
 from labrunner.network.emulators import netem_qdisc_commands, tbf_qdisc_commands
 from labrunner.network.profiles import NetworkProfile
@@ -62,7 +63,6 @@ NETWORK = "protolab"  # networks.default.name
 CERTS_VOLUME = "protolab-certs"  # volumes.certs.name, filled by the one-shot `certs` service
 K6_IMAGE = "grafana/k6:1.1.0"  # services.k6.image's default; K6_IMAGE overrides both
 INFLUXDB_IN_NETWORK = "influxdb:8086"  # the influxdb service as k6 reaches it on the network
-INFLUXDB_PORT = 8086  # where compose publishes it, on PUBLISH_ADDRESS
 CERTS_DIR = "/certs"
 K6_DIR, PROTO_DIR, RESULTS_DIR = "/k6", "/proto", "/results"
 # The hardening every compose service under test has (x-service in docker-compose.yml).
@@ -158,7 +158,7 @@ class _Service:
 
 def probe() -> str:
     """Why `auto` may take docker: the engine answers and the lab is up on it; else BackendUnavailable."""
-    client = connect(timeout_s=PROBE_TIMEOUT_S)
+    client = connect_engine(LOCAL_ENGINE, "Docker", PROBE_TIMEOUT_S).client
     try:
         version = check_engine_version(client)
         try:
@@ -222,16 +222,6 @@ def check_engine_version(client: docker.DockerClient) -> str:
             "(compose's healthcheck start_interval); upgrade Docker or use --backend local"
         )
     return version
-
-
-def connect(timeout_s: int = API_TIMEOUT_S) -> docker.DockerClient:
-    """A client of the engine at DOCKER_HOST (else the default socket); BackendUnavailable if none answers."""
-    try:
-        client = docker.from_env(timeout=timeout_s)
-        client.ping()
-    except (DockerException, RequestException) as exc:
-        raise BackendUnavailable(f"no Docker engine answered ({exc})") from exc
-    return client
 
 
 def image_name(service: str) -> str:
@@ -461,7 +451,7 @@ class DockerBackend:
         self._helper_ready = False  # the network helper image is built once a run needs it
         info = client.info()
         self._cpus = int(info["NCPU"])
-        self._memory = info.get("MemTotal")  # bytes; a profile asking for more is refused
+        self._memory = info.get("MemTotal")  # bytes; a profile limit not below it is noted
         self._load_cpus = {engine.name: int(engine.client.info()["NCPU"]) for engine in self._load}
         # The same variables docker-compose.yml reads, so the runner's containers match compose's.
         self._k6_image = os.environ.get("K6_IMAGE") or K6_IMAGE
@@ -472,7 +462,7 @@ class DockerBackend:
             if removed := remove_leftovers(engine_client, running_too=not where):
                 names = ", ".join(removed)
                 say(f"docker: removed {len(removed)} container(s) of an interrupted run{where}: {names}")
-        for engine_client, where in self._clients(k6_only=True):
+        for engine_client, where in self._k6_clients():
             try:
                 engine_client.images.get(self._k6_image)
             except ImageNotFound:
@@ -690,13 +680,14 @@ class DockerBackend:
                 ):
                     _remove(container)
 
-    def _clients(self, k6_only: bool = False) -> list[tuple[docker.DockerClient, str]]:
+    def _clients(self) -> list[tuple[docker.DockerClient, str]]:
         """Each engine's client once, with " on engine <name>" for messages ("" for the service's)."""
-        clients = [] if k6_only and self._load else [(self._client, "")]
-        for engine in self._load:
-            if engine.client is not self._client or k6_only:
-                clients.append((engine.client, f" on engine {engine.name}"))
-        return clients
+        others = [engine for engine in self._load if engine.client is not self._client]
+        return [(self._client, ""), *((engine.client, f" on engine {engine.name}") for engine in others)]
+
+    def _k6_clients(self) -> list[tuple[docker.DockerClient, str]]:
+        """The clients of the engines that run k6: the load engines, else the service's."""
+        return [(engine.client, f" on engine {engine.name}") for engine in self._load] or [(self._client, "")]
 
     def _k6_slots(self, profile: Profile) -> list[tuple[Engine, int]]:
         """The load engines' CPUs for k6, one engine after another in turn (two instances on two
@@ -981,10 +972,12 @@ class DockerBackend:
         if not script.startswith(f"{K6_DIR}/"):
             raise ScenarioFailed(phase, f"k6 script {invocation.script} is not under {root / 'k6'}")
         args = [_csv_in_container(arg, paths) for arg in invocation.args]
-        # InfluxDB on this host's loopback: the compose service beside the service, else the
-        # address the lab publishes it on (k6 on another host has its own loopback).
-        influxdb = f"{self._publish}:{INFLUXDB_PORT}" if self._load else INFLUXDB_IN_NETWORK
-        args = [_influxdb_at(arg, influxdb) for arg in args]
+        # InfluxDB on this host's loopback: the compose service beside the service, else this
+        # host's publish address, on the URL's port (k6 on another host has its own loopback).
+        if self._load:
+            args = [_influxdb_at(arg, self._publish) for arg in args]
+        else:
+            args = [_influxdb_at(arg, *INFLUXDB_IN_NETWORK.split(":")) for arg in args]
         params: dict[str, Any] = {
             "image": self._k6_image,
             "command": ["run", *args, script],
@@ -1116,13 +1109,15 @@ def _csv_in_container(arg: str, paths: Mapping[Path, str]) -> str:
     return "csv=" + _in_container(arg.removeprefix("csv="), paths)
 
 
-def _influxdb_at(arg: str, netloc: str) -> str:
-    """A k6 InfluxDB output on this host's loopback, moved to netloc (host:port) as k6 reaches it."""
+def _influxdb_at(arg: str, host: str, port: str | None = None) -> str:
+    """A k6 InfluxDB output on this host's loopback, moved to host (and port, else the URL's) as
+    k6 reaches it."""
     if not arg.startswith("influxdb="):
         return arg
     url = urlsplit(arg.removeprefix("influxdb="))
     if url.hostname not in _LOOPBACK_NAMES:
         return arg
+    netloc = f"{host}:{port or url.port}" if port or url.port else host
     return "influxdb=" + urlunsplit(url._replace(netloc=netloc))
 
 
