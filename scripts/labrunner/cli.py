@@ -12,7 +12,7 @@ from pathlib import Path
 
 from labrunner import backends, certs
 from labrunner.backends.base import Backend, BackendSettings, BackendUnavailable
-from labrunner.model.hosts import Hosts, HostsError, hosts
+from labrunner.model.engine_roles import Hosts, HostsError, hosts
 from labrunner.model.matrix import (
     AUTO_INSTANCES,
     LoadModel,

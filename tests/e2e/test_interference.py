@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from labrunner.backends.cgroups import split_cpus
-from labrunner.observe import host
+from labrunner.observe import interference
 
 from tests.support import ROOT
 
@@ -52,7 +52,7 @@ def _run(out: Path) -> tuple[dict[str, Any], str, float]:
     of the runner: /proc/stat busy time over the whole run minus the run's own rusage)."""
     log = out.with_suffix(".log")
     out.parent.mkdir(parents=True, exist_ok=True)
-    before = host.read_snapshot()
+    before = interference.read_snapshot()
     with log.open("w") as output:
         process = subprocess.Popen(
             [
@@ -63,7 +63,7 @@ def _run(out: Path) -> tuple[dict[str, Any], str, float]:
             cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
         )  # fmt: skip
         _, _, usage = os.wait4(process.pid, 0)  # the run and every descendant it reaped
-    after = host.read_snapshot()
+    after = interference.read_snapshot()
     capacity = (after.at - before.at) * len(after.cpus)
     idle = sum(
         after.cpus[c].idle + after.cpus[c].steal - before.cpus[c].idle - before.cpus[c].steal

@@ -18,6 +18,13 @@ from pathlib import Path
 import pytest
 from labrunner.network.bench import flood
 from labrunner.network.emulators import Emulator, NetemEmulator, UserspaceEmulator, kernel_has_netem
+from labrunner.network.link_checks import (
+    LinkVerificationError,
+    measure_rate,
+    measure_rtt,
+    tcp_retransmits,
+    verify,
+)
 from labrunner.network.namespaces import (
     HOST_DEVICE,
     NEED_ROOT,
@@ -33,7 +40,6 @@ from labrunner.network.namespaces import (
     run,
 )
 from labrunner.network.profiles import NetworkProfile, parse_networks
-from labrunner.network.verify import LinkVerificationError, measure_rate, measure_rtt, tcp_retransmits, verify
 
 # Our own prefix, so that these tests never touch a run's namespaces (or another test session's).
 PREFIX = f"protolab-t{os.getpid()}-"

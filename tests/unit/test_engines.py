@@ -18,7 +18,7 @@ from labrunner.backends import docker_engine
 from labrunner.backends.base import BackendUnavailable, ScenarioFailed
 from labrunner.backends.docker_engine import DockerBackend
 from labrunner.backends.engines import Engine, connect
-from labrunner.model.hosts import Hosts
+from labrunner.model.engine_roles import Hosts
 from labrunner.model.matrix import MatrixError, parse_matrix
 from labrunner.run import k6
 

@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 from labrunner.backends.base import K6Invocation, K6Process, ServiceHandle, ServiceUsage
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
-from labrunner.observe import host
-from labrunner.observe.host import CpuTimes, MeteredBackend, Snapshot, Window
+from labrunner.observe import interference
+from labrunner.observe.interference import CpuTimes, MeteredBackend, Snapshot, Window
 from labrunner.report import cli as report_cli
-from labrunner.report import host as host_figures
-from labrunner.report import payload
+from labrunner.report import host_conditions, payload
 from labrunner.report.document import Paragraph
 from labrunner.results.store import RESULT_SCHEMA, result_path, scenario_dict, write_json_atomic
 from labrunner.run import calibration
@@ -47,7 +46,7 @@ AFTER = Snapshot(104.0, {0: _cpu(52.9), 1: _cpu(41.76, steal=1.04)})
 
 
 def test_parse_proc_stat_reads_per_cpu_lines_in_seconds() -> None:
-    cpus = host.parse_proc_stat(PROC_STAT, ticks_per_second=100)
+    cpus = interference.parse_proc_stat(PROC_STAT, ticks_per_second=100)
     assert sorted(cpus) == [0, 1]  # the "cpu" total and the other lines are left out
     # busy = user + nice + system + irq + softirq; guest (40) is already inside user.
     assert cpus[0] == CpuTimes(idle=5.10, steal=0.10)  # idle + iowait
@@ -55,20 +54,20 @@ def test_parse_proc_stat_reads_per_cpu_lines_in_seconds() -> None:
 
 
 def test_parse_proc_stat_of_an_old_kernel_without_steal() -> None:
-    assert host.parse_proc_stat("cpu3 100 0 100 800\n", ticks_per_second=100) == {
+    assert interference.parse_proc_stat("cpu3 100 0 100 800\n", ticks_per_second=100) == {
         3: CpuTimes(idle=8.0, steal=0.0)
     }
 
 
 def test_read_snapshot_reads_this_hosts_proc_stat() -> None:
-    first = host.read_snapshot()
-    second = host.read_snapshot()
+    first = interference.read_snapshot()
+    second = interference.read_snapshot()
     assert first.cpus and set(first.cpus) == set(second.cpus) and second.at > first.at
     assert all(second.cpus[c].idle >= first.cpus[c].idle >= 0 for c in first.cpus)
 
 
 def test_others_are_busy_time_minus_the_scenarios_own() -> None:
-    section = host.interference(_window(BEFORE, AFTER, k6=1.0), (1,), (0,), service_cpu_seconds=2.0)
+    section = interference.interference(_window(BEFORE, AFTER, k6=1.0), (1,), (0,), service_cpu_seconds=2.0)
     assert section["measured"] is True and section["reason"] is None
     figures = section["interference"]
     assert figures["shared"] is False
@@ -89,7 +88,9 @@ def test_others_are_busy_time_minus_the_scenarios_own() -> None:
 
 
 def test_overlapping_cpu_sets_are_one_figure_with_both_own_times_subtracted_once() -> None:
-    section = host.interference(_window(BEFORE, AFTER, k6=1.0), (0, 1), (0, 1), service_cpu_seconds=2.0)
+    section = interference.interference(
+        _window(BEFORE, AFTER, k6=1.0), (0, 1), (0, 1), service_cpu_seconds=2.0
+    )
     figures = section["interference"]
     assert figures["shared"] is True and figures["service_cpus"] == figures["k6_cpus"]
     union = figures["service_cpus"]
@@ -101,12 +102,12 @@ def test_overlapping_cpu_sets_are_one_figure_with_both_own_times_subtracted_once
 
 
 def test_unknown_own_time_leaves_others_unknown_but_keeps_steal() -> None:
-    section = host.interference(_window(BEFORE, AFTER, k6=None), (1,), (0,), service_cpu_seconds=None)
+    section = interference.interference(_window(BEFORE, AFTER, k6=None), (1,), (0,), service_cpu_seconds=None)
     figures = section["interference"]
     assert figures["service_cpus"]["share"] is None and figures["k6_cpus"]["others_cpu_seconds"] is None
     assert figures["service_cpus"]["busy_cpu_seconds"] == pytest.approx(2.2)
     assert section["steal_seconds"] == pytest.approx(0.04)
-    assert host.suspect_reasons(section) == []
+    assert interference.suspect_reasons(section) == []
 
 
 @pytest.mark.parametrize(
@@ -120,7 +121,7 @@ def test_unknown_own_time_leaves_others_unknown_but_keeps_steal() -> None:
 def test_unknown_interference_says_why(
     window: Window | None, cpus: tuple[int, ...], reason: str | None, expected: str
 ) -> None:
-    section = host.interference(window, cpus, (0,), 1.0, reason)
+    section = interference.interference(window, cpus, (0,), 1.0, reason)
     assert section == {
         "measured": False,
         "reason": expected,
@@ -129,17 +130,17 @@ def test_unknown_interference_says_why(
         "steal_seconds": None,
         "steal_share": None,
     }
-    assert host.suspect_reasons(section) == []
-    assert host.describe(section) == f"others: unknown ({expected})"
+    assert interference.suspect_reasons(section) == []
+    assert interference.describe(section) == f"others: unknown ({expected})"
 
 
 def test_where_proc_stat_describes_the_scenarios_cpus(tmp_path: Path) -> None:
     stat = tmp_path / "stat"
     stat.write_text(PROC_STAT)
     here, elsewhere = SimpleNamespace(cpus_elsewhere=None), SimpleNamespace(cpus_elsewhere="on engine B")
-    assert host.unavailable(here, stat) is None  # type: ignore[arg-type]
-    assert host.unavailable(elsewhere, stat) == "on engine B"  # type: ignore[arg-type]
-    missing = host.unavailable(here, tmp_path / "absent")  # type: ignore[arg-type]
+    assert interference.unavailable(here, stat) is None  # type: ignore[arg-type]
+    assert interference.unavailable(elsewhere, stat) == "on engine B"  # type: ignore[arg-type]
+    missing = interference.unavailable(here, tmp_path / "absent")  # type: ignore[arg-type]
     assert missing is not None and "cannot be read" in missing
 
 
@@ -160,25 +161,29 @@ def _with_share(service: float, k6: float, steal: float = 0.0, shared: bool = Fa
 
 
 def test_suspect_above_five_percent_of_either_cpu_set_or_of_steal() -> None:
-    assert host.suspect_reasons(_with_share(0.049, 0.049, steal=0.049)) == []
-    [service] = host.suspect_reasons(_with_share(0.051, 0.0))
+    assert interference.suspect_reasons(_with_share(0.049, 0.049, steal=0.049)) == []
+    [service] = interference.suspect_reasons(_with_share(0.051, 0.0))
     assert service.startswith("other processes used 5.1% of the service's CPUs 1 (0.20 CPU s)")
     assert service.endswith("(> 5%): host interference")
-    [k6] = host.suspect_reasons(_with_share(0.0, 0.30))
+    [k6] = interference.suspect_reasons(_with_share(0.0, 0.30))
     assert k6.startswith("other processes used 30.0% of k6's CPUs 0 (1.20 CPU s)")
-    [steal] = host.suspect_reasons(_with_share(0.0, 0.0, steal=0.06))
+    [steal] = interference.suspect_reasons(_with_share(0.0, 0.0, steal=0.06))
     assert steal.startswith("the hypervisor took 6.0% of the scenario's CPUs (steal, 0.48 s)")
-    [shared] = host.suspect_reasons(_with_share(0.2, 0.0, shared=True))  # one figure, one reason
+    [shared] = interference.suspect_reasons(_with_share(0.2, 0.0, shared=True))  # one figure, one reason
     assert "the CPUs the service shares with k6, 1" in shared
-    assert host.suspect_reasons(None) == []
+    assert interference.suspect_reasons(None) == []
 
 
 def test_progress_line_figure() -> None:
-    assert host.describe(_with_share(0.008, 0.021)) == ("others: service CPUs 0.8%, k6 CPUs 2.1%, steal 0.0%")
-    assert host.describe(_with_share(0.1, 0.0, shared=True)) == "others: shared CPUs 10.0%, steal 0.0%"
-    assert host.describe(None) == "others: unknown"
-    assert host.share(_with_share(0.008, 0.021), "k6_cpus") == pytest.approx(0.021)
-    assert host.share({"measured": False, "interference": None}, "k6_cpus") is None
+    assert interference.describe(_with_share(0.008, 0.021)) == (
+        "others: service CPUs 0.8%, k6 CPUs 2.1%, steal 0.0%"
+    )
+    assert (
+        interference.describe(_with_share(0.1, 0.0, shared=True)) == "others: shared CPUs 10.0%, steal 0.0%"
+    )
+    assert interference.describe(None) == "others: unknown"
+    assert interference.share(_with_share(0.008, 0.021), "k6_cpus") == pytest.approx(0.021)
+    assert interference.share({"measured": False, "interference": None}, "k6_cpus") is None
 
 
 class _FakeBackend:
@@ -261,18 +266,18 @@ def test_calibration_unit_and_drift() -> None:
 
 
 def test_calibration_warnings_in_the_report() -> None:
-    assert host_figures.calibration_warnings({"calibration": _calibration(1.0, 1.049)}) == []
-    [warning] = host_figures.calibration_warnings({"calibration": _calibration(1.0, 1.06)})
+    assert host_conditions.calibration_warnings({"calibration": _calibration(1.0, 1.049)}) == []
+    [warning] = host_conditions.calibration_warnings({"calibration": _calibration(1.0, 1.06)})
     assert isinstance(warning, Paragraph) and "changed by +6.0%" in warning.text
-    [same] = host_figures.baseline_warnings(
+    [same] = host_conditions.baseline_warnings(
         {"calibration": _calibration(1.0, 1.0)}, {"calibration": _calibration(1.09, 1.09)}, "base"
     )
     assert isinstance(same, Paragraph) and "Warning" not in same.text
-    [differ] = host_figures.baseline_warnings(
+    [differ] = host_conditions.baseline_warnings(
         {"calibration": _calibration(1.0, 1.0)}, {"calibration": _calibration(1.12, 1.12)}, "base"
     )
     assert isinstance(differ, Paragraph) and "**Warning: the calibrations differ by -10.7%**" in differ.text
-    [none] = host_figures.baseline_warnings({"calibration": _calibration(1.0, 1.0)}, {}, "base")
+    [none] = host_conditions.baseline_warnings({"calibration": _calibration(1.0, 1.0)}, {}, "base")
     assert isinstance(none, Paragraph) and "none in the baseline" in none.text
 
 
@@ -303,7 +308,7 @@ def _run_dir(path: Path, calibration_s: tuple[float, float], others: float) -> P
     [scenario] = expand(
         load_matrix(ROOT / "matrix.toml"), "local", "ci", Overrides(targets=("grpc",))
     ).scenarios
-    section = host.interference(
+    section = interference.interference(
         Window(
             Snapshot(0.0, {0: _cpu(0), 1: _cpu(0)}),
             Snapshot(4.0, {0: _cpu(3.0), 1: _cpu(3.0 - others * 4)}),
@@ -332,7 +337,7 @@ def _run_dir(path: Path, calibration_s: tuple[float, float], others: float) -> P
         },
         "service": {"usage": {"cpu_seconds": 1.0, "cpu_utilisation": 0.67}},
         "host": section,
-        "suspect": host.suspect_reasons(section),
+        "suspect": interference.suspect_reasons(section),
     }
     write_json_atomic(result_path(path, scenario.id), result)
     before, after = calibration_s
@@ -376,22 +381,22 @@ def test_report_shows_interference_calibration_and_their_warnings(tmp_path: Path
 def test_the_userspace_relay_is_interference_on_k6s_cpus_reported_apart() -> None:
     # k6's CPU 0 was busy 1.1 s of 4 s; k6 itself took 0.6 s and the relay 0.4 s of the rest.
     window = Window(BEFORE, AFTER, 0.6, relay_cpu_seconds=0.4)
-    section = host.interference(window, (1,), (0,), service_cpu_seconds=2.0)
+    section = interference.interference(window, (1,), (0,), service_cpu_seconds=2.0)
     k6 = section["interference"]["k6_cpus"]
     assert k6["own_cpu_seconds"] == pytest.approx(0.6)  # the relay is not k6's own time
     assert k6["others_cpu_seconds"] == pytest.approx(0.5)  # others include it...
     assert k6["relay_cpu_seconds"] == pytest.approx(0.4)  # ...and say how much was the relay
     assert k6["relay_share"] == pytest.approx(0.1)
     assert "relay_cpu_seconds" not in section["interference"]["service_cpus"]
-    assert host.relay_share(section) == pytest.approx(0.1)
-    assert host.describe(section).endswith("k6 CPUs 12.5% (of which relay 10.0%), steal 0.5%")
-    (reason,) = [r for r in host.suspect_reasons(section) if "k6's CPUs" in r]
+    assert interference.relay_share(section) == pytest.approx(0.1)
+    assert interference.describe(section).endswith("k6 CPUs 12.5% (of which relay 10.0%), steal 0.5%")
+    (reason,) = [r for r in interference.suspect_reasons(section) if "k6's CPUs" in r]
     assert "of which the userspace link emulator 0.40" in reason
     # Without a relay, nothing about one.
-    plain = host.interference(Window(BEFORE, AFTER, 0.6), (1,), (0,), service_cpu_seconds=2.0)
-    assert "relay_share" not in plain["interference"]["k6_cpus"] and host.relay_share(plain) is None
-    assert "relay" not in host.describe(plain)
-    cell = host_figures._figure(section["interference"]["k6_cpus"])[1]
+    plain = interference.interference(Window(BEFORE, AFTER, 0.6), (1,), (0,), service_cpu_seconds=2.0)
+    assert "relay_share" not in plain["interference"]["k6_cpus"] and interference.relay_share(plain) is None
+    assert "relay" not in interference.describe(plain)
+    cell = host_conditions._figure(section["interference"]["k6_cpus"])[1]
     assert cell == "12.5% (0.50 CPU s), of which relay 10.0% (0.40 CPU s)"
 
 
@@ -413,8 +418,8 @@ def test_metered_backend_keeps_the_relays_cpu_of_the_last_measured_run() -> None
 
 def test_others_share_of_the_whole_host_excludes_our_own_cpu_time() -> None:
     # BEFORE -> AFTER: 3.3 s busy of 8 s over both CPUs; 2.5 s of it ours.
-    assert host.others_share(BEFORE, AFTER, own_cpu_seconds=2.5) == pytest.approx(0.8 / 8.0)
-    assert host.others_share(BEFORE, AFTER, own_cpu_seconds=5.0) == 0.0  # never below zero
+    assert interference.others_share(BEFORE, AFTER, own_cpu_seconds=2.5) == pytest.approx(0.8 / 8.0)
+    assert interference.others_share(BEFORE, AFTER, own_cpu_seconds=5.0) == 0.0  # never below zero
 
 
 def _calibrations(monkeypatch: pytest.MonkeyPatch, others_shares: list[float]) -> None:

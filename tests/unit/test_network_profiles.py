@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from labrunner.network import emulators
 from labrunner.network.emulators import NetemEmulator, UserspaceEmulator, choose_emulator, kernel_has_netem
+from labrunner.network.link_checks import LinkMeasurement
 from labrunner.network.namespaces import NetworkError, namespace_names, plan_link
 from labrunner.network.profiles import NetworkProfile, NetworkProfileError, NetworkSpec, parse_networks
-from labrunner.network.verify import LinkMeasurement
 
 ISSUE_PROFILES = """
 [networks.loopback]

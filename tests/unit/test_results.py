@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from labrunner.backends.base import Endpoint, ScenarioFailed, ServiceHandle, ServiceUsage
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
-from labrunner.observe import host, prometheus_sd
+from labrunner.observe import interference, prometheus_sd
 from labrunner.results.store import (
     SUMMARY_COLUMNS,
     Outcome,
@@ -258,18 +258,22 @@ def test_prometheus_file_sd_per_scenario(tmp_path: Path) -> None:
 def test_measured_interference_is_in_the_result_flags_it_and_reaches_the_summaries(tmp_path: Path) -> None:
     scenario = _scenarios()[0]
     # 4 s on the service's CPU 1: busy 2.9 s of which the service's own 1.47 s; k6's CPU 0 is quiet.
-    window = host.Window(
-        host.Snapshot(10.0, {0: host.CpuTimes(50.0, 0.0), 1: host.CpuTimes(40.0, 0.0)}),
-        host.Snapshot(14.0, {0: host.CpuTimes(51.25, 0.0), 1: host.CpuTimes(41.1, 0.0)}),
+    window = interference.Window(
+        interference.Snapshot(
+            10.0, {0: interference.CpuTimes(50.0, 0.0), 1: interference.CpuTimes(40.0, 0.0)}
+        ),
+        interference.Snapshot(
+            14.0, {0: interference.CpuTimes(51.25, 0.0), 1: interference.CpuTimes(41.1, 0.0)}
+        ),
         k6_cpu_seconds=2.7,
     )
     handle, usage = _handle(scenario), _usage()
-    section = host.scenario_section(window, handle, usage, None)
+    section = interference.scenario_section(window, handle, usage, None)
     result = build_result(replace(_outcome(scenario), host=section))
     assert result["host"]["interference"]["service_cpus"]["others_cpu_seconds"] == pytest.approx(1.43)
     assert result["host"]["interference"]["k6_cpus"]["share"] == pytest.approx(0.0125)
-    interference = [r for r in result["suspect"] if "host interference" in r]
-    assert interference == [
+    flagged = [r for r in result["suspect"] if "host interference" in r]
+    assert flagged == [
         "other processes used 35.8% of the service's CPUs 1 (1.43 CPU s) during the measured window "
         "(> 5%): host interference"
     ]
@@ -292,7 +296,9 @@ def test_measured_interference_is_in_the_result_flags_it_and_reaches_the_summari
     markdown = (tmp_path / "summary.md").read_text()
     assert "| 35.8% / 1.2% | 0.0% | 0.980 |" in markdown
     # Without a measured window nothing is flagged and the figure says why.
-    quiet = build_result(replace(_outcome(scenario), host=host.scenario_section(None, handle, usage, None)))
+    quiet = build_result(
+        replace(_outcome(scenario), host=interference.scenario_section(None, handle, usage, None))
+    )
     assert quiet["host"]["reason"] == "no measured k6 run"
     assert not [r for r in quiet["suspect"] if "interference" in r]
 
@@ -300,15 +306,19 @@ def test_measured_interference_is_in_the_result_flags_it_and_reaches_the_summari
 def test_the_userspace_relays_cpu_reaches_the_summaries_as_part_of_others_on_k6s_cpus(tmp_path: Path) -> None:
     scenario = _scenarios()[0]
     # k6's CPU 0 busy 1.25 s of 4 s: k6's own 0.25 s, the relay 0.8 s of the other 1.0 s.
-    window = host.Window(
-        host.Snapshot(10.0, {0: host.CpuTimes(50.0, 0.0), 1: host.CpuTimes(40.0, 0.0)}),
-        host.Snapshot(14.0, {0: host.CpuTimes(52.75, 0.0), 1: host.CpuTimes(41.1, 0.0)}),
+    window = interference.Window(
+        interference.Snapshot(
+            10.0, {0: interference.CpuTimes(50.0, 0.0), 1: interference.CpuTimes(40.0, 0.0)}
+        ),
+        interference.Snapshot(
+            14.0, {0: interference.CpuTimes(52.75, 0.0), 1: interference.CpuTimes(41.1, 0.0)}
+        ),
         k6_cpu_seconds=0.25,
         relay_cpu_seconds=0.8,
     )
     handle, usage = _handle(scenario), _usage()
     result = build_result(
-        replace(_outcome(scenario), host=host.scenario_section(window, handle, usage, None))
+        replace(_outcome(scenario), host=interference.scenario_section(window, handle, usage, None))
     )
     k6_cpus = result["host"]["interference"]["k6_cpus"]
     assert k6_cpus["others_cpu_seconds"] == pytest.approx(1.0)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from labrunner.model.hosts import Hosts
+from labrunner.model.engine_roles import Hosts
 from labrunner.model.matrix import K6Instances, Profile, Scenario
 
 # The runner stops a service only after k6 has finished, so no client is left to move away

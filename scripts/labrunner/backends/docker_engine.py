@@ -51,11 +51,11 @@ from labrunner.backends.base import (
 from labrunner.backends.cgroups import split_cpus
 from labrunner.backends.engines import DEFAULT_SOCKET, Engine
 from labrunner.backends.engines import connect as connect_engine
-from labrunner.model.hosts import LOCAL_ENGINE
+from labrunner.model.engine_roles import LOCAL_ENGINE
 from labrunner.model.matrix import K6Instances, Profile, Scenario
 from labrunner.network.emulators import netem_qdisc_commands, tbf_qdisc_commands
+from labrunner.network.link_checks import LinkMeasurement
 from labrunner.network.profiles import NetworkProfile
-from labrunner.network.verify import LinkMeasurement
 from labrunner.say import Say
 
 # Names docker-compose.yml fixes (tests/test_docker_backend.py checks they agree).

@@ -1,4 +1,4 @@
-"""Connect to the Docker engine a role names (labrunner.model.hosts): `local`, a context, or a URL."""
+"""Connect to the Docker engine a role names (labrunner.model.engine_roles): `local`, a context, or a URL."""
 
 import os
 from dataclasses import dataclass
@@ -9,7 +9,7 @@ from docker.errors import DockerException
 from requests.exceptions import RequestException
 
 from labrunner.backends.base import BackendUnavailable
-from labrunner.model.hosts import LOCAL_ENGINE
+from labrunner.model.engine_roles import LOCAL_ENGINE
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 

@@ -43,6 +43,7 @@ from labrunner.backends.cgroups import (
 )
 from labrunner.model.matrix import K6Instances, Profile, Scenario
 from labrunner.network.emulators import Emulator, UserspaceEmulator, choose_emulator
+from labrunner.network.link_checks import LinkMeasurement, LinkVerificationError, verify
 from labrunner.network.namespaces import (
     NAMESPACE_PREFIX,
     Link,
@@ -56,7 +57,6 @@ from labrunner.network.namespaces import (
     remove_link,
     require_net_admin,
 )
-from labrunner.network.verify import LinkMeasurement, LinkVerificationError, verify
 from labrunner.say import Say
 from services.common.cgroup import CgroupStats, read_stats
 

@@ -23,7 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from labrunner.model.hosts import LOCAL_ENGINE, LOOPBACK_ADDRESS, Hosts, HostsError, hosts
+from labrunner.model.engine_roles import LOCAL_ENGINE, LOOPBACK_ADDRESS, Hosts, HostsError, hosts
 from labrunner.network.profiles import NetworkProfile, NetworkSpec
 
 BACKENDS = ("local", "docker")
@@ -504,7 +504,7 @@ class _Defaults(_Preset):
 
 
 class _HostsSpec(_Table):
-    """[hosts]: the engine of each role (labrunner.model.hosts); the docker backend's only."""
+    """[hosts]: the engine of each role (labrunner.model.engine_roles); the docker backend's only."""
 
     service: str = LOCAL_ENGINE
     load: Annotated[list[str], BeforeValidator(_as_list)] = [LOCAL_ENGINE]

@@ -6,7 +6,7 @@ alone), in two containers:
            a client that sends b"R" gets zeros until it closes (the bulk transfer)
   measure  on k6's network: RTT samples as TCP connect times to `serve` (the kernels answer the
            handshake, so no process's scheduling is in the figure but the prober's own), then
-           the rate of a bulk transfer from the service's side, as network/verify.py measures it
+           the rate of a bulk transfer from the service's side, as network/link_checks.py measures it
            between namespaces; prints one JSON line.
 """
 

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labrunner.report import charts, payload, serialization
-from labrunner.report import host as host_figures
+from labrunner.report import charts, host_conditions, payload, serialization
 from labrunner.report import network as network_figures
 from labrunner.report.compare import (
     CAPACITY,
@@ -130,14 +129,14 @@ def build(
     changes = against_baseline(run.groups, baseline.groups) if baseline else {}
     blocks: list[Block] = [Heading(1, f"protolab report: run {run.run_id}")]
     blocks += _provenance(run)
-    blocks += host_figures.calibration_warnings(run.manifest)
+    blocks += host_conditions.calibration_warnings(run.manifest)
     blocks += _summary(run, changes, baseline)
     blocks += _latency(run)
     blocks += _sequential(run)
     blocks += _capacity(run)
     blocks += _comparisons(run)
     blocks += network_figures.section(run.groups)  # only with more than one network profile
-    blocks += host_figures.section(run.manifest, run.results)
+    blocks += host_conditions.section(run.manifest, run.results)
     if baseline is not None:
         blocks += _baseline(run, baseline)
     blocks += _charts(run, payload_rows, serialization.cases_from_document(bench), charts_dir)
@@ -225,7 +224,7 @@ def _summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) 
         "others max",
         "CPU / req (cal)",
     ]
-    unit = host_figures.calibration_unit(run.manifest)
+    unit = host_conditions.calibration_unit(run.manifest)
     if baseline is not None:
         headers += [f"req/s vs {baseline.run_id}", f"p99 vs {baseline.run_id}"]
     rows = []
@@ -245,8 +244,8 @@ def _summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) 
             _median(g.summary("bytes"), "bytes"),
             _median(g.summary("service_cpu"), "service_cpu"),
             _median(g.summary("k6_cpu"), "k6_cpu"),
-            _fmt(host_figures.others_max(g.results), "{:.1%}"),
-            _fmt(host_figures.cpu_per_request_cal(g, unit), "{:.3f}"),
+            _fmt(host_conditions.others_max(g.results), "{:.1%}"),
+            _fmt(host_conditions.cpu_per_request_cal(g, unit), "{:.3f}"),
         ]
         if baseline is not None:
             change = changes.get(g.id)
@@ -470,7 +469,7 @@ def _baseline(run: Run, baseline: Run) -> list[Block]:
     if host_now.get("cpu_model") != host_then.get("cpu_model"):
         blocks.append(Paragraph("**Different hosts**: the change mixes code and machine."))
     blocks.append(Paragraph(f"Code: `{sha_then}` then, `{sha_now}` now."))
-    blocks += host_figures.baseline_warnings(run.manifest, baseline.manifest, baseline.run_id)
+    blocks += host_conditions.baseline_warnings(run.manifest, baseline.manifest, baseline.run_id)
     blocks.append(Paragraph(_baseline_findings(changes)))
     for kind in (THROUGHPUT, SEQUENTIAL, CAPACITY):
         members = [c for c in changes if c.current.kind == kind]

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from labrunner.backends.base import ScenarioFailed, ServiceHandle, ServiceUsage, cpu_list
 from labrunner.model.matrix import Plan, Scenario
-from labrunner.observe import host as host_interference
+from labrunner.observe import interference
 from labrunner.report.repeats import across_repeats_markdown
 from labrunner.results.bounds import CLOSED_EXECUTORS, K6_SATURATED, SERVICE_CPU_BOUND
 from labrunner.run import calibration
 from labrunner.run.k6 import K6Run
 
 if TYPE_CHECKING:  # verify imports the generated gRPC stubs; summaries do not need them
-    from labrunner.run.verify import Verification
+    from labrunner.run.service_checks import Verification
 
 RESULT_SCHEMA = "protolab.result/1"
 MANIFEST_SCHEMA = "protolab.manifest/1"
@@ -84,7 +84,7 @@ class Outcome:
     k6_run: K6Run | None
     usage: ServiceUsage | None
     timings_s: Mapping[str, float]
-    host: Mapping[str, Any] | None = None  # observe.host.interference(): others on the scenario's CPUs
+    host: Mapping[str, Any] | None = None  # interference.interference(): others on the scenario's CPUs
 
 
 def write_json_atomic(path: Path, data: object) -> None:
@@ -180,7 +180,7 @@ def build_result(outcome: Outcome) -> dict[str, Any]:
             **((outcome.handle.network or {}) if outcome.handle else {}),
         },
         "suspect": _suspect(metrics, k6_section, service, outcome.scenario)
-        + host_interference.suspect_reasons(outcome.host),
+        + interference.suspect_reasons(outcome.host),
     }
 
 
@@ -249,9 +249,9 @@ def summary_row(result: Mapping[str, Any], calibration_unit_s: float | None = No
         "throttled_s": usage.get("throttled_seconds"),
         "memory_peak_mib": _mib(usage.get("memory_peak_bytes")),
         "k6_cpu_utilisation": (result.get("k6") or {}).get("cpu_utilisation"),
-        "others_service_cpus_share": host_interference.share(section, "service_cpus"),
-        "others_k6_cpus_share": host_interference.share(section, "k6_cpus"),
-        "relay_k6_cpus_share": host_interference.relay_share(section),
+        "others_service_cpus_share": interference.share(section, "service_cpus"),
+        "others_k6_cpus_share": interference.share(section, "k6_cpus"),
+        "relay_k6_cpus_share": interference.relay_share(section),
         "steal_share": (section or {}).get("steal_share"),
         # Service CPU per request over the calibration's CPU per unit: comparable across CPU models.
         "service_cpu_per_request_cal": cpu_seconds / requests / calibration_unit_s
@@ -292,7 +292,7 @@ def summary_markdown(run_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
         f"{ok} of {len(rows)} scenarios ok. Latency of successful requests in ms; CPU "
         "utilisation is the share of the profile's quota (service) or of k6's own CPUs. Others: "
         "the share of the service's / k6's CPUs that processes outside the scenario used during "
-        f"the measured window (suspect above {host_interference.SUSPECT_SHARE:.0%}; relay: the "
+        f"the measured window (suspect above {interference.SUSPECT_SHARE:.0%}; relay: the "
         "userspace link emulator's part of it on k6's CPUs). CPU/req cal: "
         "the service's CPU time per request in units of the run's calibration workload.",
         "",

@@ -27,7 +27,7 @@ import orjson
 from labrunner.backends.base import cpu_list
 from labrunner.backends.cgroups import split_cpus
 from labrunner.model.matrix import Scenario
-from labrunner.observe import host
+from labrunner.observe import interference
 from labrunner.say import Say
 
 WORKLOAD = "protolab.calibration/1: 100 fixed records to orjson and to protobuf"  # change it, change this
@@ -159,7 +159,7 @@ def run(cpus: Sequence[int], when: str) -> dict[str, Any]:
     """
     began = time.monotonic()
     command = [sys.executable, "-m", "labrunner.run.calibration", "--cpus", cpu_list(cpus)]
-    children_before, host_before = _children_cpu_seconds(), host.read_snapshot()
+    children_before, host_before = _children_cpu_seconds(), interference.read_snapshot()
     try:
         out = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=True)
         measured: dict[str, Any] = json.loads(out.stdout)
@@ -172,7 +172,7 @@ def run(cpus: Sequence[int], when: str) -> dict[str, Any]:
         "at": datetime.now(UTC).isoformat(),
         "took_s": round(time.monotonic() - began, 3),
         **measured,
-        "others_share": round(host.others_share(host_before, host.read_snapshot(), own), 4),
+        "others_share": round(interference.others_share(host_before, interference.read_snapshot(), own), 4),
     }
 
 

@@ -19,7 +19,7 @@ from labrunner.backends.base import (
     ServiceUsage,
 )
 from labrunner.model.matrix import LoadModel, Plan, Scenario
-from labrunner.observe import annotations, host, prometheus_sd
+from labrunner.observe import annotations, interference, prometheus_sd
 from labrunner.results.store import (
     Outcome,
     build_manifest,
@@ -29,7 +29,7 @@ from labrunner.results.store import (
     write_json_atomic,
     write_summaries,
 )
-from labrunner.run import calibration, capacity, k6, verify
+from labrunner.run import calibration, capacity, k6, service_checks
 from labrunner.run.k6 import K6Run
 from labrunner.say import Say
 
@@ -140,7 +140,7 @@ def _run_scenario(
 ) -> dict[str, Any]:
     timings: dict[str, float] = {}
     handle: ServiceHandle | None = None
-    verification: verify.Verification | None = None
+    verification: service_checks.Verification | None = None
     k6_run: K6Run | None = None
     search: capacity.Outcome | None = None
     usage: ServiceUsage | None = None
@@ -149,19 +149,19 @@ def _run_scenario(
     began = time.monotonic()
     ca_file = settings.certs_dir / "ca.pem"
     # /proc/stat around every measured k6 run: what others took on the scenario's CPUs.
-    unmetered = host.unavailable(backend)
-    metered = host.MeteredBackend(backend, host.read_snapshot if unmetered is None else None)
+    unmetered = interference.unavailable(backend)
+    metered = interference.MeteredBackend(backend, interference.read_snapshot if unmetered is None else None)
     try:
         with _timed(timings, "start"):
             handle = backend.start_service(scenario)
         for note in handle.notes:
             say(f"    note: {note}")
         with _timed(timings, "health"):
-            verify.wait_healthy(backend, handle, scenario.target, ca_file, settings.start_timeout_s)
+            service_checks.wait_healthy(backend, handle, scenario.target, ca_file, settings.start_timeout_s)
             if config.targets_dir is not None:
                 prometheus_sd.write(config.targets_dir, config.run_id, scenario, handle)
         with _timed(timings, "verify"):
-            verification = verify.verify(handle, scenario, ca_file)
+            verification = service_checks.verify(handle, scenario, ca_file)
         if not verification.ok:
             raise ScenarioFailed("verify", "; ".join(verification.failures))
         # k6 split into instances, one CPU of the k6 side each (k6_instances; "auto" resolves here).
@@ -214,7 +214,7 @@ def _run_scenario(
             k6_run=k6_run,
             usage=usage,
             timings_s=timings,
-            host=host.scenario_section(metered.window, handle, usage, unmetered),
+            host=interference.scenario_section(metered.window, handle, usage, unmetered),
         )
         result = build_result(outcome)
         if metered.relay_cpu_seconds is not None:  # the userspace link emulator, on k6's CPUs
@@ -353,7 +353,7 @@ def _outcome_line(result: dict[str, Any]) -> str:
         parts.append(f"service CPU {usage['cpu_utilisation']:.0%} of {usage['cpu_limit_cores']:g}")
     if result["k6"]["cpu_utilisation"] is not None:
         parts.append(f"k6 CPU {result['k6']['cpu_utilisation']:.0%}")
-    parts.append(host.describe(result.get("host")))
+    parts.append(interference.describe(result.get("host")))
     parts += [f"suspect: {reason}" for reason in result["suspect"]]
     return ", ".join(parts) + f" {took}"
 

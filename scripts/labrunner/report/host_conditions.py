@@ -3,7 +3,7 @@
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from labrunner.observe import host
+from labrunner.observe import interference
 from labrunner.report.compare import Group
 from labrunner.report.document import Block, Heading, Paragraph, table
 from labrunner.run import calibration
@@ -22,7 +22,7 @@ def others_max(results: Sequence[Result]) -> float | None:
         share
         for r in results
         for key in ("service_cpus", "k6_cpus")
-        if (share := host.share(r.get("host"), key)) is not None
+        if (share := interference.share(r.get("host"), key)) is not None
     ]
     return max(shares) if shares else None
 
@@ -73,7 +73,7 @@ def section(manifest: Mapping[str, Any], results: Sequence[Result]) -> list[Bloc
             "CPUs during the measured window (their time neither idle nor stolen, from per-CPU "
             "/proc/stat, minus the scenario's own CPU time), as a share of those CPUs' capacity (wall "
             "time x CPUs); steal: what the hypervisor took from them. "
-            f"Above {host.SUSPECT_SHARE:.0%} the result is suspect. On network scenarios with the "
+            f"Above {interference.SUSPECT_SHARE:.0%} the result is suspect. On network scenarios with the "
             "userspace link emulator, the relay runs on k6's CPUs: its CPU time counts as others there "
             "and is shown apart (of which relay)."
         ),
