@@ -157,7 +157,18 @@ _RULES = (
         ("service", "tls", *_SCENARIO),
         lambda c, b: c.protocol == "http2" and b.protocol == "http1.1",
     ),
-    _Rule("gRPC vs REST", ("tls", *_SCENARIO), lambda c, b: c.protocol == "grpc" and b.protocol != "grpc"),
+    # Unary only: a stream of N messages is not one response of N records.
+    _Rule(
+        "gRPC vs REST",
+        ("tls", *_SCENARIO),
+        lambda c, b: c.protocol == "grpc" and b.protocol != "grpc" and not is_streaming(c),
+    ),
+    # The like-for-like comparison for streaming: unary gRPC on the same server and records.
+    _Rule(
+        "gRPC streaming vs unary",
+        ("service", "tls", *_SCENARIO),
+        lambda c, b: is_streaming(c) and b.protocol == "grpc" and not is_streaming(b),
+    ),
     # Servers compare in matrix order (aiohttp before Quart): ratio = earlier / later target.
     _Rule(
         "REST server vs REST server",
@@ -171,6 +182,11 @@ _RULES = (
         lambda c, b: c.protocol == "grpc" and c.service != b.service and c.order < b.order,
     ),
 )
+
+
+def is_streaming(group: Group) -> bool:
+    """Whether the group's k6 script streams its records (one message each) instead of one response."""
+    return "stream" in group.script.rsplit("/", 1)[-1]
 
 
 def group_results(results: Iterable[Result]) -> list[Group]:

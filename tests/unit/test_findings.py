@@ -1,0 +1,172 @@
+"""Findings from synthetic results: significant, not significant, a lower bound, a suspect group, a
+missing baseline, equal-load latency, and streaming never set against unary."""
+
+from typing import Any
+
+from labrunner.report import findings
+from labrunner.report.compare import compare_groups, group_results, is_streaming
+
+TARGETS = {
+    # name: (service, protocol, tls, script)
+    "aiohttp-h1": ("rest_aiohttp", "http1.1", False, "k6/rest.js"),
+    "quart-h1": ("rest_quart", "http1.1", False, "k6/rest.js"),
+    "quart-h1-tls": ("rest_quart", "http1.1", True, "k6/rest.js"),
+    "quart-h2-tls": ("rest_quart", "http2", True, "k6/rest.js"),
+    "grpc": ("grpc_aio", "grpc", False, "k6/grpc_unary.js"),
+    "grpc-stream": ("grpc_aio", "grpc", False, "k6/grpc_stream.js"),
+}
+
+
+def _result(
+    target: str,
+    repeat: int,
+    rps: float,
+    cpu_per_request_s: float = 0.001,
+    model: str = "closed",
+    k6_cpu: float = 0.3,
+    p50: float = 5.0,
+    suspect: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    service, protocol, tls, script = TARGETS[target]
+    executor = "constant-vus" if model == "closed" else "constant-arrival-rate"
+    requests = int(rps * 10)
+    return {
+        "scenario_id": f"{target}.quarter.c100.{model}.r{repeat}",
+        "status": "ok",
+        "scenario": {
+            "group": f"{target}.quarter.c100.{model}",
+            "target": target,
+            "service": service,
+            "script": script,
+            "protocol": protocol,
+            "tls": tls,
+            "env": {},
+            "profile": {"name": "quarter", "cpus": 0.25, "memory_bytes": 2**29},
+            "count": 100,
+            "response_model": "build",
+            "network": {"name": "loopback"},
+            "load_model": {"name": model, "executor": executor, "rate": 50 if model == "open" else None},
+            "repeat": repeat,
+        },
+        "k6": {
+            "cpu_utilisation": k6_cpu,
+            "metrics": {
+                "requests": requests,
+                "requests_per_second": rps,
+                "latency_ms": {"p50": p50, "p99": p50 * 4},
+                "data_received_bytes": requests * 1000,
+            },
+        },
+        "service": {"usage": {"cpu_seconds": cpu_per_request_s * requests, "cpu_utilisation": 0.98}},
+        "suspect": list(suspect),
+    }
+
+
+def _run(spec: dict[str, list[float]], **kwargs: Any) -> list[dict[str, Any]]:
+    return [_result(t, i + 1, rps, **kwargs) for t, values in spec.items() for i, rps in enumerate(values)]
+
+
+def _find(results: list[dict[str, Any]]) -> list[findings.Finding]:
+    return findings.comparisons_findings(group_results(results))
+
+
+def _one(found: list[findings.Finding], question: str, text: str) -> findings.Finding:
+    [finding] = [f for f in found if f.question == question and text in f.sentence]
+    return finding
+
+
+def test_a_significant_difference_names_its_ratio_interval_and_what_was_held_fixed() -> None:
+    results = _run({"grpc": [600, 610, 590]}, cpu_per_request_s=0.0008) + _run({"quart-h1": [400, 405, 395]})
+    finding = _one(_find(results), "gRPC vs REST", "grpc served")
+    assert finding.sentence.startswith("grpc served 1.50x [")
+    assert "the req/s of quart-h1 at 0.80x [0.80, 0.80] the CPU per request;" in finding.sentence
+    assert "no difference detectable" not in finding.sentence
+    assert (
+        "held fixed: quarter profile (0.25 CPU), 100 records, build, closed model, no TLS" in finding.sentence
+    )
+    assert finding.effect > 0.4
+
+
+def test_an_interval_that_holds_one_is_no_difference_detectable_and_ranks_last() -> None:
+    found = _find(
+        _run({"grpc": [500, 620, 420], "quart-h1": [480, 560, 450], "aiohttp-h1": [1500, 1510, 1490]})
+    )
+    close = _one(found, "gRPC vs REST", "of quart-h1")
+    assert "no difference detectable" in close.sentence and close.effect == 0.0
+    ranked = [f for f in findings.ranked(found) if f.question == "gRPC vs REST"]
+    assert ranked[-1] is close
+
+
+def test_a_lower_bound_enters_no_ratio_and_is_named() -> None:
+    results = _run({"grpc": [600, 610, 590]}) + _run({"aiohttp-h1": [900, 910, 905]}, k6_cpu=0.93)
+    found = _find(results)
+    assert not [f for f in found if "aiohttp-h1" in f.sentence and f.question == "gRPC vs REST"]
+    bound = _one(found, "run", "aiohttp-h1")
+    assert "lower bound" in bound.sentence and "k6 used 93%" in bound.sentence
+
+
+def test_every_group_a_lower_bound_says_the_run_cannot_compare_and_what_would() -> None:
+    groups = group_results(_run({"grpc": [600, 610], "aiohttp-h1": [900, 910]}, k6_cpu=0.95))
+    [finding] = findings.cannot_compare(groups)
+    assert "No comparison between targets" in finding.sentence and "--load-engine" in finding.sentence
+
+
+def test_a_suspect_group_is_named_in_the_finding() -> None:
+    results = _run({"grpc": [600, 610, 590]}) + _run(
+        {"quart-h1": [400, 405, 395]}, suspect=("other processes used 7.0% of the service's CPUs",)
+    )
+    finding = _one(_find(results), "gRPC vs REST", "of quart-h1")
+    assert (
+        finding.caveat == "quart-h1: 3 of 3 repeats suspect (other processes used 7.0% of the service's CPUs)"
+    )
+
+
+def test_streaming_is_compared_with_unary_grpc_never_with_rest() -> None:
+    results = _run({"grpc-stream": [60, 62, 61], "grpc": [600, 610, 590], "quart-h1": [400, 405, 395]})
+    comparisons = compare_groups(group_results(results))
+    assert comparisons
+    for c in comparisons:
+        if is_streaming(c.candidate) or is_streaming(c.baseline):
+            assert c.kind == "gRPC streaming vs unary"
+            assert c.candidate.protocol == c.baseline.protocol == "grpc"
+    stream = _one(_find(results), "gRPC streaming vs unary", "grpc-stream served")
+    assert "of grpc at" in stream.sentence
+
+
+def test_a_missing_baseline_is_said_and_the_preset_that_asks_is_named() -> None:
+    found = _find(_run({"grpc-stream": [60, 62, 61], "quart-h1": [400, 405, 395]}))
+    _one(found, "gRPC streaming vs unary", "without unary gRPC")
+    [unasked] = findings.unasked(found, "default")
+    assert "server vs server (--preset implementations)" in unasked.sentence
+    assert "payload (--preset payload)" in unasked.sentence
+
+
+def test_latency_comes_from_the_equal_offered_load_runs() -> None:
+    closed = _run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395]})
+    equal_load = [_result("grpc", i, 50, model="open", p50=2.0 + i / 10) for i in (1, 2, 3)] + [
+        _result("quart-h1", i, 50, model="open", p50=4.0 + i / 10) for i in (1, 2, 3)
+    ]
+    finding = _one(_find(closed + equal_load), "gRPC vs REST", "of quart-h1")
+    assert "at an equal 50 req/s offered, 0.5" in finding.sentence
+    assert "the p50" in finding.sentence
+    # Without open-model runs latency is not compared, and the findings say so.
+    _one(_find(closed), "run", "Latency is not compared")
+
+
+def test_an_open_model_target_that_did_not_carry_the_rate_is_named() -> None:
+    closed = _run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395]})
+    equal_load = [_result("grpc", i, 50, model="open") for i in (1, 2, 3)] + [
+        _result("quart-h1", i, 30, model="open") for i in (1, 2, 3)
+    ]
+    finding = _one(_find(closed + equal_load), "gRPC vs REST", "of quart-h1")
+    assert "quart-h1 did not carry 50 req/s (served 30)" in finding.caveat
+
+
+def test_findings_print_grouped_by_question() -> None:
+    found = _find(
+        _run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395], "quart-h2-tls": [300, 290, 310]})
+    )
+    lines = findings.markdown(found)
+    assert lines[0] == "- **gRPC vs REST**"
+    assert all(line.startswith(("- **", "  - ")) for line in lines)
+    assert findings.plain(found)[0] == "gRPC vs REST"
