@@ -84,7 +84,7 @@ API_TIMEOUT_S = 60  # the docker SDK's default
 _POLL_S = 0.2
 _K6_POLL_S = 0.5
 _METRICS_TIMEOUT_S = 10.0
-# Network conditions (README "Network conditions"): a helper container with NET_ADMIN joins the
+# Network conditions (docs/network.md): a helper container with NET_ADMIN joins the
 # service container's network namespace and puts tc qdiscs on its interface; the service never
 # gets NET_ADMIN. Both directions are emulated there: egress on eth0, ingress redirected through
 # an ifb device whose egress carries the same qdiscs (k6's containers come and go per run, so
