@@ -1,8 +1,6 @@
 """Which Python build runs a process, and the choice of the fastest one for the lab's venv.
 
-The interpreter's build moves every CPU-bound number: on this project's 2-CPU host Debian's
-packaged python3.11 (libpython linked in) ran a JSON serialization loop 1.2-1.5x
-faster than a pyenv build of 3.11.7 (no --enable-optimizations, libpython shared). So every
+The interpreter's build moves every CPU-bound number (measured: docs/local-backend.md), so every
 service says which build it runs (in its listening line), and setup prefers an optimized one.
 
 Standard library only: scripts/setup.sh runs this file (`python3 services/common/interpreter.py

@@ -108,7 +108,7 @@ def processes_of(run: Run) -> list[str]:
 
 
 def cgroups_of(run: Run) -> list[Path]:
-    """The run's scenario cgroups still present: labrunner.limits names them <run id>-<scenario>."""
+    """The run's scenario cgroups still present: the local backend names them <run id>-<scenario>."""
     own = own_cgroup()
     parents = {
         own.cpu / "protolab",

@@ -1,7 +1,7 @@
 """Every gRPC service under malformed and out-of-range requests: every one ends in a gRPC status code,
 none crashes a worker, and the server keeps serving.
 
-tests/test_grpc_service.py covers the basic cases (count 0, -5, MAX_COUNT + 1, offset -1,
+tests/integration/test_grpc_service.py covers the basic cases (count 0, -5, MAX_COUNT + 1, offset -1,
 three undecodable bytes, an unknown method); this file adds the extremes and the wire-level
 oddities a hand-written or hostile client can send.
 """

@@ -1,4 +1,4 @@
-"""Real local Prometheus and InfluxDB started by labrunner.observability on free ports."""
+"""Real local Prometheus and InfluxDB started by labrunner.observe.local_stack on free ports."""
 
 from __future__ import annotations
 

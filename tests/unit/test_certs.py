@@ -1,4 +1,4 @@
-"""Unit tests for scripts/lab_certs.py: SANs, a verifiable chain, private keys, idempotence."""
+"""labrunner.certs (scripts/gen_certs.py): SANs, a verifiable chain, private keys, idempotence."""
 
 import contextlib
 import ipaddress

@@ -1,29 +1,18 @@
-"""The docker backend on a thin fake client: container parameters, cleanup, usage, auto selection."""
+"""The docker backend on a thin fake client (tests/docker_fake.py): container parameters, cleanup,
+usage, auto selection (with a server behind the published ports: tests/integration/test_docker_flow.py)."""
 
-import contextlib
-import dataclasses
-import io
 import json
-import os
 import re
-import socket
 import stat
-import tarfile
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import docker
 import pytest
-from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.errors import DockerException, NotFound
 from docker.types import Ulimit
 from labrunner import backends, cli
-from labrunner.backends import docker_names, docker_network_helper, docker_services
-from labrunner.backends.base import BackendSettings, BackendUnavailable, ScenarioFailed
+from labrunner.backends import docker_names, docker_network_helper
+from labrunner.backends.base import BackendUnavailable, ScenarioFailed
 from labrunner.backends.docker_backend import DockerBackend
 from labrunner.backends.docker_stats import (
     StatsSnapshot,
@@ -31,244 +20,23 @@ from labrunner.backends.docker_stats import (
     memory_peak_from_metrics,
     usage_from_stats,
 )
-from labrunner.model.matrix import Overrides, Plan, Scenario, expand, load_matrix
-from labrunner.network import docker_probe
 from labrunner.network.profiles import NetworkProfile
-from labrunner.run import k6, runner
+from labrunner.run import k6
 
-from tests.compose_file import compose
+from tests.docker_fake import (
+    COMPOSE,
+    MATRIX,
+    RUN_ID,
+    SERVICE_IP,
+    FakeContainer,
+    FakeDocker,
+    docker_stats,
+    network_scenario,
+    quick_polls_and_compose_defaults,
+    scenario,
+    settings,
+)
 from tests.support import ROOT
-
-COMPOSE = compose()  # with the defaults a user gets
-MATRIX = load_matrix(ROOT / "matrix.toml")
-RUN_ID = "run1"
-SERVICE_IP = "172.18.0.9"
-MEMORY_PEAK = 123_456_789
-
-
-def compose_images() -> dict[str, list[str]]:
-    """Image name -> Config.Env, as `docker compose build` makes them from the build args."""
-    images = {COMPOSE["services"]["k6"]["image"]: []}
-    for service in COMPOSE["services"].values():
-        args = service.get("build", {}).get("args", {})
-        if "SERVICE" in args:
-            images[service["image"]] = [f"PORT={args['PORT']}", f"METRICS_PORT={args['METRICS_PORT']}"]
-    return images
-
-
-def docker_stats(cpu_s: float, periods: int, throttled: int, throttled_s: float, **memory: int) -> dict:
-    return {
-        "cpu_stats": {
-            "cpu_usage": {"total_usage": round(cpu_s * 1e9)},
-            "throttling_data": {
-                "periods": periods,
-                "throttled_periods": throttled,
-                "throttled_time": round(throttled_s * 1e9),
-            },
-        },
-        "memory_stats": memory,
-    }
-
-
-# --- A thin fake of the docker client: records calls, behaves only as far as the tests assert --
-
-
-class FakeContainer:
-    def __init__(self, client: "FakeDocker", params: dict[str, Any]) -> None:
-        self.client, self.params, self.name = client, params, params["name"]
-        self.id = f"id-{self.name}"
-        self.role = params["labels"].get("protolab.role")
-        # A network helper's exit code and output, by its kind (the name's last part).
-        kind = self.name.rpartition("-link-")[2] if "-link-" in self.name else self.name.rpartition("-")[2]
-        self.outcome = client.helper_outcomes.get(kind, (0, b"")) if self.role == "network" else (0, b"")
-        # A k6 container runs while it has samples left; a stopped container reports no counters.
-        self.samples = client.k6_stats.pop(0) if self.role == "k6" and client.k6_stats else []
-        self.attrs: dict[str, Any] = {"State": {"Status": "created", "ExitCode": 0}, "NetworkSettings": {}}
-
-    @property
-    def status(self) -> str:
-        return self.attrs["State"]["Status"]
-
-    @property
-    def ports(self) -> dict[str, Any]:
-        return self.attrs["NetworkSettings"].get("Ports", {})
-
-    def start(self) -> None:
-        self.client.calls.append(("start", self.name))
-        if self.role == "network":
-            serving = self.name.endswith("-link-serve")
-            self.attrs["State"] = {"Status": "running" if serving else "exited", "ExitCode": self.outcome[0]}
-            return
-        if self.role == "k6":
-            self.client.on_k6_start(self)
-        exited = self.role == "service" and not self.client.service_listens
-        self.attrs["State"] = {"Status": "exited" if exited else "running", "ExitCode": 1 if exited else 0}
-        self.attrs["NetworkSettings"] = {
-            "Ports": {
-                port: [{"HostIp": host_ip, "HostPort": str(self.client.host_port)}]
-                for port, (host_ip, _) in self.params.get("ports", {}).items()
-            },
-            "Networks": {"protolab": {"IPAddress": SERVICE_IP}},
-        }
-
-    def reload(self) -> None:
-        if self.role == "k6" and not self.samples:
-            self.attrs["State"]["Status"] = "exited"
-
-    def stats(self, stream: bool, one_shot: bool) -> dict:
-        assert (stream, one_shot) == (False, True)
-        if self.role == "k6":
-            return self.samples.pop(0) if self.samples else {}
-        return self.client.service_stats.pop(0)
-
-    def logs(self, stdout: bool, stderr: bool, tail: int | None = None) -> bytes:
-        if self.role == "network":
-            return self.outcome[1]
-        if self.role == "k6":
-            return b"k6 output\n"
-        env = self.params["environment"]
-        listening = {
-            "event": "listening",
-            "port": int(env["PORT"]),
-            "metrics_port": int(env["METRICS_PORT"]),
-            "workers": 2,
-            "tls": "TLS_CERT_FILE" in env,
-            "response_model": env["RESPONSE_MODEL"],
-        }
-        out = json.dumps(listening).encode() + b"\n" if self.client.service_listens else b""
-        return out + (b"service stderr\n" if stderr else b"")
-
-    def get_archive(self, path: str) -> tuple[Iterator[bytes], dict]:
-        """The certs volume's files; from a k6 container, the file k6 wrote (k6_results)."""
-        self.client.calls.append(("get_archive", self.name, path))
-        files = {f"certs/{name}": data for name, data in self.client.volume_files.items()}
-        if self.role == "k6":
-            if path not in self.client.k6_results:
-                raise NotFound(path)
-            files = {path.rpartition("/")[2]: self.client.k6_results[path]}
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            for name, data in files.items():
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-        return iter([buffer.getvalue()]), {}
-
-    def put_archive(self, path: str, data: bytes) -> bool:
-        self.client.calls.append(("put_archive", self.name, path))
-        self.archive = data
-        return True
-
-    def stop(self, timeout: int) -> None:
-        self.client.calls.append(("stop", self.name, timeout))
-        self.attrs["State"]["Status"] = "exited"
-
-    def wait(self, timeout: float | None = None) -> dict[str, int]:
-        return {"StatusCode": self.outcome[0]}
-
-    def remove(self, force: bool) -> None:
-        self.client.calls.append(("remove", self.name, force))
-        self.client.removed.append(self.name)
-
-
-class FakeDocker:
-    def __init__(self, ncpu: int = 8, leftovers: tuple[str, ...] = (), images: dict | None = None) -> None:
-        self.ncpu, self.images_present = ncpu, compose_images() if images is None else images
-        self.calls: list[tuple] = []
-        self.created: list[FakeContainer] = []
-        self.removed: list[str] = []
-        self.pulled: list[str] = []
-        self.service_listens = True
-        self.host_port = 1  # where published ports lead: a real HTTP server in the flow tests
-        self.volume_files: dict[str, bytes] = {}
-        self.service_stats: list[dict] = []
-        self.k6_stats: list[list[dict]] = []  # per k6 container, in order
-        self.k6_results: dict[str, bytes] = {}  # what k6 on a load engine wrote, by container path
-        self.mem_total: int | None = None  # info()'s MemTotal, when set
-        self.on_k6_start: Callable[[FakeContainer], None] = lambda container: None
-        self.leftovers = [FakeContainer(self, {"name": n, "labels": {}}) for n in leftovers]
-        self.containers = SimpleNamespace(create=self._create, list=self._list, get=self._get)
-        self.interrupt_create_of: str | None = None  # a role whose create is cut short by Ctrl-C
-        self.images = SimpleNamespace(
-            get=self._image, pull=lambda repo, tag: self.pulled.append(f"{repo}:{tag}"), build=self._build
-        )
-        self.image_labels: dict[str, dict[str, str]] = {}
-        self.image_ids: dict[str, str] = {}
-        self.built: list[dict[str, Any]] = []
-        # kind of network helper ("tc", "serve", "probe") -> (exit code, output)
-        self.helper_outcomes: dict[str, tuple[int, bytes]] = {}
-        self.networks = SimpleNamespace(get=lambda name: self.calls.append(("network", name)))
-        self.volumes = SimpleNamespace(get=lambda name: self.calls.append(("volume", name)))
-
-    def _create(self, **params: Any) -> FakeContainer:
-        container = FakeContainer(self, params)
-        self.created.append(container)
-        if container.role == self.interrupt_create_of:
-            # The engine made the container, but the Ctrl-C arrived before the answer did.
-            raise KeyboardInterrupt
-        return container
-
-    def _list(self, all: bool, filters: dict) -> list[FakeContainer]:
-        self.calls.append(("list", all, filters))
-        if filters == {"label": "protolab.managed=true"}:
-            return self.leftovers
-        key, _, value = filters["label"].partition("=")
-        return [
-            c for c in self.created if c.name not in self.removed and c.params["labels"].get(key) == value
-        ]
-
-    def _get(self, name: str) -> FakeContainer:
-        for container in self.created:
-            if container.name == name and name not in self.removed:
-                return container
-        raise NotFound(name)
-
-    def _image(self, name: str) -> SimpleNamespace:
-        if name not in self.images_present:
-            raise ImageNotFound(name)
-        labels = self.image_labels.get(name)
-        config = {"Env": self.images_present[name], "Labels": labels}
-        return SimpleNamespace(id=self.image_ids.get(name, f"sha256:{name}"), attrs={"Config": config})
-
-    def _build(self, **params: Any) -> tuple[SimpleNamespace, list[dict]]:
-        self.built.append(params)
-        self.images_present[params["tag"]] = []
-        self.image_labels[params["tag"]] = params["labels"]
-        return self._image(params["tag"]), []
-
-    def info(self) -> dict[str, int]:
-        return {"NCPU": self.ncpu} | ({} if self.mem_total is None else {"MemTotal": self.mem_total})
-
-    def ping(self) -> bool:
-        return True
-
-    version_answer = "27.5.1"
-
-    def version(self) -> dict[str, str]:
-        return {"Version": self.version_answer}
-
-    def close(self) -> None:
-        self.calls.append(("close",))
-
-
-# --- Fixtures ----------------------------------------------------------------------------------
-
-
-def scenario(target: str, profile: str = "p1") -> Scenario:
-    plan = expand(MATRIX, "docker", overrides=Overrides(targets=(target,), profiles=(profile,)))
-    return plan.scenarios[0]
-
-
-def settings(tmp_path: Path) -> BackendSettings:
-    return BackendSettings(
-        run_id=RUN_ID,
-        root=ROOT,
-        certs_dir=tmp_path / "certs",
-        logs_dir=tmp_path / "out" / "logs",
-        k6_binary=Path("/nonexistent/k6"),  # the docker backend runs the k6 image
-        start_timeout_s=5.0,
-        stop_timeout_s=20.0,
-    )
 
 
 @pytest.fixture
@@ -277,88 +45,8 @@ def fake() -> FakeDocker:
 
 
 @pytest.fixture(autouse=True)
-def no_polling_delay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("labrunner.backends.docker_stats._K6_POLL_S", 0.0)
-    monkeypatch.setattr(docker_services, "_POLL_S", 0.01)
-
-
-@pytest.fixture(autouse=True)
-def compose_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The defaults a user gets: CI exports tests/docker/substitutes.env (K6_IMAGE, SERVICE_NOFILE)."""
-    for variable in ("K6_IMAGE", "SERVICE_NOFILE"):
-        monkeypatch.delenv(variable, raising=False)
-
-
-class _Service(BaseHTTPRequestHandler):
-    """Stands in for a REST service behind its published ports: health, records and metrics."""
-
-    protocol_version = "HTTP/1.1"  # what the verifier must see negotiated
-
-    def do_GET(self) -> None:
-        url = urlsplit(self.path)
-        if url.path == "/healthz":
-            body = {"status": "SERVING"}
-        elif url.path == "/records":
-            count = int(parse_qs(url.query)["count"][0])
-            car = {"make": "Ford", "model": "T", "trim": "base", "color": "black", "year": 1920, "mileage": 7}
-            driver = {"firstname": "Ada", "lastname": "Lovelace", "driverId": "d-1"}
-            body = {"records": [{"car": car, "driver": driver}] * count}
-        else:
-            peak = f"protolab_cgroup_memory_peak_bytes {MEMORY_PEAK:.8e}\n"
-            self._send(f'protolab_build_info{{service="x"}} 1.0\n{peak}'.encode(), "text/plain")
-            return
-        self._send(json.dumps(body).encode(), "application/json")
-
-    def _send(self, data: bytes, content_type: str) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def published_service(fake: FakeDocker) -> Iterator[FakeDocker]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Service)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    fake.host_port = server.server_port
-    yield fake
-    server.shutdown()
-    server.server_close()
-
-
-def run_config(tmp_path: Path) -> runner.RunConfig:
-    return runner.RunConfig(
-        run_id=RUN_ID,
-        out_dir=tmp_path / "out",
-        targets_dir=tmp_path / "targets",
-        influxdb_url="http://127.0.0.1:8086",
-        prometheus_url=None,
-        resume=False,
-        argv=("run_matrix.py",),
-        backend_reason="test",
-        provenance={},
-    )
-
-
-def flow_plan() -> Plan:
-    overrides = Overrides(targets=("aiohttp-h1",), counts=(3,), duration="2s", warmup="1s", repeats=1)
-    return expand(MATRIX, "docker", overrides=overrides)
-
-
-def k6_summary(requests: int) -> dict:
-    latency = {s: 1.5 for s in ("avg", "p(50)", "p(90)", "p(95)", "p(99)", "max")}
-    return {
-        "metrics": {
-            "protolab_reqs": {"values": {"count": requests, "rate": requests / 2}},
-            "protolab_req_failed": {"values": {"passes": 0, "fails": requests, "rate": 0.0}},
-            "protolab_req_duration": {"values": latency},
-        },
-        "state": {"testRunDurationMs": 2000},
-    }
+def _quick_polls_and_compose_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    quick_polls_and_compose_defaults(monkeypatch)
 
 
 # --- Container parameters ----------------------------------------------------------------------
@@ -478,76 +166,6 @@ def test_tls_target_env_and_the_volume_ca_adopted_for_host_verification(
     ]
 
 
-def test_k6_container_parameters(tmp_path: Path, published_service: FakeDocker) -> None:
-    fake = published_service
-    fake.service_stats = [docker_stats(1.0, 0, 0, 0), docker_stats(2.0, 0, 0, 0)]
-    backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
-    ok = runner.run_plan(
-        flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None
-    )
-    assert not ok  # no summary from the fake k6; the parameters are what this test is about
-    warmup = fake.created[1].params
-    results = tmp_path / "out" / "k6"
-    assert warmup == {
-        "image": "grafana/k6:1.1.0",
-        "command": [
-            "run",
-            "--quiet",
-            "--no-color",
-            "--address",
-            "",
-            "--summary-trend-stats",
-            "avg,min,med,max,p(50),p(90),p(95),p(99),count",
-            "--tag",
-            "run=run1",
-            "--tag",
-            "scenario=aiohttp-h1.p1.c3.closed.r1",
-            "--tag",
-            "target=aiohttp-h1",
-            "--tag",
-            "protocol=http1.1",
-            "--tag",
-            "profile=p1",
-            "/k6/rest.js",
-        ],
-        "name": "protolab-run1-aiohttp-h1-p1-c3-closed-r1-k6",
-        "environment": {
-            "K6_NO_USAGE_REPORT": "true",
-            "SUMMARY_FILE": "/results/aiohttp-h1.p1.c3.closed.r1.warmup.json",
-            "COUNT": "3",
-            "TLS": "0",
-            "DURATION": "1s",
-            "LOAD_MODEL": "constant-vus",
-            "VUS": "10",
-            "BASE_URL": "http://rest-aiohttp:8081",
-            "EXPECT_PROTO": "HTTP/1.1",
-            "GODEBUG": "http2client=0",
-        },
-        "network": "protolab",
-        "extra_hosts": {"rest-aiohttp": SERVICE_IP},
-        "cpuset_cpus": "0,1,2,3,4,5",
-        "user": f"{os.getuid()}:{os.getgid()}",
-        "labels": {
-            "protolab.managed": "true",
-            "protolab.run": "run1",
-            "protolab.scenario": "aiohttp-h1.p1.c3.closed.r1",
-            "protolab.target": "aiohttp-h1",
-            "protolab.profile": "p1",
-            "protolab.role": "k6",
-        },
-        "volumes": {
-            str(ROOT / "k6"): {"bind": "/k6", "mode": "ro"},
-            str(ROOT / "proto"): {"bind": "/proto", "mode": "ro"},
-            "protolab-certs": {"bind": "/certs", "mode": "ro"},
-            str(results): {"bind": "/results", "mode": "rw"},
-        },
-        "ulimits": [Ulimit(name="nofile", soft=65536, hard=65536)],
-    }
-    measured = fake.created[2].params
-    assert measured["command"][-3:] == ["--out", "influxdb=http://influxdb:8086/myk6db", "/k6/rest.js"]
-    assert measured["environment"]["SUMMARY_FILE"] == "/results/aiohttp-h1.p1.c3.closed.r1.measure.json"
-
-
 def test_grpc_tls_k6_paths_move_into_the_mounts(tmp_path: Path, fake: FakeDocker) -> None:
     fake.volume_files = {"ca.pem": b"ca"}
     backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
@@ -574,148 +192,7 @@ def test_grpc_tls_k6_paths_move_into_the_mounts(tmp_path: Path, fake: FakeDocker
     assert fake.created[1].params["command"][-1] == "/k6/grpc_unary.js"
 
 
-def engine_request(params: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """The create request the real docker SDK would send the Engine API for these parameters."""
-    client = docker.DockerClient(base_url="unix:///nonexistent/docker.sock", version="1.45")
-    sent: dict[str, Any] = {}
-
-    def capture(config: dict[str, Any], name: str, platform: str | None = None) -> None:
-        sent.update(config, Name=name)
-        raise NotFound("captured, not sent")
-
-    monkeypatch.setattr(client.api, "create_container_from_config", capture)
-    with pytest.raises(NotFound, match="captured"):
-        client.containers.create(**params)
-    return sent
-
-
-def test_the_real_sdk_turns_the_parameters_into_the_engine_request(
-    tmp_path: Path, published_service: FakeDocker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake = published_service
-    fake.service_stats = [docker_stats(1.0, 0, 0, 0), docker_stats(2.0, 0, 0, 0)]
-    backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
-    runner.run_plan(flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None)
-    service = engine_request(fake.created[0].params, monkeypatch)
-    host = service["HostConfig"]
-    assert (host["NanoCpus"], host["Memory"], host["MemorySwap"]) == (2_000_000_000, 2 * 2**30, 2 * 2**30)
-    assert (host["CpusetCpus"], host["NetworkMode"], host["Binds"]) == (
-        "6,7",
-        "protolab",
-        ["protolab-certs:/certs:ro"],
-    )
-    assert host["PortBindings"] == {
-        "8081/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}],
-        "9101/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}],
-    }
-    assert host["Ulimits"] == [{"Name": "nofile", "Soft": 65536, "Hard": 65536}]
-    assert (host["Init"], host["ReadonlyRootfs"], host["CapDrop"]) == (True, True, ["ALL"])
-    assert service["Healthcheck"]["Test"] == ["NONE"]
-    assert service["Labels"]["protolab.managed"] == "true"
-    k6_request = engine_request(fake.created[1].params, monkeypatch)
-    assert k6_request["HostConfig"]["ExtraHosts"] == [f"rest-aiohttp:{SERVICE_IP}"]
-    assert f"{ROOT / 'k6'}:/k6:ro" in k6_request["HostConfig"]["Binds"]
-    assert "PortBindings" not in k6_request["HostConfig"]  # k6 publishes nothing
-
-
-# --- A whole scenario through the runner, and cleanup ------------------------------------------
-
-
-def test_scenario_through_the_runner_collects_usage_and_removes_everything(
-    tmp_path: Path, published_service: FakeDocker
-) -> None:
-    fake = published_service
-    fake.service_stats = [
-        docker_stats(10.0, 100, 5, 0.25, usage=50_000_000, limit=2 * 2**30),
-        docker_stats(13.5, 120, 9, 0.75, usage=60_000_000, limit=2 * 2**30),  # cgroup v2: no max_usage
-    ]
-    fake.k6_stats = [
-        [docker_stats(0.4, 0, 0, 0)],
-        [docker_stats(0.9, 0, 0, 0), docker_stats(1.2, 0, 0, 0), docker_stats(0.0, 0, 0, 0)],
-    ]
-    file_sd: list[Any] = []
-
-    def k6_writes_its_summary(container: FakeContainer) -> None:
-        host = next(h for h, m in container.params["volumes"].items() if m["bind"] == "/results")
-        summary = container.params["environment"]["SUMMARY_FILE"].replace("/results", host)
-        Path(summary).write_text(json.dumps(k6_summary(200)))
-        file_sd.extend(json.loads(p.read_text()) for p in (tmp_path / "targets").glob("*.json"))
-
-    fake.on_k6_start = k6_writes_its_summary
-    backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
-    assert runner.run_plan(
-        flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None
-    )
-
-    [result_file] = (tmp_path / "out" / "scenarios").glob("*.json")
-    result = json.loads(result_file.read_text())
-    assert result["status"] == "ok", result["failure"]
-    usage = result["service"]["usage"]
-    assert usage["cpu_seconds"] == pytest.approx(3.5)
-    assert (usage["cpu_periods"], usage["throttled_periods"]) == (20, 4)
-    assert usage["throttled_seconds"] == pytest.approx(0.5)
-    assert (usage["memory_peak_bytes"], usage["memory_peak_scope"]) == (MEMORY_PEAK, "lifetime")
-    assert (usage["memory_limit_bytes"], usage["cpu_limit_cores"], usage["exit_code"]) == (2 * 2**30, 2.0, 0)
-    # The last sample before the exit is the total; a stopped container's zero is not.
-    assert result["k6"]["cpu_seconds"] == pytest.approx(1.2)
-    assert result["k6"]["cpus"] == 6
-    assert result["service"]["limits"] == "docker"
-    name = "protolab-run1-aiohttp-h1-p1-c3-closed-r1"
-    assert file_sd[-1] == [
-        {
-            "targets": [f"{name}:9101"],
-            "labels": {
-                "run": "run1",
-                "scenario": "aiohttp-h1.p1.c3.closed.r1",
-                "target": "aiohttp-h1",
-                "protocol": "http1.1",
-                "profile": "p1",
-                "service": "rest_aiohttp",
-            },
-        }
-    ]
-    assert ("stop", name, 20) in fake.calls
-    assert sorted(fake.removed) == sorted(c.name for c in fake.created)
-    assert all(force for call, _, force in (c for c in fake.calls if c[0] == "remove"))
-    assert (
-        (tmp_path / "out" / "logs" / "aiohttp-h1.p1.c3.closed.r1.service.log")
-        .read_bytes()
-        .endswith(b"service stderr\n")
-    )
-    assert b"k6 output" in (tmp_path / "out" / "logs" / "aiohttp-h1.p1.c3.closed.r1.k6.log").read_bytes()
-
-
-def test_error_mid_scenario_removes_service_and_k6(tmp_path: Path, published_service: FakeDocker) -> None:
-    fake = published_service
-
-    def k6_fails(container: FakeContainer) -> None:
-        raise DockerException("k6 image is broken")
-
-    fake.on_k6_start = k6_fails
-    backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
-    assert not runner.run_plan(
-        flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None
-    )
-    [result_file] = (tmp_path / "out" / "scenarios").glob("*.json")
-    failure = json.loads(result_file.read_text())["failure"]
-    assert (failure["phase"], failure["message"]) == ("warmup", "docker: k6 image is broken")
-    assert sorted(fake.removed) == sorted(c.name for c in fake.created)
-    assert len(fake.created) == 2
-
-
-def test_ctrl_c_removes_service_and_k6(tmp_path: Path, published_service: FakeDocker) -> None:
-    fake = published_service
-
-    def interrupted(container: FakeContainer) -> None:
-        raise KeyboardInterrupt
-
-    fake.on_k6_start = interrupted
-    backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
-    with pytest.raises(KeyboardInterrupt):
-        runner.run_plan(flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None)
-    assert sorted(fake.removed) == sorted(c.name for c in fake.created)
-    assert [c.role for c in fake.created] == ["service", "k6"]
-    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["complete"] is False
+# --- A service that does not start, missing images, leftovers -----------------------------------
 
 
 def test_service_that_exits_before_listening_is_removed_with_its_log(
@@ -961,13 +438,6 @@ def test_an_engine_older_than_25_is_refused_with_what_the_lab_needs(monkeypatch:
 
 PROBE_IP = "172.18.0.10"
 NARROW_RATE = NetworkProfile("narrow-rate", rate_bps=10_000_000)  # a rate-only profile: tbf alone
-
-
-def network_scenario(network: str | NetworkProfile, target: str = "aiohttp-h1") -> Scenario:
-    if isinstance(network, NetworkProfile):
-        return dataclasses.replace(scenario(target), network=network)
-    overrides = Overrides(targets=(target,), profiles=("p1",), networks=(network,))
-    return expand(MATRIX, "docker", overrides=overrides).scenarios[0]
 
 
 def probe_answers(rtt_s: float, rate_bps: float | None = None) -> tuple[int, bytes]:
@@ -1219,32 +689,3 @@ def test_the_helper_image_has_the_services_base_and_iproute2() -> None:
     assert helper_default[1] == services_default[1] == docker_network_helper.PYTHON_IMAGE
     assert re.search(r"^FROM \$\{PYTHON_IMAGE\}$", helper, re.MULTILINE)
     assert re.search(r"apt-get install .*\biproute2\b", helper)
-
-
-def test_the_link_probe_measures_rtt_and_rate_over_real_sockets() -> None:
-    """docker_probe.py runs alone in the helper image: serve and measure over loopback here."""
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    server = threading.Thread(target=docker_probe.serve, args=(port, 5.0), daemon=True)
-    server.start()
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = docker_probe.main(
-            ["measure", "--host", "127.0.0.1", "--port", str(port), "--samples", "5", "--rate-seconds", "0.4",
-             "--mtu", "1500"]
-        )  # fmt: skip
-    server.join(10)
-    assert code == 0 and not server.is_alive()  # the server ends with its bulk transfer
-    measured = json.loads(out.getvalue().splitlines()[-1])
-    assert measured["event"] == "measured" and measured["address"] == "127.0.0.1"
-    assert len(measured["rtt_s"]) == 5 and all(0 < rtt < 0.05 for rtt in measured["rtt_s"])
-    assert measured["rate_bps"] > 100e6  # loopback: far above any profile's rate
-    # Nobody listening: a failure line, not a traceback.
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(docker_probe, "_CONNECT_RETRY_S", 0.2)
-        assert (
-            docker_probe.main(["measure", "--host", "127.0.0.1", "--port", str(port), "--samples", "1"]) == 1
-        )
-    assert json.loads(out.getvalue())["event"] == "failed"

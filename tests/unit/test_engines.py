@@ -1,7 +1,7 @@
 """Roles mapped to Docker engines (issue 15): [hosts] and the engine options, how an engine is
 reached (the real Docker SDK against sockets nobody listens on), the extra certificate name, and
 the docker backend's placement of k6 on load engines (on the thin fake client of
-test_docker_backend). The live two-engine run is tests/e2e/test_docker.py's."""
+tests/docker_fake.py). The live two-engine run is tests/e2e/test_docker.py's."""
 
 import copy
 import dataclasses
@@ -22,8 +22,8 @@ from labrunner.model.engine_roles import Hosts
 from labrunner.model.matrix import MatrixError, parse_matrix
 from labrunner.run import k6
 
+from tests.docker_fake import FakeDocker, docker_stats, network_scenario, scenario, settings
 from tests.support import ROOT
-from tests.unit.test_docker_backend import FakeDocker, docker_stats, network_scenario, scenario, settings
 
 MATRIX = ROOT / "matrix.toml"
 

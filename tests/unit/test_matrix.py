@@ -68,7 +68,7 @@ def test_default_preset_depends_on_backend() -> None:
     assert {s.profile.name for s in local.scenarios} == {"quarter"}
     assert {s.profile.name for s in docker.scenarios} == {"p1"}
     assert {(s.count, s.duration_s, s.warmup_s, s.repeats) for s in local.scenarios} == {(100, 10.0, 3.0, 3)}
-    # Under 10 minutes on a 2-CPU host, start-up and stop included (measured: README).
+    # Under 10 minutes on a 2-CPU host, start-up and stop included (measured: docs/results.md).
     assert local.estimated_seconds < 10 * 60
 
 

@@ -1,17 +1,16 @@
-"""Payload sizes from the services' real responses, and the serialization micro-benchmark."""
+"""Payload sizes and the serialization micro-benchmark (the services' own bodies:
+tests/integration/test_payload_bodies.py)."""
 
 import json
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
-import grpc
 import orjson
 from labrunner.report import payload, serialization
 from labrunner.report.serialization import QUICK, Budget, measure_case
 
-from services.common.pb import cars_pb2, cars_pb2_grpc
+from services.common.pb import cars_pb2
 from tests.support import ROOT
 
 
@@ -25,19 +24,6 @@ def test_payload_rows_cover_every_count_and_protobuf_is_smaller() -> None:
     document = json.loads(json.dumps(payload.as_document(rows)))
     assert payload.rows_from_document(document) == rows
     assert payload.rows_from_document({"schema": "other"}) == []
-
-
-def test_payload_bodies_are_what_the_services_send(start_service) -> None:
-    records = payload.pool_records(10)
-    rest = start_service("rest_aiohttp")
-    url = f"http://127.0.0.1:{rest.port}/records?count=10&offset=0"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        assert response.read() == payload.json_body(records)
-    service = start_service("grpc_aio")
-    with grpc.insecure_channel(f"127.0.0.1:{service.port}") as channel:
-        stub = cars_pb2_grpc.RecordServiceStub(channel)
-        reply = stub.ListRecords(cars_pb2.ListRecordsRequest(count=10, offset=0), timeout=10)
-    assert reply == payload.protobuf_message(records)
 
 
 def test_every_codec_encodes_the_same_body() -> None:

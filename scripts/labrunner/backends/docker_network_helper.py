@@ -25,7 +25,7 @@ from labrunner.network.link_checks import LinkMeasurement
 from labrunner.network.profiles import NetworkProfile
 from labrunner.say import Say
 
-# Network conditions (README "Network conditions"): a helper container with NET_ADMIN joins the
+# Network conditions (docs/network.md): a helper container with NET_ADMIN joins the
 # service container's network namespace and puts tc qdiscs on its interface; the service never
 # gets NET_ADMIN. Both directions are emulated there: egress on eth0, ingress redirected through
 # an ifb device whose egress carries the same qdiscs (k6's containers come and go per run, so

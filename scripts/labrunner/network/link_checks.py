@@ -14,11 +14,9 @@ from labrunner.network.namespaces import Link, entered, exec_prefix, run
 from labrunner.network.profiles import NetworkProfile
 
 TOLERANCE = 0.10  # the issue's: a link more than 10% off its profile fails the scenario
-# Below 2.5 ms, 10% is finer than the userspace relay can keep on a shared host. Measured here
-# (2 vCPUs, other work running): a plain veth pings in 0.008-0.014 ms, the relay with no delay
-# in 0.037-0.062 ms, and lan (0.5 ms) in 0.42-0.63 ms over 55 relay starts (its wake-up
-# compensation varies with the host), and 0.68 ms once in CI. 0.25 ms absolute covers that and
-# still tells lan from loopback, or from a link that lost its emulator.
+# Below 2.5 ms, 10% is finer than the userspace relay can keep on a shared host (its wake-up
+# compensation varies with the host); 0.25 ms absolute covers that and still tells lan from
+# loopback, or from a link that lost its emulator. The measurements: docs/network.md.
 RTT_FLOOR_S = 0.00025
 LINK_MTU = 1500  # of the veth pair and the relay's TUN devices (their default)
 _CHUNK = 64 * 1024

@@ -12,17 +12,11 @@ The userspace link emulator (a relay process on k6's CPUs, network scenarios onl
 scenario's own time: it is interference on k6's CPUs, inside others, and reported apart
 ("of which relay": relay_cpu_seconds and relay_share in the k6 CPUs' figure).
 
-Busy is not user + nice + system + irq + softirq: the kernel charges those a whole tick
-(4 ms at HZ=250) to whatever runs when the tick fires, and for the short, timer-driven bursts
-a server and k6 run in, their sum missed up to 4% of a CPU's time over 3 s here. Idle and
-iowait are timed exactly on a tickless (NO_HZ) kernel (they agreed with cpuidle's residency
-counters to 0.6% of a CPU here), steal comes from the hypervisor's clock, and the scenario's
-own figures are exact; /proc/stat prints 10 ms units. So others is good to about 1% of a CPU
-over a few seconds and may come out slightly negative. Both kernel and scenario figures leave
-steal out (a task's clock stops while its CPU is stolen when the kernel accounts paravirtual
-steal time); interrupts handled while the service runs count as its own unless the kernel
-accounts IRQ time apart (CONFIG_IRQ_TIME_ACCOUNTING), and the idle loop's own entry and exit
-count as others.
+Busy is not user + nice + system + irq + softirq: the kernel charges those a whole tick to
+whatever runs when the tick fires, which misses much of the short, timer-driven bursts a server
+and k6 run in. Idle and iowait are timed exactly on a tickless (NO_HZ) kernel, steal comes from
+the hypervisor's clock, and the scenario's own figures are exact; /proc/stat prints 10 ms units,
+so others may come out slightly negative. How exact it is, measured: docs/measurement.md.
 """
 
 import os

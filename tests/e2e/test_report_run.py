@@ -1,0 +1,116 @@
+"""The report of a real small run: run_matrix.py with real k6 on two targets, two repeats, the
+closed and the sequential model; then report.py regenerates it against a baseline."""
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from tests.support import ROOT
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "report-ci"
+    completed = subprocess.run(
+        [
+            sys.executable, "scripts/run_matrix.py",
+            "--backend", "local", "--preset", "ci",
+            "--target", "aiohttp-h1,grpc", "--load-model", "closed,seq-100",
+            "--repeats", "2", "--duration", "2s", "--warmup", "1s",
+            "--out", str(out), "--prometheus-targets", "", "--influxdb", "none", "--prometheus", "none",
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
+    assert "report: " in completed.stdout
+    return out
+
+
+def _assert_png(path: Path) -> None:
+    assert path.read_bytes()[:8] == PNG_SIGNATURE, path
+    with Image.open(path) as image:
+        image.verify()
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.width > 100 and image.height > 100
+
+
+def test_run_writes_the_report_files(run_dir: Path) -> None:
+    for name in ("report.md", "report.html", "payload.json", "serialization.json"):
+        assert (run_dir / name).is_file(), name
+    charts = sorted(p.name for p in (run_dir / "charts").glob("*.png"))
+    assert {"throughput.png", "latency.png", "cpu_per_1k_requests.png", "bytes_per_response.png"} <= set(
+        charts
+    )
+    assert {"sequential.png", "serialization.png"} <= set(charts)
+    for chart in (run_dir / "charts").glob("*.png"):
+        _assert_png(chart)
+
+
+def test_report_tables_hold_the_runs_scenarios(run_dir: Path) -> None:
+    md = (run_dir / "report.md").read_text()
+    results = [json.loads(p.read_text()) for p in (run_dir / "scenarios").glob("*.json")]
+    assert len(results) == 8
+    groups = {r["scenario"]["group"] for r in results}
+    summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    for group in groups:
+        if group.endswith(".closed"):
+            assert f"| `{group}` | 2/2 |" in summary, group
+    sequential = md.split("## Sequential latency", 1)[1].split("\n## ", 1)[0]
+    assert "| aiohttp-h1 | http1.1 | small | 100 | 100 | 2 |" in sequential
+    assert "| grpc | grpc | small | 100 | 100 | 2 |" in sequential
+    assert "gRPC vs REST | grpc | aiohttp-h1 | small, c100, closed |" in md
+    assert "gRPC vs REST | grpc | aiohttp-h1 | small, c100, seq-100 |" in md
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["git"]["sha"] in md and manifest["versions"]["k6"] in md
+    for count in ("| 1 |", "| 10 |", "| 100 |", "| 1000 |"):
+        assert count in md.split("## Payload size", 1)[1]
+    bench = md.split("## Serialization micro-benchmark", 1)[1]
+    for codec in ("orjson", "json", "protobuf"):
+        assert f"| {codec} | encode |" in bench and f"| {codec} | decode |" in bench
+
+
+def test_html_is_self_contained_with_the_same_tables(run_dir: Path) -> None:
+    md = (run_dir / "report.md").read_text()
+    page = (run_dir / "report.html").read_text()
+    images = md.count("![")
+    assert images >= 6 and page.count('src="data:image/png;base64,') == images
+    assert 'src="charts/' not in page and "<link" not in page and "<script" not in page
+    rules = [line for line in md.splitlines() if re.fullmatch(r"\|((---|--:)\|)+", line)]
+    assert len(rules) == page.count("<table>") >= 5
+    for path in (run_dir / "scenarios").glob("*.closed.*"):
+        assert json.loads(path.read_text())["scenario"]["group"] in page
+    assert "small, c100, seq-100" in page
+
+
+def test_report_cli_regenerates_and_flags_regressions(run_dir: Path, tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline-run"
+    shutil.copytree(run_dir, baseline, ignore=shutil.ignore_patterns("report.*", "charts"))
+    for path in (baseline / "scenarios").glob("*.closed.r*.json"):
+        result = json.loads(path.read_text())
+        faster = copy.deepcopy(result)
+        faster["k6"]["metrics"]["requests_per_second"] *= 100  # the baseline was far faster
+        path.write_text(json.dumps(faster))
+    completed = subprocess.run(
+        [sys.executable, "scripts/report.py", str(run_dir), "--baseline", str(baseline)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    md = (run_dir / "report.md").read_text()
+    assert "## Against baseline run report-ci" in md and str(baseline) in md  # the run id is the copy's
+    assert "req/s vs report-ci" in md
+    assert md.count("**REGRESSION**") == 2  # req/s of both closed groups
+    unchanged = subprocess.run(
+        [sys.executable, "scripts/report.py", str(run_dir), "--baseline", str(run_dir)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert unchanged.returncode == 0, unchanged.stderr
+    assert "No regression among 4 groups" in (run_dir / "report.md").read_text()
