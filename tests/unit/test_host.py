@@ -434,6 +434,7 @@ def _calibrations(monkeypatch: pytest.MonkeyPatch, others_shares: list[float]) -
             "median_over_fastest": 1.1,
             "cpus": [1],
             "others_share": next(shares),
+            "kernel": {"cpu_seconds_per_unit": 2.5e-5, "median_over_fastest": 1.2, "system_share": 0.5},
         },
     )
 
