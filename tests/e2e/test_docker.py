@@ -32,7 +32,7 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from labrunner.backends import docker_engine
+from labrunner.backends import docker_names, docker_network_helper
 from labrunner.model.matrix import load_matrix
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
@@ -66,7 +66,7 @@ FIRST, SECOND = "aiohttp-h1.small.c100.closed.r1", "grpc.small.c100.closed.r1"
 SHORT_SELECTION = ("--preset", "ci", "--target", "aiohttp-h1,grpc", "--duration", "2s", "--warmup", "0")
 QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
-MANAGED = f"{docker_engine.MANAGED_LABEL}=true"
+MANAGED = f"{docker_names.MANAGED_LABEL}=true"
 
 
 # --- The engine and compose -----------------------------------------------------------------------
@@ -416,7 +416,7 @@ def test_the_ci_preset_runs_every_target_under_docker_without_errors(main_run: M
 
 def test_each_scenario_container_has_its_profiles_limits(main_run: MainRun, engine: Engine) -> None:
     table = profiles()
-    nofile = int(os.environ.get("SERVICE_NOFILE") or docker_engine.NOFILE)
+    nofile = int(os.environ.get("SERVICE_NOFILE") or docker_names.NOFILE)
     roles: dict[tuple[str, str], dict[str, Any]] = {}
     for container in main_run.inspected.values():
         labels = container["Config"]["Labels"]
@@ -442,7 +442,7 @@ def test_each_scenario_container_has_its_profiles_limits(main_run: MainRun, engi
         # what the engine enforces is what the result says
         assert service_cpus == [str(c) for c in result["service"]["service_cpus"]], scenario
         assert k6_cpus == [str(c) for c in result["service"]["k6_cpus"]], scenario
-        assert k6["Config"]["Image"] == os.environ.get("K6_IMAGE", docker_engine.K6_IMAGE), scenario
+        assert k6["Config"]["Image"] == os.environ.get("K6_IMAGE", docker_names.K6_IMAGE), scenario
         for container in (service, k6):
             assert [(u["Name"], u["Soft"], u["Hard"]) for u in container["HostConfig"]["Ulimits"]] == [
                 ("nofile", nofile, nofile)
@@ -638,10 +638,10 @@ def kernel_has_netem() -> bool:
     """Whether the engine's kernel takes a netem qdisc (asked in a throwaway namespace)."""
     tried = run_cli(
         "docker", "run", "--rm", "--network", "none", "--cap-drop", "ALL", "--cap-add", "NET_ADMIN",
-        docker_engine.NETWORK_HELPER_IMAGE, "tc", "qdisc", "add", "dev", "lo", "root", "netem",
+        docker_network_helper.NETWORK_HELPER_IMAGE, "tc", "qdisc", "add", "dev", "lo", "root", "netem",
         "delay", "1ms", check=False,
     )  # fmt: skip
-    assert tried.returncode == 0 or docker_engine.NO_NETEM in tried.stderr, tried.stderr
+    assert tried.returncode == 0 or docker_network_helper.NO_NETEM in tried.stderr, tried.stderr
     return tried.returncode == 0
 
 
@@ -660,7 +660,7 @@ class QdiscWatch:
         while time.monotonic() < deadline and "plab-ifb" not in self.seen:
             shown = run_cli(
                 "docker", "run", "--rm", "--network", f"container:{self._id}", "--cap-drop", "ALL",
-                docker_engine.NETWORK_HELPER_IMAGE, "tc", "qdisc", "show", check=False, timeout=30,
+                docker_network_helper.NETWORK_HELPER_IMAGE, "tc", "qdisc", "show", check=False, timeout=30,
             )  # fmt: skip
             if shown.returncode != 0 and "No such container" in shown.stderr:
                 return
@@ -737,7 +737,9 @@ def test_a_rate_only_network_is_emulated_without_net_admin_for_the_service_and_n
     else:
         failure = found[wan]["failure"]
         assert failure["phase"] == "network", failure
-        assert failure["message"] == docker_engine.no_netem_message(load_matrix(matrix).networks["wan"])
+        assert failure["message"] == docker_network_helper.no_netem_message(
+            load_matrix(matrix).networks["wan"]
+        )
         assert "sch_netem" in failure["message"] and "--backend local" in failure["message"]
         assert found[wan]["finished_at"] <= result["started_at"]  # the run went on after it
         assert exit_code == EXIT_FAILED, run.output()

@@ -22,9 +22,15 @@ import pytest
 from docker.errors import DockerException, ImageNotFound, NotFound
 from docker.types import Ulimit
 from labrunner import backends, cli
-from labrunner.backends import docker_engine
+from labrunner.backends import docker_names, docker_network_helper, docker_services
 from labrunner.backends.base import BackendSettings, BackendUnavailable, ScenarioFailed
-from labrunner.backends.docker_engine import DockerBackend, StatsSnapshot, UsageWindow
+from labrunner.backends.docker_backend import DockerBackend
+from labrunner.backends.docker_stats import (
+    StatsSnapshot,
+    UsageWindow,
+    memory_peak_from_metrics,
+    usage_from_stats,
+)
 from labrunner.model.matrix import Overrides, Plan, Scenario, expand, load_matrix
 from labrunner.network import docker_probe
 from labrunner.network.profiles import NetworkProfile
@@ -272,8 +278,8 @@ def fake() -> FakeDocker:
 
 @pytest.fixture(autouse=True)
 def no_polling_delay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(docker_engine, "_K6_POLL_S", 0.0)
-    monkeypatch.setattr(docker_engine, "_POLL_S", 0.01)
+    monkeypatch.setattr("labrunner.backends.docker_stats._K6_POLL_S", 0.0)
+    monkeypatch.setattr(docker_services, "_POLL_S", 0.01)
 
 
 @pytest.fixture(autouse=True)
@@ -767,7 +773,7 @@ def test_k6_image_is_pulled_when_missing_and_a_lab_that_is_not_up_is_refused(tmp
 def test_usage_from_two_stats_snapshots_cgroup_v1() -> None:
     before = StatsSnapshot.parse(docker_stats(1.0, 10, 1, 0.1, usage=1, max_usage=300, limit=512))
     after = StatsSnapshot.parse(docker_stats(2.5, 40, 6, 0.35, usage=1, max_usage=900, limit=512))
-    usage = docker_engine.usage_from_stats(UsageWindow(before, after, 3.0, None), 0.5, 0, "tail")
+    usage = usage_from_stats(UsageWindow(before, after, 3.0, None), 0.5, 0, "tail")
     assert usage.window_seconds == 3.0
     assert usage.cpu_seconds == pytest.approx(1.5)
     assert (usage.cpu_periods, usage.throttled_periods) == (30, 5)
@@ -783,20 +789,14 @@ def test_usage_from_two_stats_snapshots_cgroup_v1() -> None:
 def test_usage_cgroup_v2_takes_the_peak_from_the_service_metric() -> None:
     before = StatsSnapshot.parse(docker_stats(1.0, 10, 1, 0.1, usage=1, limit=512))
     after = StatsSnapshot.parse(docker_stats(2.0, 20, 1, 0.1, usage=1, limit=512))
-    assert (
-        docker_engine.usage_from_stats(UsageWindow(before, after, 1.0, 400), 1.0, 0, "").memory_peak_bytes
-        == 400
-    )
-    no_peak = docker_engine.usage_from_stats(UsageWindow(before, after, 1.0, None), 1.0, 0, "")
+    assert usage_from_stats(UsageWindow(before, after, 1.0, 400), 1.0, 0, "").memory_peak_bytes == 400
+    no_peak = usage_from_stats(UsageWindow(before, after, 1.0, None), 1.0, 0, "")
     assert (no_peak.memory_peak_bytes, no_peak.memory_peak_scope) == (None, None)
-    assert (
-        docker_engine.memory_peak_from_metrics("x 1\nprotolab_cgroup_memory_peak_bytes 1.5e+08\n")
-        == 150_000_000
-    )
+    assert memory_peak_from_metrics("x 1\nprotolab_cgroup_memory_peak_bytes 1.5e+08\n") == 150_000_000
 
 
 def test_usage_without_a_measured_window() -> None:
-    usage = docker_engine.usage_from_stats(None, 2.0, 137, "killed")
+    usage = usage_from_stats(None, 2.0, 137, "killed")
     assert (usage.window_seconds, usage.cpu_seconds, usage.exit_code, usage.log_tail) == (
         None,
         None,
@@ -809,13 +809,13 @@ def test_usage_without_a_measured_window() -> None:
 
 
 def test_container_names_are_unique_dns_labels() -> None:
-    assert docker_engine.container_name("20250101-120000", "quart-h2-tls.p1.c100.closed.r1") == (
+    assert docker_names.container_name("20250101-120000", "quart-h2-tls.p1.c100.closed.r1") == (
         "protolab-20250101-120000-quart-h2-tls-p1-c100-closed-r1"
     )
-    long_a = docker_engine.container_name(
+    long_a = docker_names.container_name(
         "a_very.long-run-id-2025", "quart-h2-tls.p1.c1000.a-long-load-model.r10"
     )
-    long_b = docker_engine.container_name(
+    long_b = docker_names.container_name(
         "a_very.long-run-id-2025", "quart-h2-tls.p1.c1000.a-long-load-model.r11"
     )
     assert long_a != long_b
@@ -825,11 +825,11 @@ def test_container_names_are_unique_dns_labels() -> None:
 
 def test_names_agree_with_docker_compose() -> None:
     services = COMPOSE["services"]
-    assert COMPOSE["networks"]["default"]["name"] == docker_engine.NETWORK
-    assert COMPOSE["volumes"]["certs"]["name"] == docker_engine.CERTS_VOLUME
+    assert COMPOSE["networks"]["default"]["name"] == docker_names.NETWORK
+    assert COMPOSE["volumes"]["certs"]["name"] == docker_names.CERTS_VOLUME
     k6 = services["k6"]
-    assert k6["image"] == docker_engine.K6_IMAGE
-    assert k6["environment"]["K6_OUT"] == f"influxdb=http://{docker_engine.INFLUXDB_IN_NETWORK}/myk6db"
+    assert k6["image"] == docker_names.K6_IMAGE
+    assert k6["environment"]["K6_OUT"] == f"influxdb=http://{docker_names.INFLUXDB_IN_NETWORK}/myk6db"
     assert {"./k6:/k6:ro", "./proto:/proto:ro", "certs:/certs:ro"} <= set(k6["volumes"])
     assert k6["environment"]["SSL_CERT_FILE"] == "/certs/ca.pem"
     built = {name: s for name, s in services.items() if "SERVICE" in s.get("build", {}).get("args", {})}
@@ -838,15 +838,15 @@ def test_names_agree_with_docker_compose() -> None:
     }
     for name, service in built.items():
         module = service["build"]["args"]["SERVICE"]
-        assert (docker_engine.compose_name(module), docker_engine.image_name(module)) == (
+        assert (docker_names.compose_name(module), docker_names.image_name(module)) == (
             name,
             service["image"],
         )
         # The runner's containers are hardened like compose's services under test.
         hardening = {key: service[key] for key in ("init", "read_only", "cap_drop", "security_opt")}
-        assert {**hardening, "tmpfs": dict.fromkeys(service["tmpfs"], "")} == docker_engine.SERVICE_HARDENING
-        assert int(service["ulimits"]["nofile"]) == docker_engine.NOFILE
-        assert service["volumes"] == [f"certs:{docker_engine.CERTS_DIR}:ro"]
+        assert {**hardening, "tmpfs": dict.fromkeys(service["tmpfs"], "")} == docker_names.SERVICE_HARDENING
+        assert int(service["ulimits"]["nofile"]) == docker_names.NOFILE
+        assert service["volumes"] == [f"certs:{docker_names.CERTS_DIR}:ro"]
         assert service["mem_limit"] == service["memswap_limit"]
 
 
@@ -1002,8 +1002,10 @@ def test_a_netem_profile_is_applied_by_a_helper_with_net_admin_in_the_service_na
     assert service.params["cap_drop"] == ["ALL"] and "network_mode" not in service.params
     assert list(helpers(fake)) == ["tc", "link-serve", "link-probe"]  # in this order, after the service
     tc = helpers(fake)["tc"]
-    script = "\n".join(" ".join(c) for c in docker_engine.tc_commands(network_scenario("wan").network))
-    assert docker_engine.tc_commands(network_scenario("wan").network) == [
+    script = "\n".join(
+        " ".join(c) for c in docker_network_helper.tc_commands(network_scenario("wan").network)
+    )
+    assert docker_network_helper.tc_commands(network_scenario("wan").network) == [
         ["tc", "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", *WAN_NETEM],
         *INGRESS_TO_IFB,
         ["tc", "qdisc", "replace", "dev", "plab-ifb", "root", "handle", "1:", *WAN_NETEM],
@@ -1062,7 +1064,7 @@ def test_a_rate_only_profile_is_limited_by_tbf_alone_and_its_rate_measured(
     fake.helper_outcomes = {"probe": probe_answers(0.0001, 9_700_000.0)}
     backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
     handle = backend.start_service(network_scenario(NARROW_RATE))
-    assert docker_engine.tc_commands(NARROW_RATE) == [
+    assert docker_network_helper.tc_commands(NARROW_RATE) == [
         ["tc", "qdisc", "replace", "dev", "eth0", "root", "handle", "10:", *TBF_10MBIT],
         *INGRESS_TO_IFB,
         ["tc", "qdisc", "replace", "dev", "plab-ifb", "root", "handle", "10:", *TBF_10MBIT],
@@ -1079,7 +1081,7 @@ def test_netem_with_a_rate_puts_tbf_under_netem_on_both_devices() -> None:
     narrow = network_scenario("narrow").network
     netem = ["netem", "limit", "10000", "delay", "10000us"]
     tbf = ["tbf", "rate", "10000000bit", "burst", "3028", "limit", "68564"]
-    assert docker_engine.tc_commands(narrow) == [
+    assert docker_network_helper.tc_commands(narrow) == [
         ["tc", "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", *netem],
         ["tc", "qdisc", "replace", "dev", "eth0", "parent", "1:1", "handle", "10:", *tbf],
         *INGRESS_TO_IFB,
@@ -1165,7 +1167,9 @@ def test_the_helper_image_is_built_once_from_the_labs_base_and_again_when_its_in
     backend.stop_service(backend.start_service(network_scenario("wan")))
     backend.stop_service(backend.start_service(network_scenario("wan")))
     dockerfile = (ROOT / "network-helper" / "Dockerfile").read_bytes()
-    inputs = docker_engine.helper_inputs(dockerfile, "python:3.11.15-slim-bookworm", "")  # not pulled yet
+    inputs = docker_network_helper.helper_inputs(
+        dockerfile, "python:3.11.15-slim-bookworm", ""
+    )  # not pulled yet
     assert fake.built == [
         {
             "path": str(ROOT / "network-helper"),
@@ -1186,7 +1190,7 @@ def test_the_helper_image_is_built_once_from_the_labs_base_and_again_when_its_in
     backend.start_service(network_scenario("wan"))
     assert fake.built[-1]["buildargs"] == {"PYTHON_IMAGE": "protolab-test/python:3.11-debian"}
     assert fake.built[-1]["labels"] == {
-        "protolab.inputs": docker_engine.helper_inputs(
+        "protolab.inputs": docker_network_helper.helper_inputs(
             dockerfile, "protolab-test/python:3.11-debian", "sha256:base1"
         )
     }
@@ -1212,7 +1216,7 @@ def test_the_helper_image_has_the_services_base_and_iproute2() -> None:
     default = re.compile(r"^ARG PYTHON_IMAGE=(\S+)$", re.MULTILINE)
     helper_default, services_default = default.search(helper), default.search(services)
     assert helper_default is not None and services_default is not None
-    assert helper_default[1] == services_default[1] == docker_engine.PYTHON_IMAGE
+    assert helper_default[1] == services_default[1] == docker_network_helper.PYTHON_IMAGE
     assert re.search(r"^FROM \$\{PYTHON_IMAGE\}$", helper, re.MULTILINE)
     assert re.search(r"apt-get install .*\biproute2\b", helper)
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from docker.context import ContextAPI
 from labrunner import certs, cli
-from labrunner.backends import docker_engine
+from labrunner.backends import docker_backend, docker_k6
 from labrunner.backends.base import BackendUnavailable, ScenarioFailed
-from labrunner.backends.docker_engine import DockerBackend
+from labrunner.backends.docker_backend import DockerBackend
 from labrunner.backends.engines import Engine, connect
 from labrunner.model.engine_roles import Hosts
 from labrunner.model.matrix import MatrixError, parse_matrix
@@ -257,7 +257,7 @@ def test_k6_on_a_load_engine_gets_its_files_in_and_its_results_out(tmp_path: Pat
 
 
 def test_k6s_influxdb_output_follows_where_k6_runs() -> None:
-    at = docker_engine._influxdb_at
+    at = docker_k6._influxdb_at
     beside = at("influxdb=http://127.0.0.1:8086/myk6db", "influxdb", "8086")
     assert beside == "influxdb=http://influxdb:8086/myk6db"
     # On another engine: this host's publish address, on the URL's own port.
@@ -273,14 +273,14 @@ def test_the_same_engine_named_twice_is_one_engine(tmp_path: Path, monkeypatch: 
         "unix:///var/run/docker.sock": "unix:///var/run/docker.sock",
     }
     monkeypatch.setattr(
-        docker_engine,
+        docker_backend,
         "connect_engine",
         lambda name, role, timeout_s: Engine(name, urls.get(name, name), fakes[urls.get(name, name)]),
     )
     same = dataclasses.replace(settings(tmp_path), hosts=Hosts("local", ("unix:///var/run/docker.sock",)))
-    assert docker_engine.create(same, say=lambda line: None).start_service(scenario("grpc")).k6_places == ()
+    assert docker_backend.create(same, say=lambda line: None).start_service(scenario("grpc")).k6_places == ()
     apart = dataclasses.replace(settings(tmp_path), hosts=Hosts("local", ("unix:///b.sock",)))
-    handle = docker_engine.create(apart, say=lambda line: None).start_service(scenario("grpc"))
+    handle = docker_backend.create(apart, say=lambda line: None).start_service(scenario("grpc"))
     assert handle.k6_places == ("engine unix:///b.sock CPU 0", "engine unix:///b.sock CPU 1")
 
 

@@ -10,7 +10,7 @@ from types import ModuleType
 from labrunner.backends.base import Backend, BackendSettings, BackendUnavailable
 from labrunner.say import Say
 
-_MODULES = {"docker": "labrunner.backends.docker_engine", "local": "labrunner.backends.local"}
+_MODULES = {"docker": "labrunner.backends.docker_backend", "local": "labrunner.backends.local"}
 NAMES = tuple(_MODULES)
 # `auto` takes the first backend that can run here: the users' default first.
 AUTO_ORDER = ("docker", "local")
