@@ -57,9 +57,14 @@ def compose_images() -> dict[str, list[str]]:
 
 
 def docker_stats(cpu_s: float, periods: int, throttled: int, throttled_s: float, **memory: int) -> dict:
+    """A stats sample whose CPU time is 70% user, 30% kernel mode."""
     return {
         "cpu_stats": {
-            "cpu_usage": {"total_usage": round(cpu_s * 1e9)},
+            "cpu_usage": {
+                "total_usage": round(cpu_s * 1e9),
+                "usage_in_usermode": round(cpu_s * 0.7e9),
+                "usage_in_kernelmode": round(cpu_s * 0.3e9),
+            },
             "throttling_data": {
                 "periods": periods,
                 "throttled_periods": throttled,
@@ -776,6 +781,7 @@ def test_usage_from_two_stats_snapshots_cgroup_v1() -> None:
     usage = usage_from_stats(UsageWindow(before, after, 3.0, None), 0.5, 0, "tail")
     assert usage.window_seconds == 3.0
     assert usage.cpu_seconds == pytest.approx(1.5)
+    assert usage.user_cpu_seconds == pytest.approx(1.05) and usage.system_cpu_seconds == pytest.approx(0.45)
     assert (usage.cpu_periods, usage.throttled_periods) == (30, 5)
     assert usage.throttled_seconds == pytest.approx(0.25)
     assert (usage.memory_peak_bytes, usage.memory_peak_scope, usage.memory_limit_bytes) == (
