@@ -36,9 +36,14 @@ def compose_images() -> dict[str, list[str]]:
 
 
 def docker_stats(cpu_s: float, periods: int, throttled: int, throttled_s: float, **memory: int) -> dict:
+    """A stats sample whose CPU time is 70% user, 30% kernel mode."""
     return {
         "cpu_stats": {
-            "cpu_usage": {"total_usage": round(cpu_s * 1e9)},
+            "cpu_usage": {
+                "total_usage": round(cpu_s * 1e9),
+                "usage_in_usermode": round(cpu_s * 0.7e9),
+                "usage_in_kernelmode": round(cpu_s * 0.3e9),
+            },
             "throttling_data": {
                 "periods": periods,
                 "throttled_periods": throttled,

@@ -37,6 +37,9 @@ class CgroupStats:
     memory_usage_bytes: int | None
     memory_peak_bytes: int | None
     memory_limit_bytes: int | None
+    # cpu_usage_seconds split into user and kernel (system) time.
+    cpu_user_seconds: float | None = None
+    cpu_system_seconds: float | None = None
 
 
 def _controller_dir(root: Path, controller: str, path: str) -> Path:
@@ -134,6 +137,8 @@ def read_stats(cgroup: CgroupPaths) -> CgroupStats:
             memory_usage_bytes=usage,
             memory_peak_bytes=peak,
             memory_limit_bytes=memory_limit_bytes(cgroup),
+            cpu_user_seconds=_scaled(cpu_stat.get("user_usec"), 1e6),
+            cpu_system_seconds=_scaled(cpu_stat.get("system_usec"), 1e6),
         )
     usage_ns = _read_int(cgroup.cpuacct / "cpuacct.usage")
     throttled_ns = cpu_stat.get("throttled_time")
@@ -146,4 +151,26 @@ def read_stats(cgroup: CgroupPaths) -> CgroupStats:
         memory_usage_bytes=_read_int(cgroup.memory / "memory.usage_in_bytes"),
         memory_peak_bytes=_read_int(cgroup.memory / "memory.max_usage_in_bytes"),
         memory_limit_bytes=memory_limit_bytes(cgroup),
+        **_user_system_v1(cgroup.cpuacct),
     )
+
+
+def _user_system_v1(cpuacct: Path) -> dict[str, float | None]:
+    """User and system CPU seconds: cpuacct.usage_user/usage_sys (ns, kernel 4.7+), else cpuacct.stat.
+
+    cpuacct.stat counts whole clock ticks (USER_HZ), too coarse for one request but good for a
+    share over a measured window.
+    """
+    user_ns, system_ns = _read_int(cpuacct / "cpuacct.usage_user"), _read_int(cpuacct / "cpuacct.usage_sys")
+    if user_ns is not None and system_ns is not None:
+        return {"cpu_user_seconds": user_ns / 1e9, "cpu_system_seconds": system_ns / 1e9}
+    ticks = _read_keyed(cpuacct / "cpuacct.stat")
+    hz = os.sysconf("SC_CLK_TCK")
+    return {
+        "cpu_user_seconds": _scaled(ticks.get("user"), hz),
+        "cpu_system_seconds": _scaled(ticks.get("system"), hz),
+    }
+
+
+def _scaled(value: int | None, per_second: float) -> float | None:
+    return None if value is None else value / per_second

@@ -128,3 +128,43 @@ def test_service_in_a_real_cgroup_sizes_its_workers_from_the_quota(real_cpu_cgro
         assert service.process.pid in members and len(members) == 1 + 3  # supervisor and workers
     finally:
         assert service.stop() == 0
+
+
+def test_a_real_cgroup_splits_its_cpu_time_into_user_and_system(real_cpu_cgroup: Path) -> None:
+    """A child that spins in Python, then in syscalls: both halves show, and they add up to the usage."""
+    from services.common.cgroup import CgroupPaths, read_stats  # noqa: PLC0415
+
+    cpuacct = own_cgroup().cpuacct / real_cpu_cgroup.name
+    cpuacct.mkdir(exist_ok=True)
+    paths = CgroupPaths(1, real_cpu_cgroup, cpuacct, real_cpu_cgroup)
+    before = read_stats(paths)
+    child = os.fork()
+    if child == 0:
+        for group in (real_cpu_cgroup, cpuacct):
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            sum(range(1000))
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            os.stat("/")
+        os._exit(0)
+    os.waitpid(child, 0)
+    after = read_stats(paths)
+    if cpuacct.resolve() != real_cpu_cgroup.resolve():  # a separate cpuacct hierarchy: ours to remove
+        deadline = time.monotonic() + 10
+        while cpuacct.exists():
+            try:
+                cpuacct.rmdir()
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+    assert before.cpu_user_seconds is not None and after.cpu_user_seconds is not None
+    assert before.cpu_system_seconds is not None and after.cpu_system_seconds is not None
+    assert before.cpu_usage_seconds is not None and after.cpu_usage_seconds is not None
+    user = after.cpu_user_seconds - before.cpu_user_seconds
+    system = after.cpu_system_seconds - before.cpu_system_seconds
+    usage = after.cpu_usage_seconds - before.cpu_usage_seconds
+    assert user > 0.1 and system > 0.1
+    assert user + system == pytest.approx(usage, rel=0.1)

@@ -253,6 +253,7 @@ def test_usage_from_two_stats_snapshots_cgroup_v1() -> None:
     usage = usage_from_stats(UsageWindow(before, after, 3.0, None), 0.5, 0, "tail")
     assert usage.window_seconds == 3.0
     assert usage.cpu_seconds == pytest.approx(1.5)
+    assert usage.user_cpu_seconds == pytest.approx(1.05) and usage.system_cpu_seconds == pytest.approx(0.45)
     assert (usage.cpu_periods, usage.throttled_periods) == (30, 5)
     assert usage.throttled_seconds == pytest.approx(0.25)
     assert (usage.memory_peak_bytes, usage.memory_peak_scope, usage.memory_limit_bytes) == (

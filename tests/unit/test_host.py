@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from labrunner.backends.base import K6Invocation, K6Process, ServiceHandle, ServiceUsage
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
-from labrunner.observe import interference
+from labrunner.observe import interference, steal_clock
 from labrunner.observe.interference import CpuTimes, MeteredBackend, Snapshot, Window
 from labrunner.report import cli as report_cli
 from labrunner.report import host_conditions, payload
@@ -231,9 +231,13 @@ def test_metered_backend_reads_proc_stat_around_measured_runs_only() -> None:
     metered.run_k6(handle, invocation, measured=False)
     assert reads == [] and metered.window is None
     metered.run_k6(handle, invocation, measured=True)
-    assert metered.window == Window(BEFORE, AFTER, 1.5)
+    assert metered.window == Window(
+        BEFORE, AFTER, 1.5, includes_steal=steal_clock.this_kernel().includes_steal
+    )
     metered.run_k6(handle, invocation, measured=True)  # a capacity search's next step: the last counts
-    assert metered.window == Window(AFTER, BEFORE, 1.5)
+    assert metered.window == Window(
+        AFTER, BEFORE, 1.5, includes_steal=steal_clock.this_kernel().includes_steal
+    )
     assert metered.service_log_tail(handle) == "tail"
     metered.close()
     assert inner.calls == [
@@ -413,7 +417,9 @@ def test_metered_backend_keeps_the_relays_cpu_of_the_last_measured_run() -> None
         metered.run_k6(handle, None, measured=True)  # type: ignore[arg-type]
         assert metered.relay_cpu_seconds == 0.25
         if read is not None:
-            assert metered.window == Window(BEFORE, AFTER, 1.5, 0.25)
+            assert metered.window == Window(
+                BEFORE, AFTER, 1.5, 0.25, steal_clock.this_kernel().includes_steal
+            )
 
 
 def test_others_share_of_the_whole_host_excludes_our_own_cpu_time() -> None:
@@ -434,6 +440,7 @@ def _calibrations(monkeypatch: pytest.MonkeyPatch, others_shares: list[float]) -
             "median_over_fastest": 1.1,
             "cpus": [1],
             "others_share": next(shares),
+            "kernel": {"cpu_seconds_per_unit": 2.5e-5, "median_over_fastest": 1.2, "system_share": 0.5},
         },
     )
 

@@ -128,6 +128,9 @@ class ServiceUsage:
     memory_limit_bytes: int | None
     exit_code: int | None
     log_tail: str
+    # cpu_seconds split into user and kernel (system) time, where the backend can tell.
+    user_cpu_seconds: float | None = None
+    system_cpu_seconds: float | None = None
 
     @classmethod
     def unmeasured(cls, exit_code: int | None, log_tail: str) -> "ServiceUsage":

@@ -26,19 +26,24 @@ class StatsSnapshot:
     throttled_ns: int | None
     memory_max_usage: int | None  # cgroup v1 only; v2 engines leave it out
     memory_limit: int | None
+    user_ns: int | None = None  # cpu_ns split into user and kernel mode
+    kernel_ns: int | None = None
 
     @classmethod
     def parse(cls, stats: Mapping[str, Any]) -> "StatsSnapshot":
         cpu = stats.get("cpu_stats") or {}
         throttling = cpu.get("throttling_data") or {}
         memory = stats.get("memory_stats") or {}
+        usage = cpu.get("cpu_usage") or {}
         return cls(
-            cpu_ns=(cpu.get("cpu_usage") or {}).get("total_usage"),
+            cpu_ns=usage.get("total_usage"),
             periods=throttling.get("periods"),
             throttled_periods=throttling.get("throttled_periods"),
             throttled_ns=throttling.get("throttled_time"),
             memory_max_usage=memory.get("max_usage"),
             memory_limit=memory.get("limit"),
+            user_ns=usage.get("usage_in_usermode"),
+            kernel_ns=usage.get("usage_in_kernelmode"),
         )
 
 
@@ -75,7 +80,13 @@ def usage_from_stats(
         memory_limit_bytes=after.memory_limit,
         exit_code=exit_code,
         log_tail=log_tail,
+        user_cpu_seconds=_seconds(delta(before.user_ns, after.user_ns)),
+        system_cpu_seconds=_seconds(delta(before.kernel_ns, after.kernel_ns)),
     )
+
+
+def _seconds(nanoseconds: int | None) -> float | None:
+    return None if nanoseconds is None else nanoseconds / 1e9
 
 
 def memory_peak_from_metrics(text: str) -> int | None:

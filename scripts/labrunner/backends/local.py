@@ -550,7 +550,7 @@ def _exited(pid: int) -> bool:
 
 def _session_stats(session_id: int, pinned_cpus: int) -> CgroupStats:
     """CPU seconds of every process in the service's session, for when no cgroup exists."""
-    ticks = 0
+    user_ticks = system_ticks = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
@@ -558,9 +558,10 @@ def _session_stats(session_id: int, pinned_cpus: int) -> CgroupStats:
             continue
         # Fields after the command name: state ppid pgrp session ... utime(12) stime(13).
         if int(fields[3]) == session_id:
-            ticks += int(fields[11]) + int(fields[12])
+            user_ticks += int(fields[11])
+            system_ticks += int(fields[12])
     return CgroupStats(
-        cpu_usage_seconds=ticks / _CLOCK_TICKS,
+        cpu_usage_seconds=(user_ticks + system_ticks) / _CLOCK_TICKS,
         cpu_periods=None,
         cpu_throttled_periods=None,
         cpu_throttled_seconds=None,
@@ -568,6 +569,8 @@ def _session_stats(session_id: int, pinned_cpus: int) -> CgroupStats:
         memory_usage_bytes=None,
         memory_peak_bytes=None,
         memory_limit_bytes=None,
+        cpu_user_seconds=user_ticks / _CLOCK_TICKS,
+        cpu_system_seconds=system_ticks / _CLOCK_TICKS,
     )
 
 
@@ -587,4 +590,6 @@ def _usage(window: _Window | None, exit_code: int | None, log_tail: str) -> Serv
         memory_limit_bytes=after.memory_limit_bytes,
         exit_code=exit_code,
         log_tail=log_tail,
+        user_cpu_seconds=delta(before.cpu_user_seconds, after.cpu_user_seconds),
+        system_cpu_seconds=delta(before.cpu_system_seconds, after.cpu_system_seconds),
     )

@@ -35,12 +35,15 @@ from labrunner.backends.base import (
     cpu_list,
 )
 from labrunner.model.matrix import K6Instances, Profile, Scenario
+from labrunner.observe import steal_clock
 
 PROC_STAT = Path("/proc/stat")
 USER_HZ = os.sysconf("SC_CLK_TCK")
 # Above this share of the scenario's CPUs, what others (or the hypervisor) took may have moved
 # the numbers: the result is suspect.
 SUSPECT_SHARE = 0.05
+# How far others may come out negative from the counters' resolution alone (see above).
+MEASUREMENT_ERROR_SHARE = 0.01
 # /proc/stat columns after "cpuN", in order (proc(5)).
 _COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
@@ -73,6 +76,8 @@ class Window:
     k6_cpu_seconds: float | None
     # The userspace link emulator's CPU time in the window: on k6's CPUs, part of "others" there.
     relay_cpu_seconds: float | None = None
+    # Whether own CPU times include time stolen from them (observe.steal); None: unknown.
+    includes_steal: bool | None = None
 
     @property
     def seconds(self) -> float:
@@ -246,6 +251,7 @@ class MeteredBackend:
         self.name = backend.name
         self._backend = backend
         self._read = read
+        self._includes_steal = steal_clock.this_kernel().includes_steal
         self.window: Window | None = None
         # The last measured run's userspace link emulator CPU seconds, /proc/stat or not.
         self.relay_cpu_seconds: float | None = None
@@ -265,7 +271,9 @@ class MeteredBackend:
         else:
             before = self._read()
             process = self._backend.run_k6(handle, invocation, measured)
-            self.window = Window(before, self._read(), process.cpu_seconds, process.relay_cpu_seconds)
+            self.window = Window(
+                before, self._read(), process.cpu_seconds, process.relay_cpu_seconds, self._includes_steal
+            )
         if measured:
             self.relay_cpu_seconds = process.relay_cpu_seconds
         return process
@@ -282,7 +290,7 @@ class MeteredBackend:
             processes = backend.run_k6_instances(handle, invocations, measured)
             k6_cpu_seconds = _sum(*(p.cpu_seconds for p in processes))
             relay = processes[0].relay_cpu_seconds if processes else None
-            self.window = Window(before, self._read(), k6_cpu_seconds, relay)
+            self.window = Window(before, self._read(), k6_cpu_seconds, relay, self._includes_steal)
         if measured:
             self.relay_cpu_seconds = processes[0].relay_cpu_seconds if processes else None
         return processes
@@ -312,7 +320,7 @@ def _cpus_figure(
         _delta(window, cpus, "steal"),
     )
     busy = capacity - idle - steal
-    others = None if own_cpu_seconds is None else busy - own_cpu_seconds
+    others, steal_in_own = _others(busy, steal, capacity, own_cpu_seconds, window.includes_steal)
     figure = {
         "cpus": cpus,
         "capacity_cpu_seconds": _round(capacity),
@@ -321,11 +329,36 @@ def _cpus_figure(
         "own_cpu_seconds": _round(own_cpu_seconds),
         "others_cpu_seconds": _round(others),
         "share": _round(others / capacity) if others is not None and capacity > 0 else None,
+        "steal_in_own_time": steal_in_own,
     }
     if relay_cpu_seconds is not None:
         figure["relay_cpu_seconds"] = _round(relay_cpu_seconds)
         figure["relay_share"] = _round(relay_cpu_seconds / capacity) if capacity > 0 else None
     return figure
+
+
+def _others(
+    busy: float, steal: float, capacity: float, own: float | None, includes_steal: bool | None
+) -> tuple[float | None, str | None]:
+    """Others' CPU seconds, and why stolen time was taken to be inside the scenario's own time (or None).
+
+    When the task clock runs while the CPU is stolen, own time holds its part of the steal:
+    busy + steal is what all tasks were charged, others' charge is what own leaves of it, and
+    steal is apportioned to others as to everyone, by their charge. A window whose own time exceeds
+    busy by more than the measurement error shows that, whatever the kernel's configuration says.
+    """
+    if own is None:
+        return None, None
+    excluded = busy - own
+    charged = busy + steal
+    if steal <= 0 or charged <= 0:
+        return excluded, None
+    included = (charged - own) * busy / charged
+    if includes_steal:
+        return included, "the kernel's task clock counts steal"
+    if excluded < -MEASUREMENT_ERROR_SHARE * capacity:
+        return included, "observed: own CPU time exceeded the CPUs' busy time"
+    return excluded, None
 
 
 def _unknown(reason: str) -> dict[str, Any]:

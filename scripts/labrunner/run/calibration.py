@@ -1,19 +1,26 @@
-"""Calibration: a fixed, single-threaded, CPU-bound workload that measures how fast this host's CPU is.
+"""Calibration: two fixed workloads that measure how fast this host runs what a server spends CPU on.
 
-One unit is the work of one build-model response of 100 records, on fixed synthetic
+The CPU unit is the work of one build-model response of 100 records, on fixed synthetic
 records (no Faker, no record pool, so code changes elsewhere cannot change the unit): map
 them into dicts and serialize them with orjson, map them into protobuf messages and
-serialize those. The runner runs it before the first scenario and after the last one, in
-a fresh interpreter (`python -m labrunner.run.calibration --cpus N`) pinned to the
-first scenario's service CPUs, and records its CPU time per unit. CPU per request divided
-by that time gives CPU per request in calibration units: comparable across CPU models as
-far as the unit's mix of Python and C work resembles a request's.
+serialize those. It is user-space Python and C, while much of a server's request is kernel
+work (syscalls, loopback TCP, wakeups), which differs between hosts (virtualisation,
+mitigations) more than a loop does. So the kernel unit is one small request/response round
+trip over loopback TCP (KERNEL_REQUEST_BYTES in, KERNEL_RESPONSE_BYTES out), timed on the CPU
+clock of the answering side, which sits where the service runs while the asking side sits
+where k6 runs.
+
+The runner runs both before the first scenario and after the last one, in a fresh
+interpreter (`python -m labrunner.run.calibration --cpus N --peer-cpus M`) pinned to the
+first scenario's service CPUs, and records their CPU time per unit. CPU per request divided
+by a unit's time gives CPU per request in that unit.
 """
 
 import argparse
 import json
 import os
 import resource
+import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +39,10 @@ from labrunner.say import Say
 
 WORKLOAD = "protolab.calibration/1: 100 fixed records to orjson and to protobuf"  # change it, change this
 RECORDS = 100
+KERNEL_WORKLOAD = "protolab.calibration.kernel/1: loopback TCP round trips, 128 B in, 8 KiB out"
+KERNEL_REQUEST_BYTES = 128
+KERNEL_RESPONSE_BYTES = 8192
+KERNEL_UNITS_PER_ROUND = 200
 # Many short rounds: the fastest is the CPU's own speed; neighbours only ever slow a round down.
 UNITS_PER_ROUND = 50
 ROUNDS = 40
@@ -140,6 +151,78 @@ def measure(units_per_round: int = UNITS_PER_ROUND, rounds: int = ROUNDS) -> dic
     }
 
 
+def measure_kernel(
+    peer_cpus: Sequence[int] | None, units_per_round: int = KERNEL_UNITS_PER_ROUND, rounds: int = ROUNDS
+) -> dict[str, Any]:
+    """Answer round trips from a forked asker pinned to peer_cpus; time this thread's CPU per round trip.
+
+    The fastest round counts, as in measure(). The user/system split of this side's time says
+    how kernel-bound the unit is on this host.
+    """
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        total = units_per_round * (rounds + 1)  # one warm-up round
+        asker = os.fork()
+        if asker == 0:  # the asking side: k6's place
+            try:
+                if peer_cpus:
+                    os.sched_setaffinity(0, set(peer_cpus))
+                _ask(port, total)
+            finally:
+                os._exit(0)
+        connection, _ = listener.accept()
+    with connection:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        response = b"r" * KERNEL_RESPONSE_BYTES
+        _answer(connection, response, units_per_round)
+        per_unit, user, system = [], 0.0, 0.0
+        began_wall = time.monotonic()
+        for _ in range(rounds):
+            start, usage = time.thread_time(), resource.getrusage(resource.RUSAGE_THREAD)
+            _answer(connection, response, units_per_round)
+            per_unit.append((time.thread_time() - start) / units_per_round)
+            after = resource.getrusage(resource.RUSAGE_THREAD)
+            user += after.ru_utime - usage.ru_utime
+            system += after.ru_stime - usage.ru_stime
+    os.waitpid(asker, 0)
+    fastest = min(per_unit)
+    return {
+        "workload": KERNEL_WORKLOAD,
+        "units": units_per_round * rounds,
+        "rounds": rounds,
+        "cpu_seconds_per_unit": fastest,
+        "median_over_fastest": statistics.median(per_unit) / fastest,
+        # rusage is charged per tick: a share, good over the whole measurement, not per round.
+        "system_share": system / (user + system) if user + system > 0 else None,
+        "wall_seconds": time.monotonic() - began_wall,
+        "peer_cpus": sorted(peer_cpus) if peer_cpus else None,
+    }
+
+
+def _answer(connection: socket.socket, response: bytes, round_trips: int) -> None:
+    for _ in range(round_trips):
+        _receive(connection, KERNEL_REQUEST_BYTES)
+        connection.sendall(response)
+
+
+def _ask(port: int, round_trips: int) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as connection:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        request = b"q" * KERNEL_REQUEST_BYTES
+        for _ in range(round_trips):
+            connection.sendall(request)
+            _receive(connection, KERNEL_RESPONSE_BYTES)
+
+
+def _receive(connection: socket.socket, size: int) -> None:
+    remaining = size
+    while remaining:
+        chunk = connection.recv(remaining)
+        if not chunk:
+            raise ConnectionError("the other side of the kernel calibration closed early")
+        remaining -= len(chunk)
+
+
 def _children_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -190,21 +273,27 @@ def calibrate(cpus: Sequence[int], when: str, say: Say) -> dict[str, Any]:
     if "error" in result:
         say(f"calibration {when}: failed: {result['error']}")
     else:
+        kernel = result["kernel"]
+        system = "unknown" if kernel["system_share"] is None else f"{kernel['system_share']:.0%}"
         say(
-            f"calibration {when}: {result['cpu_seconds_per_unit'] * 1e6:.0f} us CPU per unit on CPU(s) "
-            f"{cpu_list(result['cpus'])} (median round {result['median_over_fastest']:.2f}x the fastest; "
-            f"others used {result['others_share']:.1%} of the host)"
+            f"calibration {when}: CPU unit {result['cpu_seconds_per_unit'] * 1e6:.0f} us, kernel unit "
+            f"{kernel['cpu_seconds_per_unit'] * 1e6:.1f} us ({system} system) on CPU(s) "
+            f"{cpu_list(result['cpus'])} (median round {result['median_over_fastest']:.2f}x and "
+            f"{kernel['median_over_fastest']:.2f}x the fastest; others used {result['others_share']:.1%} "
+            "of the host)"
         )
     return result
 
 
-def unit_seconds(calibration: Mapping[str, Any] | None) -> float | None:
-    """A run's calibration unit in CPU seconds: the mean of its before and after results."""
-    values = [
-        float(c["cpu_seconds_per_unit"])
-        for c in ((calibration or {}).get(when) for when in ("before", "after"))
-        if isinstance(c, Mapping) and c.get("cpu_seconds_per_unit")
-    ]
+def unit_seconds(calibration: Mapping[str, Any] | None, unit: str = "cpu") -> float | None:
+    """A run's calibration unit ("cpu" or "kernel") in CPU seconds: the mean of its before and after."""
+    values = []
+    for when in ("before", "after"):
+        measured = (calibration or {}).get(when)
+        if isinstance(measured, Mapping) and unit == "kernel":
+            measured = measured.get("kernel")
+        if isinstance(measured, Mapping) and measured.get("cpu_seconds_per_unit"):
+            values.append(float(measured["cpu_seconds_per_unit"]))
     return sum(values) / len(values) if values else None
 
 
@@ -217,14 +306,20 @@ def drift(calibration: Mapping[str, Any] | None) -> float | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Measure the calibration workload's CPU time per unit.")
+    parser = argparse.ArgumentParser(description="Measure the calibration workloads' CPU time per unit.")
     parser.add_argument("--cpus", help="pin to these CPUs first, e.g. 1 or 2,3")
+    parser.add_argument(
+        "--peer-cpus", help="the kernel unit's asking side (default: the other CPUs, else the same)"
+    )
     parser.add_argument("--units", type=int, default=UNITS_PER_ROUND, help="units per round")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     args = parser.parse_args(argv)
-    if args.cpus:
-        os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
-    print(json.dumps(measure(args.units, args.rounds)))
+    available = os.sched_getaffinity(0)
+    cpus = {int(cpu) for cpu in args.cpus.split(",")} if args.cpus else available
+    peer = {int(cpu) for cpu in args.peer_cpus.split(",")} if args.peer_cpus else (available - cpus or cpus)
+    os.sched_setaffinity(0, cpus)
+    measured = measure(args.units, args.rounds)
+    print(json.dumps({**measured, "kernel": measure_kernel(sorted(peer), rounds=args.rounds)}))
     return 0
 
 
