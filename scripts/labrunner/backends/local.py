@@ -39,6 +39,7 @@ from labrunner.backends.cgroups import (
     join_cgroup,
     remove_cgroup,
     reset_memory_peak,
+    set_cpu_quota,
     split_cpus,
 )
 from labrunner.model.matrix import K6Instances, Profile, Scenario
@@ -185,6 +186,8 @@ class LocalBackend:
         self._services[scenario.id] = service
         try:
             listening = self._await_listening(scenario, service)
+            if cgroup is not None:
+                set_cpu_quota(cgroup, profile.cpus)
         except BaseException:
             self._release(scenario.id)  # no handle reaches the runner, so stop it here
             raise
@@ -339,7 +342,11 @@ class LocalBackend:
     def _cgroup(self, scenario: Scenario, notes: list[str]) -> Cgroup | None:
         name = f"{self._settings.run_id}-{scenario.id}"
         try:
-            return create_cgroup(name, scenario.profile.cpus, scenario.profile.memory_bytes)
+            # The service starts at the speed of its whole CPUs and is measured at the profile's quota
+            # (set once it listens): importing its modules is no part of what a profile limits,
+            # and under a quarter CPU it took most of a scenario's overhead. The quota it reads
+            # at start gives the same workers, ceil(cpus), as the profile's would.
+            return create_cgroup(name, scenario.profile.whole_cpus, scenario.profile.memory_bytes)
         except CgroupUnavailable as exc:
             notes.append(
                 f"limits approximate: {exc.strerror}; the service is only pinned to "
