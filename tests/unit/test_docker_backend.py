@@ -25,7 +25,8 @@ from labrunner import backends, cli
 from labrunner.backends import docker_engine
 from labrunner.backends.base import BackendSettings, BackendUnavailable, ScenarioFailed
 from labrunner.backends.docker_engine import DockerBackend, StatsSnapshot, UsageWindow
-from labrunner.model.matrix import Overrides, Plan, Scenario, expand, load_matrix
+from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.scenario import Overrides, Plan, Scenario
 from labrunner.network import docker_probe
 from labrunner.network.profiles import NetworkProfile
 from labrunner.run import k6, runner

@@ -52,7 +52,7 @@ from labrunner.backends.cgroups import split_cpus
 from labrunner.backends.engines import DEFAULT_SOCKET, Engine
 from labrunner.backends.engines import connect as connect_engine
 from labrunner.model.engine_roles import LOCAL_ENGINE
-from labrunner.model.matrix import K6Instances, Profile, Scenario
+from labrunner.model.scenario import K6Instances, Profile, Scenario
 from labrunner.network.emulators import netem_qdisc_commands, tbf_qdisc_commands
 from labrunner.network.link_checks import LinkMeasurement
 from labrunner.network.profiles import NetworkProfile

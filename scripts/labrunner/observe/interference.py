@@ -40,7 +40,7 @@ from labrunner.backends.base import (
     ServiceUsage,
     cpu_list,
 )
-from labrunner.model.matrix import K6Instances, Profile, Scenario
+from labrunner.model.scenario import K6Instances, Profile, Scenario
 
 PROC_STAT = Path("/proc/stat")
 USER_HZ = os.sysconf("SC_CLK_TCK")
