@@ -31,7 +31,7 @@ from labrunner.model.scenario import (
     Stage,
     Target,
 )
-from labrunner.network.profiles import NetworkSpec
+from labrunner.network.profiles import NetworkProfile
 
 ProtocolName = Literal["http1.1", "http2", "grpc"]
 # What k6 reports as res.proto for each REST protocol.
@@ -42,6 +42,10 @@ _SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*([bkmg]?)b?$", re.IGNORECASE)
 _MEMORY_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+_QUANTITY = re.compile(r"^([+-]?\d+(?:\.\d+)?)\s*(\S*)$")
+_LINK_TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+# SI prefixes, as tc counts them (tc's "bps" means bytes per second, so it is not offered here).
+_RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 T = TypeVar("T")
 
 
@@ -110,6 +114,43 @@ def _positive(value: float) -> bool:
     return value > 0
 
 
+def _quantity(value: object, units: Mapping[str, float], example: str) -> tuple[float, float]:
+    """(number, unit factor) from "<number><unit>"; the unit is compulsory: a bare 25 could be s or ms."""
+    if not isinstance(value, str):
+        raise _problem(f"{{value}} must be a string with a unit (e.g. {example!r})", value)
+    match = _QUANTITY.match(value.strip())
+    if not match:
+        raise _problem(f"{{value}} is not a number with a unit (e.g. {example!r})", value)
+    unit = match[2].lower()
+    if unit not in units:
+        known = ", ".join(units)
+        raise _problem(f"unknown unit {unit or 'none'!r} in {{value}} (known: {known})", value)
+    number = float(match[1])
+    if number < 0:
+        raise _problem("{value} must not be negative", value)
+    return number, units[unit]
+
+
+def _link_seconds(value: object) -> float:
+    number, factor = _quantity(value, _LINK_TIME_UNITS, "25ms")
+    return number * factor
+
+
+def _bits_per_second(value: object) -> int:
+    number, factor = _quantity(value, _RATE_UNITS, "10mbit")
+    bps = round(number * factor)
+    if bps <= 0:
+        raise _problem("{value} must be above zero (leave rate out for an unlimited link)", value)
+    return bps
+
+
+def _percent(value: object) -> float:
+    number, _ = _quantity(value, {"%": 1.0}, "1%")
+    if number > 100:
+        raise _problem("{value} must be between 0% and 100%", value)
+    return number
+
+
 _STRICT = ConfigDict(strict=True)
 Duration = Annotated[float, BeforeValidator(_seconds)]
 PositiveDuration = Annotated[Duration, _must(_positive, "must be longer than zero")]
@@ -128,6 +169,10 @@ K6InstancesSetting = Annotated[K6Instances, BeforeValidator(_k6_instances)]
 ResponseModelNames = Annotated[
     list[ResponseModelName], BeforeValidator(_as_list), _must(len, "must list at least one model")
 ]
+# A link's times, unlike a run's durations, need their unit ([networks.<name>]).
+LinkDuration = Annotated[float, BeforeValidator(_link_seconds)]
+Rate = Annotated[int, BeforeValidator(_bits_per_second)]
+Percent = Annotated[float, BeforeValidator(_percent)]
 _POSITIVE_INT = TypeAdapter[int](PositiveInt, config=_STRICT)
 
 
@@ -276,6 +321,47 @@ class _SharedIterations(_Table):
 _LoadModelSpec = Annotated[
     _ConstantVus | _RampingVus | _ConstantArrivalRate | _SharedIterations, Field(discriminator="executor")
 ]
+
+
+class NetworkSpec(_Table):
+    """[networks.<name>]: one emulated link, each value applied to both directions.
+
+    The issue's profiles (delay and jitter are one way, so an RTT is twice the delay)::
+
+        [networks.loopback]          # today's: 127.0.0.1, no namespaces, no emulator
+
+        [networks.lan]
+        delay = "0.25ms"             # 0.5 ms RTT
+
+        [networks.wan]
+        delay = "25ms"               # 50 ms RTT
+        jitter = "5ms"
+
+        [networks.lossy]
+        delay = "25ms"               # 50 ms RTT
+        loss = "1%"
+
+        [networks.narrow]
+        delay = "10ms"               # 20 ms RTT
+        rate = "10mbit"
+    """
+
+    delay: LinkDuration = 0.0
+    jitter: LinkDuration = 0.0
+    loss: Percent = 0.0
+    rate: Rate | None = None
+
+    @field_validator("jitter")
+    @classmethod
+    def _jitter_within_delay(cls, value: float, info: ValidationInfo) -> float:
+        # netem would clip the negative delays to zero, skewing the mean the RTT check expects.
+        delay = info.data.get("delay")
+        if delay is not None and value > delay:
+            raise _problem("{value} must not exceed delay", f"{value * 1000:g}ms")
+        return value
+
+    def build(self, name: str) -> NetworkProfile:
+        return NetworkProfile(name, self.delay, self.jitter, self.loss, self.rate)
 
 
 class Settings(_Table):
