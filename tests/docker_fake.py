@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from docker.errors import ImageNotFound, NotFound
 from labrunner.backends.base import BackendSettings
-from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
+from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.scenario import Overrides, Scenario
 from labrunner.network.profiles import NetworkProfile
 
 from tests.compose_file import compose

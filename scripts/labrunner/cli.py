@@ -13,18 +13,9 @@ from pathlib import Path
 from labrunner import backends, certs
 from labrunner.backends.base import Backend, BackendSettings, BackendUnavailable
 from labrunner.model.engine_roles import Hosts, HostsError, hosts
-from labrunner.model.matrix import (
-    AUTO_INSTANCES,
-    LoadModel,
-    Matrix,
-    MatrixError,
-    Overrides,
-    Plan,
-    expand,
-    format_duration,
-    load_matrix,
-    split_list,
-)
+from labrunner.model.matrix import expand, load_matrix, split_list
+from labrunner.model.scenario import AUTO_INSTANCES, LoadModel, Matrix, Overrides, Plan, format_duration
+from labrunner.model.schema import MatrixError
 from labrunner.network.profiles import NetworkProfile
 from labrunner.observe import local_stack
 from labrunner.paths import REPO

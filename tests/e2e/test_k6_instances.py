@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from labrunner.backends.cgroups import split_cpus
-from labrunner.model.matrix import LoadModel
+from labrunner.model.scenario import LoadModel
 from labrunner.run.k6 import planned_vus
 
 from tests.support import ROOT

@@ -19,7 +19,8 @@ import pytest
 from docker.errors import DockerException, NotFound
 from docker.types import Ulimit
 from labrunner.backends.docker_backend import DockerBackend
-from labrunner.model.matrix import Overrides, Plan, expand
+from labrunner.model.matrix import expand
+from labrunner.model.scenario import Overrides, Plan
 from labrunner.network import docker_probe
 from labrunner.run import runner
 

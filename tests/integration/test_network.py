@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from labrunner.model.matrix import load_matrix
 from labrunner.network.bench import flood
 from labrunner.network.emulators import Emulator, NetemEmulator, UserspaceEmulator, kernel_has_netem
 from labrunner.network.link_checks import (
@@ -39,20 +40,16 @@ from labrunner.network.namespaces import (
     remove_link,
     run,
 )
-from labrunner.network.profiles import NetworkProfile, parse_networks
+from labrunner.network.profiles import NetworkProfile
+
+from tests.support import ROOT
 
 # Our own prefix, so that these tests never touch a run's namespaces (or another test session's).
 PREFIX = f"protolab-t{os.getpid()}-"
 # The relay gets the last CPU; the test's sockets may run anywhere (the relay's wait is reported).
 RELAY_CPUS = [(os.cpu_count() or 1) - 1]
-PROFILES = parse_networks(
-    {
-        "lan": {"delay": "0.25ms"},
-        "wan": {"delay": "25ms", "jitter": "5ms"},
-        "lossy": {"delay": "25ms", "loss": "1%"},
-        "narrow": {"delay": "10ms", "rate": "10mbit"},
-    }
-)
+# The lab's own: lan, wan, lossy and narrow (tests/unit/test_network_scenarios.py pins their values).
+PROFILES = load_matrix(ROOT / "matrix.toml").networks
 
 
 def _has_netem() -> bool:

@@ -3,7 +3,9 @@
 from pathlib import Path
 
 import pytest
-from labrunner.model.matrix import CapacitySearch, MatrixError, load_matrix
+from labrunner.model.matrix import load_matrix
+from labrunner.model.scenario import CapacitySearch
+from labrunner.model.schema import MatrixError
 from labrunner.run.capacity import RESOLUTION, Step, next_rate, sustainable
 
 from tests.support import ROOT

@@ -19,7 +19,8 @@ from labrunner.backends.base import BackendUnavailable, ScenarioFailed
 from labrunner.backends.docker_backend import DockerBackend
 from labrunner.backends.engines import Engine, connect
 from labrunner.model.engine_roles import Hosts
-from labrunner.model.matrix import MatrixError, parse_matrix
+from labrunner.model.matrix import parse_matrix
+from labrunner.model.schema import MatrixError
 from labrunner.run import k6
 
 from tests.docker_fake import FakeDocker, docker_stats, network_scenario, scenario, settings

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from labrunner.backends.base import K6Invocation, K6Process, ServiceHandle, ServiceUsage
-from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
+from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.scenario import Overrides, Scenario
 from labrunner.observe import interference, steal_clock
 from labrunner.observe.interference import CpuTimes, MeteredBackend, Snapshot, Window
 from labrunner.report import cli as report_cli

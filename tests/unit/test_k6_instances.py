@@ -23,15 +23,9 @@ from labrunner.backends.base import (
     ServiceHandle,
 )
 from labrunner.backends.local import LocalBackend
-from labrunner.model.matrix import (
-    LoadModel,
-    MatrixError,
-    Overrides,
-    Scenario,
-    expand,
-    load_matrix,
-    parse_matrix,
-)
+from labrunner.model.matrix import expand, load_matrix, parse_matrix
+from labrunner.model.scenario import LoadModel, Overrides, Scenario
+from labrunner.model.schema import MatrixError
 from labrunner.results.store import Outcome, build_result
 from labrunner.run.k6 import (
     K6Run,

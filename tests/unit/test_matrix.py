@@ -9,17 +9,9 @@ import pytest
 from labrunner import cli
 from labrunner.backends.base import Endpoint, ServiceHandle
 from labrunner.backends.cgroups import split_cpus
-from labrunner.model.matrix import (
-    MatrixError,
-    Overrides,
-    expand,
-    format_duration,
-    load_matrix,
-    parse_duration,
-    parse_matrix,
-    parse_memory,
-    split_list,
-)
+from labrunner.model.matrix import expand, load_matrix, parse_matrix, split_list
+from labrunner.model.scenario import Overrides, format_duration
+from labrunner.model.schema import MatrixError
 from labrunner.run.k6 import build_invocation
 
 from tests.support import ALL_TARGETS, IMPLEMENTATION_TARGETS, ROOT
@@ -147,31 +139,8 @@ def test_split_list_flattens_commas_and_repeats() -> None:
     assert split_list(None) is None
 
 
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("500ms", 0.5), ("30s", 30.0), ("1m30s", 90.0), ("2h", 7200.0), ("3", 3.0), (0, 0.0)],
-)
-def test_parse_duration(text: object, seconds: float) -> None:
-    assert parse_duration(text, "x") == seconds
-
-
-@pytest.mark.parametrize("bad", ["3 s", "s", "-1s", "1x", True, -2])
-def test_parse_duration_rejects(bad: object) -> None:
-    with pytest.raises(MatrixError, match="not a duration"):
-        parse_duration(bad, "x")
-
-
 def test_format_duration_round_trips() -> None:
     assert [format_duration(s) for s in (30.0, 0.5, 90.0)] == ["30s", "500ms", "90s"]
-
-
-def test_parse_memory() -> None:
-    assert parse_memory("512m", "x") == 512 * 2**20
-    assert parse_memory("2g", "x") == 2 * 2**30
-    assert parse_memory("1.5G", "x") == 3 * 2**29
-    assert parse_memory(1024, "x") == 1024
-    with pytest.raises(MatrixError, match="not a memory size"):
-        parse_memory("lots", "x")
 
 
 def _mutated(data: dict[str, Any], path: str, value: object) -> dict[str, Any]:
@@ -185,6 +154,29 @@ def _mutated(data: dict[str, Any], path: str, value: object) -> dict[str, Any]:
     else:
         node[key] = value
     return data
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("500ms", 0.5), ("30s", 30.0), ("1m30s", 90.0), ("2h", 7200.0), ("3", 3.0), (0, 0.0)],
+)
+def test_durations_in_the_file(matrix_data: dict[str, Any], text: object, seconds: float) -> None:
+    matrix = parse_matrix(_mutated(matrix_data, "presets/ci/warmup", text), MATRIX)
+    assert {s.warmup_s for s in expand(matrix, "local", "ci").scenarios} == {seconds}
+
+
+@pytest.mark.parametrize("bad", ["3 s", "s", "-1s", "1x", True, -2])
+def test_durations_that_are_not(matrix_data: dict[str, Any], bad: object) -> None:
+    with pytest.raises(MatrixError, match=r"^\[presets.ci\] warmup: .* is not a duration"):
+        parse_matrix(_mutated(matrix_data, "presets/ci/warmup", bad), MATRIX)
+
+
+@pytest.mark.parametrize(
+    ("size", "size_bytes"), [("512m", 512 * 2**20), ("2g", 2 * 2**30), ("1.5G", 3 * 2**29), (1024, 1024)]
+)
+def test_memory_sizes_in_the_file(matrix_data: dict[str, Any], size: object, size_bytes: int) -> None:
+    matrix = parse_matrix(_mutated(matrix_data, "profiles/small/memory", size), MATRIX)
+    assert matrix.profiles["small"].memory_bytes == size_bytes
 
 
 @pytest.mark.parametrize(

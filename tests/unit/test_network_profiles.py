@@ -1,4 +1,4 @@
-"""Unit tests: network profiles (units, rejections naming the key) and the emulators' exact tc/ip commands."""
+"""Unit tests: matrix.toml's [networks] (units, errors naming the key) and the emulators' tc/ip commands."""
 
 import json
 import os
@@ -6,15 +6,19 @@ import re
 import sys
 import textwrap
 import tomllib
+from collections.abc import Mapping
 from ipaddress import IPv4Network
 from pathlib import Path
 
 import pytest
+from labrunner import cli
+from labrunner.model.matrix import parse_matrix
+from labrunner.model.schema import NetworkSpec
 from labrunner.network import emulators
 from labrunner.network.emulators import NetemEmulator, UserspaceEmulator, choose_emulator, kernel_has_netem
 from labrunner.network.link_checks import LinkMeasurement
 from labrunner.network.namespaces import NetworkError, namespace_names, plan_link
-from labrunner.network.profiles import NetworkProfile, NetworkProfileError, NetworkSpec, parse_networks
+from labrunner.network.profiles import NetworkProfile
 
 ISSUE_PROFILES = """
 [networks.loopback]
@@ -30,12 +34,48 @@ loss = "1%"
 delay = "10ms"
 rate = "10mbit"
 """
+# The least a matrix file holds, so that its [networks] are all a test varies.
+A_MATRIX = """
+[defaults]
+preset = "one"
+targets = ["grpc"]
+profiles = ["small"]
+counts = [1]
+load_models = ["closed"]
+response_models = ["build"]
+duration = "1s"
+warmup = "0s"
+repeats = 1
+start_timeout = "5s"
+stop_timeout = "5s"
+
+[profiles.small]
+cpus = 0.5
+memory = "512m"
+
+[targets.grpc]
+service = "grpc_aio"
+script = "k6/grpc_unary.js"
+protocol = "grpc"
+tls = false
+
+[load_models.closed]
+executor = "constant-vus"
+vus = 1
+
+[presets.one]
+"""
 LINK = plan_link("run1", "grpc-tls.small.c100.closed.r1")
 SVC, K6 = LINK.namespaces
 
 
-def _profiles(toml: str = ISSUE_PROFILES) -> dict[str, NetworkProfile]:
-    return parse_networks(tomllib.loads(toml)["networks"])
+def _profiles(networks: str = ISSUE_PROFILES) -> Mapping[str, NetworkProfile]:
+    """The profiles a matrix file with these [networks] tables runs."""
+    return parse_matrix(tomllib.loads(networks + A_MATRIX), Path("matrix.toml")).networks
+
+
+def _table(name: str, values: Mapping[str, object]) -> str:
+    return f"[networks.{name}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
 
 
 def test_the_issue_profiles() -> None:
@@ -53,7 +93,7 @@ def test_the_issue_profiles() -> None:
 def test_the_documented_example_is_what_the_issue_asks() -> None:
     # The NetworkSpec docstring is what someone copies into matrix.toml: it must stay true.
     doc = NetworkSpec.__doc__ or ""
-    example = textwrap.dedent(doc.split("::", 1)[1].split("\n\n    matrix.py", 1)[0])
+    example = textwrap.dedent(doc.split("::", 1)[1])
     assert _profiles(example) == _profiles()
 
 
@@ -76,43 +116,56 @@ def test_the_documented_example_is_what_the_issue_asks() -> None:
 )
 def test_units(key: str, text: str, value: float) -> None:
     table = {"delay": "1s", key: text} if key != "delay" else {key: text}
-    spec = NetworkSpec.model_validate(table)
-    assert getattr(spec, key) == pytest.approx(value)
+    profile = _profiles(_table("x", table))["x"]
+    field = {"delay": "delay_s", "loss": "loss_percent", "rate": "rate_bps"}[key]
+    assert getattr(profile, field) == pytest.approx(value)
 
 
 @pytest.mark.parametrize(
-    ("table", "message"),
+    ("networks", "message"),
     [
-        ({"delay": "-5ms"}, "[networks.bad] delay: '-5ms' must not be negative"),
-        ({"loss": "101%"}, "[networks.bad] loss: '101%' must be between 0% and 100%"),
-        ({"loss": "-1%"}, "[networks.bad] loss: '-1%' must not be negative"),
-        ({"delay": "50xs"}, "[networks.bad] delay: unknown unit 'xs' in '50xs' (known: us, ms, s)"),
+        (_table("bad", {"delay": "-5ms"}), "[networks.bad] delay: '-5ms' must not be negative"),
+        (_table("bad", {"loss": "101%"}), "[networks.bad] loss: '101%' must be between 0% and 100%"),
+        (_table("bad", {"loss": "-1%"}), "[networks.bad] loss: '-1%' must not be negative"),
         (
-            {"rate": "10mbps"},
+            _table("bad", {"delay": "50xs"}),
+            "[networks.bad] delay: unknown unit 'xs' in '50xs' (known: us, ms, s)",
+        ),
+        (
+            _table("bad", {"rate": "10mbps"}),
             "[networks.bad] rate: unknown unit 'mbps' in '10mbps' (known: bit, kbit, mbit, gbit)",
         ),
-        ({"loss": "1"}, "[networks.bad] loss: unknown unit 'none' in '1' (known: %)"),
-        ({"delay": 50}, "[networks.bad] delay: 50 must be a string with a unit (e.g. '25ms')"),
-        ({"delay": "fast"}, "[networks.bad] delay: 'fast' is not a number with a unit (e.g. '25ms')"),
+        (_table("bad", {"loss": "1"}), "[networks.bad] loss: unknown unit 'none' in '1' (known: %)"),
+        (_table("bad", {"delay": 50}), "[networks.bad] delay: 50 must be a string with a unit (e.g. '25ms')"),
         (
-            {"rate": "0mbit"},
+            _table("bad", {"delay": "fast"}),
+            "[networks.bad] delay: 'fast' is not a number with a unit (e.g. '25ms')",
+        ),
+        (
+            _table("bad", {"rate": "0mbit"}),
             "[networks.bad] rate: '0mbit' must be above zero (leave rate out for an unlimited link)",
         ),
-        ({"delay": "1ms", "jitter": "2ms"}, "[networks.bad] jitter: '2ms' must not exceed delay"),
-        ({"dealy": "1ms"}, "[networks.bad]: unknown key 'dealy' (known: delay, jitter, loss, rate)"),
+        (
+            _table("bad", {"delay": "1ms", "jitter": "2ms"}),
+            "[networks.bad] jitter: '2ms' must not exceed delay",
+        ),
+        (
+            _table("bad", {"dealy": "1ms"}),
+            "[networks.bad]: unknown key 'dealy' (known: delay, jitter, loss, rate)",
+        ),
+        ('[networks."w an"]', "[networks.w an]: name must be letters, digits, '-' or '_'"),
+        ('[networks]\nwan = "25ms"', "[networks.wan]: '25ms' must be a table"),
+        ('networks = "wan"', "[networks]: 'wan' must be a table"),
     ],
 )
-def test_bad_values_are_rejected_naming_the_key(table: dict[str, object], message: str) -> None:
-    with pytest.raises(NetworkProfileError) as caught:
-        parse_networks({"bad": table})
-    assert str(caught.value) == message
-
-
-def test_bad_names_and_tables() -> None:
-    with pytest.raises(NetworkProfileError, match=re.escape("[networks.w an]: name must be letters")):
-        parse_networks({"w an": {}})
-    with pytest.raises(NetworkProfileError, match=re.escape("[networks.wan]: '25ms' must be a table")):
-        parse_networks({"wan": "25ms"})
+def test_a_bad_network_is_reported_naming_the_table_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], networks: str, message: str
+) -> None:
+    # What someone running their own matrix file reads, and all they read.
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(networks + A_MATRIX)  # a top-level key must come before the tables
+    assert cli.main(["--matrix", str(matrix), "--dry-run"]) == 2
+    assert capsys.readouterr() == ("", f"run_matrix.py: error: {message}\n")
 
 
 def test_profiles_are_frozen() -> None:

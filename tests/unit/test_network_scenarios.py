@@ -9,7 +9,9 @@ import pytest
 from labrunner import cli
 from labrunner.backends import local
 from labrunner.backends.base import BackendSettings, ScenarioFailed
-from labrunner.model.matrix import LOOPBACK, MatrixError, Overrides, expand, load_matrix, parse_matrix
+from labrunner.model.matrix import expand, load_matrix, parse_matrix
+from labrunner.model.scenario import LOOPBACK, Overrides
+from labrunner.model.schema import MatrixError
 from labrunner.network.namespaces import NEED_ROOT, NetworkError
 from labrunner.results.store import scenario_dict
 

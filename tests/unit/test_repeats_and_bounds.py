@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
+from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.scenario import Overrides, Scenario
 from labrunner.report.compare import budget_pairs, compare_groups, group_results
 from labrunner.report.repeats import across_repeats_markdown
 from labrunner.results.bounds import lower_bound_reason

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from labrunner.backends.base import Endpoint, ServiceHandle, ServiceUsage
-from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
+from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.scenario import Overrides, Scenario
 from labrunner.report import cli, document, payload
 from labrunner.report.compare import (
     SEQUENTIAL,

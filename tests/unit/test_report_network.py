@@ -5,7 +5,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
+from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.scenario import Overrides, Scenario
 from labrunner.report import network as net
 from labrunner.report.build import write_report
 from labrunner.report.compare import group_results

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from labrunner.backends.base import Endpoint, ScenarioFailed, ServiceHandle, ServiceUsage
-from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
+from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.scenario import Overrides, Scenario
 from labrunner.observe import interference, prometheus_sd
 from labrunner.results.store import (
     SUMMARY_COLUMNS,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from labrunner.model.engine_roles import Hosts
-from labrunner.model.matrix import K6Instances, Profile, Scenario
+from labrunner.model.scenario import K6Instances, Profile, Scenario
 
 # The runner stops a service only after k6 has finished, so no client is left to move away
 # while its health says NOT_SERVING: a drain would only lengthen every scenario.

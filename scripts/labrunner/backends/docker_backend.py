@@ -65,7 +65,7 @@ from labrunner.backends.docker_stats import (
 from labrunner.backends.engines import DEFAULT_SOCKET, Engine
 from labrunner.backends.engines import connect as connect_engine
 from labrunner.model.engine_roles import LOCAL_ENGINE
-from labrunner.model.matrix import K6Instances, Profile, Scenario
+from labrunner.model.scenario import K6Instances, Profile, Scenario
 from labrunner.say import Say
 
 PROBE_TIMEOUT_S = 5  # `--backend auto` must not hang on an engine that does not answer

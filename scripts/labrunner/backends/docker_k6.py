@@ -36,7 +36,7 @@ from labrunner.backends.docker_names import (
 from labrunner.backends.docker_preflight import EngineClients
 from labrunner.backends.docker_services import ServiceContainer
 from labrunner.backends.engines import Engine
-from labrunner.model.matrix import K6Instances, Profile
+from labrunner.model.scenario import K6Instances, Profile
 
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from labrunner.model.matrix import Scenario
+from labrunner.model.scenario import Scenario
 
 NETWORK = "protolab"  # networks.default.name
 CERTS_VOLUME = "protolab-certs"  # volumes.certs.name, filled by the one-shot `certs` service

@@ -25,7 +25,7 @@ from labrunner.backends.base import (
 from labrunner.backends.docker_containers import docker_errors, logs_tail, remove
 from labrunner.backends.docker_names import CERTS_DIR, CERTS_VOLUME, NETWORK, SERVICE_HARDENING, labels
 from labrunner.backends.docker_stats import UsageWindow
-from labrunner.model.matrix import Scenario
+from labrunner.model.scenario import Scenario
 
 _POLL_S = 0.2
 

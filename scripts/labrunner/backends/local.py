@@ -42,7 +42,7 @@ from labrunner.backends.cgroups import (
     set_cpu_quota,
     split_cpus,
 )
-from labrunner.model.matrix import K6Instances, Profile, Scenario
+from labrunner.model.scenario import K6Instances, Profile, Scenario
 from labrunner.network.emulators import Emulator, UserspaceEmulator, choose_emulator
 from labrunner.network.link_checks import LinkMeasurement, LinkVerificationError, verify
 from labrunner.network.namespaces import (

@@ -9,7 +9,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from labrunner.model.matrix import Scenario
+from labrunner.model.scenario import Scenario
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
 
 MEASUREMENT = "protolab_scenario"

@@ -34,7 +34,7 @@ from labrunner.backends.base import (
     ServiceUsage,
     cpu_list,
 )
-from labrunner.model.matrix import K6Instances, Profile, Scenario
+from labrunner.model.scenario import K6Instances, Profile, Scenario
 from labrunner.observe import steal_clock
 
 PROC_STAT = Path("/proc/stat")

@@ -4,7 +4,7 @@ The same names are the k6 tags, the Prometheus target labels and the InfluxDB an
 tags, so one Grafana variable filters all of them (docs/CONTRACTS.md).
 """
 
-from labrunner.model.matrix import Scenario
+from labrunner.model.scenario import Scenario
 
 # The InfluxDB 1.x database k6 writes to; influxdb/, compose and Grafana's datasource name it too.
 INFLUXDB_DATABASE = "myk6db"

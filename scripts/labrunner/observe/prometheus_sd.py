@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from labrunner.backends.base import ServiceHandle
-from labrunner.model.matrix import Scenario
+from labrunner.model.scenario import Scenario
 from labrunner.observe.labels import scenario_labels
 from labrunner.results.store import write_json_atomic
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labrunner.backends.base import ScenarioFailed, ServiceHandle, ServiceUsage, cpu_list
-from labrunner.model.matrix import Plan, Scenario
+from labrunner.model.scenario import Plan, Scenario
 from labrunner.observe import interference
 from labrunner.report.repeats import across_repeats_markdown
 from labrunner.results.bounds import CLOSED_EXECUTORS, K6_SATURATED, SERVICE_CPU_BOUND

@@ -33,7 +33,7 @@ import orjson
 
 from labrunner.backends.base import cpu_list
 from labrunner.backends.cgroups import split_cpus
-from labrunner.model.matrix import Scenario
+from labrunner.model.scenario import Scenario
 from labrunner.observe import interference
 from labrunner.say import Say
 

@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from labrunner.backends.base import Backend, K6Invocation, ScenarioFailed, ServiceHandle
-from labrunner.model.matrix import CapacitySearch, LoadModel, Scenario
+from labrunner.model.scenario import CapacitySearch, LoadModel, Scenario
 from labrunner.results.bounds import K6_SATURATED
 from labrunner.run import k6
 from labrunner.run.k6 import K6Run

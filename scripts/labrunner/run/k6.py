@@ -22,7 +22,7 @@ from labrunner.backends.base import (
     cpu_list,
     k6_instances_problem,
 )
-from labrunner.model.matrix import K6Instances, LoadModel, Scenario, format_duration
+from labrunner.model.scenario import K6Instances, LoadModel, Scenario, format_duration
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
 
 # The runner reads these; passing them makes the summary independent of the script's options.

@@ -18,7 +18,7 @@ from labrunner.backends.base import (
     ServiceHandle,
     ServiceUsage,
 )
-from labrunner.model.matrix import LoadModel, Plan, Scenario
+from labrunner.model.scenario import LoadModel, Plan, Scenario
 from labrunner.observe import annotations, interference, prometheus_sd
 from labrunner.results.store import (
     Outcome,

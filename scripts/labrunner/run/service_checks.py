@@ -12,7 +12,7 @@ from google.protobuf.json_format import MessageToDict
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from labrunner.backends.base import Backend, Endpoint, ScenarioFailed, ServiceHandle
-from labrunner.model.matrix import Scenario, Target
+from labrunner.model.scenario import Scenario, Target
 from services.common.contract import RECORD_SHAPE
 from services.common.pb import cars_pb2, cars_pb2_grpc
 

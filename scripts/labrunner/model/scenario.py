@@ -1,0 +1,195 @@
+"""The run's domain: targets, profiles, load models, scenarios and the plan they make, all frozen."""
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from labrunner.model.engine_roles import Hosts
+from labrunner.network.profiles import NetworkProfile
+
+BACKENDS = ("local", "docker")
+AUTO_INSTANCES = "auto"
+K6Instances = int | Literal["auto"]
+
+
+# services/common/config.py's ResponseModel: `build` maps records into protocol objects per
+# request, `prebuilt` only assembles objects made at start (the wire-only cost).
+RESPONSE_MODELS = ("build", "prebuilt")
+DEFAULT_RESPONSE_MODEL = "build"
+# Today's network: 127.0.0.1, no namespaces, no emulator; groups on it keep their old ids.
+LOOPBACK = NetworkProfile("loopback")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The budget of the system under test."""
+
+    name: str
+    cpus: float
+    memory_bytes: int
+
+    @property
+    def whole_cpus(self) -> int:
+        """CPUs to pin the service to: the quota rounded up."""
+        return max(1, math.ceil(self.cpus - 1e-9))
+
+
+@dataclass(frozen=True)
+class Target:
+    """One server x protocol x TLS combination and the k6 script that drives it."""
+
+    name: str
+    service: str  # python -m services.<service>
+    script: str  # k6 script, relative to the repository root
+    protocol: str  # http1.1 | http2 | grpc
+    tls: bool
+    expect_proto: str | None  # REST only: the res.proto k6 and the verifier must see
+    env: tuple[tuple[str, str], ...] = ()
+    response_model: str | None = None  # pins the target to one model; None: the preset's
+
+    @property
+    def is_grpc(self) -> bool:
+        return self.protocol == "grpc"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One ramping-vus stage: reach `target` VUs over `duration_s`."""
+
+    duration_s: float
+    target: int
+
+
+@dataclass(frozen=True)
+class CapacitySearch:
+    """Step an open model's arrival rate up from its `rate` until a step breaks the SLO.
+
+    Each step is one k6 run of the scenario's duration (see labrunner.run.capacity).
+    """
+
+    slo_p99_ms: float
+    max_error_rate: float
+    max_steps: int
+    growth: float  # rate multiplier while every step passes
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    """A k6 executor and its parameters."""
+
+    name: str
+    executor: str
+    vus: int | None = None
+    stages: tuple[Stage, ...] = ()
+    rate: int | None = None  # iterations per second
+    pre_allocated_vus: int | None = None
+    max_vus: int | None = None
+    iterations: int | None = None  # shared-iterations: requests in all, one at a time per VU
+    search: CapacitySearch | None = None  # constant-arrival-rate: a capacity search from `rate`
+
+    def measured_seconds(self, duration_s: float) -> float:
+        """How long k6 runs: the stages for ramping-vus, every step of a search, else the duration
+        (for shared-iterations the cap; the run ends earlier once every iteration is done)."""
+        if self.executor == "ramping-vus":
+            return sum(stage.duration_s for stage in self.stages)
+        if self.search is not None:
+            return duration_s * self.search.max_steps
+        return duration_s
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One measured unit: a target on a profile, at a payload count, under a load model."""
+
+    target: Target
+    profile: Profile
+    count: int
+    load_model: LoadModel
+    duration_s: float
+    warmup_s: float
+    repeat: int  # 1-based
+    repeats: int
+    response_model: str = DEFAULT_RESPONSE_MODEL  # what each request builds (RESPONSE_MODEL)
+    network: NetworkProfile = LOOPBACK  # the link between k6 and the service
+    # k6 processes splitting the load model by execution segments, one CPU each; "auto": one
+    # per CPU of the k6 side. Not part of the id: the load model is the same, only split.
+    k6_instances: K6Instances = 1
+
+    @property
+    def group(self) -> str:
+        """The scenario id without the repeat: repeats of one group are aggregated.
+
+        The default response model adds nothing, so groups keep the ids runs made before the
+        models existed had.
+        """
+        group = f"{self.target.name}.{self.profile.name}.c{self.count}.{self.load_model.name}"
+        if self.response_model != DEFAULT_RESPONSE_MODEL:
+            group = f"{group}.{self.response_model}"
+        return group if self.network.name == LOOPBACK.name else f"{group}.{self.network.name}"
+
+    @property
+    def id(self) -> str:
+        return f"{self.group}.r{self.repeat}"
+
+    @property
+    def measured_seconds(self) -> float:
+        return self.load_model.measured_seconds(self.duration_s)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """The parsed matrix file."""
+
+    path: Path
+    profiles: Mapping[str, Profile]
+    targets: Mapping[str, Target]
+    load_models: Mapping[str, LoadModel]
+    defaults: Mapping[str, Any]
+    presets: Mapping[str, Mapping[str, Any]]
+    default_preset: str
+    networks: Mapping[str, NetworkProfile] = field(default_factory=lambda: {LOOPBACK.name: LOOPBACK})
+    hosts: Hosts = field(default_factory=Hosts)  # [hosts]: the Docker engine of each role
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Command-line choices; None leaves the preset's value."""
+
+    targets: tuple[str, ...] | None = None
+    profiles: tuple[str, ...] | None = None
+    counts: tuple[int, ...] | None = None
+    load_models: tuple[str, ...] | None = None
+    response_models: tuple[str, ...] | None = None
+    networks: tuple[str, ...] | None = None
+    vus: int | None = None
+    rate: int | None = None
+    k6_instances: int | str | None = None  # an integer >= 1 or "auto"
+    duration: str | None = None
+    warmup: str | None = None
+    repeats: int | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The expanded run: scenarios in execution order plus run-wide settings."""
+
+    matrix_path: Path
+    preset: str
+    backend: str
+    scenarios: tuple[Scenario, ...]
+    start_timeout_s: float
+    stop_timeout_s: float
+
+    @property
+    def estimated_seconds(self) -> float:
+        """k6 time only: warm-up plus measured runs (overhead comes on top)."""
+        return sum(s.warmup_s + s.measured_seconds for s in self.scenarios)
+
+
+def format_duration(seconds: float) -> str:
+    """A k6 duration string for seconds; whole seconds stay readable ("30s")."""
+    if seconds == int(seconds):
+        return f"{int(seconds)}s"
+    return f"{round(seconds * 1000)}ms"

@@ -1,0 +1,498 @@
+"""The pydantic models of matrix.toml, and pydantic's errors in the file's terms: "[table] key: problem"."""
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from labrunner.model.engine_roles import LOCAL_ENGINE, LOOPBACK_ADDRESS
+from labrunner.model.scenario import (
+    AUTO_INSTANCES,
+    BACKENDS,
+    RESPONSE_MODELS,
+    CapacitySearch,
+    K6Instances,
+    LoadModel,
+    Profile,
+    Stage,
+    Target,
+)
+from labrunner.network.profiles import NetworkProfile
+
+ProtocolName = Literal["http1.1", "http2", "grpc"]
+# What k6 reports as res.proto for each REST protocol.
+REST_PROTO = {"http1.1": "HTTP/1.1", "http2": "HTTP/2.0"}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*([bkmg]?)b?$", re.IGNORECASE)
+_MEMORY_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+_QUANTITY = re.compile(r"^([+-]?\d+(?:\.\d+)?)\s*(\S*)$")
+_LINK_TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+# SI prefixes, as tc counts them (tc's "bps" means bytes per second, so it is not offered here).
+_RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
+T = TypeVar("T")
+
+
+class MatrixError(ValueError):
+    """The matrix file or a command-line selection is invalid; the message says where."""
+
+
+def _problem(message: str, value: object) -> PydanticCustomError:
+    """A validation error whose message may show the offending value as {value}."""
+    return PydanticCustomError("matrix", message, {"value": repr(value)})
+
+
+def _seconds(value: object) -> float:
+    """Seconds from a k6-style duration ("500ms", "30s", "1m30s") or a number of seconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if _SECONDS.match(text):
+            return float(text)
+        parts = _DURATION_PART.findall(text)
+        if parts and "".join(n + u for n, u in parts) == text:
+            return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    raise _problem("{value} is not a duration (e.g. '500ms', '30s', '1m30s')", value)
+
+
+def _bytes(value: object) -> int:
+    """Bytes from a docker-style size ("512m", "2g") or a number of bytes."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str):
+        match = _MEMORY.match(value.strip())
+        if match:
+            size = int(float(match[1]) * _MEMORY_UNITS[match[2].lower()])
+            if size > 0:
+                return size
+    raise _problem("{value} is not a memory size (e.g. '512m', '2g')", value)
+
+
+def _k6_instances(value: object) -> object:
+    """k6_instances: an integer >= 1, or "auto" (one instance per CPU of the k6 side)."""
+    if value == AUTO_INSTANCES or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise _problem("{value} must be an integer >= 1 or 'auto'", value)
+
+
+def _as_list(value: object) -> object:
+    # One name stands for a list of one; the command line gives tuples.
+    if isinstance(value, str):
+        return [value]
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _must(test: Callable[[T], object], message: str) -> AfterValidator:
+    """A constraint on the parsed value, failing with `message`."""
+
+    def check(value: T) -> T:
+        if not test(value):
+            raise _problem(message, value)
+        return value
+
+    return AfterValidator(check)
+
+
+def _positive(value: float) -> bool:
+    return value > 0
+
+
+def _quantity(value: object, units: Mapping[str, float], example: str) -> tuple[float, float]:
+    """(number, unit factor) from "<number><unit>"; the unit is compulsory: a bare 25 could be s or ms."""
+    if not isinstance(value, str):
+        raise _problem(f"{{value}} must be a string with a unit (e.g. {example!r})", value)
+    match = _QUANTITY.match(value.strip())
+    if not match:
+        raise _problem(f"{{value}} is not a number with a unit (e.g. {example!r})", value)
+    unit = match[2].lower()
+    if unit not in units:
+        known = ", ".join(units)
+        raise _problem(f"unknown unit {unit or 'none'!r} in {{value}} (known: {known})", value)
+    number = float(match[1])
+    if number < 0:
+        raise _problem("{value} must not be negative", value)
+    return number, units[unit]
+
+
+def _link_seconds(value: object) -> float:
+    number, factor = _quantity(value, _LINK_TIME_UNITS, "25ms")
+    return number * factor
+
+
+def _bits_per_second(value: object) -> int:
+    number, factor = _quantity(value, _RATE_UNITS, "10mbit")
+    bps = round(number * factor)
+    if bps <= 0:
+        raise _problem("{value} must be above zero (leave rate out for an unlimited link)", value)
+    return bps
+
+
+def _percent(value: object) -> float:
+    number, _ = _quantity(value, {"%": 1.0}, "1%")
+    if number > 100:
+        raise _problem("{value} must be between 0% and 100%", value)
+    return number
+
+
+_STRICT = ConfigDict(strict=True)
+Duration = Annotated[float, BeforeValidator(_seconds)]
+PositiveDuration = Annotated[Duration, _must(_positive, "must be longer than zero")]
+MemorySize = Annotated[int, BeforeValidator(_bytes)]
+PositiveInt = Annotated[int, _must(_positive, "{value} must be a positive integer")]
+# Names end up in file names, cgroup directories and metric labels.
+Name = Annotated[str, _must(_NAME.match, "name must be letters, digits, '-' or '_'")]
+Names = Annotated[list[str], BeforeValidator(_as_list), _must(len, "must list at least one name")]
+Counts = Annotated[list[PositiveInt], BeforeValidator(_as_list), _must(len, "must list at least one count")]
+Entries = Annotated[dict[Name, T], _must(len, "must define at least one entry")]
+ResponseModelName = Annotated[
+    str,
+    _must(RESPONSE_MODELS.__contains__, "{value} must be one of " + " or ".join(map(repr, RESPONSE_MODELS))),
+]
+K6InstancesSetting = Annotated[K6Instances, BeforeValidator(_k6_instances)]
+ResponseModelNames = Annotated[
+    list[ResponseModelName], BeforeValidator(_as_list), _must(len, "must list at least one model")
+]
+# A link's times, unlike a run's durations, need their unit ([networks.<name>]).
+LinkDuration = Annotated[float, BeforeValidator(_link_seconds)]
+Rate = Annotated[int, BeforeValidator(_bits_per_second)]
+Percent = Annotated[float, BeforeValidator(_percent)]
+_POSITIVE_INT = TypeAdapter[int](PositiveInt, config=_STRICT)
+
+
+class _Table(BaseModel):
+    """A table of matrix.toml: strict types, read-only, no keys but its fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: object) -> object:
+        # extra="forbid" would reject the key too, but not list the keys that are allowed.
+        unknown = sorted(set(data) - set(cls.model_fields)) if isinstance(data, dict) else []
+        if unknown:
+            known = ", ".join(sorted(cls.model_fields))
+            raise PydanticCustomError(
+                "unknown_key", "unknown key {key} (known: {known})", {"key": repr(unknown[0]), "known": known}
+            )
+        return data
+
+
+class _ProfileSpec(_Table):
+    """[profiles.<name>]"""
+
+    cpus: Annotated[float, _must(_positive, "{value} must be a positive number")]
+    memory: MemorySize
+
+    def build(self, name: str) -> Profile:
+        return Profile(name, self.cpus, self.memory)
+
+
+class _TargetSpec(_Table):
+    """[targets.<name>]"""
+
+    service: Annotated[str, _must(str.isidentifier, "{value} must be a services/ package name")]
+    script: Annotated[str, _must(lambda path: path.endswith(".js"), "{value} must be a k6 .js path")]
+    protocol: ProtocolName
+    tls: bool
+    expect_proto: str | None = Field(default=None, validate_default=True)
+    env: dict[str, str] = {}
+    response_model: ResponseModelName | None = None
+
+    @field_validator("expect_proto")
+    @classmethod
+    def _expect_matches_protocol(cls, value: str | None, info: ValidationInfo) -> str | None:
+        protocol = info.data.get("protocol")
+        if protocol == "grpc" and value is not None:
+            raise _problem("only REST targets have one", value)
+        if protocol in REST_PROTO and value != REST_PROTO[protocol]:
+            raise _problem(f"{{value}} must be {REST_PROTO[protocol]!r} for {protocol}", value)
+        return value
+
+    @model_validator(mode="after")
+    def _http2_over_tls(self) -> Self:
+        if self.protocol == "http2" and not self.tls:
+            raise _problem("http2 needs tls = true (k6 negotiates HTTP/2 only via ALPN)", self.tls)
+        return self
+
+    def build(self, name: str) -> Target:
+        env = tuple(sorted(self.env.items()))
+        return Target(
+            name,
+            self.service,
+            self.script,
+            self.protocol,
+            self.tls,
+            self.expect_proto,
+            env,
+            self.response_model,
+        )
+
+
+class _StageSpec(_Table):
+    """One of a ramping-vus model's stages."""
+
+    duration: PositiveDuration
+    target: Annotated[int, _must(lambda vus: vus >= 0, "{value} must be an integer >= 0")]
+
+    def build(self) -> Stage:
+        return Stage(self.duration, self.target)
+
+
+class _SearchSpec(_Table):
+    """A constant-arrival-rate model's capacity search."""
+
+    slo_p99: PositiveDuration
+    max_error_rate: Annotated[float, _must(lambda r: 0 <= r < 1, "{value} must be a fraction in [0, 1)")]
+    max_steps: PositiveInt
+    growth: Annotated[float, _must(lambda g: g > 1, "{value} must be a number above 1")]
+
+    def build(self) -> CapacitySearch:
+        return CapacitySearch(self.slo_p99 * 1000, self.max_error_rate, self.max_steps, self.growth)
+
+
+class _ConstantVus(_Table):
+    """[load_models.<name>] with executor = "constant-vus"; likewise the next three."""
+
+    executor: Literal["constant-vus"]
+    vus: PositiveInt
+
+    def build(self, name: str) -> LoadModel:
+        return LoadModel(name, self.executor, vus=self.vus)
+
+
+class _RampingVus(_Table):
+    executor: Literal["ramping-vus"]
+    stages: Annotated[list[_StageSpec], _must(len, "must list at least one stage")]
+
+    def build(self, name: str) -> LoadModel:
+        return LoadModel(name, self.executor, stages=tuple(s.build() for s in self.stages))
+
+
+class _ConstantArrivalRate(_Table):
+    executor: Literal["constant-arrival-rate"]
+    rate: PositiveInt
+    pre_allocated_vus: PositiveInt
+    max_vus: PositiveInt
+    search: _SearchSpec | None = None  # a capacity search from `rate`
+
+    @model_validator(mode="after")
+    def _max_covers_preallocated(self) -> Self:
+        if self.max_vus < self.pre_allocated_vus:
+            raise _problem("max_vus must be >= pre_allocated_vus", self.max_vus)
+        return self
+
+    def build(self, name: str) -> LoadModel:
+        return LoadModel(
+            name,
+            self.executor,
+            rate=self.rate,
+            pre_allocated_vus=self.pre_allocated_vus,
+            max_vus=self.max_vus,
+            search=self.search.build() if self.search else None,
+        )
+
+
+class _SharedIterations(_Table):
+    executor: Literal["shared-iterations"]
+    vus: PositiveInt
+    iterations: PositiveInt
+
+    def build(self, name: str) -> LoadModel:
+        return LoadModel(name, self.executor, vus=self.vus, iterations=self.iterations)
+
+
+_LoadModelSpec = Annotated[
+    _ConstantVus | _RampingVus | _ConstantArrivalRate | _SharedIterations, Field(discriminator="executor")
+]
+
+
+class NetworkSpec(_Table):
+    """[networks.<name>]: one emulated link, each value applied to both directions.
+
+    The issue's profiles (delay and jitter are one way, so an RTT is twice the delay)::
+
+        [networks.loopback]          # today's: 127.0.0.1, no namespaces, no emulator
+
+        [networks.lan]
+        delay = "0.25ms"             # 0.5 ms RTT
+
+        [networks.wan]
+        delay = "25ms"               # 50 ms RTT
+        jitter = "5ms"
+
+        [networks.lossy]
+        delay = "25ms"               # 50 ms RTT
+        loss = "1%"
+
+        [networks.narrow]
+        delay = "10ms"               # 20 ms RTT
+        rate = "10mbit"
+    """
+
+    delay: LinkDuration = 0.0
+    jitter: LinkDuration = 0.0
+    loss: Percent = 0.0
+    rate: Rate | None = None
+
+    @field_validator("jitter")
+    @classmethod
+    def _jitter_within_delay(cls, value: float, info: ValidationInfo) -> float:
+        # netem would clip the negative delays to zero, skewing the mean the RTT check expects.
+        delay = info.data.get("delay")
+        if delay is not None and value > delay:
+            raise _problem("{value} must not exceed delay", f"{value * 1000:g}ms")
+        return value
+
+    def build(self, name: str) -> NetworkProfile:
+        return NetworkProfile(name, self.delay, self.jitter, self.loss, self.rate)
+
+
+class Settings(_Table):
+    """What a preset chooses, merged over its layers and the command line: every key set."""
+
+    targets: Names
+    profiles: Names
+    counts: Counts
+    load_models: Names
+    response_models: ResponseModelNames
+    networks: Names = ["loopback"]
+    k6_instances: K6InstancesSetting = 1
+    duration: PositiveDuration
+    warmup: Duration
+    repeats: PositiveInt
+    start_timeout: PositiveDuration
+    stop_timeout: PositiveDuration
+
+
+# Keys a [defaults], [defaults.<backend>], [presets.<name>] or [presets.<name>.<backend>] may set.
+SELECTION_KEYS = tuple(Settings.model_fields)
+
+
+class _Selection(_Table):
+    """One layer of a preset: any of the settings' keys."""
+
+    targets: Names | None = None
+    profiles: Names | None = None
+    counts: Counts | None = None
+    load_models: Names | None = None
+    response_models: ResponseModelNames | None = None
+    networks: Names | None = None
+    k6_instances: K6InstancesSetting | None = None
+    duration: PositiveDuration | None = None
+    warmup: Duration | None = None
+    repeats: PositiveInt | None = None
+    start_timeout: PositiveDuration | None = None
+    stop_timeout: PositiveDuration | None = None
+
+
+class _Preset(_Selection):
+    """[presets.<name>] and its per-backend tables."""
+
+    local: _Selection | None = None
+    docker: _Selection | None = None
+
+
+class _Defaults(_Preset):
+    """[defaults]: a preset's layers start here."""
+
+    preset: str = "default"
+
+
+class _HostsSpec(_Table):
+    """[hosts]: the engine of each role (labrunner.model.engine_roles); the docker backend's only."""
+
+    service: str = LOCAL_ENGINE
+    load: Annotated[list[str], BeforeValidator(_as_list)] = [LOCAL_ENGINE]
+    publish_address: str = LOOPBACK_ADDRESS
+
+
+class MatrixFile(_Table):
+    """The whole file."""
+
+    defaults: _Defaults = _Defaults()
+    profiles: Entries[_ProfileSpec]
+    targets: Entries[_TargetSpec]
+    load_models: Entries[_LoadModelSpec]
+    presets: dict[str, _Preset] = {}
+    networks: dict[Name, NetworkSpec] = {}
+    hosts: _HostsSpec = _HostsSpec()
+
+
+def validate_matrix_file(data: Mapping[str, Any], path: Path) -> MatrixFile:
+    """A decoded matrix document checked against the schema."""
+    try:
+        return MatrixFile.model_validate(data)
+    except ValidationError as exc:
+        raise _matrix_error(exc, str(path), in_file=True) from exc
+
+
+def validate_settings(values: Mapping[str, object], where: str) -> Settings:
+    """A preset's merged layers and command line, checked; errors name `where`."""
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        raise _matrix_error(exc, where) from exc
+
+
+def validate_positive_int(value: object, where: str) -> int:
+    """A command-line integer such as --vus, checked like the file's."""
+    try:
+        return _POSITIVE_INT.validate_python(value)
+    except ValidationError as exc:
+        raise _matrix_error(exc, where) from exc
+
+
+def _matrix_error(exc: ValidationError, where: str, in_file: bool = False) -> MatrixError:
+    """Pydantic's first error in the file's terms: "[table] key: what is wrong"."""
+    error = exc.errors()[0]
+    # "[key]" marks a failing table name; pydantic puts the executor between a load model and its keys.
+    loc = [part for part in error["loc"] if part != "[key]"]
+    if in_file and loc[:1] == ["load_models"]:
+        del loc[2:3]
+    kind, ctx, value = error["type"], error.get("ctx", {}), error["input"]
+    if kind == "missing":
+        problem = f"missing key {loc.pop()!r}"
+    elif kind == "union_tag_not_found":
+        problem = f"missing key {ctx['discriminator']}"
+    elif kind == "union_tag_invalid":
+        loc.append(ctx["discriminator"].strip("'"))
+        problem = f"{ctx['tag']!r} must be one of {ctx['expected_tags']}"
+    elif kind == "literal_error":
+        problem = f"{value!r} must be one of {ctx['expected']}"
+    elif kind in ("dict_type", "model_type", "model_attributes_type"):
+        problem = f"{value!r} must be a table"
+    else:
+        problem = error["msg"].replace("Input should be", f"{value!r} must be", 1)
+    if in_file and (depth := _table_depth(loc)):
+        where, loc = f"[{'.'.join(map(str, loc[:depth]))}]", loc[depth:]
+    keys = "".join(f"[{part}]" if isinstance(part, int) else f" {part}" for part in loc).strip()
+    if not keys:
+        return MatrixError(f"{where}: {problem}")
+    return MatrixError(f"{where} {keys}: {problem}" if in_file else f"{where}: {keys}: {problem}")
+
+
+def _table_depth(loc: Sequence[int | str]) -> int:
+    """How many leading parts of a location name a table: [defaults], [profiles.small], [presets.ci.local]."""
+    if not loc:
+        return 0
+    depth = 1 if loc[0] == "defaults" else 2
+    if loc[0] in ("defaults", "presets") and len(loc) > depth and loc[depth] in BACKENDS:
+        depth += 1
+    return min(depth, len(loc))
