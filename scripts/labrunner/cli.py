@@ -91,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     where = parser.add_argument_group("what to run")
     where.add_argument(
         "--backend",
-        choices=("auto", "docker", "local"),
-        default="auto",
+        choices=(backends.AUTO, *backends.AUTO_ORDER),
+        default=backends.AUTO,
         help="local: services as processes in cgroups on this host; docker: a container per "
         "scenario next to `docker compose up -d`; auto: docker when an engine answers, "
         "else local (default: auto)",
@@ -207,10 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(describe_matrix(matrix))
             return EXIT_OK
         roles = _hosts(args, matrix)
-        if args.backend == "auto" and not roles.default:
-            backend_name, reason = "docker", "auto: [hosts] or the engine options name Docker engines"
-        else:
-            backend_name, reason = backends.choose(args.backend)
+        backend_name, reason = backends.choose(args.backend, roles)
         plan = expand(matrix, backend_name, args.preset, _overrides(args))
         if not plan.scenarios:
             raise _Usage("the selection has no scenarios")
