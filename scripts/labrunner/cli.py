@@ -27,6 +27,7 @@ from labrunner.model.matrix import (
 )
 from labrunner.network.profiles import NetworkProfile
 from labrunner.observe import local_stack
+from labrunner.observe.labels import INFLUXDB_DATABASE
 from labrunner.paths import REPO
 from labrunner.results import provenance
 from labrunner.results.store import load_results
@@ -44,7 +45,7 @@ verified (status, record count and shape, negotiated protocol), warmed up, measu
 k6, stopped, and written to --out as it finishes.
 """
 
-EPILOG = """\
+EPILOG = f"""\
 selection:
   The preset (--preset, else [defaults].preset in the matrix file) gives targets, profiles,
   counts, load models, duration, warm-up and repeats; the options above override them.
@@ -60,7 +61,7 @@ output (--out, default results/<run id>/):
                               regenerate with scripts/report.py RUN_DIR [--baseline OTHER_RUN_DIR]
 
 observability:
-  --influxdb URL sends measured k6 samples to database myk6db; tags: run, scenario, target,
+  --influxdb URL sends measured k6 samples to database {INFLUXDB_DATABASE}; tags: run, scenario, target,
   protocol, profile; each scenario's measured window is marked in measurement
   protolab_scenario (Grafana annotations). A Prometheus file_sd file for the running service goes to
   --prometheus-targets once it is healthy and is deleted when it stops (labels: run,
