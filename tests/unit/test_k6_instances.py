@@ -40,8 +40,6 @@ from labrunner.run.k6 import (
     instances_for,
     latency_stats,
     merge_exit_codes,
-    planned_vus,
-    split_evenly,
     take_latency_samples,
 )
 
@@ -199,20 +197,6 @@ def test_execution_segment_strings() -> None:
     assert all(a.split(":")[1] == b.split(":")[0] for a, b in itertools.pairwise(segments))
     with pytest.raises(ValueError):
         execution_segments(0)
-
-
-@pytest.mark.parametrize(("value", "parts"), [(5, 2), (4, 3), (1, 2), (10, 10), (7, 4)])
-def test_vus_split_adds_up(value: int, parts: int) -> None:
-    split = split_evenly(value, parts)
-    assert sum(split) == value and len(split) == parts
-    assert max(split) - min(split) <= 1 and split == sorted(split, reverse=True)
-
-
-def test_planned_vus_follow_each_executor() -> None:
-    assert planned_vus(LoadModel("c", "constant-vus", vus=5), 2) == [3, 2]
-    assert planned_vus(LoadModel("s", "shared-iterations", vus=3, iterations=100), 2) == [2, 1]
-    open_model = LoadModel("o", "constant-arrival-rate", rate=50, pre_allocated_vus=4, max_vus=6)
-    assert planned_vus(open_model, 3) == [2, 2, 2]
 
 
 def test_one_instance_keeps_todays_invocation(tmp_path: Path) -> None:

@@ -192,11 +192,6 @@ def execution_segments(instances: int) -> tuple[str, tuple[str, ...]]:
     return ",".join(points), tuple(f"{a}:{b}" for a, b in itertools.pairwise(points))
 
 
-def split_evenly(value: int, parts: int) -> list[int]:
-    """How k6 splits an integer (VUs) over equal execution segments: the first ones get the remainder."""
-    return [value // parts + (1 if i < value % parts else 0) for i in range(parts)]
-
-
 def splittable_vus(model: LoadModel) -> int:
     """The VUs a load model has to share among instances (an arrival-rate model: its pre-allocated)."""
     if model.executor == "ramping-vus":
@@ -204,18 +199,6 @@ def splittable_vus(model: LoadModel) -> int:
     if model.executor == "constant-arrival-rate":
         return min(model.pre_allocated_vus or 0, model.rate or 0)
     return model.vus or 0
-
-
-def planned_vus(model: LoadModel, instances: int) -> list[int]:
-    """Each instance's VUs by its execution segment: they add up to the load model's.
-
-    For an arrival-rate model, its maximum (each instance starts with its share of pre_allocated_vus).
-    """
-    if model.executor == "constant-arrival-rate":
-        return split_evenly(model.max_vus or 0, instances)
-    if model.executor == "ramping-vus":
-        return split_evenly(splittable_vus(model), instances)
-    return split_evenly(model.vus or 0, instances)
 
 
 def instances_for(setting: K6Instances, k6_cpus: Sequence[int], model: LoadModel) -> int:
