@@ -46,6 +46,8 @@ from labrunner.run.k6 import (
 from tests.support import ROOT
 
 MATRIX = ROOT / "matrix.toml"
+# latency_ms's percentiles and numpy's q for each: p99.9 since the trend statistics have p(99.9).
+PERCENTILES = (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99), ("p99.9", 99.9))
 # What a one-k6 result's k6 section holds: a split adds "instances" and nothing else.
 ONE_K6_KEYS = {
     "exit_code",
@@ -258,11 +260,11 @@ def test_latency_stats_match_numpy_and_k6s_method() -> None:
     rng = random.Random(7)
     samples = [rng.lognormvariate(1.0, 0.8) for _ in range(1001)]
     stats = latency_stats(samples)
-    for key, q in (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99)):
+    for key, q in PERCENTILES:
         assert stats[key] == pytest.approx(float(np.percentile(samples, q)), rel=1e-12)
     assert stats["avg"] == pytest.approx(float(np.mean(samples)), rel=1e-12)
     assert stats["max"] == max(samples)
-    assert latency_stats([4.0]) == dict.fromkeys(("avg", "p50", "p90", "p95", "p99", "max"), 4.0)
+    assert latency_stats([4.0]) == dict.fromkeys(("avg", "p50", "p90", "p95", "p99", "p99.9", "max"), 4.0)
     assert set(latency_stats([]).values()) == {None}
 
 
@@ -284,7 +286,7 @@ def test_merged_run_sums_counts_and_takes_percentiles_over_all_samples() -> None
     assert metrics.requests_per_second == pytest.approx(1000 / 3.1)
     assert metrics.data_received_bytes == 100_000
     everything = fast + slow
-    for key, q in (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99)):
+    for key, q in PERCENTILES:
         assert metrics.latency_ms[key] == pytest.approx(float(np.percentile(everything, q)), rel=1e-12)
     assert metrics.latency_ms["p99"] != pytest.approx((np.percentile(fast, 99) + np.percentile(slow, 99)) / 2)
     assert metrics.latency_ms["max"] == max(slow)
@@ -298,7 +300,7 @@ def test_merged_run_without_samples_keeps_only_exact_latency() -> None:
     runs = [_instance(300, None, cpu_seconds=1.0), _instance(100, None, cpu_seconds=1.0)]
     latency = K6Run.merge(runs).metrics.latency_ms  # type: ignore[union-attr]
     assert latency["avg"] == pytest.approx(1.0) and latency["max"] == 1.0
-    assert latency["p99"] is None and latency["p50"] is None
+    assert latency["p99.9"] is None and latency["p99"] is None and latency["p50"] is None
 
 
 def test_an_instance_whose_raw_output_misses_samples_fails_the_merge() -> None:
