@@ -16,7 +16,9 @@ export const reqFailed = new Rate('protolab_req_failed');
 export const vusInitialized = new Gauge('protolab_vus');
 let vusNoted = false;
 
-const TREND_STATS = ['avg', 'min', 'med', 'max', 'p(50)', 'p(90)', 'p(95)', 'p(99)', 'count'];
+// The summary's trend statistics; the runner reads the same file (scripts/labrunner/run/k6.py).
+// import.meta.resolve: relative to this module, from any working directory and importing script.
+const TREND_STATS = JSON.parse(open(import.meta.resolve('./trend_stats.json')));
 
 // k6's default system tags minus 'scenario': the system tag would overwrite the runner's
 // `--tag scenario=<id>` with the k6 scenario name ("main").

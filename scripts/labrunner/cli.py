@@ -18,6 +18,7 @@ from labrunner.model.scenario import AUTO_INSTANCES, LoadModel, Matrix, Override
 from labrunner.model.schema import MatrixError
 from labrunner.network.profiles import NetworkProfile
 from labrunner.observe import local_stack
+from labrunner.observe.labels import INFLUXDB_DATABASE
 from labrunner.paths import REPO
 from labrunner.results import provenance
 from labrunner.results.store import load_results
@@ -35,7 +36,7 @@ verified (status, record count and shape, negotiated protocol), warmed up, measu
 k6, stopped, and written to --out as it finishes.
 """
 
-EPILOG = """\
+EPILOG = f"""\
 selection:
   The preset (--preset, else [defaults].preset in the matrix file) gives targets, profiles,
   counts, load models, duration, warm-up and repeats; the options above override them.
@@ -51,7 +52,7 @@ output (--out, default results/<run id>/):
                               regenerate with scripts/report.py RUN_DIR [--baseline OTHER_RUN_DIR]
 
 observability:
-  --influxdb URL sends measured k6 samples to database myk6db; tags: run, scenario, target,
+  --influxdb URL sends measured k6 samples to database {INFLUXDB_DATABASE}; tags: run, scenario, target,
   protocol, profile; each scenario's measured window is marked in measurement
   protolab_scenario (Grafana annotations). A Prometheus file_sd file for the running service goes to
   --prometheus-targets once it is healthy and is deleted when it stops (labels: run,
@@ -82,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     where = parser.add_argument_group("what to run")
     where.add_argument(
         "--backend",
-        choices=("auto", "docker", "local"),
-        default="auto",
+        choices=(backends.AUTO, *backends.AUTO_ORDER),
+        default=backends.AUTO,
         help="local: services as processes in cgroups on this host; docker: a container per "
         "scenario next to `docker compose up -d`; auto: docker when an engine answers, "
         "else local (default: auto)",
@@ -198,10 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(describe_matrix(matrix))
             return EXIT_OK
         roles = _hosts(args, matrix)
-        if args.backend == "auto" and not roles.default:
-            backend_name, reason = "docker", "auto: [hosts] or the engine options name Docker engines"
-        else:
-            backend_name, reason = backends.choose(args.backend)
+        backend_name, reason = backends.choose(args.backend, roles)
         plan = expand(matrix, backend_name, args.preset, _overrides(args))
         if not plan.scenarios:
             raise _Usage("the selection has no scenarios")

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 from labrunner.backends.cgroups import split_cpus
 from labrunner.model.scenario import LoadModel
-from labrunner.run.k6 import planned_vus
 
 from tests.support import ROOT
 
@@ -166,12 +165,12 @@ def test_merged_percentiles_are_over_every_instances_samples(split_run: dict[str
     for instance, values in zip(instances, samples, strict=True):
         assert len(values) == instance["metrics"]["requests"] == instance["latency_samples"]
         own = instance["summary_metrics"]["protolab_req_duration"]["values"]
-        for key, q in (("p(50)", 50), ("p(90)", 90), ("p(95)", 95), ("p(99)", 99)):
+        for key, q in (("p(50)", 50), ("p(90)", 90), ("p(95)", 95), ("p(99)", 99), ("p(99.9)", 99.9)):
             assert np.percentile(values, q) == pytest.approx(own[key], abs=1e-5), (instance["index"], key)
         assert values.max() == pytest.approx(own["max"], abs=1e-5)
     everything = np.concatenate(samples)
     latency = result["k6"]["metrics"]["latency_ms"]
-    for key, q in (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99)):
+    for key, q in (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99), ("p99.9", 99.9)):
         assert latency[key] == pytest.approx(float(np.percentile(everything, q)), rel=1e-9), key
     assert latency["avg"] == pytest.approx(float(everything.mean()), rel=1e-9)
     assert latency["max"] == pytest.approx(float(everything.max()), rel=1e-12)
@@ -182,7 +181,8 @@ def test_instance_vus_add_up_to_the_load_model(split_run: dict[str, Any], model:
     result = split_run["results"][model]
     load = MODELS[model]
     vus = [i["metrics"]["vus_max"] for i in result["k6"]["instances"]]
-    assert vus == planned_vus(load, INSTANCES)
+    # k6 gives the first segment the odd VU; an arrival-rate model splits its max_vus.
+    assert vus == {"closed": [3, 2], "open": [2, 2], "shared": [2, 1]}[model]
     total = load.max_vus if load.executor == "constant-arrival-rate" else load.vus
     assert sum(vus) == total == result["k6"]["metrics"]["vus_max"]
 

@@ -33,6 +33,7 @@ from cryptography.x509.oid import NameOID
 from google.protobuf import json_format
 from labrunner.observe import local_stack
 from labrunner.observe.labels import INFLUXDB_DATABASE
+from labrunner.run.k6 import SUMMARY_TREND_STATS, parse_summary
 
 from tests.support import ROOT
 
@@ -55,7 +56,7 @@ def k6_binary() -> str:
 
 
 def run_k6(
-    script: str, env: dict[str, str], *args: str, summary: Path | None = None
+    script: str, env: dict[str, str], *args: str, summary: Path | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run k6/<script> with env (plus os.environ), no usage report; returns the finished process."""
     full_env = {**os.environ, "K6_NO_USAGE_REPORT": "true", "DURATION": "2s", "VUS": "2", **env}
@@ -64,6 +65,7 @@ def run_k6(
     return subprocess.run(
         [k6_binary(), "run", "--quiet", *args, str(K6_DIR / script)],
         env=full_env,
+        cwd=cwd,
         check=False,
         capture_output=True,
         text=True,
@@ -216,7 +218,9 @@ def k6_options(script: str, env: dict[str, str]) -> dict[str, Any]:
 def test_scripts_parse(script: str) -> None:
     options = k6_options(script, {"BASE_URL": "http://127.0.0.1:1", "GRPC_ADDR": "127.0.0.1:1"})
     assert options["thresholds"].keys() == {"protolab_req_failed", "checks"}
-    assert {"p(50)", "p(90)", "p(95)", "p(99)", "max", "avg", "min"} <= set(options["summaryTrendStats"])
+    stats = options["summaryTrendStats"]
+    assert {"p(50)", "p(90)", "p(95)", "p(99)", "p(99.9)", "max", "avg", "min"} <= set(stats)
+    assert stats == SUMMARY_TREND_STATS.split(",")  # the runner's: both read k6/lib/trend_stats.json
 
 
 def test_rest_passes_and_writes_summary(tmp_path: Path) -> None:
@@ -453,6 +457,24 @@ def test_grpc_passes(tmp_path: Path, pb: tuple[ModuleType, ModuleType], script: 
     assert metrics["protolab_reqs"]["values"]["count"] > 0
     assert metrics["checks"]["values"]["rate"] == 1 and metrics["checks"]["values"]["passes"] > 0
     assert metrics["protolab_req_duration"]["values"]["p(50)"] > 0
+
+
+@pytest.mark.parametrize("script", ["rest.js", "grpc_unary.js"])
+def test_the_summary_and_the_runners_metrics_carry_p99_9(
+    tmp_path: Path, pb: tuple[ModuleType, ModuleType], script: str
+) -> None:
+    # Started elsewhere than the repository, as `docker compose run` does: common.js finds
+    # trend_stats.json beside itself, not in the working directory.
+    summary = tmp_path / "summary.json"
+    server = RecordsServer() if script == "rest.js" else GrpcServer(pb)
+    with server:
+        env = rest_env(server) if isinstance(server, RecordsServer) else grpc_env(server)
+        result = run_k6(script, env, summary=summary, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    durations = load_summary(summary)["protolab_req_duration"]["values"]
+    assert durations["p(99)"] <= durations["p(99.9)"] <= durations["max"]
+    latency = parse_summary(json.loads(summary.read_text())).latency_ms
+    assert latency["p99.9"] == durations["p(99.9)"] and latency["p99"] <= latency["p99.9"] <= latency["max"]
 
 
 @pytest.mark.parametrize("script", ["grpc_unary.js", "grpc_stream.js"])

@@ -140,7 +140,7 @@ def test_k6_container_parameters(tmp_path: Path, published_service: FakeDocker) 
             "--address",
             "",
             "--summary-trend-stats",
-            "avg,min,med,max,p(50),p(90),p(95),p(99),count",
+            "avg,min,med,max,p(50),p(90),p(95),p(99),p(99.9),count",
             "--tag",
             "run=run1",
             "--tag",

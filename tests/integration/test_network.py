@@ -23,7 +23,6 @@ from labrunner.network.link_checks import (
     LinkVerificationError,
     measure_rate,
     measure_rtt,
-    tcp_retransmits,
     verify,
 )
 from labrunner.network.namespaces import (
@@ -34,6 +33,7 @@ from labrunner.network.namespaces import (
     add_host_access,
     create_link,
     entered,
+    exec_prefix,
     list_namespaces,
     plan_link,
     remove_leftovers,
@@ -92,6 +92,14 @@ def _emulator(name: str) -> Emulator:
     return UserspaceEmulator(RELAY_CPUS) if name == "userspace" else NetemEmulator()
 
 
+def _tcp_retransmits(namespace: str) -> int:
+    """TCP segments retransmitted so far inside `namespace` (nstat's TcpRetransSegs)."""
+    out = run([*exec_prefix(namespace), "nstat", "-asz", "TcpRetransSegs"]).stdout
+    counts = [int(line.split()[1]) for line in out.splitlines() if line.startswith("TcpRetransSegs")]
+    assert counts, f"nstat in {namespace} printed no TcpRetransSegs: {out!r}"
+    return counts[0]
+
+
 def test_a_pair_is_joined_directly_and_the_host_never_sees_its_addresses(link: Link) -> None:
     assert list_namespaces(PREFIX) == sorted(link.namespaces)
     assert statistics.median(measure_rtt(link, 11)) < 0.001
@@ -128,9 +136,9 @@ def test_lossy_shows_retransmissions(link: Link, emulator_name: str) -> None:
     emulator = _emulator(emulator_name)
     emulator.apply(link, PROFILES["lossy"])
     try:
-        before = tcp_retransmits(link.service.namespace)
+        before = _tcp_retransmits(link.service.namespace)
         measure_rate(link, 1.5)
-        retransmitted = tcp_retransmits(link.service.namespace) - before
+        retransmitted = _tcp_retransmits(link.service.namespace) - before
         usage = emulator.usage(link)
     finally:
         emulator.remove(link)

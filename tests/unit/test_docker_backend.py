@@ -3,12 +3,13 @@ usage, auto selection (with a server behind the published ports: tests/integrati
 
 import json
 import re
+import socket
 import stat
 from pathlib import Path
 
 import docker
 import pytest
-from docker.errors import DockerException, NotFound
+from docker.errors import NotFound
 from docker.types import Ulimit
 from labrunner import backends, cli
 from labrunner.backends import docker_names, docker_network_helper
@@ -334,7 +335,7 @@ def test_names_agree_with_docker_compose() -> None:
 def test_auto_picks_docker_when_the_engine_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeDocker()
     monkeypatch.setattr(docker, "from_env", lambda timeout: fake)
-    assert backends.choose("auto") == ("docker", "auto: Docker engine 27.5.1 answered")
+    assert backends.choose("auto") == ("docker", "auto: Docker engine 27.5.1 answers and the lab is up")
     assert fake.calls == [("network", "protolab"), ("close",)]
     assert backends.choose("local") == ("local", "requested")
 
@@ -352,29 +353,31 @@ def test_auto_takes_local_when_the_engine_answers_but_the_lab_is_not_up(
     monkeypatch.setattr(docker, "from_env", lambda timeout: fake)
     assert backends.choose("auto") == (
         "local",
-        "auto: Docker engine 27.5.1 answered, but the lab is not up on it (no network protolab; "
-        "start it with `docker compose up -d`)",
+        "auto: Docker engine 27.5.1 answers but the lab is not up (no protolab network): "
+        "run `docker compose up -d`",
     )
     assert ("close",) in fake.calls
 
 
-def test_auto_falls_back_to_local_and_says_why(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_auto_falls_back_to_local_and_says_why_in_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake = FakeDocker()
-
-    def no_answer() -> bool:
-        raise DockerException("Error while fetching server API version: connection refused")
-
-    fake.ping = no_answer  # type: ignore[method-assign]
-    monkeypatch.setattr(docker, "from_env", lambda timeout: fake)
-    monkeypatch.delenv("DOCKER_HOST", raising=False)  # the message names the default socket
+    # The real SDK against a socket that is not there, then one nobody listens on: the reason is
+    # a sentence, not the SDK's wrapped exception ("Error while fetching server API version: ...").
+    missing = f"unix://{tmp_path}/no-engine.sock"
+    monkeypatch.setenv("DOCKER_HOST", missing)
     assert cli.main(["--dry-run", "--target", "grpc"]) == 0
     first_line = capsys.readouterr().out.splitlines()[0]
     assert first_line == (
-        "backend: local (auto: Docker engine local (unix:///var/run/docker.sock) did not answer: "
-        "Error while fetching server API version: connection refused)"
+        f"backend: local (auto: no Docker engine answered at {missing} (no socket at that path))"
     )
+    with socket.socket(socket.AF_UNIX) as bound:
+        bound.bind(str(tmp_path / "refusing.sock"))  # bound, never listening: connect is refused
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/refusing.sock")
+        assert backends.choose("auto") == (
+            "local",
+            f"auto: no Docker engine answered at unix://{tmp_path}/refusing.sock (connection refused)",
+        )
 
 
 def test_backend_docker_without_an_engine_is_a_clear_error(
@@ -385,7 +388,8 @@ def test_backend_docker_without_an_engine_is_a_clear_error(
     socket_url = f"unix://{tmp_path}/no-engine.sock"
     with pytest.raises(
         BackendUnavailable,
-        match=rf"^--backend docker: service engine local \({re.escape(socket_url)}\) did not answer: .+; st",
+        match=rf"^--backend docker: service engine local \({re.escape(socket_url)}\) did not answer: "
+        "no socket at that path; start Docker or use --backend local$",
     ):
         backends.create("docker", settings(tmp_path))
     argv = ["--backend", "docker", "--target", "grpc", "--k6", "/bin/true", "--out", str(tmp_path / "out")]

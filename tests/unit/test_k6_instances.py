@@ -34,14 +34,14 @@ from labrunner.run.k6 import (
     instances_for,
     latency_stats,
     merge_exit_codes,
-    planned_vus,
-    split_evenly,
     take_latency_samples,
 )
 
 from tests.support import ROOT
 
 MATRIX = ROOT / "matrix.toml"
+# latency_ms's percentiles and numpy's q for each: p99.9 since the trend statistics have p(99.9).
+PERCENTILES = (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99), ("p99.9", 99.9))
 # What a one-k6 result's k6 section holds: a split adds "instances" and nothing else.
 ONE_K6_KEYS = {
     "exit_code",
@@ -195,20 +195,6 @@ def test_execution_segment_strings() -> None:
         execution_segments(0)
 
 
-@pytest.mark.parametrize(("value", "parts"), [(5, 2), (4, 3), (1, 2), (10, 10), (7, 4)])
-def test_vus_split_adds_up(value: int, parts: int) -> None:
-    split = split_evenly(value, parts)
-    assert sum(split) == value and len(split) == parts
-    assert max(split) - min(split) <= 1 and split == sorted(split, reverse=True)
-
-
-def test_planned_vus_follow_each_executor() -> None:
-    assert planned_vus(LoadModel("c", "constant-vus", vus=5), 2) == [3, 2]
-    assert planned_vus(LoadModel("s", "shared-iterations", vus=3, iterations=100), 2) == [2, 1]
-    open_model = LoadModel("o", "constant-arrival-rate", rate=50, pre_allocated_vus=4, max_vus=6)
-    assert planned_vus(open_model, 3) == [2, 2, 2]
-
-
 def test_one_instance_keeps_todays_invocation(tmp_path: Path) -> None:
     one = _invocation(tmp_path, warmup=False, instances=1)
     assert one.instances == () and one.segment is None and one.cpus is None and one.raw_file is None
@@ -268,11 +254,11 @@ def test_latency_stats_match_numpy_and_k6s_method() -> None:
     rng = random.Random(7)
     samples = [rng.lognormvariate(1.0, 0.8) for _ in range(1001)]
     stats = latency_stats(samples)
-    for key, q in (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99)):
+    for key, q in PERCENTILES:
         assert stats[key] == pytest.approx(float(np.percentile(samples, q)), rel=1e-12)
     assert stats["avg"] == pytest.approx(float(np.mean(samples)), rel=1e-12)
     assert stats["max"] == max(samples)
-    assert latency_stats([4.0]) == dict.fromkeys(("avg", "p50", "p90", "p95", "p99", "max"), 4.0)
+    assert latency_stats([4.0]) == dict.fromkeys(("avg", "p50", "p90", "p95", "p99", "p99.9", "max"), 4.0)
     assert set(latency_stats([]).values()) == {None}
 
 
@@ -294,7 +280,7 @@ def test_merged_run_sums_counts_and_takes_percentiles_over_all_samples() -> None
     assert metrics.requests_per_second == pytest.approx(1000 / 3.1)
     assert metrics.data_received_bytes == 100_000
     everything = fast + slow
-    for key, q in (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99)):
+    for key, q in PERCENTILES:
         assert metrics.latency_ms[key] == pytest.approx(float(np.percentile(everything, q)), rel=1e-12)
     assert metrics.latency_ms["p99"] != pytest.approx((np.percentile(fast, 99) + np.percentile(slow, 99)) / 2)
     assert metrics.latency_ms["max"] == max(slow)
@@ -308,7 +294,7 @@ def test_merged_run_without_samples_keeps_only_exact_latency() -> None:
     runs = [_instance(300, None, cpu_seconds=1.0), _instance(100, None, cpu_seconds=1.0)]
     latency = K6Run.merge(runs).metrics.latency_ms  # type: ignore[union-attr]
     assert latency["avg"] == pytest.approx(1.0) and latency["max"] == 1.0
-    assert latency["p99"] is None and latency["p50"] is None
+    assert latency["p99.9"] is None and latency["p99"] is None and latency["p50"] is None
 
 
 def test_an_instance_whose_raw_output_misses_samples_fails_the_merge() -> None:

@@ -5,6 +5,8 @@ import subprocess
 import sys
 
 import pytest
+from labrunner import backends
+from labrunner.model.scenario import BACKENDS
 
 from tests.support import ROOT
 
@@ -52,6 +54,15 @@ def test_a_backend_imports_neither_the_other_nor_the_runner(backend: str) -> Non
 def test_the_runner_imports_no_concrete_backend(module: str) -> None:
     concrete = ("labrunner.backends.local", "labrunner.backends.docker_")
     assert {name for name in _labrunner_imports(module) if name.startswith(concrete)} == set()
+
+
+def test_every_backend_the_matrix_knows_has_one_module_and_a_place_in_auto() -> None:
+    assert sorted(backends.MODULES) == sorted(BACKENDS) == sorted(backends.AUTO_ORDER)
+    for module in backends.MODULES.values():
+        assert module.startswith("labrunner.backends."), module
+        source = ast.parse((PACKAGE / "backends" / f"{module.rsplit('.', 1)[1]}.py").read_text())
+        functions = {node.name for node in source.body if isinstance(node, ast.FunctionDef)}
+        assert {"probe", "create"} <= functions, module
 
 
 def test_a_local_run_never_loads_the_docker_sdk_and_importing_sets_nothing() -> None:

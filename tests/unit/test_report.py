@@ -340,3 +340,18 @@ def test_baseline_from_older_code_and_failed_groups(tmp_path: Path) -> None:
         "2 groups present in both runs: 1 group within noise, 1 group without a successful repeat" in section
     )
     assert "no regression" not in md.lower()
+
+
+def test_p99_9_is_reported_where_results_carry_it_and_older_ones_still_report(tmp_path: Path) -> None:
+    # Results from before p(99.9) was a trend statistic have no "p99.9"; newer ones do.
+    scenarios = _scenarios(("aiohttp-h1", "grpc"), ("small",), 2)
+    results = [_result(s, 1000.0 + s.repeat) for s in scenarios]
+    for s, result in zip(scenarios, results, strict=True):
+        if s.target.name == "aiohttp-h1":
+            result["k6"]["metrics"]["latency_ms"]["p99.9"] = 12.5
+    run = _write_run(tmp_path / "run", results)
+    assert cli.main([str(run)]) == 0
+    latency = (run / "report.md").read_text().split("## Latency across repeats", 1)[1].split("\n## ", 1)[0]
+    [aiohttp, grpc] = (s.group for s in _scenarios(("aiohttp-h1", "grpc"), ("small",), 1))
+    assert f"| `{aiohttp}` | p99.9 | 2 | 12.50 |" in latency
+    assert f"| `{grpc}` | p99 |" in latency and f"| `{grpc}` | p99.9 |" not in latency

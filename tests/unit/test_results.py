@@ -45,7 +45,10 @@ def _summary(requests: int = 3000, failed: int = 0, dropped: int | None = None) 
         },
         "protolab_req_duration": {
             "type": "trend",
-            "values": {"avg": 2.5, "p(50)": 2.0, "p(90)": 4.0, "p(95)": 5.0, "p(99)": 9.0, "max": 20.0},
+            "values": {
+                **{"avg": 2.5, "p(50)": 2.0, "p(90)": 4.0, "p(95)": 5.0, "p(99)": 9.0, "p(99.9)": 15.0},
+                "max": 20.0,
+            },
         },
         "data_received": {"type": "counter", "values": {"count": requests * 20_000, "rate": 2e7}},
         "iterations": {"type": "counter", "values": {"count": requests + failed, "rate": 1000.0}},
@@ -121,7 +124,10 @@ def test_parse_summary_reads_the_uniform_metrics() -> None:
     assert (metrics.requests, metrics.errors, metrics.attempts) == (990, 10, 1000)
     assert metrics.error_rate == pytest.approx(0.01)
     assert metrics.requests_per_second == pytest.approx(330.0)
-    assert metrics.latency_ms == {"avg": 2.5, "p50": 2.0, "p90": 4.0, "p95": 5.0, "p99": 9.0, "max": 20.0}
+    assert metrics.latency_ms == {
+        **{"avg": 2.5, "p50": 2.0, "p90": 4.0, "p95": 5.0, "p99": 9.0, "p99.9": 15.0},
+        "max": 20.0,
+    }
     assert (metrics.dropped_iterations, metrics.vus_max, metrics.test_run_seconds) == (4, 10, 3.0)
     assert metrics.failed_thresholds == ("protolab_req_failed rate<0.01",)
     assert parse_summary(_summary()).dropped_iterations == 0  # absent metric: nothing dropped

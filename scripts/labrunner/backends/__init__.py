@@ -8,18 +8,24 @@ import importlib
 from types import ModuleType
 
 from labrunner.backends.base import Backend, BackendSettings, BackendUnavailable
+from labrunner.model.engine_roles import Hosts
+from labrunner.model.scenario import BACKENDS
 from labrunner.say import Say
 
-_MODULES = {"docker": "labrunner.backends.docker_backend", "local": "labrunner.backends.local"}
-NAMES = tuple(_MODULES)
+# One module per name in the matrix's BACKENDS (a test holds them equal).
+MODULES = {"docker": "labrunner.backends.docker_backend", "local": "labrunner.backends.local"}
+AUTO = "auto"
 # `auto` takes the first backend that can run here: the users' default first.
 AUTO_ORDER = ("docker", "local")
 
 
-def choose(requested: str) -> tuple[str, str]:
-    """The backend to use and why: `auto` takes docker when the lab's engine is ready, else local."""
-    if requested != "auto":
+def choose(requested: str, hosts: Hosts | None = None) -> tuple[str, str]:
+    """The backend to use and why, in one sentence: `auto` takes docker when `hosts` ([hosts] or the
+    engine options) name Docker engines, or when the lab's engine is ready; else local."""
+    if requested != AUTO:
         return requested, "requested"
+    if hosts is not None and not hosts.default:
+        return "docker", "auto: [hosts] or the engine options name Docker engines"
     unavailable: list[str] = []
     for name in AUTO_ORDER:
         try:
@@ -38,6 +44,6 @@ def create(name: str, settings: BackendSettings, say: Say = print) -> Backend:
 
 
 def _module(name: str) -> ModuleType:
-    if name not in _MODULES:
-        raise BackendUnavailable(f"unknown backend {name!r} (choose from {', '.join(NAMES)})")
-    return importlib.import_module(_MODULES[name])
+    if name not in MODULES:
+        raise BackendUnavailable(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
+    return importlib.import_module(MODULES[name])

@@ -62,7 +62,7 @@ from labrunner.backends.docker_stats import (
     stats,
     usage_from_stats,
 )
-from labrunner.backends.engines import DEFAULT_SOCKET, Engine
+from labrunner.backends.engines import DEFAULT_SOCKET, Engine, EngineSilent, silence
 from labrunner.backends.engines import connect as connect_engine
 from labrunner.model.engine_roles import LOCAL_ENGINE
 from labrunner.model.scenario import K6Instances, Profile, Scenario
@@ -75,20 +75,27 @@ _K6Run = tuple[K6Invocation, Container, int, str | None]
 
 
 def probe() -> str:
-    """Why `auto` may take docker: the engine answers and the lab is up on it; else BackendUnavailable."""
-    client = connect_engine(LOCAL_ENGINE, "Docker", PROBE_TIMEOUT_S).client
+    """Why `auto` may take docker: the engine answers and the lab is up on it; else BackendUnavailable,
+    each in one sentence."""
+    try:
+        client = connect_engine(LOCAL_ENGINE, "Docker", PROBE_TIMEOUT_S).client
+    except EngineSilent as exc:
+        raise BackendUnavailable(f"no Docker engine answered at {exc.url} ({exc.why})") from None
     try:
         version = check_engine_version(client)
         try:
             client.networks.get(NETWORK)
         except NotFound:
             raise BackendUnavailable(
-                f"Docker engine {version} answered, but the lab is not up on it (no network {NETWORK}; "
-                "start it with `docker compose up -d`)"
+                f"Docker engine {version} answers but the lab is not up (no {NETWORK} network): "
+                "run `docker compose up -d`"
             ) from None
+    except (DockerException, RequestException) as exc:
+        why = silence(exc, PROBE_TIMEOUT_S)
+        raise BackendUnavailable(f"the Docker engine stopped answering ({why})") from None
     finally:
         client.close()  # create connects again, with the run's timeouts
-    return f"Docker engine {version} answered"
+    return f"Docker engine {version} answers and the lab is up"
 
 
 def create(settings: BackendSettings, say: Say) -> "DockerBackend":

@@ -6,12 +6,21 @@ from dataclasses import dataclass
 import docker
 from docker.context import ContextAPI
 from docker.errors import DockerException
-from requests.exceptions import RequestException
+from requests.exceptions import RequestException, Timeout
 
 from labrunner.backends.base import BackendUnavailable
 from labrunner.model.engine_roles import LOCAL_ENGINE
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+
+
+class EngineSilent(BackendUnavailable):
+    """The engine a role names did not answer; `why` says so in a few words, not as a traceback."""
+
+    def __init__(self, role: str, name: str, url: str, why: str) -> None:
+        where = name if name == url else f"{name} ({url})"
+        super().__init__(f"{role} engine {where} did not answer: {why}")
+        self.url, self.why = url, why
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,24 @@ def connect(name: str, role: str, timeout_s: int) -> Engine:
             )
         client.ping()
     except (DockerException, RequestException, OSError) as exc:
-        where = name if name == url else f"{name} ({url})"
-        raise BackendUnavailable(f"{role} engine {where} did not answer: {exc}") from exc
+        raise EngineSilent(role, name, url, silence(exc, timeout_s)) from exc
     return Engine(name, url, client)
+
+
+def silence(exc: BaseException, timeout_s: float) -> str:
+    """Why an engine did not answer, in words. The SDK wraps the socket's error two or three times
+    ("Error while fetching server API version: ('Connection aborted.', FileNotFoundError(2, ...))")."""
+    cause: BaseException | None = exc
+    innermost = exc
+    while cause is not None:
+        match cause:
+            case FileNotFoundError():
+                return "no socket at that path"
+            case PermissionError():
+                return "permission denied on its socket (is this user in the docker group?)"
+            case ConnectionRefusedError():
+                return "connection refused"
+            case TimeoutError() | Timeout():
+                return f"no answer within {timeout_s:g} s"
+        innermost, cause = cause, cause.__cause__ or cause.__context__
+    return str(innermost) or type(innermost).__name__

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from labrunner.network.namespaces import Link, entered, exec_prefix, run
+from labrunner.network.namespaces import Link, entered
 from labrunner.network.profiles import NetworkProfile
 
 TOLERANCE = 0.10  # the issue's: a link more than 10% off its profile fails the scenario
@@ -159,15 +159,6 @@ def measure_rate(link: Link, seconds: float = 2.0) -> float:
         mss = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)  # payload per full packet
         stop.set()
     return counted * 8 / (last - first) * LINK_MTU / mss
-
-
-def tcp_retransmits(namespace: str) -> int:
-    """TCP segments retransmitted so far inside `namespace` (nstat's TcpRetransSegs)."""
-    out = run([*exec_prefix(namespace), "nstat", "-asz", "TcpRetransSegs"]).stdout
-    for line in out.splitlines():
-        if line.startswith("TcpRetransSegs"):
-            return int(line.split()[1])
-    raise LinkVerificationError(f"nstat in {namespace} printed no TcpRetransSegs: {out!r}")
 
 
 @contextlib.contextmanager

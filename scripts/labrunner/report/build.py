@@ -42,7 +42,7 @@ from labrunner.results.store import load_results, write_json_atomic, write_text_
 PAYLOAD_FILE = "payload.json"
 SERIALIZATION_FILE = "serialization.json"
 CHARTS_DIR = "charts"
-LATENCY_STATS = ("avg", "p50", "p90", "p95", "p99")
+LATENCY_STATS = ("avg", "p50", "p90", "p95", "p99", "p99.9")
 _FORMATS = {
     "rps": "{:.1f}",
     "cpu_per_1k": "{:.3f}",

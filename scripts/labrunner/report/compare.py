@@ -7,6 +7,7 @@ from typing import Any
 
 from labrunner.report.stats import Ratio, Summary, ratio, summarize
 from labrunner.results.bounds import lower_bound_reason
+from labrunner.run.k6 import LATENCY_STATS
 
 Result = Mapping[str, Any]
 Reader = Callable[[Result], float | None]
@@ -48,7 +49,8 @@ METRICS = {
     m.name: m
     for m in (
         Metric("rps", "req/s", True, _k6("requests_per_second")),
-        *(Metric(k, k, False, _latency(k)) for k in ("avg", "p50", "p90", "p95", "p99", "max")),
+        # Older results lack the later percentiles (p99.9): a missing one reads None, as any metric.
+        *(Metric(k, k, False, _latency(k)) for k in LATENCY_STATS),
         # CPU over the measured window per successful request: what a request costs the budget.
         Metric("cpu_per_1k", "CPU s / 1k req", False, _per_request(_usage("cpu_seconds"), 1000)),
         # Everything k6 read from the socket (headers, framing, TLS) per successful request.

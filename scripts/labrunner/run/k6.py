@@ -24,12 +24,15 @@ from labrunner.backends.base import (
 )
 from labrunner.model.scenario import K6Instances, LoadModel, Scenario, format_duration
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
+from labrunner.paths import REPO
 
-# The runner reads these; passing them makes the summary independent of the script's options.
-SUMMARY_TREND_STATS = "avg,min,med,max,p(50),p(90),p(95),p(99),count"
+# k6/lib/common.js reads the same list; passing it makes the summary independent of the script's options.
+TREND_STATS: tuple[str, ...] = tuple(json.loads((REPO / "k6" / "lib" / "trend_stats.json").read_text()))
+SUMMARY_TREND_STATS = ",".join(TREND_STATS)
 EXIT_THRESHOLDS_CROSSED = 99  # k6's exit code when a threshold failed (the run itself completed)
-LATENCY_STATS = {"avg": "avg", "p50": "p(50)", "p90": "p(90)", "p95": "p(95)", "p99": "p(99)", "max": "max"}
-PERCENTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+# Each percentile by its key in latency_ms ("p(99.9)" -> "p99.9") and its fraction, as k6 reads it.
+PERCENTILES = {f"p{stat[2:-1]}": float(stat[2:-1]) / 100 for stat in TREND_STATS if stat.startswith("p(")}
+LATENCY_STATS = {"avg": "avg", **{key: f"p({key[1:]})" for key in PERCENTILES}, "max": "max"}
 # The raw-output metric merged percentiles come from: successful requests' latency, as the summary's.
 LATENCY_METRIC = "protolab_req_duration"
 
@@ -47,7 +50,7 @@ class K6Metrics:
     attempts: int  # protolab_req_failed samples: every request, failed or not
     errors: int
     error_rate: float | None
-    latency_ms: Mapping[str, float | None]  # avg, p50, p90, p95, p99, max of successful requests
+    latency_ms: Mapping[str, float | None]  # successful requests' LATENCY_STATS: avg, p50 ... p99.9, max
     data_received_bytes: int
     data_received_bytes_per_second: float
     dropped_iterations: int
@@ -192,11 +195,6 @@ def execution_segments(instances: int) -> tuple[str, tuple[str, ...]]:
     return ",".join(points), tuple(f"{a}:{b}" for a, b in itertools.pairwise(points))
 
 
-def split_evenly(value: int, parts: int) -> list[int]:
-    """How k6 splits an integer (VUs) over equal execution segments: the first ones get the remainder."""
-    return [value // parts + (1 if i < value % parts else 0) for i in range(parts)]
-
-
 def splittable_vus(model: LoadModel) -> int:
     """The VUs a load model has to share among instances (an arrival-rate model: its pre-allocated)."""
     if model.executor == "ramping-vus":
@@ -204,18 +202,6 @@ def splittable_vus(model: LoadModel) -> int:
     if model.executor == "constant-arrival-rate":
         return min(model.pre_allocated_vus or 0, model.rate or 0)
     return model.vus or 0
-
-
-def planned_vus(model: LoadModel, instances: int) -> list[int]:
-    """Each instance's VUs by its execution segment: they add up to the load model's.
-
-    For an arrival-rate model, its maximum (each instance starts with its share of pre_allocated_vus).
-    """
-    if model.executor == "constant-arrival-rate":
-        return split_evenly(model.max_vus or 0, instances)
-    if model.executor == "ramping-vus":
-        return split_evenly(splittable_vus(model), instances)
-    return split_evenly(model.vus or 0, instances)
 
 
 def instances_for(setting: K6Instances, k6_cpus: Sequence[int], model: LoadModel) -> int:
@@ -267,7 +253,7 @@ def percentile(ordered: Sequence[float], fraction: float) -> float:
 
 
 def latency_stats(samples: Sequence[float]) -> dict[str, float | None]:
-    """avg, p50, p90, p95, p99 and max over every sample, as k6 computes them for one instance."""
+    """LATENCY_STATS (avg, the percentiles, max) over every sample, as k6 computes them for one instance."""
     if not samples:
         return dict.fromkeys(LATENCY_STATS)
     ordered = sorted(samples)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from labrunner import certs
 from labrunner.backends.base import (
     Backend,
     BackendSettings,
@@ -147,7 +148,7 @@ def _run_scenario(
     failure: ScenarioFailed | None = None
     started_at = datetime.now(UTC)
     began = time.monotonic()
-    ca_file = settings.certs_dir / "ca.pem"
+    ca_file = settings.certs_dir / certs.CA_FILE
     # /proc/stat around every measured k6 run: what others took on the scenario's CPUs.
     unmetered = interference.unavailable(backend)
     metered = interference.MeteredBackend(backend, interference.read_snapshot if unmetered is None else None)
@@ -243,7 +244,7 @@ def _invocation_factory(
             handle,
             run_id=config.run_id,
             root=settings.root,
-            ca_file=settings.certs_dir / "ca.pem",
+            ca_file=settings.certs_dir / certs.CA_FILE,
             summary_file=config.out_dir / "k6" / f"{scenario.id}.{phase}.json",
             log_file=settings.logs_dir / f"{scenario.id}.k6.log",
             influxdb_url=config.influxdb_url,
