@@ -522,7 +522,7 @@ class DockerBackend:
         container = self._create(
             "start",
             image=image,
-            command=["python", "-m", f"services.{target.service}"],
+            command=["python", "-m", target.main_module],
             name=name,
             environment=env | service_env(scenario),
             network=NETWORK,
@@ -947,7 +947,7 @@ class DockerBackend:
         container.reload()
         if container.status != "running":
             code = container.attrs["State"].get("ExitCode")
-            module = f"services.{service.scenario.target.service}"
+            module = service.scenario.target.main_module
             raise ScenarioFailed(
                 phase, f"{module} {container.status} (exit code {code})", _logs_tail(container)
             )

@@ -33,6 +33,7 @@ EXECUTORS = ("constant-vus", "ramping-vus", "constant-arrival-rate", "shared-ite
 # What k6 reports as res.proto for each REST protocol.
 REST_PROTO = {"http1.1": "HTTP/1.1", "http2": "HTTP/2.0"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -74,17 +75,23 @@ class Target:
     """One server x protocol x TLS combination and the k6 script that drives it."""
 
     name: str
-    service: str  # python -m services.<service>
+    service: str  # the services/ package: its settings, image and ports
     script: str  # k6 script, relative to the repository root
     protocol: str  # http1.1 | http2 | grpc
     tls: bool
     expect_proto: str | None  # REST only: the res.proto k6 and the verifier must see
     env: tuple[tuple[str, str], ...] = ()
     response_model: str | None = None  # pins the target to one model; None: the preset's
+    module: str | None = None  # what `python -m` runs when not the service (a floor server)
 
     @property
     def is_grpc(self) -> bool:
         return self.protocol == "grpc"
+
+    @property
+    def main_module(self) -> str:
+        """The module the service process runs: python -m <main_module>."""
+        return self.module or f"services.{self.service}"
 
 
 @dataclass(frozen=True)
@@ -343,6 +350,8 @@ class _TargetSpec(_Table):
     expect_proto: str | None = Field(default=None, validate_default=True)
     env: dict[str, str] = {}
     response_model: ResponseModelName | None = None
+    # A server outside services/ on the service's stack and settings (benchmarks/floor/).
+    module: Annotated[str, _must(_MODULE.match, "{value} must be a dotted module name")] | None = None
 
     @field_validator("expect_proto")
     @classmethod
@@ -371,6 +380,7 @@ class _TargetSpec(_Table):
             self.expect_proto,
             env,
             self.response_model,
+            self.module,
         )
 
 
