@@ -31,6 +31,8 @@ ALL_TARGETS = (
 )
 # The second implementations at equal protocol, next in matrix.toml (preset implementations).
 IMPLEMENTATION_TARGETS = ("granian-h1", "granian-h1-tls", "granian-h2-tls", "grpclib", "grpclib-tls")
+# The floor servers (benchmarks/floor/, preset floor), last in matrix.toml: floor-<lab target>.
+FLOOR_TARGETS = ("floor-aiohttp-h1", "floor-quart-h1", "floor-granian-h1", "floor-grpc", "floor-grpclib")
 # Every server implementation, by protocol, from the one table of services: a server added
 # there is covered by every test parametrized over these.
 REST_SERVERS = tuple(service for service in DEFAULT_PORTS if service.startswith("rest_"))

@@ -235,7 +235,7 @@ def describe_plan(plan: Plan) -> str:
             (
                 str(index),
                 s.id,
-                s.target.service,
+                s.target.module or s.target.service,
                 s.target.protocol,
                 "yes" if s.target.tls else "no",
                 f"{s.profile.cpus:g}",
@@ -263,7 +263,8 @@ def describe_matrix(matrix: Matrix) -> str:
     for t in matrix.targets.values():
         env = " ".join(f"{k}={v}" for k, v in t.env)
         tls = "tls" if t.tls else "plain"
-        lines.append(f"  {t.name:16} {t.service:13} {t.protocol:8} {tls:5} {t.script} {env}".rstrip())
+        service = t.module or t.service
+        lines.append(f"  {t.name:16} {service:13} {t.protocol:8} {tls:5} {t.script} {env}".rstrip())
     lines += ["", "load models:"]
     lines += [f"  {m.name:10} {_describe_load(m)}" for m in matrix.load_models.values()]
     lines += ["", "networks:"]
@@ -423,8 +424,12 @@ def _preflight(plan: Plan) -> None:
     for target in {s.target for s in plan.scenarios}:
         if not (REPO / target.script).is_file():
             raise _Usage(f"target {target.name}: k6 script {target.script} does not exist")
-        if not (REPO / "services" / target.service / "__main__.py").is_file():
-            raise _Usage(f"target {target.name}: services/{target.service}/__main__.py does not exist")
+        path = REPO.joinpath(*target.main_module.split("."))
+        if not ((path / "__main__.py").is_file() or path.with_suffix(".py").is_file()):
+            raise _Usage(f"target {target.name}: module {target.main_module} does not exist in {REPO}")
+        if target.module is not None and plan.backend == "docker":
+            # The service images hold services/ alone (services/Dockerfile).
+            raise _Usage(f"target {target.name} ({target.module}) runs on the local backend only")
 
 
 def _overrides(args: argparse.Namespace) -> Overrides:

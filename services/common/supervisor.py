@@ -115,8 +115,13 @@ def signal_when_parent_dies(signum: int, parent_pid: int) -> bool:
     return os.getppid() == parent_pid  # checked after prctl, so no death goes unnoticed
 
 
-def run_service(service: str, server: str, settings: Settings, worker_main: WorkerMain) -> int:
-    """Start the workers, print the listening line, supervise until shutdown; the exit code."""
+def run_service(
+    service: str, server: str, settings: Settings, worker_main: WorkerMain, *, serve_metrics: bool = True
+) -> int:
+    """Start the workers, print the listening line, supervise until shutdown; the exit code.
+
+    serve_metrics=False (the floor servers, benchmarks/floor/) serves no /metrics: metrics_port 0.
+    """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     workers = settings.workers or worker_count()
     records = record_source(settings)
@@ -151,7 +156,9 @@ def run_service(service: str, server: str, settings: Settings, worker_main: Work
     if bound_ports is None:
         _kill(processes)
         return 1
-    metrics_port = start_metrics_server(settings.host, settings.metrics_port, service, server, workers)
+    metrics_port = 0
+    if serve_metrics:
+        metrics_port = start_metrics_server(settings.host, settings.metrics_port, service, server, workers)
     print_listening(service, bound_ports.pop(), metrics_port, workers, settings)
     return _supervise(processes, settings, stop_requests)
 

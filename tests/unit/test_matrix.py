@@ -14,7 +14,7 @@ from labrunner.model.scenario import Overrides, format_duration
 from labrunner.model.schema import MatrixError
 from labrunner.run.k6 import build_invocation
 
-from tests.support import ALL_TARGETS, IMPLEMENTATION_TARGETS, ROOT
+from tests.support import ALL_TARGETS, FLOOR_TARGETS, IMPLEMENTATION_TARGETS, ROOT
 
 MATRIX = ROOT / "matrix.toml"
 
@@ -36,6 +36,7 @@ def test_repo_matrix_profiles_and_targets() -> None:
         *ALL_TARGETS,
         *IMPLEMENTATION_TARGETS,
         *(f"{t}-nometrics" for t in ("aiohttp-h1", "quart-h1", "grpc")),
+        *FLOOR_TARGETS,
     ]
     for name in ("aiohttp-h1", "quart-h1", "grpc"):
         uninstrumented = matrix.targets[f"{name}-nometrics"]

@@ -77,7 +77,7 @@ def service_params(
         env["TLS_KEY_FILE"] = f"{CERTS_DIR}/{certs.SERVER_KEY_FILE}"
     return {
         "image": image,
-        "command": ["python", "-m", f"services.{target.service}"],
+        "command": ["python", "-m", target.main_module],
         "name": name,
         "environment": env | service_env(scenario),
         "network": NETWORK,
@@ -115,7 +115,7 @@ def check_running(service: ServiceContainer, phase: str) -> None:
     container.reload()
     if container.status != "running":
         code = container.attrs["State"].get("ExitCode")
-        module = f"services.{service.scenario.target.service}"
+        module = service.scenario.target.main_module
         raise ScenarioFailed(phase, f"{module} {container.status} (exit code {code})", logs_tail(container))
 
 

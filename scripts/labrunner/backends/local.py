@@ -141,7 +141,8 @@ class _Network:
 
 
 class LocalBackend:
-    """Services from `python -m services.<name>`, k6 from this host; both bound to 127.0.0.1."""
+    """Services from `python -m services.<name>` (or a target's module), k6 from this host; both bound
+    to 127.0.0.1."""
 
     name = "local"
     cpus_elsewhere = None  # everything runs on this host
@@ -368,7 +369,7 @@ class LocalBackend:
         host = network.link.service.address if network else HOST
         with log_file.open("ab") as log:
             process = subprocess.Popen(
-                [*prefix, sys.executable, "-m", f"services.{scenario.target.service}"],
+                [*prefix, sys.executable, "-m", scenario.target.main_module],
                 cwd=self._settings.root,
                 env=self._service_env(scenario, host),
                 stdout=subprocess.PIPE,
@@ -395,8 +396,7 @@ class LocalBackend:
         if not listening:
             exited = service.process.poll()
             why = f"exited with code {exited}" if exited is not None else f"no listening line in {timeout:g}s"
-            module = f"services.{scenario.target.service}"
-            raise ScenarioFailed("start", f"{module} {why}", tail_file(service.log_file))
+            raise ScenarioFailed("start", f"{scenario.target.main_module} {why}", tail_file(service.log_file))
         check_listening(listening, scenario, tail_file(service.log_file))
         return listening
 

@@ -41,17 +41,23 @@ class Target:
     """One server x protocol x TLS combination and the k6 script that drives it."""
 
     name: str
-    service: str  # python -m services.<service>
+    service: str  # the services/ package: its settings, image and ports
     script: str  # k6 script, relative to the repository root
     protocol: str  # http1.1 | http2 | grpc
     tls: bool
     expect_proto: str | None  # REST only: the res.proto k6 and the verifier must see
     env: tuple[tuple[str, str], ...] = ()
     response_model: str | None = None  # pins the target to one model; None: the preset's
+    module: str | None = None  # what `python -m` runs when not the service (a floor server)
 
     @property
     def is_grpc(self) -> bool:
         return self.protocol == "grpc"
+
+    @property
+    def main_module(self) -> str:
+        """The module the service process runs: python -m <main_module>."""
+        return self.module or f"services.{self.service}"
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ ProtocolName = Literal["http1.1", "http2", "grpc"]
 # What k6 reports as res.proto for each REST protocol.
 REST_PROTO = {"http1.1": "HTTP/1.1", "http2": "HTTP/2.0"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -214,6 +215,8 @@ class _TargetSpec(_Table):
     expect_proto: str | None = Field(default=None, validate_default=True)
     env: dict[str, str] = {}
     response_model: ResponseModelName | None = None
+    # A server outside services/ on the service's stack and settings (benchmarks/floor/).
+    module: Annotated[str, _must(_MODULE.match, "{value} must be a dotted module name")] | None = None
 
     @field_validator("expect_proto")
     @classmethod
@@ -242,6 +245,7 @@ class _TargetSpec(_Table):
             self.expect_proto,
             env,
             self.response_model,
+            self.module,
         )
 
 

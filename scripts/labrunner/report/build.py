@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labrunner.report import charts, host_conditions, payload, serialization
+from labrunner.report import charts, floor, host_conditions, payload, serialization
 from labrunner.report import network as network_figures
 from labrunner.report.compare import (
     CAPACITY,
@@ -135,6 +135,7 @@ def build(
     blocks += _sequential(run)
     blocks += _capacity(run)
     blocks += _comparisons(run)
+    blocks += floor.section(run.groups)  # only with floor-* targets
     blocks += network_figures.section(run.groups)  # only with more than one network profile
     blocks += host_conditions.section(run.manifest, run.results)
     if baseline is not None:
@@ -395,7 +396,7 @@ def _capacity(run: Run) -> list[Block]:
 
 
 def _comparisons(run: Run) -> list[Block]:
-    comparisons = compare_groups(run.groups)
+    comparisons = compare_groups(floor.lab_groups(run.groups))
     budgets = budget_pairs(run.groups)
     if not comparisons and not budgets:
         return []

@@ -3,6 +3,7 @@
 from collections.abc import Iterable
 
 from labrunner.report.compare import THROUGHPUT, Group, Result, compare_groups, group_results
+from labrunner.report.floor import floor_comparisons, lab_groups
 from labrunner.report.stats import CONFIDENCE, Ratio, Summary
 
 
@@ -32,7 +33,9 @@ def across_repeats_markdown(results: Iterable[Result]) -> list[str]:
             g.lower_bound or "",
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    comparisons = [c for c in compare_groups(groups) if "rps" in c.ratios]
+    comparisons = [
+        c for c in compare_groups(lab_groups(groups)) + floor_comparisons(groups) if "rps" in c.ratios
+    ]
     if comparisons:
         lines += [
             "",

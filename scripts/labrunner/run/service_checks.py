@@ -62,9 +62,7 @@ def wait_healthy(
     reason = "not checked"
     while time.monotonic() < deadline:
         if ended := backend.service_ended(handle):
-            raise ScenarioFailed(
-                "health", f"services.{target.service} {ended}", backend.service_log_tail(handle)
-            )
+            raise ScenarioFailed("health", f"{target.main_module} {ended}", backend.service_log_tail(handle))
         reason = health(handle, target, ca_file) or ""
         if not reason:
             return
