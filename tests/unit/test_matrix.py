@@ -2,6 +2,7 @@
 
 import copy
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +56,17 @@ def test_default_preset_depends_on_backend() -> None:
     matrix = load_matrix(MATRIX)
     local = expand(matrix, "local")
     docker = expand(matrix, "docker")
-    # Interleaved repeats: every target once per repeat, repeats outermost.
-    assert [s.target.name for s in local.scenarios] == list(ALL_TARGETS) * 3
-    assert [s.repeat for s in local.scenarios[:: len(ALL_TARGETS)]] == [1, 2, 3]
+    # Interleaved repeats: every target once per repeat, repeats outermost; the equal-load
+    # follow-up in the first two rounds.
+    closed = [s for s in local.scenarios if s.load_model.name == "closed"]
+    equal_load = [s for s in local.scenarios if s.load_model.name == "equal-load"]
+    assert [s.target.name for s in closed] == list(ALL_TARGETS) * 3
+    assert [s.target.name for s in equal_load] == list(ALL_TARGETS) * 2
+    assert [s.repeat for s in closed[:: len(ALL_TARGETS)]] == [1, 2, 3]
     assert {s.profile.name for s in local.scenarios} == {"quarter"}
     assert {s.profile.name for s in docker.scenarios} == {"p1"}
-    assert {(s.count, s.duration_s, s.warmup_s, s.repeats) for s in local.scenarios} == {(100, 10.0, 3.0, 3)}
+    assert {(s.count, s.duration_s, s.warmup_s, s.repeats) for s in closed} == {(100, 10.0, 3.0, 3)}
+    assert {s.repeats for s in equal_load} == {2}
     # Under 10 minutes on a 2-CPU host, start-up and stop included (measured: docs/results.md).
     assert local.estimated_seconds < 10 * 60
 
@@ -80,6 +86,7 @@ def test_overrides_filter_and_multiply_with_repeats_outermost() -> None:
         duration="1m30s",
         warmup="0",
     )
+    overrides = replace(overrides, load_models=("closed",))
     plan = expand(load_matrix(MATRIX), "docker", "default", overrides)
     ids = [s.id for s in plan.scenarios]
     assert len(ids) == 4 * 2 * 2
@@ -120,6 +127,21 @@ def test_response_models_multiply_and_a_target_can_pin_one(matrix_data: dict[str
         MatrixError, match=r"\[targets.grpc\] response_model: 'cached' must be one of 'build' or 'prebuilt'"
     ):
         parse_matrix(data, MATRIX)
+
+
+def test_a_load_model_with_fewer_repeats_is_a_follow_up_of_the_first_rounds() -> None:
+    plan = expand(load_matrix(MATRIX), "local", "default", Overrides(targets=("grpc",)))
+    runs = [(s.load_model.name, s.repeat, s.repeats) for s in plan.scenarios]
+    assert runs == [
+        ("closed", 1, 3),
+        ("equal-load", 1, 2),
+        ("closed", 2, 3),
+        ("equal-load", 2, 2),
+        ("closed", 3, 3),
+    ]
+    # Never more than the preset's: --repeats 1 runs each model once.
+    once = expand(load_matrix(MATRIX), "local", "default", Overrides(targets=("grpc",), repeats=1))
+    assert [(s.load_model.name, s.repeats) for s in once.scenarios] == [("closed", 1), ("equal-load", 1)]
 
 
 def test_vus_and_rate_overrides_touch_only_their_executors() -> None:
@@ -199,6 +221,7 @@ def test_memory_sizes_in_the_file(matrix_data: dict[str, Any], size: object, siz
         ("load_models/ramp/stages", [], "must list at least one stage"),
         ("load_models/ramp/stages", [{"duration": "5s"}], "missing key 'target'"),
         ("load_models/open/max_vus", 5, "max_vus must be >= pre_allocated_vus"),
+        ("load_models/equal-load/repeats", 0, r"\[load_models.equal-load\] repeats: 0 must be a positive"),
         ("presets/ci/profiles", ["tiny"], "preset 'ci' .*unknown profile 'tiny'"),
         ("presets/ci/duration", "soon", r"\[presets.ci\] duration: 'soon' is not a duration"),
         ("presets/ci/counts", [0], r"\[presets.ci\] counts\[0\]: 0 must be a positive integer"),

@@ -92,7 +92,7 @@ def expand(
             duration_s=settings.duration,
             warmup_s=settings.warmup,
             repeat=repeat,
-            repeats=settings.repeats,
+            repeats=_repeats(model, settings.repeats),
             response_model=response_model,
             network=matrix.networks[network],
             k6_instances=settings.k6_instances,
@@ -106,6 +106,7 @@ def expand(
         for target in targets
         # A target pinned to one model runs only in that model.
         if matrix.targets[target].response_model in (None, response_model)
+        and repeat <= _repeats(model, settings.repeats)
     )
     return Plan(
         matrix_path=matrix.path,
@@ -115,6 +116,11 @@ def expand(
         start_timeout_s=settings.start_timeout,
         stop_timeout_s=settings.stop_timeout,
     )
+
+
+def _repeats(model: LoadModel, preset_repeats: int) -> int:
+    """A load model's own repeats (a shorter follow-up), never more than the preset's."""
+    return min(model.repeats or preset_repeats, preset_repeats)
 
 
 def split_list(values: Sequence[str] | None) -> tuple[str, ...] | None:

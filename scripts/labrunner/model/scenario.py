@@ -94,6 +94,7 @@ class LoadModel:
     max_vus: int | None = None
     iterations: int | None = None  # shared-iterations: requests in all, one at a time per VU
     search: CapacitySearch | None = None  # constant-arrival-rate: a capacity search from `rate`
+    repeats: int | None = None  # fewer repeats than the preset's for this model; None: the preset's
 
     def measured_seconds(self, duration_s: float) -> float:
         """How long k6 runs: the stages for ramping-vus, every step of a search, else the duration

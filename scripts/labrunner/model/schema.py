@@ -271,25 +271,32 @@ class _SearchSpec(_Table):
         return CapacitySearch(self.slo_p99 * 1000, self.max_error_rate, self.max_steps, self.growth)
 
 
-class _ConstantVus(_Table):
+class _LoadModelTable(_Table):
+    """What every [load_models.<name>] may set besides its executor's parameters."""
+
+    repeats: PositiveInt | None = None  # at most the preset's: a shorter follow-up
+
+
+class _ConstantVus(_LoadModelTable):
     """[load_models.<name>] with executor = "constant-vus"; likewise the next three."""
 
     executor: Literal["constant-vus"]
     vus: PositiveInt
 
     def build(self, name: str) -> LoadModel:
-        return LoadModel(name, self.executor, vus=self.vus)
+        return LoadModel(name, self.executor, vus=self.vus, repeats=self.repeats)
 
 
-class _RampingVus(_Table):
+class _RampingVus(_LoadModelTable):
     executor: Literal["ramping-vus"]
     stages: Annotated[list[_StageSpec], _must(len, "must list at least one stage")]
 
     def build(self, name: str) -> LoadModel:
-        return LoadModel(name, self.executor, stages=tuple(s.build() for s in self.stages))
+        stages = tuple(s.build() for s in self.stages)
+        return LoadModel(name, self.executor, stages=stages, repeats=self.repeats)
 
 
-class _ConstantArrivalRate(_Table):
+class _ConstantArrivalRate(_LoadModelTable):
     executor: Literal["constant-arrival-rate"]
     rate: PositiveInt
     pre_allocated_vus: PositiveInt
@@ -310,16 +317,19 @@ class _ConstantArrivalRate(_Table):
             pre_allocated_vus=self.pre_allocated_vus,
             max_vus=self.max_vus,
             search=self.search.build() if self.search else None,
+            repeats=self.repeats,
         )
 
 
-class _SharedIterations(_Table):
+class _SharedIterations(_LoadModelTable):
     executor: Literal["shared-iterations"]
     vus: PositiveInt
     iterations: PositiveInt
 
     def build(self, name: str) -> LoadModel:
-        return LoadModel(name, self.executor, vus=self.vus, iterations=self.iterations)
+        return LoadModel(
+            name, self.executor, vus=self.vus, iterations=self.iterations, repeats=self.repeats
+        )
 
 
 _LoadModelSpec = Annotated[
