@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labrunner import cli
 from labrunner.backends.base import Endpoint, ServiceHandle
 from labrunner.backends.cgroups import split_cpus
+from labrunner.cli import run_matrix as cli
 from labrunner.model.matrix import (
     MatrixError,
     Overrides,
