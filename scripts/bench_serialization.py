@@ -6,8 +6,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from labrunner.files import write_json_atomic
 from labrunner.report import serialization
-from labrunner.results.store import write_json_atomic
 
 
 def main(argv: Sequence[str] | None = None) -> int:

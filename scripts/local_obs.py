@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dir",
         type=Path,
-        default=local_stack.REPO / ".lab" / "obs",
+        default=local_stack.LAB_DIR,
         help="state, data and logs (default: <repo>/.lab/obs)",
     )
     parser.add_argument(

@@ -2,7 +2,7 @@
 
 import sys
 
-from labrunner.report.cli import main
+from labrunner.cli.report import main
 
 if __name__ == "__main__":
     sys.exit(main())

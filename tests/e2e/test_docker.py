@@ -33,10 +33,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from labrunner.backends import docker_names, docker_network_helper
+from labrunner.files import write_json_atomic
 from labrunner.model.matrix import load_matrix
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
-from labrunner.results.store import write_json_atomic
 
 from tests.support import ALL_TARGETS, ROOT
 

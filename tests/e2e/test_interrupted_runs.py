@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from labrunner.files import write_json_atomic
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
-from labrunner.results.store import write_json_atomic
 
 from services.common.cgroup import own_cgroup
 from tests.support import ROOT

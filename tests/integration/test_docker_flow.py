@@ -19,6 +19,7 @@ import pytest
 from docker.errors import DockerException, NotFound
 from docker.types import Ulimit
 from labrunner.backends.docker_backend import DockerBackend
+from labrunner.cli import session
 from labrunner.model.matrix import expand
 from labrunner.model.scenario import Overrides, Plan
 from labrunner.network import docker_probe
@@ -90,13 +91,15 @@ def published_service(fake: FakeDocker) -> Iterator[FakeDocker]:
     server.server_close()
 
 
-def run_config(tmp_path: Path) -> runner.RunConfig:
-    return runner.RunConfig(
-        run_id=RUN_ID,
-        out_dir=tmp_path / "out",
-        targets_dir=tmp_path / "targets",
-        influxdb_url="http://127.0.0.1:8086",
-        prometheus_url=None,
+def run_config(tmp_path: Path) -> session.SessionConfig:
+    return session.SessionConfig(
+        run=runner.RunConfig(
+            run_id=RUN_ID,
+            out_dir=tmp_path / "out",
+            targets_dir=tmp_path / "targets",
+            influxdb_url="http://127.0.0.1:8086",
+            prometheus_url=None,
+        ),
         resume=False,
         argv=("run_matrix.py",),
         backend_reason="test",
@@ -125,7 +128,7 @@ def test_k6_container_parameters(tmp_path: Path, published_service: FakeDocker) 
     fake = published_service
     fake.service_stats = [docker_stats(1.0, 0, 0, 0), docker_stats(2.0, 0, 0, 0)]
     backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
-    ok = runner.run_plan(
+    ok = session.run_plan(
         flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None
     )
     assert not ok  # no summary from the fake k6; the parameters are what this test is about
@@ -212,7 +215,7 @@ def test_the_real_sdk_turns_the_parameters_into_the_engine_request(
     fake = published_service
     fake.service_stats = [docker_stats(1.0, 0, 0, 0), docker_stats(2.0, 0, 0, 0)]
     backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
-    runner.run_plan(flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None)
+    session.run_plan(flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None)
     service = engine_request(fake.created[0].params, monkeypatch)
     host = service["HostConfig"]
     assert (host["NanoCpus"], host["Memory"], host["MemorySwap"]) == (2_000_000_000, 2 * 2**30, 2 * 2**30)
@@ -257,7 +260,7 @@ def test_scenario_through_the_runner_collects_usage_and_removes_everything(
 
     fake.on_k6_start = k6_writes_its_summary
     backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
-    assert runner.run_plan(
+    assert session.run_plan(
         flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None
     )
 
@@ -307,7 +310,7 @@ def test_error_mid_scenario_removes_service_and_k6(tmp_path: Path, published_ser
 
     fake.on_k6_start = k6_fails
     backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
-    assert not runner.run_plan(
+    assert not session.run_plan(
         flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None
     )
     [result_file] = (tmp_path / "out" / "scenarios").glob("*.json")
@@ -326,7 +329,9 @@ def test_ctrl_c_removes_service_and_k6(tmp_path: Path, published_service: FakeDo
     fake.on_k6_start = interrupted
     backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
     with pytest.raises(KeyboardInterrupt):
-        runner.run_plan(flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None)
+        session.run_plan(
+            flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None
+        )
     assert sorted(fake.removed) == sorted(c.name for c in fake.created)
     assert [c.role for c in fake.created] == ["service", "k6"]
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["complete"] is False

@@ -11,7 +11,7 @@ import docker
 import pytest
 from docker.errors import NotFound
 from docker.types import Ulimit
-from labrunner import backends, cli
+from labrunner import backends
 from labrunner.backends import docker_names, docker_network_helper
 from labrunner.backends.base import BackendUnavailable, ScenarioFailed
 from labrunner.backends.docker_backend import DockerBackend
@@ -21,6 +21,7 @@ from labrunner.backends.docker_stats import (
     memory_peak_from_metrics,
     usage_from_stats,
 )
+from labrunner.cli import run_matrix as cli
 from labrunner.network.profiles import NetworkProfile
 from labrunner.run import k6
 

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 from docker.context import ContextAPI
-from labrunner import certs, cli
+from labrunner import certs
 from labrunner.backends import docker_backend, docker_k6
 from labrunner.backends.base import BackendUnavailable, ScenarioFailed
 from labrunner.backends.docker_backend import DockerBackend
 from labrunner.backends.engines import Engine, connect
+from labrunner.cli import run_matrix as cli
 from labrunner.model.engine_roles import Hosts
 from labrunner.model.matrix import parse_matrix
 from labrunner.model.schema import MatrixError

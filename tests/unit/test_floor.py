@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labrunner import cli
+from labrunner.cli import run_matrix as cli
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Scenario
 from labrunner.report import floor, repeats

@@ -10,14 +10,16 @@ from typing import Any
 
 import pytest
 from labrunner.backends.base import K6Invocation, K6Process, ServiceHandle, ServiceUsage
+from labrunner.cli import report as report_cli
+from labrunner.files import write_json_atomic
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Scenario
 from labrunner.observe import interference, steal_clock
 from labrunner.observe.interference import CpuTimes, MeteredBackend, Snapshot, Window
-from labrunner.report import cli as report_cli
 from labrunner.report import host_conditions, payload
 from labrunner.report.document import Paragraph
-from labrunner.results.store import RESULT_SCHEMA, result_path, scenario_dict, write_json_atomic
+from labrunner.results.store import RESULT_SCHEMA, result_path, scenario_dict
+from labrunner.results.trust import verdict_of
 from labrunner.run import calibration
 
 from tests.support import ROOT
@@ -108,7 +110,7 @@ def test_unknown_own_time_leaves_others_unknown_but_keeps_steal() -> None:
     assert figures["service_cpus"]["share"] is None and figures["k6_cpus"]["others_cpu_seconds"] is None
     assert figures["service_cpus"]["busy_cpu_seconds"] == pytest.approx(2.2)
     assert section["steal_seconds"] == pytest.approx(0.04)
-    assert interference.suspect_reasons(section) == []
+    assert _suspect(section) == []
 
 
 @pytest.mark.parametrize(
@@ -131,7 +133,7 @@ def test_unknown_interference_says_why(
         "steal_seconds": None,
         "steal_share": None,
     }
-    assert interference.suspect_reasons(section) == []
+    assert _suspect(section) == []
     assert interference.describe(section) == f"others: unknown ({expected})"
 
 
@@ -161,18 +163,23 @@ def _with_share(service: float, k6: float, steal: float = 0.0, shared: bool = Fa
     }
 
 
+def _suspect(section: dict[str, Any] | None) -> list[str]:
+    """The judge's reasons on a result that has only this host section."""
+    return list(verdict_of({"host": section}).suspect)
+
+
 def test_suspect_above_five_percent_of_either_cpu_set_or_of_steal() -> None:
-    assert interference.suspect_reasons(_with_share(0.049, 0.049, steal=0.049)) == []
-    [service] = interference.suspect_reasons(_with_share(0.051, 0.0))
+    assert _suspect(_with_share(0.049, 0.049, steal=0.049)) == []
+    [service] = _suspect(_with_share(0.051, 0.0))
     assert service.startswith("other processes used 5.1% of the service's CPUs 1 (0.20 CPU s)")
     assert service.endswith("(> 5%): host interference")
-    [k6] = interference.suspect_reasons(_with_share(0.0, 0.30))
+    [k6] = _suspect(_with_share(0.0, 0.30))
     assert k6.startswith("other processes used 30.0% of k6's CPUs 0 (1.20 CPU s)")
-    [steal] = interference.suspect_reasons(_with_share(0.0, 0.0, steal=0.06))
+    [steal] = _suspect(_with_share(0.0, 0.0, steal=0.06))
     assert steal.startswith("the hypervisor took 6.0% of the scenario's CPUs (steal, 0.48 s)")
-    [shared] = interference.suspect_reasons(_with_share(0.2, 0.0, shared=True))  # one figure, one reason
+    [shared] = _suspect(_with_share(0.2, 0.0, shared=True))  # one figure, one reason
     assert "the CPUs the service shares with k6, 1" in shared
-    assert interference.suspect_reasons(None) == []
+    assert _suspect(None) == []
 
 
 def test_progress_line_figure() -> None:
@@ -342,7 +349,7 @@ def _run_dir(path: Path, calibration_s: tuple[float, float], others: float) -> P
         },
         "service": {"usage": {"cpu_seconds": 1.0, "cpu_utilisation": 0.67}},
         "host": section,
-        "suspect": interference.suspect_reasons(section),
+        "suspect": _suspect(section),
     }
     write_json_atomic(result_path(path, scenario.id), result)
     before, after = calibration_s
@@ -395,7 +402,7 @@ def test_the_userspace_relay_is_interference_on_k6s_cpus_reported_apart() -> Non
     assert "relay_cpu_seconds" not in section["interference"]["service_cpus"]
     assert interference.relay_share(section) == pytest.approx(0.1)
     assert interference.describe(section).endswith("k6 CPUs 12.5% (of which relay 10.0%), steal 0.5%")
-    (reason,) = [r for r in interference.suspect_reasons(section) if "k6's CPUs" in r]
+    (reason,) = [r for r in _suspect(section) if "k6's CPUs" in r]
     assert "of which the userspace link emulator 0.40" in reason
     # Without a relay, nothing about one.
     plain = interference.interference(Window(BEFORE, AFTER, 0.6), (1,), (0,), service_cpu_seconds=2.0)

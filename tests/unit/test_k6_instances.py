@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from labrunner import cli
 from labrunner.backends.base import (
     BackendSettings,
     BackendUnavailable,
@@ -23,10 +22,12 @@ from labrunner.backends.base import (
     ServiceHandle,
 )
 from labrunner.backends.local import LocalBackend
+from labrunner.cli import run_matrix as cli
 from labrunner.model.matrix import expand, load_matrix, parse_matrix
 from labrunner.model.scenario import LoadModel, Overrides, Scenario
 from labrunner.model.schema import MatrixError
-from labrunner.results.store import Outcome, build_result
+from labrunner.results.record import build_result
+from labrunner.results.trust import judge_outcome
 from labrunner.run.k6 import (
     K6Run,
     build_invocation,
@@ -36,6 +37,7 @@ from labrunner.run.k6 import (
     merge_exit_codes,
     take_latency_samples,
 )
+from labrunner.run.outcome import ScenarioOutcome
 
 from tests.support import ROOT
 
@@ -336,9 +338,14 @@ def test_raw_csv_gives_its_latency_samples_and_is_replaced(tmp_path: Path) -> No
 # --- the result JSON -----------------------------------------------------------------------
 
 
-def _outcome(run: K6Run) -> Outcome:
+def _built(outcome: ScenarioOutcome) -> dict[str, Any]:
+    """The result the session writes: the outcome with the judge's verdict."""
+    return build_result(outcome, judge_outcome(outcome))
+
+
+def _outcome(run: K6Run) -> ScenarioOutcome:
     scenario = _scenario()
-    return Outcome(
+    return ScenarioOutcome(
         run_id="run1",
         backend="local",
         scenario=scenario,
@@ -354,7 +361,7 @@ def _outcome(run: K6Run) -> Outcome:
 
 
 def test_one_instance_result_keeps_its_keys() -> None:
-    result = build_result(_outcome(_instance(10, None, cpu_seconds=0.3)))
+    result = _built(_outcome(_instance(10, None, cpu_seconds=0.3)))
     assert set(result["k6"]) == ONE_K6_KEYS
     assert "k6_instances" not in result["scenario"]
 
@@ -364,7 +371,7 @@ def test_split_result_reports_each_instance_and_flags_any_saturated_one() -> Non
         replace(_instance(600, [1.0] * 600, cpu_seconds=2.7), segment="0:1/2", cpu_ids=(0,)),  # 90%
         replace(_instance(400, [2.0] * 400, cpu_seconds=0.9), segment="1/2:1", cpu_ids=(1,)),  # 30%
     ]
-    result = build_result(_outcome(K6Run.merge(runs)))
+    result = _built(_outcome(K6Run.merge(runs)))
     section = result["k6"]
     assert set(section) == ONE_K6_KEYS | {"instances"}
     assert section["metrics"]["requests"] == 1000
@@ -378,4 +385,4 @@ def test_split_result_reports_each_instance_and_flags_any_saturated_one() -> Non
     saturated = [r for r in result["suspect"] if "k6" in r]
     assert saturated == ["k6 instance 1 of 2 used 90% of its CPU 0 (load generator saturated)"]
     calm = [replace(runs[0], cpu_seconds=1.2), runs[1]]
-    assert not [r for r in build_result(_outcome(K6Run.merge(calm)))["suspect"] if "k6" in r]
+    assert not [r for r in _built(_outcome(K6Run.merge(calm)))["suspect"] if "k6" in r]

@@ -68,7 +68,7 @@ def test_every_backend_the_matrix_knows_has_one_module_and_a_place_in_auto() -> 
 def test_a_local_run_never_loads_the_docker_sdk_and_importing_sets_nothing() -> None:
     probe = (
         "import os, sys; before = dict(os.environ)\n"
-        "from labrunner import backends, cli\n"
+        "from labrunner import backends\nfrom labrunner.cli import run_matrix\n"
         "from labrunner.backends import local\n"
         "assert backends.choose('local') == ('local', 'requested')\n"
         "assert 'docker' not in sys.modules, 'docker SDK imported'\n"
@@ -89,3 +89,24 @@ def test_no_module_manipulates_sys_path() -> None:
         if "sys.path" in path.read_text() and path.name != "test_layout.py" and "/pb/" not in str(path)
     ]
     assert offenders == []
+
+
+@pytest.mark.parametrize("options", [["--dry-run", "--backend", "local"], ["--list"]])
+def test_listing_and_planning_load_neither_scipy_matplotlib_nor_the_docker_sdk(options: list[str]) -> None:
+    """Only a run's summaries and report need scipy and matplotlib, only the docker backend (or
+    --backend auto's probe of an engine) the docker SDK."""
+    completed = subprocess.run(
+        [sys.executable, "-X", "importtime", str(ROOT / "scripts" / "run_matrix.py"), *options],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    # stderr: "import time: self [us] | cumulative | imported package", one line per module.
+    imported = {
+        line.rsplit("|", 1)[-1].strip().split(".")[0]
+        for line in completed.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert {"labrunner", "pydantic"} <= imported, "the test must see the run's imports"
+    assert imported & {"scipy", "matplotlib", "docker"} == set()

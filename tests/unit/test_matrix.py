@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labrunner import cli
 from labrunner.backends.base import Endpoint, ServiceHandle
 from labrunner.backends.cgroups import split_cpus
+from labrunner.cli import run_matrix as cli
 from labrunner.model.matrix import expand, load_matrix, parse_matrix, split_list
 from labrunner.model.scenario import Overrides, format_duration
 from labrunner.model.schema import MatrixError

@@ -11,7 +11,7 @@ from ipaddress import IPv4Network
 from pathlib import Path
 
 import pytest
-from labrunner import cli
+from labrunner.cli import run_matrix as cli
 from labrunner.model.matrix import parse_matrix
 from labrunner.model.schema import NetworkSpec
 from labrunner.network import emulators

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labrunner import cli
 from labrunner.backends import local
 from labrunner.backends.base import BackendSettings, ScenarioFailed
+from labrunner.cli import run_matrix as cli
 from labrunner.model.matrix import expand, load_matrix, parse_matrix
 from labrunner.model.scenario import LOOPBACK, Overrides
 from labrunner.model.schema import MatrixError

@@ -12,8 +12,8 @@ from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Scenario
 from labrunner.report.compare import budget_pairs, compare_groups, group_results
 from labrunner.report.repeats import across_repeats_markdown
-from labrunner.results.bounds import lower_bound_reason
 from labrunner.results.store import scenario_dict
+from labrunner.results.trust import verdict_of
 
 from services.common import interpreter
 from tests.support import ROOT
@@ -63,15 +63,16 @@ def test_a_k6_bound_group_is_a_lower_bound_that_enters_no_ratio() -> None:
 
 def test_an_idle_service_under_a_closed_model_is_a_lower_bound_but_not_under_an_open_one() -> None:
     closed = _scenarios(("grpc",), repeats=1)[0]
-    assert lower_bound_reason(_result(closed, 100.0, service_cpu=0.3)) == "the service used 30% of its quota"
-    assert lower_bound_reason(_result(closed, 100.0)) is None
+    idle = verdict_of(_result(closed, 100.0, service_cpu=0.3))
+    assert idle.lower_bound == "the service used 30% of its quota"
+    assert verdict_of(_result(closed, 100.0)).lower_bound is None
     open_model = expand(
         load_matrix(ROOT / "matrix.toml"),
         "local",
         "ci",
         Overrides(targets=("grpc",), load_models=("open",)),
     ).scenarios[0]
-    assert lower_bound_reason(_result(open_model, 100.0, service_cpu=0.3)) is None
+    assert verdict_of(_result(open_model, 100.0, service_cpu=0.3)).lower_bound is None
 
 
 def test_lower_bounds_enter_no_budget_scaling() -> None:

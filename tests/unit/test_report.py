@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 from labrunner.backends.base import Endpoint, ServiceHandle, ServiceUsage
+from labrunner.cli import report as cli
+from labrunner.files import write_json_atomic
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Scenario
-from labrunner.report import cli, document, payload
+from labrunner.report import document, payload
 from labrunner.report.compare import (
     SEQUENTIAL,
     THROUGHPUT,
@@ -22,15 +24,11 @@ from labrunner.report.compare import (
     group_results,
     is_regression,
 )
-from labrunner.results.store import (
-    RESULT_SCHEMA,
-    Outcome,
-    build_result,
-    result_path,
-    scenario_dict,
-    write_json_atomic,
-)
+from labrunner.results.record import build_result
+from labrunner.results.store import RESULT_SCHEMA, result_path, scenario_dict
+from labrunner.results.trust import judge_outcome
 from labrunner.run.k6 import K6Run
+from labrunner.run.outcome import ScenarioOutcome
 from PIL import Image
 
 from tests.support import ALL_TARGETS, ROOT
@@ -65,6 +63,11 @@ def _result(scenario: Scenario, rps: float, p99: float = 10.0, cpu_s: float = 1.
         "service": {"usage": {"cpu_seconds": cpu_s, "cpu_utilisation": 0.9}},
         "suspect": [],
     }
+
+
+def _built(outcome: ScenarioOutcome) -> dict[str, Any]:
+    """The result the session writes: the outcome with the judge's verdict."""
+    return build_result(outcome, judge_outcome(outcome))
 
 
 def _pairs(comparisons: list[Any]) -> set[tuple[str, str, str]]:
@@ -184,7 +187,7 @@ def test_service_not_cpu_bound_under_a_closed_model_is_suspect() -> None:
         "state": {"testRunDurationMs": 3000.0},
     }
     usage = ServiceUsage(3.0, 0.3, 0.5, 30, 0, 0.0, None, None, None, 0, "")  # 0.3 s of 1.5 s: 20%
-    outcome = Outcome(
+    outcome = ScenarioOutcome(
         run_id="r",
         backend="local",
         scenario=scenario,
@@ -197,7 +200,7 @@ def test_service_not_cpu_bound_under_a_closed_model_is_suspect() -> None:
         usage=usage,
         timings_s={},
     )
-    [reason] = build_result(outcome)["suspect"]
+    [reason] = _built(outcome)["suspect"]
     assert reason.startswith("service used 20% of its 0.5-CPU quota under a closed model")
 
 

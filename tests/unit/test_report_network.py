@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from labrunner.files import write_json_atomic
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Scenario
 from labrunner.report import network as net
@@ -13,7 +14,7 @@ from labrunner.report.compare import group_results
 from labrunner.report.document import Heading, Table, to_markdown
 from labrunner.report.payload import SCHEMA as PAYLOAD_SCHEMA
 from labrunner.report.payload import PayloadRow
-from labrunner.results.store import RESULT_SCHEMA, result_path, scenario_dict, write_json_atomic
+from labrunner.results.store import RESULT_SCHEMA, result_path, scenario_dict
 
 from tests.support import ROOT
 

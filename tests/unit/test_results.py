@@ -10,21 +10,17 @@ from typing import Any
 
 import pytest
 from labrunner.backends.base import Endpoint, ScenarioFailed, ServiceHandle, ServiceUsage
+from labrunner.files import write_json_atomic
 from labrunner.model.matrix import expand, load_matrix
-from labrunner.model.scenario import Overrides, Scenario
+from labrunner.model.scenario import CapacitySearch, Overrides, Scenario
 from labrunner.observe import interference, prometheus_sd
-from labrunner.results.store import (
-    SUMMARY_COLUMNS,
-    Outcome,
-    build_result,
-    completed_ok,
-    load_results,
-    result_path,
-    summary_row,
-    write_json_atomic,
-    write_summaries,
-)
+from labrunner.report.summary import summary_row, write_summaries
+from labrunner.results.record import build_result
+from labrunner.results.store import completed_ok, load_results, result_path
+from labrunner.results.trust import judge_outcome, verdict_of
+from labrunner.run import capacity
 from labrunner.run.k6 import K6Run, parse_summary
+from labrunner.run.outcome import ScenarioOutcome
 
 from tests.support import ROOT
 
@@ -99,12 +95,12 @@ def _outcome(
     summary: dict[str, Any] | None = None,
     k6_cpu: float = 0.9,
     started: int = 0,
-) -> Outcome:
+) -> ScenarioOutcome:
     # k6's 3.0 s test run (the summary's testRunDurationMs) inside 3.5 s of process wall time.
     k6_run = K6Run(
         0, summary or _summary(), wall_seconds=3.5, cpu_seconds=k6_cpu * 3.0, cpus=1, output_tail=""
     )
-    return Outcome(
+    return ScenarioOutcome(
         run_id="run1",
         backend="local",
         scenario=scenario,
@@ -117,6 +113,11 @@ def _outcome(
         usage=_usage(),
         timings_s={"start": 1.0, "health": 0.2},
     )
+
+
+def _built(outcome: ScenarioOutcome) -> dict[str, Any]:
+    """The result the session writes: the outcome with the judge's verdict."""
+    return build_result(outcome, judge_outcome(outcome))
 
 
 def test_parse_summary_reads_the_uniform_metrics() -> None:
@@ -143,7 +144,7 @@ def test_k6_cpu_utilisation_is_over_its_test_run_not_its_start_up() -> None:
 
 def test_result_of_a_successful_scenario() -> None:
     scenario = _scenarios()[0]
-    result = build_result(_outcome(scenario))
+    result = _built(_outcome(scenario))
     assert result["schema"] == "protolab.result/1"
     assert (result["scenario_id"], result["status"], result["failure"]) == (scenario.id, "ok", None)
     assert result["scenario"]["profile"] == {"name": "small", "cpus": 0.5, "memory_bytes": 512 * 2**20}
@@ -164,7 +165,7 @@ def test_result_of_a_successful_scenario() -> None:
 def test_result_of_a_failed_scenario() -> None:
     scenario = _scenarios()[1]
     failure = ScenarioFailed("verify", "negotiated HTTP/1.1, target expects HTTP/2.0", "log")
-    result = build_result(_outcome(scenario, failure=failure))
+    result = _built(_outcome(scenario, failure=failure))
     assert result["status"] == "failed"
     assert result["failure"] == {
         "phase": "verify",
@@ -179,7 +180,7 @@ def test_result_of_a_failed_scenario() -> None:
 
 def test_suspect_flags_errors_and_dropped_iterations() -> None:
     outcome = _outcome(_scenarios()[0], summary=_summary(requests=900, failed=100, dropped=7), k6_cpu=0.2)
-    assert build_result(outcome)["suspect"] == ["7 iterations dropped", "error rate 10.00%"]
+    assert _built(outcome)["suspect"] == ["7 iterations dropped", "error rate 10.00%"]
 
 
 def test_write_json_atomic_replaces_whole_files(tmp_path: Path) -> None:
@@ -196,8 +197,8 @@ def test_write_json_atomic_replaces_whole_files(tmp_path: Path) -> None:
 
 def _write_results(out: Path) -> list[Scenario]:
     scenarios = list(_scenarios())
-    ok = build_result(_outcome(scenarios[0], started=10))
-    failed = build_result(_outcome(scenarios[1], failure=ScenarioFailed("health", "timeout"), started=0))
+    ok = _built(_outcome(scenarios[0], started=10))
+    failed = _built(_outcome(scenarios[1], failure=ScenarioFailed("health", "timeout"), started=0))
     write_json_atomic(result_path(out, scenarios[0].id), ok)
     write_json_atomic(result_path(out, scenarios[1].id), failed)
     return scenarios
@@ -223,7 +224,57 @@ def test_summaries_are_regenerated_from_result_files(tmp_path: Path) -> None:
     scenarios = _write_results(tmp_path)
     write_summaries(tmp_path, "run1", [s.id for s in scenarios])
     rows = list(csv.DictReader(io.StringIO((tmp_path / "summary.csv").read_text())))
-    assert tuple(rows[0]) == SUMMARY_COLUMNS
+    # Written out, not read from the code: a column dropped from summary.csv fails here.
+    assert list(rows[0]) == [
+        "scenario",
+        "status",
+        "target",
+        "service",
+        "protocol",
+        "tls",
+        "profile",
+        "cpus",
+        "memory_mib",
+        "count",
+        "response_model",
+        "load_model",
+        "repeat",
+        "network",
+        "network_rtt_ms",
+        "requests",
+        "requests_per_s",
+        "errors",
+        "error_rate",
+        "latency_avg_ms",
+        "latency_p50_ms",
+        "latency_p90_ms",
+        "latency_p95_ms",
+        "latency_p99_ms",
+        "latency_max_ms",
+        "received_bytes",
+        "received_bytes_per_request",
+        "dropped_iterations",
+        "service_cpu_s",
+        "service_cpu_utilisation",
+        "throttled_periods",
+        "throttled_s",
+        "memory_peak_mib",
+        "k6_cpu_utilisation",
+        "others_service_cpus_share",
+        "others_k6_cpus_share",
+        "relay_k6_cpus_share",
+        "steal_share",
+        "service_cpu_per_request_cal",
+        "protocol_verified",
+        "overhead_s",
+        "suspect",
+        "failure",
+    ]
+    assert (rows[0]["response_model"], rows[0]["network"], rows[0]["network_rtt_ms"]) == (
+        "build",
+        "loopback",
+        "",
+    )
     assert [(r["scenario"], r["status"]) for r in rows] == [
         (scenarios[0].id, "ok"),
         (scenarios[1].id, "failed"),
@@ -276,7 +327,7 @@ def test_measured_interference_is_in_the_result_flags_it_and_reaches_the_summari
     )
     handle, usage = _handle(scenario), _usage()
     section = interference.scenario_section(window, handle, usage, None)
-    result = build_result(replace(_outcome(scenario), host=section))
+    result = _built(replace(_outcome(scenario), host=section))
     assert result["host"]["interference"]["service_cpus"]["others_cpu_seconds"] == pytest.approx(1.43)
     assert result["host"]["interference"]["k6_cpus"]["share"] == pytest.approx(0.0125)
     flagged = [r for r in result["suspect"] if "host interference" in r]
@@ -303,9 +354,7 @@ def test_measured_interference_is_in_the_result_flags_it_and_reaches_the_summari
     markdown = (tmp_path / "summary.md").read_text()
     assert "| 35.8% / 1.2% | 0.0% | 0.980 |" in markdown
     # Without a measured window nothing is flagged and the figure says why.
-    quiet = build_result(
-        replace(_outcome(scenario), host=interference.scenario_section(None, handle, usage, None))
-    )
+    quiet = _built(replace(_outcome(scenario), host=interference.scenario_section(None, handle, usage, None)))
     assert quiet["host"]["reason"] == "no measured k6 run"
     assert not [r for r in quiet["suspect"] if "interference" in r]
 
@@ -324,7 +373,7 @@ def test_the_userspace_relays_cpu_reaches_the_summaries_as_part_of_others_on_k6s
         relay_cpu_seconds=0.8,
     )
     handle, usage = _handle(scenario), _usage()
-    result = build_result(
+    result = _built(
         replace(_outcome(scenario), host=interference.scenario_section(window, handle, usage, None))
     )
     k6_cpus = result["host"]["interference"]["k6_cpus"]
@@ -336,3 +385,50 @@ def test_the_userspace_relays_cpu_reaches_the_summaries_as_part_of_others_on_k6s
     [row] = list(csv.DictReader(io.StringIO((tmp_path / "summary.csv").read_text())))
     assert float(row["relay_k6_cpus_share"]) == pytest.approx(0.2)
     assert "/ 25.0% (relay 20.0%) |" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_saved_result_is_judged_as_the_scenario_was_even_without_its_stored_verdict() -> None:
+    scenario = _scenarios()[0]
+    # k6 saturated, an idle service, others on both CPU sets, a search whose limiting step saturated k6.
+    window = interference.Window(
+        interference.Snapshot(
+            10.0, {0: interference.CpuTimes(50.0, 0.0), 1: interference.CpuTimes(40.0, 0.0)}
+        ),
+        interference.Snapshot(
+            14.0, {0: interference.CpuTimes(51.0, 0.0), 1: interference.CpuTimes(41.1, 0.3)}
+        ),
+        k6_cpu_seconds=2.7,
+    )
+    base = _outcome(scenario)
+    settings = CapacitySearch(slo_p99_ms=100, max_error_rate=0.01, max_steps=4, growth=2.0)
+    steps = (
+        capacity.Step(1, 100, 10, True, (), 100.0, 5.0, 0.0, 0, 0.4, 0.5),
+        capacity.Step(2, 200, 20, False, ("p99 too high",), 150.0, 300.0, 0.0, 0, 0.95, 0.6),
+    )
+    assert base.k6_run is not None
+    search = capacity.Outcome(settings, steps, 100, "at 200/s: p99 too high", base.k6_run)
+    outcome = replace(
+        base,
+        host=interference.scenario_section(window, base.handle, base.usage, None),
+        search=search,
+        usage=replace(_usage(), cpu_seconds=0.3),  # 20% of its quota: a lower bound
+    )
+    verdict = judge_outcome(outcome)
+    assert verdict.lower_bound == "k6 used 90% of its CPUs"
+    assert verdict.suspect == (
+        "k6 used 90% of its CPUs (load generator saturated)",
+        "service used 20% of its 0.5-CPU quota under a closed model: not CPU-bound, so something else "
+        "limited throughput",
+        "other processes used 28.2% of the service's CPUs 1 (1.13 CPU s) during the measured window "
+        "(> 5%): host interference",
+        "other processes used 7.5% of k6's CPUs 0 (0.30 CPU s) during the measured window (> 5%): "
+        "host interference",
+        "k6 used 95% of its CPUs at 200/s, the rate that failed: the capacity found may be the load "
+        "generator's",
+    )
+    result = build_result(outcome, verdict)
+    assert (result["suspect"], result["lower_bound"]) == (list(verdict.suspect), verdict.lower_bound)
+    # A result written before the verdict was stored: the same figures, read from the JSON.
+    older = {k: v for k, v in json.loads(json.dumps(result)).items() if k not in ("suspect", "lower_bound")}
+    assert verdict_of(older) == verdict
+    assert verdict_of(result) == verdict

@@ -327,9 +327,7 @@ class _SharedIterations(_LoadModelTable):
     iterations: PositiveInt
 
     def build(self, name: str) -> LoadModel:
-        return LoadModel(
-            name, self.executor, vus=self.vus, iterations=self.iterations, repeats=self.repeats
-        )
+        return LoadModel(name, self.executor, vus=self.vus, iterations=self.iterations, repeats=self.repeats)
 
 
 _LoadModelSpec = Annotated[

@@ -39,9 +39,6 @@ from labrunner.observe import steal_clock
 
 PROC_STAT = Path("/proc/stat")
 USER_HZ = os.sysconf("SC_CLK_TCK")
-# Above this share of the scenario's CPUs, what others (or the hypervisor) took may have moved
-# the numbers: the result is suspect.
-SUSPECT_SHARE = 0.05
 # How far others may come out negative from the counters' resolution alone (see above).
 MEASUREMENT_ERROR_SHARE = 0.01
 # /proc/stat columns after "cpuN", in order (proc(5)).
@@ -175,35 +172,6 @@ def scenario_section(
     return interference(
         window, handle.service_cpus, handle.k6_cpus, usage.cpu_seconds if usage else None, reason
     )
-
-
-def suspect_reasons(section: Mapping[str, Any] | None) -> list[str]:
-    """Why a result's numbers may be the host's: others or steal above SUSPECT_SHARE of the CPUs."""
-    if not section or not section.get("measured"):
-        return []
-    reasons = []
-    figures = section.get("interference") or {}
-    sets = {"service_cpus": "the service's CPUs", "k6_cpus": "k6's CPUs"}
-    if figures.get("shared"):  # one figure for both sets: one reason
-        sets = {"service_cpus": "the CPUs the service shares with k6,"}
-    for key, label in sets.items():
-        figure = figures.get(key) or {}
-        share = figure.get("share")
-        if share is not None and share > SUSPECT_SHARE:
-            relay = figure.get("relay_cpu_seconds")
-            of_which = f", of which the userspace link emulator {relay:.2f}" if relay is not None else ""
-            reasons.append(
-                f"other processes used {share:.1%} of {label} {cpu_list(figure['cpus'])} "
-                f"({figure['others_cpu_seconds']:.2f} CPU s{of_which}) during the measured window "
-                f"(> {SUSPECT_SHARE:.0%}): host interference"
-            )
-    steal = section.get("steal_share")
-    if steal is not None and steal > SUSPECT_SHARE:
-        reasons.append(
-            f"the hypervisor took {steal:.1%} of the scenario's CPUs (steal, {section['steal_seconds']:.2f} "
-            f"s) during the measured window (> {SUSPECT_SHARE:.0%})"
-        )
-    return reasons
 
 
 def describe(section: Mapping[str, Any] | None) -> str:

@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import yaml
 
 from labrunner.observe.labels import INFLUXDB_DATABASE
 from labrunner.paths import REPO
+from labrunner.say import Say
 
 PROMETHEUS_YML = REPO / "prometheus" / "prometheus.yml"
 INFLUXDB_CONF = REPO / "influxdb" / "influxdb.conf"
@@ -30,6 +32,7 @@ HOST = "127.0.0.1"
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 STATE_FILE = "obs.json"
+LAB_DIR = REPO / ".lab" / "obs"  # where a run's own Prometheus and InfluxDB keep their data
 
 
 class ObservabilityError(RuntimeError):
@@ -133,6 +136,56 @@ def answers(url: str) -> bool:
             return True
     except (urllib.error.URLError, OSError):
         return False
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where a run sends k6 samples and which Prometheus it waits on; None: not used."""
+
+    influxdb_url: str | None
+    prometheus_url: str | None
+
+
+def for_run(
+    influxdb: str,
+    prometheus: str,
+    backend_name: str,
+    targets_dir: Path | None,
+    *,
+    cleanup: ExitStack,
+    say: Say,
+) -> Endpoints:
+    """Resolve --influxdb and --prometheus; 'auto' uses what answers on 127.0.0.1 and, for the
+    local backend, starts local Prometheus and InfluxDB for the run when neither does (stopped
+    when `cleanup` closes)."""
+    ports = Ports.from_env()
+    found = {
+        "influxdb": f"http://{HOST}:{ports.influxdb}",
+        "prometheus": f"http://{HOST}:{ports.prometheus}",
+    }
+    health = {"influxdb": "/ping", "prometheus": "/-/ready"}
+    requested = {"influxdb": influxdb, "prometheus": prometheus}
+    urls: dict[str, str | None] = {}
+    for name, value in requested.items():
+        if value == "auto":
+            urls[name] = found[name] if answers(found[name] + health[name]) else None
+        else:
+            urls[name] = None if value == "none" else value
+    wanted_auto = [n for n, v in requested.items() if v == "auto" and urls[n] is None]
+    if wanted_auto and backend_name == "local" and len(wanted_auto) == len(requested):
+        try:
+            urls.update(start(LAB_DIR, targets_dir or DEFAULT_TARGETS_DIR, ports))
+            cleanup.callback(stop, LAB_DIR)
+            say(
+                f"observability: started Prometheus {urls['prometheus']} and InfluxDB {urls['influxdb']} "
+                f"for this run; they stop at its end, data stays in {LAB_DIR} "
+                "(`scripts/local_obs.py start` to look again)"
+            )
+        except ObservabilityError as exc:
+            say(f"observability: could not start local Prometheus/InfluxDB: {exc}")
+    for name, url in urls.items():
+        say(f"observability: {name} {url or 'none (not used)'}")
+    return Endpoints(urls["influxdb"], urls["prometheus"])
 
 
 def _start_prometheus(directory: Path, targets_dir: Path, port: int) -> dict[str, Any]:

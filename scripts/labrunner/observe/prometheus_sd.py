@@ -15,9 +15,9 @@ import urllib.request
 from pathlib import Path
 
 from labrunner.backends.base import ServiceHandle
+from labrunner.files import write_json_atomic
 from labrunner.model.scenario import Scenario
 from labrunner.observe.labels import scenario_labels
-from labrunner.results.store import write_json_atomic
 
 
 def labels(run_id: str, scenario: Scenario) -> dict[str, str]:

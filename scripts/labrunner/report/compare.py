@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labrunner.report.stats import Ratio, Summary, ratio, summarize
-from labrunner.results.bounds import lower_bound_reason
+from labrunner.results.trust import verdict_of
 from labrunner.run.k6 import LATENCY_STATS
 
 Result = Mapping[str, Any]
@@ -109,7 +109,7 @@ class Group:
     def lower_bound(self) -> str | None:
         """Why this group's throughput is only a lower bound of the service's (then it enters no
         ratio between targets or budgets), or None."""
-        reasons = [reason for reason in map(lower_bound_reason, self.results) if reason]
+        reasons = [reason for r in self.results if (reason := verdict_of(r).lower_bound)]
         if not reasons or self.kind != THROUGHPUT:
             return None
         return f"{len(reasons)} of {len(self.results)} repeats not service-bound ({reasons[0]})"

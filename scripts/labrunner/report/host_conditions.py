@@ -6,6 +6,7 @@ from typing import Any
 from labrunner.observe import interference
 from labrunner.report.compare import Group
 from labrunner.report.document import Block, Heading, Paragraph, table
+from labrunner.results.trust import SUSPECT_SHARE
 from labrunner.run import calibration
 
 Result = Mapping[str, Any]
@@ -73,7 +74,7 @@ def section(manifest: Mapping[str, Any], results: Sequence[Result]) -> list[Bloc
             "CPUs during the measured window (their time neither idle nor stolen, from per-CPU "
             "/proc/stat, minus the scenario's own CPU time), as a share of those CPUs' capacity (wall "
             "time x CPUs); steal: what the hypervisor took from them. "
-            f"Above {interference.SUSPECT_SHARE:.0%} the result is suspect. On network scenarios with the "
+            f"Above {SUSPECT_SHARE:.0%} the result is suspect. On network scenarios with the "
             "userspace link emulator, the relay runs on k6's CPUs: its CPU time counts as others there "
             "and is shown apart (of which relay)."
         ),

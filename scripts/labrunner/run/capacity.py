@@ -11,7 +11,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from labrunner.backends.base import Backend, K6Invocation, ScenarioFailed, ServiceHandle
 from labrunner.model.scenario import CapacitySearch, LoadModel, Scenario
-from labrunner.results.bounds import K6_SATURATED
 from labrunner.run import k6
 from labrunner.run.k6 import K6Run
 from labrunner.say import Say
@@ -54,7 +53,6 @@ class Outcome:
     sustainable_rate: int | None  # highest passing rate below the lowest failing one
     limit: str  # what stopped the search
     run: K6Run  # the k6 run the scenario result reports: at the sustainable rate, else the first step
-    suspect: tuple[str, ...]
 
     def as_dict(self) -> dict[str, Any]:
         """The result's "capacity" section."""
@@ -127,7 +125,6 @@ def search(
         sustainable_rate=best,
         limit=_limit(steps),
         run=runs[best] if best is not None else runs[steps[0].rate],
-        suspect=_suspect(steps),
     )
 
 
@@ -190,19 +187,6 @@ def _limit(steps: Sequence[Step]) -> str:
     if sustainable(steps) is None:
         return f"below {steps[-1].rate}/s, the lowest rate tried ({where})"
     return where
-
-
-def _suspect(steps: Sequence[Step]) -> tuple[str, ...]:
-    failed = [s for s in steps if not s.passed]
-    if not failed:
-        return ()
-    lowest = min(failed, key=lambda s: s.rate)
-    if lowest.k6_cpu_utilisation is not None and lowest.k6_cpu_utilisation > K6_SATURATED:
-        return (
-            f"k6 used {lowest.k6_cpu_utilisation:.0%} of its CPUs at {lowest.rate}/s, the rate that "
-            "failed: the capacity found may be the load generator's",
-        )
-    return ()
 
 
 def _describe(step: Step) -> str:

@@ -1,6 +1,5 @@
-"""Run a plan: each scenario through start, health, verify, warm-up, measure, stop, collect."""
+"""Run one scenario: start, health, verify, warm-up, measure, stop, collect; nothing is written here."""
 
-import json
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -8,7 +7,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from labrunner import certs
 from labrunner.backends.base import (
@@ -19,126 +17,31 @@ from labrunner.backends.base import (
     ServiceHandle,
     ServiceUsage,
 )
-from labrunner.model.scenario import LoadModel, Plan, Scenario
+from labrunner.model.scenario import LoadModel, Scenario
 from labrunner.observe import annotations, interference, prometheus_sd
-from labrunner.results.store import (
-    Outcome,
-    build_manifest,
-    build_result,
-    completed_ok,
-    result_path,
-    write_json_atomic,
-    write_summaries,
-)
-from labrunner.run import calibration, capacity, k6, service_checks
+from labrunner.run import capacity, k6, service_checks
 from labrunner.run.k6 import K6Run
+from labrunner.run.outcome import ScenarioOutcome
 from labrunner.say import Say
 
 OVERHEAD_PHASES = ("start", "health", "verify", "scrape", "stop", "collect")
-ASSUMED_OVERHEAD_S = 5.0  # per scenario, for the ETA until one has been measured
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Run-wide choices from the command line."""
+    """What every scenario of a run shares: where its files go and what observes it."""
 
     run_id: str
-    out_dir: Path
+    out_dir: Path  # k6 summaries go to out_dir/k6
     targets_dir: Path | None  # Prometheus file_sd directory; None = do not write
     influxdb_url: str | None
     prometheus_url: str | None  # waited on until it scrapes each service; None = do not wait
-    resume: bool
-    argv: tuple[str, ...]
-    backend_reason: str
-    provenance: dict[str, Any]  # git, versions, host (see labrunner.provenance)
 
 
-def run_plan(plan: Plan, config: RunConfig, backend: Backend, settings: BackendSettings, say: Say) -> bool:
-    """Run every scenario not already done; True when all of them succeeded."""
-    out = config.out_dir
-    order = [s.id for s in plan.scenarios]
-    done = completed_ok(out) if config.resume else set()
-    started_at, resumed = _sessions(out / "manifest.json", config.resume)
-    manifest_args: dict[str, Any] = {
-        "run_id": config.run_id,
-        "plan": plan,
-        "backend": {"name": backend.name, "reason": config.backend_reason},
-        "provenance": config.provenance,
-        "argv": config.argv,
-        "started_at": started_at,
-        "resumed_at": resumed,
-        "settings": {
-            "out_dir": str(out),
-            "influxdb_url": config.influxdb_url,
-            "prometheus_targets_dir": str(config.targets_dir) if config.targets_dir else None,
-        },
-    }
-    # The same fixed workload before the first scenario and after the last, where the first
-    # scenario's service runs: how fast this host's CPU was, and whether that changed.
-    calibration_cpus = calibration.cpus_for(plan.scenarios[0]) if plan.scenarios else ()
-    calibrations: dict[str, Any] = {}
-    if plan.scenarios:
-        calibrations["before"] = calibration.calibrate(calibration_cpus, "before", say)
-    manifest_args["calibration"] = calibrations
-    write_json_atomic(
-        out / "manifest.json", build_manifest(**manifest_args, finished_at=None, complete=False, all_ok=None)
-    )
-    progress = _Progress(plan.scenarios, done, say)
-    failed: list[str] = []
-    interrupted = True
-    try:
-        for index, scenario in enumerate(plan.scenarios, start=1):
-            if scenario.id in done:
-                say(f"[{index}/{len(plan.scenarios)}] {scenario.id}: ok in an earlier session, skipped")
-                continue
-            progress.starting(index, scenario)
-            result = _run_scenario(scenario, config, backend, settings, say)
-            write_json_atomic(result_path(out, scenario.id), result)
-            write_summaries(out, config.run_id, order)
-            progress.finished(index, scenario, result)
-            if result["status"] != "ok":
-                failed.append(scenario.id)
-        if plan.scenarios:
-            calibrations["after"] = calibration.calibrate(calibration_cpus, "after", say)
-        interrupted = False
-    finally:
-        backend.close()
-        if config.targets_dir is not None:
-            prometheus_sd.delete_run(config.targets_dir, config.run_id)
-        all_ok = not interrupted and not failed
-        write_json_atomic(
-            out / "manifest.json",
-            build_manifest(
-                **manifest_args,
-                finished_at=datetime.now(UTC),
-                complete=not interrupted,
-                all_ok=all_ok if not interrupted else None,
-            ),
-        )
-        write_summaries(out, config.run_id, order)  # CPU per request in the final calibration's units
-    say(
-        f"{len(plan.scenarios) - len(failed)} of {len(plan.scenarios)} scenarios ok"
-        + (f"; failed: {', '.join(failed)}" if failed else "")
-        + f"\nresults: {out}/summary.md"
-    )
-    return not failed
-
-
-def _sessions(manifest: Path, resume: bool) -> tuple[datetime, list[str]]:
-    """When the run started and when it was resumed: a resumed run keeps its first start."""
-    now = datetime.now(UTC)
-    if not resume:
-        return now, []
-    try:
-        previous = json.loads(manifest.read_text())
-        return datetime.fromisoformat(previous["started_at"]), [*previous["resumed_at"], now.isoformat()]
-    except (OSError, ValueError, KeyError):
-        return now, [now.isoformat()]
-
-
-def _run_scenario(
+def run_scenario(
     scenario: Scenario, config: RunConfig, backend: Backend, settings: BackendSettings, say: Say
-) -> dict[str, Any]:
+) -> ScenarioOutcome:
+    """One scenario from start to collect; a failure is in the outcome, never raised."""
     timings: dict[str, float] = {}
     handle: ServiceHandle | None = None
     verification: service_checks.Verification | None = None
@@ -203,30 +106,25 @@ def _run_scenario(
                     message = f"{type(exc).__name__}: {exc}"
                     failure = failure or ScenarioFailed("stop", message, traceback.format_exc())
     with _timed(timings, "collect"):
-        outcome = Outcome(
-            run_id=config.run_id,
-            backend=backend.name,
-            scenario=scenario,
-            started_at=started_at,
-            finished_at=datetime.now(UTC),
-            failure=failure,
-            handle=handle,
-            verification=verification,
-            k6_run=k6_run,
-            usage=usage,
-            timings_s=timings,
-            host=interference.scenario_section(metered.window, handle, usage, unmetered),
-        )
-        result = build_result(outcome)
-        if metered.relay_cpu_seconds is not None:  # the userspace link emulator, on k6's CPUs
-            result["network"]["relay_cpu_s"] = round(metered.relay_cpu_seconds, 4)
-        if search is not None:
-            result["capacity"] = search.as_dict()
-            result["suspect"] += search.suspect
+        host = interference.scenario_section(metered.window, handle, usage, unmetered)
     timings["overhead"] = sum(timings.get(phase, 0.0) for phase in OVERHEAD_PHASES)
     timings["total"] = time.monotonic() - began
-    result["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
-    return result
+    return ScenarioOutcome(
+        run_id=config.run_id,
+        backend=backend.name,
+        scenario=scenario,
+        started_at=started_at,
+        finished_at=datetime.now(UTC),
+        failure=failure,
+        handle=handle,
+        verification=verification,
+        k6_run=k6_run,
+        usage=usage,
+        timings_s=timings,
+        host=host,
+        relay_cpu_seconds=metered.relay_cpu_seconds,
+        search=search,
+    )
 
 
 def _invocation_factory(
@@ -309,57 +207,3 @@ def _timed(timings: dict[str, float], phase: str) -> Iterator[None]:
         yield
     finally:
         timings[phase] = time.monotonic() - began
-
-
-class _Progress:
-    """Progress lines with elapsed time and an ETA from the overhead measured so far."""
-
-    def __init__(self, scenarios: tuple[Scenario, ...], done: set[str], say: Say) -> None:
-        self._pending = [s for s in scenarios if s.id not in done]
-        self._total = len(scenarios)
-        self._began = time.monotonic()
-        self._overheads: list[float] = []
-        self._say = say
-
-    def starting(self, index: int, scenario: Scenario) -> None:
-        overhead = sum(self._overheads) / len(self._overheads) if self._overheads else ASSUMED_OVERHEAD_S
-        eta = sum(s.warmup_s + s.measured_seconds + overhead for s in self._pending)
-        self._say(
-            f"[{index}/{self._total}] {scenario.id}: starting "
-            f"(elapsed {_clock(time.monotonic() - self._began)}, ETA {_clock(eta)})"
-        )
-
-    def finished(self, index: int, scenario: Scenario, result: dict[str, Any]) -> None:
-        self._pending.remove(scenario)
-        timings = result["timings_s"]
-        self._overheads.append(timings["total"] - timings.get("warmup", 0.0) - timings.get("measure", 0.0))
-        self._say(f"[{index}/{self._total}] {scenario.id}: {_outcome_line(result)}")
-
-
-def _outcome_line(result: dict[str, Any]) -> str:
-    timings = result["timings_s"]
-    took = f"({timings['total']:.1f}s, overhead {timings['overhead']:.1f}s)"
-    if result["status"] != "ok":
-        failure = result["failure"]
-        detail = f"\n    {failure['log_tail'].strip()[-2000:]}" if failure["log_tail"].strip() else ""
-        return f"FAILED in {failure['phase']}: {failure['message']} {took}{detail}"
-    metrics = result["k6"]["metrics"]
-    usage = (result["service"] or {}).get("usage") or {}
-    parts = [
-        f"ok {metrics['requests_per_second']:.1f} req/s",
-        f"p99 {metrics['latency_ms']['p99']:.2f} ms",
-        f"errors {metrics['errors']}",
-    ]
-    if usage.get("cpu_utilisation") is not None:
-        parts.append(f"service CPU {usage['cpu_utilisation']:.0%} of {usage['cpu_limit_cores']:g}")
-    if result["k6"]["cpu_utilisation"] is not None:
-        parts.append(f"k6 CPU {result['k6']['cpu_utilisation']:.0%}")
-    parts.append(interference.describe(result.get("host")))
-    parts += [f"suspect: {reason}" for reason in result["suspect"]]
-    return ", ".join(parts) + f" {took}"
-
-
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}"

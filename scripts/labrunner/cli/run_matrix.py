@@ -2,28 +2,26 @@
 
 import argparse
 import contextlib
-import json
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from labrunner import backends, certs
 from labrunner.backends.base import Backend, BackendSettings, BackendUnavailable
+from labrunner.cli.listing import describe_matrix, describe_plan
 from labrunner.model.engine_roles import Hosts, HostsError, hosts
 from labrunner.model.matrix import expand, load_matrix, split_list
-from labrunner.model.scenario import AUTO_INSTANCES, LoadModel, Matrix, Overrides, Plan, format_duration
+from labrunner.model.scenario import AUTO_INSTANCES, Matrix, Overrides, Plan
 from labrunner.model.schema import MatrixError
-from labrunner.network.profiles import NetworkProfile
 from labrunner.observe import local_stack
 from labrunner.observe.labels import INFLUXDB_DATABASE
 from labrunner.paths import REPO
 from labrunner.results import provenance
-from labrunner.results.store import load_results
+from labrunner.results.store import MANIFEST_FILE, load_results, read_manifest
 from labrunner.run.k6 import K6NotFound, find_k6
-from labrunner.run.runner import RunConfig, run_plan
+from labrunner.run.runner import RunConfig
 
 RESULTS_DIR = REPO / "results"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -213,69 +211,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
 
 
-def describe_plan(plan: Plan) -> str:
-    """The dry-run table: one line per scenario in execution order, then the k6 time."""
-    header: tuple[str, ...] = (
-        "#",
-        "scenario",
-        "service",
-        "protocol",
-        "tls",
-        "cpus",
-        "memory",
-        "load",
-        "time",
-    )
-    split = any(s.k6_instances != 1 for s in plan.scenarios)
-    if split:
-        header = (*header, "k6 instances")
-    rows = [header]
-    for index, s in enumerate(plan.scenarios, start=1):
-        rows.append(
-            (
-                str(index),
-                s.id,
-                s.target.module or s.target.service,
-                s.target.protocol,
-                "yes" if s.target.tls else "no",
-                f"{s.profile.cpus:g}",
-                f"{s.profile.memory_bytes // 2**20}Mi",
-                _describe_load(s.load_model),
-                f"{format_duration(s.warmup_s)}+{format_duration(s.measured_seconds)}",
-                *([str(s.k6_instances)] if split else []),
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
-    lines.append(
-        f"{len(plan.scenarios)} scenarios from {plan.matrix_path.name} preset {plan.preset!r}; "
-        f"k6 time {_minutes(plan.estimated_seconds)} plus start/verify/stop overhead per scenario"
-    )
-    return "\n".join(lines)
-
-
-def describe_matrix(matrix: Matrix) -> str:
-    lines = [f"matrix {matrix.path}", "", "profiles:"]
-    lines += [
-        f"  {p.name:10} {p.cpus:g} CPUs, {p.memory_bytes // 2**20} MiB" for p in matrix.profiles.values()
-    ]
-    lines += ["", "targets:"]
-    for t in matrix.targets.values():
-        env = " ".join(f"{k}={v}" for k, v in t.env)
-        tls = "tls" if t.tls else "plain"
-        service = t.module or t.service
-        lines.append(f"  {t.name:16} {service:13} {t.protocol:8} {tls:5} {t.script} {env}".rstrip())
-    lines += ["", "load models:"]
-    lines += [f"  {m.name:10} {_describe_load(m)}" for m in matrix.load_models.values()]
-    lines += ["", "networks:"]
-    lines += [f"  {n.name:10} {_describe_network(n)}" for n in matrix.networks.values()]
-    lines += ["", f"presets (default {matrix.default_preset!r}):"]
-    for name, preset in matrix.presets.items():
-        settings = ", ".join(f"{k}={v}" for k, v in preset.items()) or "the [defaults]"
-        lines.append(f"  {name:10} {settings}")
-    return "\n".join(lines)
-
-
 def _run(
     args: argparse.Namespace,
     plan: Plan,
@@ -310,13 +245,21 @@ def _run(
         backend.close()
         raise
     cleanup = contextlib.ExitStack()  # stops local observability if this run started it
-    obs = _observability(args, backend_name, targets_dir, cleanup)
-    config = RunConfig(
-        run_id=run_id,
-        out_dir=out_dir,
-        targets_dir=targets_dir,
-        influxdb_url=obs.influxdb_url,
-        prometheus_url=obs.prometheus_url,
+    obs = local_stack.for_run(
+        args.influxdb, args.prometheus, backend_name, targets_dir, cleanup=cleanup, say=_say
+    )
+    # Imported only for a run: the session's summaries and report load scipy and matplotlib,
+    # which --dry-run and --list do without.
+    from labrunner.cli import session  # noqa: PLC0415
+
+    config = session.SessionConfig(
+        run=RunConfig(
+            run_id=run_id,
+            out_dir=out_dir,
+            targets_dir=targets_dir,
+            influxdb_url=obs.influxdb_url,
+            prometheus_url=obs.prometheus_url,
+        ),
         resume=args.resume,
         argv=tuple(sys.argv if argv is None else ["run_matrix.py", *argv]),
         backend_reason=reason,
@@ -329,72 +272,18 @@ def _run(
     print(f"run {run_id}: {len(plan.scenarios)} scenarios, backend {backend_name} ({reason}), out {out_dir}")
     try:
         with cleanup:
-            ok = run_plan(plan, config, backend, settings, say=_say)
+            ok = session.run_plan(plan, config, backend, settings, say=_say)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finish with: --resume --run-id {run_id}", file=sys.stderr)
         with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C skips the partial report
-            _finish(out_dir, benchmark=False)
+            session.finish(out_dir, benchmark=False, say=_say)
         return EXIT_INTERRUPTED
-    _finish(out_dir, benchmark=True)
+    session.finish(out_dir, benchmark=True, say=_say)
     return EXIT_OK if ok else EXIT_FAILED
-
-
-@dataclass(frozen=True)
-class _Observability:
-    influxdb_url: str | None
-    prometheus_url: str | None
-
-
-def _observability(
-    args: argparse.Namespace, backend_name: str, targets_dir: Path | None, cleanup: contextlib.ExitStack
-) -> _Observability:
-    """Resolve --influxdb and --prometheus; 'auto' uses what answers on 127.0.0.1 and, for the
-    local backend, starts local Prometheus and InfluxDB for the run when neither does."""
-    ports = local_stack.Ports.from_env()
-    found = {
-        "influxdb": f"http://{local_stack.HOST}:{ports.influxdb}",
-        "prometheus": f"http://{local_stack.HOST}:{ports.prometheus}",
-    }
-    health = {"influxdb": "/ping", "prometheus": "/-/ready"}
-    requested = {"influxdb": args.influxdb, "prometheus": args.prometheus}
-    urls: dict[str, str | None] = {}
-    for name, value in requested.items():
-        if value == "auto":
-            urls[name] = found[name] if local_stack.answers(found[name] + health[name]) else None
-        else:
-            urls[name] = None if value == "none" else value
-    wanted_auto = [n for n, v in requested.items() if v == "auto" and urls[n] is None]
-    if wanted_auto and backend_name == "local" and len(wanted_auto) == len(requested):
-        lab = REPO / ".lab" / "obs"
-        try:
-            urls.update(local_stack.start(lab, targets_dir or local_stack.DEFAULT_TARGETS_DIR, ports))
-            cleanup.callback(local_stack.stop, lab)
-            print(
-                f"observability: started Prometheus {urls['prometheus']} and InfluxDB {urls['influxdb']} "
-                f"for this run; they stop at its end, data stays in {lab} "
-                "(`scripts/local_obs.py start` to look again)"
-            )
-        except local_stack.ObservabilityError as exc:
-            print(f"observability: could not start local Prometheus/InfluxDB: {exc}")
-    for name, url in urls.items():
-        print(f"observability: {name} {url or 'none (not used)'}")
-    return _Observability(urls["influxdb"], urls["prometheus"])
 
 
 def _say(line: str) -> None:
     print(line, flush=True)
-
-
-def _finish(out_dir: Path, benchmark: bool) -> None:
-    # Imported here: matplotlib and scipy take a second to load, and only the report needs them.
-    from labrunner.report.build import finish_run  # noqa: PLC0415
-
-    finish_run(out_dir, benchmark, _say)
-
-
-def _minutes(seconds: float) -> str:
-    minutes, secs = divmod(round(seconds), 60)
-    return f"{minutes}m{secs:02d}s"
 
 
 def _run_location(args: argparse.Namespace) -> tuple[str, Path]:
@@ -408,13 +297,9 @@ def _run_location(args: argparse.Namespace) -> tuple[str, Path]:
 
 
 def _latest_unfinished_run() -> Path:
-    manifests = sorted(RESULTS_DIR.glob("*/manifest.json"), key=lambda p: p.stat().st_mtime)
+    manifests = sorted(RESULTS_DIR.glob(f"*/{MANIFEST_FILE}"), key=lambda p: p.stat().st_mtime)
     for manifest in reversed(manifests):
-        try:
-            complete = json.loads(manifest.read_text()).get("complete")
-        except (OSError, ValueError):
-            continue
-        if complete is False:
+        if read_manifest(manifest.parent).get("complete") is False:
             return manifest.parent
     raise _Usage(f"no unfinished run in {RESULTS_DIR} to resume; pass --run-id")
 
@@ -489,29 +374,3 @@ def _check_k6_instances(plan: Plan, backend: Backend) -> None:
     scenario, against the host or the load engines that run k6."""
     for profile, count in dict.fromkeys((s.profile, s.k6_instances) for s in plan.scenarios):
         backend.check_k6_instances(profile, count)
-
-
-def _describe_network(network: NetworkProfile) -> str:
-    if not network.emulated:
-        return "loopback, no emulation"
-    parts = [f"RTT {network.rtt_s * 1000:g} ms"]
-    if network.jitter_s:
-        parts.append(f"jitter {network.jitter_s * 1000:g} ms each way")
-    if network.loss_percent:
-        parts.append(f"loss {network.loss_percent:g}% each way")
-    if network.rate_bps:
-        parts.append(f"rate {network.rate_bps / 1e6:g} Mbit/s each way")
-    return ", ".join(parts)
-
-
-def _describe_load(model: LoadModel) -> str:
-    if model.executor == "constant-vus":
-        return f"{model.name} ({model.vus} VUs)"
-    if model.executor == "ramping-vus":
-        stages = ",".join(f"{format_duration(s.duration_s)}:{s.target}" for s in model.stages)
-        return f"{model.name} (VUs {stages})"
-    if model.executor == "shared-iterations":
-        return f"{model.name} ({model.iterations} requests, {model.vus} VU)"
-    if model.search is not None:
-        return f"{model.name} (search from {model.rate}/s, p99 <= {model.search.slo_p99_ms:g} ms)"
-    return f"{model.name} ({model.rate}/s, {model.pre_allocated_vus}-{model.max_vus} VUs)"

@@ -1,0 +1,115 @@
+"""The report's closing sections: charts, the payload table and the serialization micro-benchmark."""
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from labrunner.report import charts, payload, serialization
+from labrunner.report.cells import bdn_value_cells
+from labrunner.report.document import Block, Heading, Image, Paragraph, table
+from labrunner.report.runs import Run
+from labrunner.report.stats import CONFIDENCE, ERROR_CONFIDENCE
+
+
+def charts_section(
+    run: Run, rows: Sequence[payload.PayloadRow], cases: Sequence[serialization.Case], out: Path
+) -> list[Block]:
+    whiskers = f"bars: mean; whiskers: {CONFIDENCE:.0%} interval of the mean; dots: repeats"
+    drawn = [
+        (charts.throughput(run.groups, out / "throughput.png"), "Requests/s by target and profile", whiskers),
+        (charts.latency(run.groups, out / "latency.png"), "Latency percentiles by target", whiskers),
+        (
+            charts.efficiency(run.groups, out / "cpu_per_1k_requests.png"),
+            "Service CPU seconds per 1,000 requests (lower is more efficient)",
+            whiskers,
+        ),
+        (
+            charts.payload_bytes(run.groups, rows, out / "bytes_per_response.png"),
+            "Bytes per response: on the wire and by encoding",
+            "left: median over repeats; right: the payload table below",
+        ),
+        (charts.sequential(run.groups, out / "sequential.png"), "Sequential mean latency by N", whiskers),
+        (
+            charts.capacity(run.groups, out / "capacity.png"),
+            "Capacity search: p99 by offered rate",
+            "x: failed steps; dashed: the SLO",
+        ),
+        (
+            charts.serialization(cases, out / "serialization.png"),
+            "Serialization: microseconds per operation",
+            f"whiskers: Error (half the {ERROR_CONFIDENCE:.1%} interval)",
+        ),
+    ]
+    images = [Image(path, alt, f"{alt}. {caption}.") for path, alt, caption in drawn if path is not None]
+    return [Heading(2, "Charts"), *images] if images else []
+
+
+def payload_section(rows: Sequence[payload.PayloadRow], note: str) -> list[Block]:
+    blocks: list[Block] = [
+        Heading(2, "Payload size"),
+        Paragraph(
+            f"Body bytes of one response of N records (the same records, pool offset 0) as REST JSON and "
+            f"as the gRPC protobuf message, raw and gzip level {payload.GZIP_LEVEL}. Wire bytes add HTTP "
+            "headers or gRPC framing, and TLS."
+        ),
+    ]
+    if note:
+        blocks.append(Paragraph(note))
+    blocks.append(
+        table(
+            ("records", "JSON", "JSON gzip", "protobuf", "protobuf gzip", "protobuf / JSON"),
+            [
+                [
+                    str(r.count),
+                    str(r.json_bytes),
+                    str(r.json_gzip_bytes),
+                    str(r.protobuf_bytes),
+                    str(r.protobuf_gzip_bytes),
+                    f"{r.protobuf_bytes / r.json_bytes:.2f}",
+                ]
+                for r in rows
+            ],
+        )
+    )
+    return blocks
+
+
+def serialization_section(bench: Any) -> list[Block]:
+    cases = serialization.cases_from_document(bench)
+    heading = Heading(2, "Serialization micro-benchmark")
+    if not cases:
+        return [
+            heading,
+            Paragraph(
+                "Not measured for this run. Measure it on the run's host with "
+                "`python scripts/bench_serialization.py --out RUN_DIR/serialization.json`, then rerun "
+                "`scripts/report.py RUN_DIR`."
+            ),
+        ]
+    budget = bench["budget"]
+    rows = [
+        [
+            c.codec,
+            c.operation,
+            str(c.count),
+            str(c.bytes),
+            *bdn_value_cells(c.n, c.mean_us, c.error_us, c.stddev_us, c.median_us, spec="{:.2f}"),
+        ]
+        for c in cases
+    ]
+    return [
+        heading,
+        Paragraph(
+            f"One Python thread, {bench['python']}, protobuf backend {bench['protobuf_backend']}, "
+            + ", ".join(f"{k} {v}" for k, v in bench["versions"].items())
+            + f"; {budget['iterations']} iterations of at least {budget['iteration_s'] * 1000:g} ms per case"
+            + (" (quick)" if bench.get("quick") else "")
+            + ". Encode: the pool's dicts (JSON) or a prebuilt message (protobuf) to bytes; decode: bytes "
+            "to dicts or a message. Microseconds per operation."
+        ),
+        table(
+            ("codec", "operation", "records", "bytes", "n", "Mean", "Error", "StdDev", "Median"),
+            rows,
+            (False, False, True, True, True, True, True, True, True),
+        ),
+    ]

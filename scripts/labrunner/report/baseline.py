@@ -1,0 +1,184 @@
+"""The report's section against a baseline run: the change of every group, and which are regressions."""
+
+from collections import Counter
+from collections.abc import Sequence
+
+from labrunner.report import host_conditions
+from labrunner.report.cells import fmt, metric_format
+from labrunner.report.compare import (
+    CAPACITY,
+    COMPARED,
+    IMPROVEMENT,
+    LARGE_CHANGE,
+    LARGE_NOT_SIGNIFICANT,
+    LARGE_UNJUDGED,
+    METRICS,
+    NOT_COMPARED,
+    REGRESSION,
+    SEQUENTIAL,
+    THROUGHPUT,
+    UNJUDGED,
+    VERDICTS,
+    WITHIN_NOISE,
+    BaselineChange,
+    Group,
+    baseline_changes,
+)
+from labrunner.report.document import Block, Heading, Paragraph, table
+from labrunner.report.runs import Run
+from labrunner.report.stats import CONFIDENCE, ONE_REPEAT, Ratio
+
+
+def section(run: Run, baseline: Run) -> list[Block]:
+    changes = baseline_changes(run.groups, baseline.groups)
+    blocks: list[Block] = [
+        Heading(2, f"Against baseline run {baseline.run_id}"),
+        Paragraph(
+            f"Each group of this run against the same group of {baseline.path}; ratio = this run / "
+            f"baseline, with its Welch {CONFIDENCE:.0%} interval where both runs have repeats. A "
+            "regression is a significant change for the worse: fewer requests/s or more latency or CPU "
+            "per request. With one repeat in either run no test can tell a change from noise, so such a "
+            f"group is not judged; a change beyond ±{LARGE_CHANGE:.0%} is flagged, tested or not."
+        ),
+    ]
+    sha_now, sha_then = run.manifest.get("git", {}).get("sha"), baseline.manifest.get("git", {}).get("sha")
+    host_now, host_then = run.manifest.get("host", {}), baseline.manifest.get("host", {})
+    if host_now.get("cpu_model") != host_then.get("cpu_model"):
+        blocks.append(Paragraph("**Different hosts**: the change mixes code and machine."))
+    blocks.append(Paragraph(f"Code: `{sha_then}` then, `{sha_now}` now."))
+    blocks += host_conditions.baseline_warnings(run.manifest, baseline.manifest, baseline.run_id)
+    blocks.append(Paragraph(_baseline_findings(changes)))
+    for kind in (THROUGHPUT, SEQUENTIAL, CAPACITY):
+        members = [c for c in changes if c.current.kind == kind]
+        if not members:
+            continue
+        metrics = COMPARED[kind]
+        first = metrics[0]
+        headers = (
+            "group",
+            "repeats (baseline / now)",
+            f"baseline → now ({METRICS[first].label}, mean)",
+            *(METRICS[m].label for m in metrics),
+            "verdict",
+        )
+        rows = [
+            [
+                f"`{c.id}`",
+                f"{len(c.baseline.results)} / {len(c.current.results)}",
+                f"{_mean(c.baseline, first)} → {_mean(c.current, first)}",
+                *(_baseline_cell(c.ratios.get(m)) for m in metrics),
+                _verdict_cell(c),
+            ]
+            for c in members
+        ]
+        blocks += [
+            Heading(3, f"{kind.capitalize()} groups against the baseline"),
+            table(headers, rows, (False, *(True,) * (len(headers) - 2), False)),
+        ]
+    ids_now, ids_then = {g.id for g in run.groups}, {g.id for g in baseline.groups}
+    for ids, where in ((ids_now - ids_then, "this run"), (ids_then - ids_now, "the baseline")):
+        if ids:
+            blocks.append(Paragraph(f"Only in {where}: " + ", ".join(f"`{m}`" for m in sorted(ids)) + "."))
+    return blocks
+
+
+# How the findings sentence counts each verdict: (one, several).
+_FINDINGS = {
+    REGRESSION: ("significant regression", "significant regressions"),
+    IMPROVEMENT: ("significant improvement", "significant improvements"),
+    LARGE_UNJUDGED: ("large unjudged change", "large unjudged changes"),
+    LARGE_NOT_SIGNIFICANT: ("large non-significant change", "large non-significant changes"),
+    UNJUDGED: (
+        f"unjudged group with changes within ±{LARGE_CHANGE:.0%}",
+        f"unjudged groups with changes within ±{LARGE_CHANGE:.0%}",
+    ),
+    WITHIN_NOISE: ("group within noise", "groups within noise"),
+    NOT_COMPARED: (
+        "group without a successful repeat in one run",
+        "groups without a successful repeat in one run",
+    ),
+}
+
+
+def _baseline_findings(changes: Sequence[BaselineChange]) -> str:
+    """What the comparison found; "no regression" only when every group was judged and none changed."""
+    if not changes:
+        return "No group is present in both runs: nothing to compare."
+    counts = Counter(c.verdict for c in changes)
+    if counts[WITHIN_NOISE] == len(changes):
+        return (
+            f"No regression among {len(changes)} group{'s' if len(changes) > 1 else ''} present in both "
+            "runs: every group has repeats in both runs and none changed significantly."
+        )
+    parts = []
+    for verdict in VERDICTS:
+        n = counts[verdict]
+        if n:
+            one, several = _FINDINGS[verdict]
+            part = f"{n} {one if n == 1 else several}"
+            parts.append(f"**{part}**" if verdict == REGRESSION else part)
+    present = f"{len(changes)} group{'s' if len(changes) > 1 else ''} present in both runs"
+    text = f"{present}: " + ", ".join(parts) + "."
+    if any(c.ratios[m].note == ONE_REPEAT for c in changes for m in c.untested):
+        text += (
+            " With one repeat in either run no test can judge a change: rerun both with `--repeats 3` "
+            "or more to judge them."
+        )
+    return text
+
+
+def _baseline_cell(r: Ratio | None) -> str:
+    """A ratio against the baseline with its change in percent, and its interval where tested."""
+    if r is None:
+        return "-"
+    text = f"{r.estimate:.2f}x ({_percent(r.estimate)})"
+    if r.significant is None:
+        return text
+    interval = f"[{r.low:.2f}, {r.high:.2f}]"
+    return f"**{text}** {interval} significant" if r.significant else f"{text} {interval} not significant"
+
+
+def _verdict_cell(c: BaselineChange) -> str:
+    if c.comparison is None:
+        return (
+            f"not compared: no successful repeat in {'this run' if not c.current.results else 'the baseline'}"
+        )
+    if not c.ratios:
+        return "not compared: no metric has values in both runs"
+    parts = []
+    if c.worse:
+        parts.append(f"**{REGRESSION}** ({_labels(c.worse)})")
+    if c.better:
+        parts.append(f"{IMPROVEMENT} ({_labels(c.better)})")
+    untested = c.untested
+    for note in sorted({c.ratios[m].note for m in untested}):
+        if note == ONE_REPEAT:
+            parts.append("one repeat: cannot judge")
+        else:
+            parts.append(
+                f"cannot judge {_labels([m for m in untested if c.ratios[m].note == note])} ({note})"
+            )
+    if not parts:
+        parts.append(WITHIN_NOISE)
+    for large, how in (
+        ([m for m in c.large if m in untested], "not tested"),
+        ([m for m in c.large if m not in untested], "not significant"),
+    ):
+        if large:
+            moves = ", ".join(f"{_percent(c.ratios[m].estimate)} {METRICS[m].label}" for m in large)
+            parts.append(f"**large change ({moves}), {how}**")
+    return "; ".join(parts)
+
+
+def _labels(metrics: Sequence[str]) -> str:
+    return ", ".join(METRICS[m].label for m in metrics)
+
+
+def _percent(estimate: float) -> str:
+    """The change a ratio stands for: 0.6 -> -40%, 1.09 -> +9%."""
+    return f"{estimate - 1:+.0%}"
+
+
+def _mean(g: Group, metric: str) -> str:
+    s = g.summary(metric)
+    return fmt(s.mean if s else None, metric_format(metric))

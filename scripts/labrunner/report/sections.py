@@ -1,0 +1,363 @@
+"""The report's sections on one run: provenance, summary, latency, sequential, capacity, comparisons,
+and the failed and suspect results."""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from labrunner.report import floor, host_conditions
+from labrunner.report.cells import (
+    LATENCY_FORMAT,
+    bdn_cells,
+    fmt,
+    interval_cell,
+    left_first,
+    median_cell,
+    ratio_cell,
+)
+from labrunner.report.compare import (
+    CAPACITY,
+    COMPARED,
+    METRICS,
+    SEQUENTIAL,
+    THROUGHPUT,
+    Comparison,
+    budget_pairs,
+    compare_groups,
+    is_regression,
+)
+from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
+from labrunner.report.runs import Run
+from labrunner.report.stats import CONFIDENCE, ERROR_CONFIDENCE
+from labrunner.results.trust import verdict_of
+
+LATENCY_STATS = ("avg", "p50", "p90", "p95", "p99", "p99.9")
+
+
+def provenance(run: Run) -> list[Block]:
+    m = run.manifest
+    if not m:
+        return [Heading(2, "Provenance"), Paragraph("manifest.json is missing: no provenance for this run.")]
+    host, versions, git = m.get("host", {}), m.get("versions", {}), m.get("git", {})
+    planned = len(m.get("matrix", {}).get("scenarios", []))
+    ok = sum(1 for r in run.results if r.get("status") == "ok")
+    state = "complete" if m.get("complete") else "partial (interrupted or still running)"
+    memory = host.get("memory_bytes")
+    rows = [
+        ("run", f"{run.run_id}, preset `{m.get('matrix', {}).get('preset')}`"),
+        ("state", f"{state}; {ok} of {len(run.results)} results ok, {planned} scenarios planned"),
+        ("started / finished", f"{m.get('started_at')} / {m.get('finished_at') or '-'}"),
+        ("backend", f"{m.get('backend', {}).get('name')} ({m.get('backend', {}).get('reason')})"),
+        ("git", f"`{git.get('sha')}`" + (" with uncommitted changes" if git.get("dirty") else "")),
+        (
+            "host",
+            f"{host.get('cpu_model')}, "
+            f"{host.get('cpus_available')} of {host.get('cpu_count')} CPUs available, "
+            + (f"{memory / 2**30:.1f} GiB, " if memory else "")
+            + f"kernel {host.get('kernel')}",
+        ),
+        *((name, str(version)) for name, version in versions.items()),
+        *_service_paths(run.results),
+        ("command", f"`{' '.join(m.get('argv', []))}`"),
+    ]
+    notes = sorted({note for r in run.results for note in r.get("notes", [])})
+    blocks: list[Block] = [Heading(2, "Provenance"), table(("", "value"), rows, (False, False))]
+    if notes:
+        blocks += [Paragraph("Conditions noted by the runner:"), Bullets(tuple(notes))]
+    blocks.append(
+        Paragraph(
+            f"Statistics over repeats: intervals are {CONFIDENCE:.0%} Student t intervals of the mean; "
+            f"Error is half the {ERROR_CONFIDENCE:.1%} interval (BenchmarkDotNet's column); comparisons "
+            f"are ratios of geometric means with Welch {CONFIDENCE:.0%} intervals on log values, "
+            "**significant** when the interval excludes 1. Latency is of successful requests, in ms."
+        )
+    )
+    return blocks
+
+
+def _service_paths(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """The services' Python builds and k6's network paths, as the results recorded them."""
+    interpreters: set[str] = set()
+    paths: set[str] = set()
+    for r in results:
+        service = r.get("service") or {}
+        if build := service.get("interpreter"):
+            interpreters.add(
+                f"{build['implementation']} {build['version']} `{build['executable']}`, optimized: "
+                f"{build['optimized']}, libpython {build['libpython']}"
+            )
+        if service.get("network_path"):
+            paths.add(service["network_path"])
+    rows = [("service interpreter", interpreters), ("k6 to service", paths)]
+    return [(name, "; ".join(sorted(values))) for name, values in rows if values]
+
+
+def summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) -> list[Block]:
+    groups = [g for g in run.groups if g.kind == THROUGHPUT]
+    if not groups:
+        return []
+    headers = [
+        "group",
+        "ok",
+        "req/s median",
+        f"req/s {CONFIDENCE:.0%} CI",
+        "p50 median",
+        "p99 median",
+        f"p99 {CONFIDENCE:.0%} CI",
+        "errors",
+        "CPU s / 1k req",
+        "bytes / resp",
+        "service CPU",
+        "k6 CPU",
+        "others max",
+        "CPU / req (cal)",
+    ]
+    unit = host_conditions.calibration_unit(run.manifest)
+    if baseline is not None:
+        headers += [f"req/s vs {baseline.run_id}", f"p99 vs {baseline.run_id}"]
+    rows = []
+    for g in groups:
+        rps, p99 = g.summary("rps"), g.summary("p99")
+        errors = sum((r["k6"]["metrics"] or {}).get("errors") or 0 for r in g.results)
+        row = [
+            f"`{g.id}`" + (" (lower bound)" if g.lower_bound else ""),
+            f"{len(g.results)}/{g.attempted}",
+            median_cell(rps, "rps"),
+            interval_cell(rps, "rps"),
+            median_cell(g.summary("p50"), "p50"),
+            median_cell(p99, "p99"),
+            interval_cell(p99, "p99"),
+            str(errors) if g.results else "-",
+            median_cell(g.summary("cpu_per_1k"), "cpu_per_1k"),
+            median_cell(g.summary("bytes"), "bytes"),
+            median_cell(g.summary("service_cpu"), "service_cpu"),
+            median_cell(g.summary("k6_cpu"), "k6_cpu"),
+            fmt(host_conditions.others_max(g.results), "{:.1%}"),
+            fmt(host_conditions.cpu_per_request_cal(g, unit), "{:.3f}"),
+        ]
+        if baseline is not None:
+            change = changes.get(g.id)
+            row += [_change(change, "rps"), _change(change, "p99")] if change else ["not in baseline"] * 2
+        rows.append(row)
+    return [
+        Heading(2, "Summary"),
+        Paragraph(
+            "Closed and open load models, one row per scenario group (target.profile.count.load model) "
+            "across its repeats. CPU is the share of the profile's quota (service) or of k6's own CPUs; "
+            "bytes are what k6 received per response, headers and framing included. Others max: the "
+            "largest share of the service's or k6's CPUs that processes outside the scenario took in "
+            "any repeat; CPU / req (cal): the median service CPU per request in calibration units "
+            "(see Host interference and calibration). A lower bound is a closed-model group that k6 or "
+            "something else, not the service, limited: the service does at least this much, and the "
+            "group enters no comparison."
+        ),
+        table(headers, rows),
+        *(
+            [Bullets(tuple(f"`{g.id}`: {g.lower_bound}" for g in groups if g.lower_bound))]
+            if any(g.lower_bound for g in groups)
+            else []
+        ),
+    ]
+
+
+def latency(run: Run) -> list[Block]:
+    groups = [g for g in run.groups if g.kind == THROUGHPUT and g.results]
+    if not groups:
+        return []
+    rows = []
+    for g in groups:
+        for stat in LATENCY_STATS:
+            s = g.summary(stat)
+            if s is not None:
+                rows.append([f"`{g.id}`", stat, *bdn_cells(s, LATENCY_FORMAT), interval_cell(s, stat)])
+    return [
+        Heading(2, "Latency across repeats"),
+        Paragraph(
+            "Each k6 statistic (avg and percentiles of one repeat) summarised over the repeats in "
+            "BenchmarkDotNet's columns, in ms."
+        ),
+        table(("group", "statistic", "n", "Mean", "Error", "StdDev", "Median", f"{CONFIDENCE:.0%} CI"), rows),
+    ]
+
+
+def sequential(run: Run) -> list[Block]:
+    groups = [g for g in run.groups if g.kind == SEQUENTIAL]
+    if not groups:
+        return []
+    rows = []
+    for g in groups:
+        s = g.summary("avg")
+        rows.append(
+            [
+                g.target,
+                g.protocol + (" TLS" if g.tls else ""),
+                g.profile,
+                str(g.count),
+                str(g.iterations),
+                *(bdn_cells(s, LATENCY_FORMAT) if s else ["0", "-", "-", "-", "-"]),
+                median_cell(g.summary("p50"), "p50"),
+                median_cell(g.summary("p99"), "p99"),
+                median_cell(g.summary("seconds"), "seconds"),
+            ]
+        )
+    return [
+        Heading(2, "Sequential latency"),
+        Paragraph(
+            "One client (1 VU) sends N requests one after another on one connection; each repeat is a "
+            "fresh service and k6 run. Mean/Error/StdDev/Median are of the repeats' mean latency in ms; "
+            "p50 and p99 are medians over repeats; time is the k6 run for all N requests."
+        ),
+        table(
+            (
+                "target",
+                "protocol",
+                "profile",
+                "count",
+                "N",
+                "n",
+                "Mean",
+                "Error",
+                "StdDev",
+                "Median",
+                "p50",
+                "p99",
+                "time s",
+            ),
+            rows,
+            (False, False, False, True, True, True, True, True, True, True, True, True, True),
+        ),
+    ]
+
+
+def capacity(run: Run) -> list[Block]:
+    groups = [g for g in run.groups if g.kind == CAPACITY]
+    if not groups:
+        return []
+    rows = []
+    for g in groups:
+        for result in g.results:
+            search = result["capacity"]
+            best = next((s for s in search["steps"] if s["rate"] == search["sustainable_rate"]), None)
+            rows.append(
+                [
+                    f"`{g.id}`",
+                    str(result["scenario"]["repeat"]),
+                    f"{search['slo_p99_ms']:g} ms",
+                    fmt(search["sustainable_rate"], "{:.0f}") if search["sustainable_rate"] else "none",
+                    search["limit"],
+                    fmt(best["p99_ms"] if best else None, LATENCY_FORMAT),
+                    fmt(best["service_cpu_utilisation"] if best else None, "{:.0%}"),
+                    str(len(search["steps"])),
+                ]
+            )
+    medians = [
+        f"`{g.id}`: median {s.median:.0f} req/s over {s.n} repeat(s)"
+        for g in groups
+        if (s := g.summary("sustainable")) is not None
+    ]
+    blocks: list[Block] = [
+        Heading(2, "Capacity"),
+        Paragraph(
+            "Open model (constant arrival rate): each step is one k6 run at a fixed rate; the rate grows "
+            "while p99, errors and dropped iterations stay within the SLO, then bisects. Sustainable = "
+            "the highest passing rate below the lowest failing one."
+        ),
+        table(
+            (
+                "group",
+                "repeat",
+                "SLO p99",
+                "sustainable req/s",
+                "limited by",
+                "p99 there",
+                "service CPU",
+                "steps",
+            ),
+            rows,
+            (False, True, True, True, False, True, True, True),
+        ),
+    ]
+    if medians:
+        blocks.append(Bullets(tuple(medians)))
+    return blocks
+
+
+def comparisons(run: Run) -> list[Block]:
+    comparisons = compare_groups(floor.lab_groups(run.groups))
+    budgets = budget_pairs(run.groups)
+    if not comparisons and not budgets:
+        return []
+    blocks: list[Block] = [
+        Heading(2, "Comparisons"),
+        Paragraph(
+            "Ratios are candidate / baseline (> 1 means more requests/s, or more latency, CPU or bytes). "
+            "Pairs come from target attributes: the same server and TLS for HTTP/2 vs HTTP/1.1, the same "
+            "TLS for gRPC vs REST, the same protocol and TLS for server vs server, always the same "
+            "profile, payload and load model."
+        ),
+    ]
+    for kind in (THROUGHPUT, SEQUENTIAL, CAPACITY):
+        members = [c for c in comparisons if c.candidate.kind == kind]
+        if not members:
+            continue
+        metrics = COMPARED[kind]
+        rows = [
+            [c.kind, c.candidate.target, c.baseline.target, c.candidate.context, *_ratio_cells(c, metrics)]
+            for c in members
+        ]
+        headers = ("comparison", "candidate", "baseline", "held fixed", *(METRICS[m].label for m in metrics))
+        blocks += [
+            Heading(3, f"{kind.capitalize()} comparisons"),
+            table(headers, rows, left_first(4, len(headers))),
+        ]
+    if budgets:
+        rows = []
+        for c in budgets:
+            ideal = c.candidate.cpus / c.baseline.cpus
+            metric = COMPARED[c.candidate.kind][0]
+            r = c.ratios.get(metric)
+            rows.append(
+                [
+                    c.candidate.target,
+                    f"c{c.candidate.count}, {c.candidate.load_model}",
+                    c.kind,
+                    ratio_cell(r) if r else "-",
+                    f"{r.estimate / ideal:.0%}" if r else "-",
+                ]
+            )
+        blocks += [
+            Heading(3, "Budget scaling"),
+            Paragraph(
+                "Does a bigger CPU budget buy proportionally more? Scaling is the throughput ratio over "
+                "the CPU ratio: 100% means doubling the budget doubled the throughput."
+            ),
+            table(
+                ("target", "held fixed", "budgets", "throughput ratio", "scaling"),
+                rows,
+                (False, False, False, True, True),
+            ),
+        ]
+    return blocks
+
+
+def problems(run: Run) -> list[Block]:
+    items = []
+    for r in run.results:
+        failure = r.get("failure")
+        if failure:
+            items.append(f"`{r['scenario_id']}` failed in {failure['phase']}: {failure['message']}")
+        items += [f"`{r['scenario_id']}` suspect: {reason}" for reason in verdict_of(r).suspect]
+    if not items:
+        return [Heading(2, "Failed and suspect results"), Paragraph("None.")]
+    return [Heading(2, "Failed and suspect results"), Bullets(tuple(items))]
+
+
+def _ratio_cells(c: Comparison, metrics: Sequence[str]) -> list[str]:
+    return [ratio_cell(c.ratios[m]) if m in c.ratios else "-" for m in metrics]
+
+
+def _change(c: Comparison, metric: str) -> str:
+    r = c.ratios.get(metric)
+    if r is None:
+        return "-"
+    cell = ratio_cell(r)
+    return cell + (" **REGRESSION**" if metric in is_regression(c) else "")

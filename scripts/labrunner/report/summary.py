@@ -1,0 +1,200 @@
+"""summary.csv and summary.md: one row per scenario result, regenerated after every scenario."""
+
+import csv
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from labrunner.files import write_text_atomic
+from labrunner.observe import interference
+from labrunner.report.repeats import across_repeats_markdown
+from labrunner.results.store import load_results, read_manifest
+from labrunner.results.trust import SUSPECT_SHARE, verdict_of
+from labrunner.run import calibration
+
+SUMMARY_COLUMNS = (
+    "scenario",
+    "status",
+    "target",
+    "service",
+    "protocol",
+    "tls",
+    "profile",
+    "cpus",
+    "memory_mib",
+    "count",
+    "response_model",
+    "load_model",
+    "repeat",
+    "network",
+    "network_rtt_ms",  # measured on the emulated link before the service started; empty on loopback
+    "requests",
+    "requests_per_s",
+    "errors",
+    "error_rate",
+    "latency_avg_ms",
+    "latency_p50_ms",
+    "latency_p90_ms",
+    "latency_p95_ms",
+    "latency_p99_ms",
+    "latency_max_ms",
+    "received_bytes",
+    "received_bytes_per_request",
+    "dropped_iterations",
+    "service_cpu_s",
+    "service_cpu_utilisation",
+    "throttled_periods",
+    "throttled_s",
+    "memory_peak_mib",
+    "k6_cpu_utilisation",
+    "others_service_cpus_share",
+    "others_k6_cpus_share",
+    "relay_k6_cpus_share",  # of others on k6's CPUs: the userspace link emulator
+    "steal_share",
+    "service_cpu_per_request_cal",
+    "protocol_verified",
+    "overhead_s",
+    "suspect",
+    "failure",
+)
+
+
+def summary_row(result: Mapping[str, Any], calibration_unit_s: float | None = None) -> dict[str, Any]:
+    """One flat row of summary.csv from a result; calibration_unit_s: the run's calibration unit."""
+    scenario = result["scenario"]
+    metrics = (result.get("k6") or {}).get("metrics") or {}
+    latency = metrics.get("latency_ms") or {}
+    usage = (result.get("service") or {}).get("usage") or {}
+    verification = result.get("verification") or {}
+    failure = result.get("failure") or {}
+    timings = result.get("timings_s") or {}
+    requests = metrics.get("requests")
+    received = metrics.get("data_received_bytes")
+    cpu_seconds = usage.get("cpu_seconds")
+    section = result.get("host")
+    network = result.get("network") or {}
+    rtt = network.get("measured_rtt_s")
+    return {
+        "scenario": result["scenario_id"],
+        "status": result["status"],
+        "target": scenario["target"],
+        "service": scenario["service"],
+        "protocol": scenario["protocol"],
+        "tls": scenario["tls"],
+        "profile": scenario["profile"]["name"],
+        "cpus": scenario["profile"]["cpus"],
+        "memory_mib": scenario["profile"]["memory_bytes"] / 2**20,
+        "count": scenario["count"],
+        # Results written before the response models existed name none.
+        "response_model": scenario.get("response_model", ""),
+        "load_model": scenario["load_model"]["name"],
+        "repeat": scenario["repeat"],
+        # Results written before network profiles existed ran on loopback.
+        "network": network.get("profile", "loopback"),
+        "network_rtt_ms": rtt * 1000 if rtt is not None else None,
+        "requests": requests,
+        "requests_per_s": metrics.get("requests_per_second"),
+        "errors": metrics.get("errors"),
+        "error_rate": metrics.get("error_rate"),
+        **{f"latency_{k}_ms": latency.get(k) for k in ("avg", "p50", "p90", "p95", "p99", "max")},
+        "received_bytes": received,
+        "received_bytes_per_request": received / requests if requests and received is not None else None,
+        "dropped_iterations": metrics.get("dropped_iterations"),
+        "service_cpu_s": usage.get("cpu_seconds"),
+        "service_cpu_utilisation": usage.get("cpu_utilisation"),
+        "throttled_periods": usage.get("throttled_periods"),
+        "throttled_s": usage.get("throttled_seconds"),
+        "memory_peak_mib": _mib(usage.get("memory_peak_bytes")),
+        "k6_cpu_utilisation": (result.get("k6") or {}).get("cpu_utilisation"),
+        "others_service_cpus_share": interference.share(section, "service_cpus"),
+        "others_k6_cpus_share": interference.share(section, "k6_cpus"),
+        "relay_k6_cpus_share": interference.relay_share(section),
+        "steal_share": (section or {}).get("steal_share"),
+        # Service CPU per request over the calibration's CPU per unit: comparable across CPU models.
+        "service_cpu_per_request_cal": cpu_seconds / requests / calibration_unit_s
+        if cpu_seconds is not None and requests and calibration_unit_s
+        else None,
+        "protocol_verified": verification.get("protocol") if verification.get("ok") else None,
+        "overhead_s": timings.get("overhead"),
+        "suspect": "; ".join(verdict_of(result).suspect),
+        "failure": f"{failure['phase']}: {failure['message']}" if failure else "",
+    }
+
+
+def write_summaries(out_dir: Path, run_id: str, order: Sequence[str] = ()) -> None:
+    """Regenerate summary.csv and summary.md from every result file of the run."""
+    unit = calibration.unit_seconds(read_manifest(out_dir).get("calibration"))
+    results = load_results(out_dir, order)
+    rows = [summary_row(r, unit) for r in results]
+    write_text_atomic(out_dir / "summary.csv", summary_csv(rows))
+    across = "".join(f"\n{line}" for line in across_repeats_markdown(results))
+    write_text_atomic(out_dir / "summary.md", summary_markdown(run_id, rows) + across)
+
+
+def summary_csv(rows: Iterable[Mapping[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row.get(k) is None else row[k] for k in SUMMARY_COLUMNS})
+    return buffer.getvalue()
+
+
+def summary_markdown(run_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """A readable table: throughput, latency, and what the service and k6 cost."""
+    ok = sum(1 for r in rows if r["status"] == "ok")
+    lines = [
+        f"# protolab run {run_id}",
+        "",
+        f"{ok} of {len(rows)} scenarios ok. Latency of successful requests in ms; CPU "
+        "utilisation is the share of the profile's quota (service) or of k6's own CPUs. Others: "
+        "the share of the service's / k6's CPUs that processes outside the scenario used during "
+        f"the measured window (suspect above {SUSPECT_SHARE:.0%}; relay: the "
+        "userspace link emulator's part of it on k6's CPUs). CPU/req cal: "
+        "the service's CPU time per request in units of the run's calibration workload.",
+        "",
+        "| scenario | response model | status | req/s | errors | p50 | p90 | p99 | max | service CPU | "
+        "throttled s | peak MiB | k6 CPU | others | steal | CPU/req cal | protocol |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
+    ]
+    for r in rows:
+        cells = [
+            r["scenario"],
+            r["response_model"] or "-",
+            r["status"],
+            _fmt(r["requests_per_s"], "{:.1f}"),
+            _fmt(r["errors"], "{}"),
+            *(_fmt(r[f"latency_{k}_ms"], "{:.2f}") for k in ("p50", "p90", "p99", "max")),
+            _fmt(r["service_cpu_utilisation"], "{:.0%}"),
+            _fmt(r["throttled_s"], "{:.2f}"),
+            _fmt(r["memory_peak_mib"], "{:.0f}"),
+            _fmt(r["k6_cpu_utilisation"], "{:.0%}"),
+            _others(r["others_service_cpus_share"], r["others_k6_cpus_share"], r.get("relay_k6_cpus_share")),
+            _fmt(r["steal_share"], "{:.1%}"),
+            _fmt(r["service_cpu_per_request_cal"], "{:.3f}"),
+            r["protocol_verified"] or "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    problems = [r for r in rows if r["failure"] or r["suspect"]]
+    if problems:
+        lines += ["", "## Failures and suspect results", ""]
+        lines += [f"- `{r['scenario']}`: {r['failure'] or r['suspect']}" for r in problems]
+    return "\n".join(lines) + "\n"
+
+
+def _others(service: float | None, k6: float | None, relay: float | None = None) -> str:
+    """summary.md's others cell: "0.4% / 1.2%" (service's CPUs / k6's CPUs), and of k6's the
+    userspace link emulator's part: "0.4% / 9.2% (relay 8.1%)"."""
+    if service is None and k6 is None:
+        return "-"
+    of_which = f" (relay {relay:.1%})" if relay is not None else ""
+    return f"{_fmt(service, '{:.1%}')} / {_fmt(k6, '{:.1%}')}{of_which}"
+
+
+def _mib(value: int | None) -> float | None:
+    return None if value is None else value / 2**20
+
+
+def _fmt(value: object, spec: str) -> str:
+    return "-" if value is None or value == "" else spec.format(value)

@@ -1,0 +1,285 @@
+"""The one judge of trust: whether a result is suspect, and whether its throughput is only a lower bound.
+
+Under a closed model the service answers as fast as k6 asks. If k6 ran out of CPU, or the service
+left most of its quota unused, something other than the service limited the number: it says the
+service can do at least this much, and it enters no ratio between targets (a ratio against k6's
+limit measures k6). Everything that prints a verdict (the progress line, summaries, the report)
+takes it from here.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from labrunner.backends.base import cpu_list
+from labrunner.run.outcome import ScenarioOutcome
+
+K6_SATURATED = 0.8  # above this share of its CPUs, k6 may be what limits throughput
+# Below this share of its quota under a closed model, something else held the service back.
+SERVICE_CPU_BOUND = 0.5
+CLOSED_EXECUTORS = ("constant-vus", "ramping-vus")
+MAX_ERROR_RATE = 0.01
+# Above this share of the scenario's CPUs, what others (or the hypervisor) took may have moved
+# the numbers: the result is suspect.
+SUSPECT_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class K6Instance:
+    """One k6 instance of a split run: its share of its CPU, and which CPU."""
+
+    cpu_utilisation: float | None
+    cpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Requests:
+    """What k6's summary says about the requests (old results may lack attempts)."""
+
+    dropped_iterations: int
+    error_rate: float | None
+    attempts: int | None
+
+
+@dataclass(frozen=True)
+class Others:
+    """What processes outside the scenario took on one set of its CPUs over the measured window."""
+
+    cpus: tuple[int, ...]
+    share: float | None
+    others_cpu_seconds: float | None
+    relay_cpu_seconds: float | None  # the userspace link emulator's part of it, on k6's CPUs
+
+
+@dataclass(frozen=True)
+class Host:
+    """A measured window's interference: one figure per CPU set (one for both when they overlap)."""
+
+    service_cpus: Others | None
+    k6_cpus: Others | None
+    shared: bool
+    steal_share: float | None
+    steal_seconds: float | None
+
+
+@dataclass(frozen=True)
+class Step:
+    """A capacity search step as the judge sees it."""
+
+    rate: int
+    passed: bool
+    k6_cpu_utilisation: float | None
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Every number the verdict depends on."""
+
+    executor: str
+    iterations: int | None  # shared-iterations: the request cap
+    duration_s: float | None
+    profile_cpus: float | None
+    k6_cpu_utilisation: float | None  # a split run's: its busiest instance's
+    k6_instances: tuple[K6Instance, ...]  # empty unless k6 was split
+    requests: Requests | None  # None without a k6 summary
+    service_cpu_utilisation: float | None
+    host: Host | None  # None when the window was not measured
+    steps: tuple[Step, ...]  # a capacity search's; empty otherwise
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why not to trust a result's numbers (empty: no reason), and why its throughput is only a
+    lower bound of the service's (None: it is the service's)."""
+
+    suspect: tuple[str, ...]
+    lower_bound: str | None
+
+
+def judge(figures: Figures) -> Verdict:
+    return Verdict(
+        suspect=(*_load_reasons(figures), *_host_reasons(figures.host), *_capacity_reasons(figures.steps)),
+        lower_bound=_lower_bound(figures),
+    )
+
+
+def judge_outcome(outcome: ScenarioOutcome) -> Verdict:
+    """The verdict on a scenario that just ran."""
+    k6_run, model = outcome.k6_run, outcome.scenario.load_model
+    metrics = k6_run.metrics if k6_run else None
+    steps = outcome.search.steps if outcome.search else ()
+    return judge(
+        Figures(
+            executor=model.executor,
+            iterations=model.iterations,
+            duration_s=outcome.scenario.duration_s,
+            profile_cpus=outcome.scenario.profile.cpus,
+            k6_cpu_utilisation=k6_run.cpu_utilisation if k6_run else None,
+            k6_instances=tuple(K6Instance(i.cpu_utilisation, i.cpu_ids) for i in k6_run.instances)
+            if k6_run
+            else (),
+            requests=None
+            if metrics is None
+            else Requests(metrics.dropped_iterations, metrics.error_rate, metrics.attempts),
+            service_cpu_utilisation=outcome.service_cpu_utilisation,
+            host=_host(outcome.host),
+            steps=tuple(Step(s.rate, s.passed, s.k6_cpu_utilisation) for s in steps),
+        )
+    )
+
+
+def verdict_of(result: Mapping[str, Any]) -> Verdict:
+    """A saved result's verdict: as stored, or judged from its figures when it predates the
+    stored verdict (results written before the lower_bound key existed)."""
+    if "lower_bound" in result:
+        return Verdict(tuple(result.get("suspect") or ()), result["lower_bound"])
+    return judge(_figures_of_result(result))
+
+
+def _figures_of_result(result: Mapping[str, Any]) -> Figures:
+    scenario = result.get("scenario") or {}
+    model = scenario.get("load_model") or {}
+    k6_section = result.get("k6") or {}
+    metrics = k6_section.get("metrics")
+    usage = (result.get("service") or {}).get("usage") or {}
+    return Figures(
+        executor=model.get("executor", ""),
+        iterations=model.get("iterations"),
+        duration_s=scenario.get("duration_s"),
+        profile_cpus=(scenario.get("profile") or {}).get("cpus"),
+        k6_cpu_utilisation=k6_section.get("cpu_utilisation"),
+        k6_instances=tuple(
+            K6Instance(i.get("cpu_utilisation"), tuple(i.get("cpus") or ()))
+            for i in k6_section.get("instances") or ()
+        ),
+        requests=None
+        if not metrics
+        else Requests(
+            metrics.get("dropped_iterations") or 0, metrics.get("error_rate"), metrics.get("attempts")
+        ),
+        service_cpu_utilisation=usage.get("cpu_utilisation"),
+        host=_host(result.get("host")),
+        steps=tuple(
+            Step(s["rate"], s["passed"], s.get("k6_cpu_utilisation"))
+            for s in (result.get("capacity") or {}).get("steps") or ()
+        ),
+    )
+
+
+def _host(section: Mapping[str, Any] | None) -> Host | None:
+    """The typed figures of a result's "host" section (interference.interference())."""
+    if not section or not section.get("measured"):
+        return None
+    figures = section.get("interference") or {}
+
+    def others(key: str) -> Others | None:
+        figure = figures.get(key)
+        if not figure:
+            return None
+        return Others(
+            tuple(figure.get("cpus") or ()),
+            figure.get("share"),
+            figure.get("others_cpu_seconds"),
+            figure.get("relay_cpu_seconds"),
+        )
+
+    return Host(
+        others("service_cpus"),
+        others("k6_cpus"),
+        bool(figures.get("shared")),
+        section.get("steal_share"),
+        section.get("steal_seconds"),
+    )
+
+
+def _load_reasons(f: Figures) -> list[str]:
+    """Reasons not to trust a measured number as the service's capacity."""
+    reasons = []
+    for index, instance in _saturated_instances(f.k6_instances):
+        reasons.append(
+            f"k6 instance {index} of {len(f.k6_instances)} used {instance.cpu_utilisation:.0%} of its CPU "
+            f"{cpu_list(instance.cpus)} (load generator saturated)"
+        )
+    if not f.k6_instances and _saturated(f.k6_cpu_utilisation):
+        reasons.append(f"k6 used {f.k6_cpu_utilisation:.0%} of its CPUs (load generator saturated)")
+    requests = f.requests
+    if requests is not None:
+        # shared-iterations counts what the cap cut off as dropped: the reason below says it better.
+        if requests.dropped_iterations and f.iterations is None:
+            reasons.append(f"{requests.dropped_iterations} iterations dropped")
+        if requests.error_rate is not None and requests.error_rate > MAX_ERROR_RATE:
+            reasons.append(f"error rate {requests.error_rate:.2%}")
+        if f.iterations is not None and requests.attempts is not None and requests.attempts < f.iterations:
+            reasons.append(
+                f"only {requests.attempts} of {f.iterations} requests within the {f.duration_s:g}s cap"
+            )
+    utilisation = f.service_cpu_utilisation
+    closed = f.executor in CLOSED_EXECUTORS
+    if requests is not None and closed and utilisation is not None and utilisation < SERVICE_CPU_BOUND:
+        reasons.append(
+            f"service used {utilisation:.0%} of its {f.profile_cpus:g}-CPU quota under a "
+            "closed model: not CPU-bound, so something else limited throughput"
+        )
+    return reasons
+
+
+def _host_reasons(host: Host | None) -> list[str]:
+    """Why a result's numbers may be the host's: others or steal above SUSPECT_SHARE of the CPUs."""
+    if host is None:
+        return []
+    reasons = []
+    sets = [(host.service_cpus, "the service's CPUs"), (host.k6_cpus, "k6's CPUs")]
+    if host.shared:  # one figure for both sets: one reason
+        sets = [(host.service_cpus, "the CPUs the service shares with k6,")]
+    for figure, label in sets:
+        if figure is None or figure.share is None or figure.share <= SUSPECT_SHARE:
+            continue
+        relay = figure.relay_cpu_seconds
+        of_which = f", of which the userspace link emulator {relay:.2f}" if relay is not None else ""
+        reasons.append(
+            f"other processes used {figure.share:.1%} of {label} {cpu_list(figure.cpus)} "
+            f"({figure.others_cpu_seconds:.2f} CPU s{of_which}) during the measured window "
+            f"(> {SUSPECT_SHARE:.0%}): host interference"
+        )
+    if host.steal_share is not None and host.steal_share > SUSPECT_SHARE:
+        reasons.append(
+            f"the hypervisor took {host.steal_share:.1%} of the scenario's CPUs (steal, "
+            f"{host.steal_seconds:.2f} s) during the measured window (> {SUSPECT_SHARE:.0%})"
+        )
+    return reasons
+
+
+def _capacity_reasons(steps: Sequence[Step]) -> list[str]:
+    """A search whose limiting step (the lowest failing rate) saturated k6 found k6's capacity."""
+    failed = [s for s in steps if not s.passed]
+    if not failed:
+        return []
+    lowest = min(failed, key=lambda s: s.rate)
+    if _saturated(lowest.k6_cpu_utilisation):
+        return [
+            f"k6 used {lowest.k6_cpu_utilisation:.0%} of its CPUs at {lowest.rate}/s, the rate that "
+            "failed: the capacity found may be the load generator's"
+        ]
+    return []
+
+
+def _lower_bound(f: Figures) -> str | None:
+    """Why a closed-model result's throughput is only a lower bound, or None when it is the service's."""
+    if f.executor not in CLOSED_EXECUTORS:
+        return None
+    for index, instance in _saturated_instances(f.k6_instances):
+        return f"k6 instance {index} of {len(f.k6_instances)} used {instance.cpu_utilisation:.0%} of its CPU"
+    if not f.k6_instances and _saturated(f.k6_cpu_utilisation):
+        return f"k6 used {f.k6_cpu_utilisation:.0%} of its CPUs"
+    if f.service_cpu_utilisation is not None and f.service_cpu_utilisation < SERVICE_CPU_BOUND:
+        return f"the service used {f.service_cpu_utilisation:.0%} of its quota"
+    return None
+
+
+def _saturated_instances(instances: Sequence[K6Instance]) -> list[tuple[int, K6Instance]]:
+    """k6 split: any saturated instance limited the load it was given (numbered from 1)."""
+    return [(i, inst) for i, inst in enumerate(instances, start=1) if _saturated(inst.cpu_utilisation)]
+
+
+def _saturated(share: float | None) -> bool:
+    return share is not None and share > K6_SATURATED
