@@ -32,13 +32,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _table(document: dict[str, object]) -> str:
-    header = f"{'codec':9} {'operation':9} {'records':>7} {'bytes':>7} {'Mean us':>10} {'Error':>9} "
-    header += f"{'StdDev':>9} {'Median':>10}"
+    header = f"{'codec':9} {'operation':9} {'records':>7} {'bytes':>7} {'geomean us':>10} {'95% CI':>19}"
     lines = [header]
     for case in serialization.cases_from_document(document):
+        interval = f"[{_number(case.low_us)}, {_number(case.high_us)}]"
         lines.append(
-            f"{case.codec:9} {case.operation:9} {case.count:7d} {case.bytes:7d} {case.mean_us:10.2f} "
-            f"{_number(case.error_us):>9} {_number(case.stddev_us):>9} {case.median_us:10.2f}"
+            f"{case.codec:9} {case.operation:9} {case.count:7d} {case.bytes:7d} {case.geomean_us:10.2f} "
+            f"{interval:>19}"
         )
     return "\n".join(lines) + "\n" + json.dumps({k: document[k] for k in ("python", "protobuf_backend")})
 

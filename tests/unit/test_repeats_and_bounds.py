@@ -97,7 +97,9 @@ def test_summary_gives_every_group_an_interval_and_marks_lower_bounds() -> None:
     ]
     text = "\n".join(across_repeats_markdown(results))
     quart = next(line for line in text.splitlines() if line.startswith("| `quart-h1."))
-    assert "306.0 ± 7.5 |" in quart  # mean of 303, 306, 309; t(0.975, 2) x 3 / sqrt(3) = 7.45
+    # Geometric mean of 303, 306, 309 is 305.99; sd of the logs 0.00980, t(0.975, 2) x 0.00980 / sqrt(3)
+    # = 0.0244, so the interval is 305.99 x e^(-+0.0244).
+    assert "306.0 [298.6, 313.5] |" in quart
     aiohttp = next(line for line in text.splitlines() if line.startswith("| `aiohttp-h1."))
     assert "not service-bound (k6 used 85% of its CPUs)" in aiohttp
     ratio = next(line for line in text.splitlines() if line.startswith("| gRPC vs REST"))

@@ -46,14 +46,15 @@ def test_measure_case_calibrates_iterations_to_the_budget() -> None:
     assert len(calls) >= 4 * ops
 
 
-def test_quick_benchmark_reports_benchmarkdotnet_columns() -> None:
+def test_quick_benchmark_reports_geometric_means_with_positive_intervals() -> None:
     cases = serialization.run(QUICK)
     assert len(cases) == len(QUICK.counts) * 6
     sizes = {r.count: r for r in payload.measure(QUICK.counts)}
     for case in cases:
         assert case.n == QUICK.iterations
-        assert 0 < case.min_us <= case.median_us <= case.max_us
-        assert case.error_us is not None and case.stddev_us is not None and case.error_us > case.stddev_us
+        assert 0 < case.min_us <= case.geomean_us <= case.max_us
+        assert case.low_us is not None and case.high_us is not None
+        assert 0 < case.low_us <= case.geomean_us <= case.high_us
         row = sizes[case.count]
         assert case.bytes == (row.protobuf_bytes if case.codec == "protobuf" else row.json_bytes)
     document = serialization.as_document(cases, QUICK)
@@ -72,5 +73,5 @@ def test_bench_serialization_runs_on_its_own(tmp_path: Path) -> None:
         check=False,
     )
     assert completed.returncode == 0, completed.stderr
-    assert "protobuf  decode" in completed.stdout and "Mean us" in completed.stdout
+    assert "protobuf  decode" in completed.stdout and "geomean us" in completed.stdout
     assert json.loads(out.read_text())["schema"] == serialization.SCHEMA

@@ -4,7 +4,7 @@ import math
 import warnings
 
 import pytest
-from labrunner.report.stats import ONE_REPEAT, Ratio, half_width, ratio, summarize, t_quantile
+from labrunner.report.stats import NOT_POSITIVE, ONE_REPEAT, Ratio, half_width, ratio, summarize, t_quantile
 from scipy import stats as scipy_stats
 
 # Student t critical values as printed in statistics tables (two-sided).
@@ -21,24 +21,36 @@ def test_t_quantile_matches_the_printed_table(confidence: float, df: int, table:
 
 
 def test_summary_of_a_known_sample() -> None:
-    # 10, 12, 14, 16, 18: mean 14, squared deviations 16+4+0+4+16 = 40, variance 40/4 = 10,
-    # standard error sqrt(10)/sqrt(5) = sqrt(2).
-    s = summarize([12, 18, 10, 16, 14])
-    assert (s.n, s.mean, s.median, s.minimum, s.maximum) == (5, 14, 14, 10, 18)
-    assert s.stddev == pytest.approx(math.sqrt(10))
-    assert s.ci_low == pytest.approx(14 - T_975_DF4 * math.sqrt(2), abs=1e-3)  # 10.0736
-    assert s.ci_high == pytest.approx(17.9264, abs=1e-3)
-    # BenchmarkDotNet's Error: half the 99.9% interval, 8.6103 * 1.41421 = 12.1769.
-    assert s.error == pytest.approx(12.1769, abs=1e-3)
-    assert half_width(math.sqrt(10), 5, 0.999) == pytest.approx(s.error)
+    # Logs 0, 1, 2, 3, 4 (values e^0 .. e^4): mean 2, squared deviations 4+1+0+1+4 = 10, variance
+    # 10/4, standard error sqrt(2.5)/sqrt(5) = sqrt(0.5); the centre is e^2, the interval
+    # e^(2 +- 2.7764 * 0.70711) = e^(2 +- 1.96324).
+    values = [math.e**k for k in (2, 4, 0, 3, 1)]
+    s = summarize(values)
+    assert (s.n, s.minimum, s.maximum, s.note) == (5, 1.0, math.e**4, "")
+    assert s.centre == pytest.approx(math.e**2)
+    assert s.low == pytest.approx(math.exp(2 - T_975_DF4 * math.sqrt(0.5)), rel=1e-3)  # 1.0372
+    assert s.high == pytest.approx(math.exp(2 + T_975_DF4 * math.sqrt(0.5)), rel=1e-3)  # 52.641
+    assert half_width(math.sqrt(2.5), 5, 0.95) == pytest.approx(1.96324, abs=1e-4)
 
 
-def test_summary_of_one_value_has_no_spread() -> None:
+def test_a_wide_sample_keeps_its_interval_above_zero() -> None:
+    # Three p50s (ms) whose Student t interval of the mean, [-85.1, 153.8], crosses zero.
+    s = summarize([5.0, 8.0, 90.0])
+    assert s.low is not None and s.high is not None
+    assert 0 < s.low < s.centre < s.high
+    assert s.centre == pytest.approx((5 * 8 * 90) ** (1 / 3))
+
+
+def test_summary_of_one_value_has_no_interval() -> None:
     s = summarize([42.0])
-    assert (s.n, s.mean, s.median) == (1, 42.0, 42.0)
-    assert (s.stddev, s.error, s.ci_low, s.ci_high) == (None, None, None, None)
+    assert (s.n, s.centre, s.low, s.high, s.note) == (1, 42.0, None, None, ONE_REPEAT)
     with pytest.raises(ValueError):
         summarize([])
+
+
+def test_summary_with_a_zero_falls_back_to_the_arithmetic_mean() -> None:
+    s = summarize([0.0, 2.0, 4.0])
+    assert (s.centre, s.low, s.high, s.note) == (2.0, None, None, NOT_POSITIVE)
 
 
 def test_ratio_worked_by_hand() -> None:
@@ -97,7 +109,7 @@ def test_ratio_is_symmetric() -> None:
 
 def test_one_repeat_cannot_be_tested() -> None:
     r = ratio([200.0], [100.0, 110.0])
-    assert r == Ratio(200 / 105, None, None, None, None, ONE_REPEAT)
+    assert r == Ratio(pytest.approx(200 / math.sqrt(100 * 110)), None, None, None, None, ONE_REPEAT)
     assert ratio([1.0, 2.0], [3.0]).note == "n/a: one repeat"
 
 

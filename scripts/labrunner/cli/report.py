@@ -1,4 +1,5 @@
-"""Regenerate a run's report (report.md, report.html, charts/) from its saved JSON; `--help` for options."""
+"""Regenerate a run's summaries and report (report.md, report.html, charts/) from its saved JSON;
+`--help` for options."""
 
 import argparse
 import sys
@@ -6,13 +7,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from labrunner.report.build import write_report
+from labrunner.report.summary import write_summaries
+from labrunner.results.store import read_manifest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="report.py",
-        description="Write RUN_DIR/report.md and RUN_DIR/report.html (self-contained, charts embedded) "
-        "from RUN_DIR/manifest.json, scenarios/*.json, payload.json and serialization.json.",
+        description="Write RUN_DIR/report.md and RUN_DIR/report.html (self-contained, charts embedded), "
+        "and summary.md/csv (findings first), from RUN_DIR/manifest.json, scenarios/*.json, payload.json "
+        "and serialization.json.",
     )
     parser.add_argument(
         "run_dir", type=Path, metavar="RUN_DIR", help="a run directory, e.g. results/<run id>"
@@ -28,6 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if directory is not None and not (directory / "scenarios").is_dir():
             print(f"report.py: error: {directory} is not a run directory (no scenarios/)", file=sys.stderr)
             return 2
+    manifest = read_manifest(args.run_dir)
+    order = [s["id"] for s in manifest.get("matrix", {}).get("scenarios", [])]
+    write_summaries(args.run_dir, manifest.get("run_id", args.run_dir.name), order)
     md, html = write_report(args.run_dir, args.baseline)
-    print(f"{md}\n{html}")
+    print(f"{args.run_dir / 'summary.md'}\n{md}\n{html}")
     return 0

@@ -12,11 +12,19 @@ from labrunner.backends.base import Backend, BackendSettings
 from labrunner.files import write_json_atomic
 from labrunner.model.scenario import Plan, Scenario
 from labrunner.observe import interference, prometheus_sd
-from labrunner.report import payload, serialization
+from labrunner.report import findings, payload, serialization
 from labrunner.report.build import PAYLOAD_FILE, SERIALIZATION_FILE, write_report
+from labrunner.report.compare import group_results
 from labrunner.report.summary import write_summaries
 from labrunner.results import record, trust
-from labrunner.results.store import MANIFEST_FILE, build_manifest, completed_ok, read_manifest, write_result
+from labrunner.results.store import (
+    MANIFEST_FILE,
+    build_manifest,
+    completed_ok,
+    load_results,
+    read_manifest,
+    write_result,
+)
 from labrunner.results.trust import Verdict
 from labrunner.run import calibration
 from labrunner.run.outcome import ScenarioOutcome
@@ -109,7 +117,16 @@ def run_plan(
         + (f"; failed: {', '.join(failed)}" if failed else "")
         + f"\nresults: {out}/summary.md"
     )
+    say_findings(out, order, plan.preset, say)
     return not failed
+
+
+def say_findings(out_dir: Path, order: list[str], preset: str, say: Say) -> None:
+    """The run's findings as plain lines, the same as summary.md's first section."""
+    found = findings.for_run(group_results(load_results(out_dir, order)), preset)
+    say(f"findings: {findings.CONFIDENCE_LINE}")
+    for line in findings.plain(found) or [findings.NONE_YET.removeprefix("- ")]:
+        say(f"  {line}")
 
 
 def finish(run_dir: Path, benchmark: bool, say: Say) -> None:

@@ -5,16 +5,17 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.report import charts, payload, serialization
-from labrunner.report.cells import bdn_value_cells
 from labrunner.report.document import Block, Heading, Image, Paragraph, table
 from labrunner.report.runs import Run
-from labrunner.report.stats import CONFIDENCE, ERROR_CONFIDENCE
+from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE
 
 
 def charts_section(
     run: Run, rows: Sequence[payload.PayloadRow], cases: Sequence[serialization.Case], out: Path
 ) -> list[Block]:
-    whiskers = f"bars: mean; whiskers: {CONFIDENCE:.0%} interval of the mean; dots: repeats"
+    whiskers = (
+        f"bars: {CENTRE} of the repeats; whiskers: its {CONFIDENCE:.0%} log-scale interval; dots: repeats"
+    )
     drawn = [
         (charts.throughput(run.groups, out / "throughput.png"), "Requests/s by target and profile", whiskers),
         (charts.latency(run.groups, out / "latency.png"), "Latency percentiles by target", whiskers),
@@ -26,7 +27,7 @@ def charts_section(
         (
             charts.payload_bytes(run.groups, rows, out / "bytes_per_response.png"),
             "Bytes per response: on the wire and by encoding",
-            "left: median over repeats; right: the payload table below",
+            f"left: {CENTRE} over repeats; right: the payload table below",
         ),
         (charts.sequential(run.groups, out / "sequential.png"), "Sequential mean latency by N", whiskers),
         (
@@ -37,7 +38,7 @@ def charts_section(
         (
             charts.serialization(cases, out / "serialization.png"),
             "Serialization: microseconds per operation",
-            f"whiskers: Error (half the {ERROR_CONFIDENCE:.1%} interval)",
+            f"bars: {CENTRE} of the iterations; whiskers: its {CONFIDENCE:.0%} log-scale interval",
         ),
     ]
     images = [Image(path, alt, f"{alt}. {caption}.") for path, alt, caption in drawn if path is not None]
@@ -81,9 +82,9 @@ def serialization_section(bench: Any) -> list[Block]:
         return [
             heading,
             Paragraph(
-                "Not measured for this run. Measure it on the run's host with "
-                "`python scripts/bench_serialization.py --out RUN_DIR/serialization.json`, then rerun "
-                "`scripts/report.py RUN_DIR`."
+                "Not measured for this run (or measured by a version before its geometric means). "
+                "Measure it on the run's host with `python scripts/bench_serialization.py --out "
+                "RUN_DIR/serialization.json`, then rerun `scripts/report.py RUN_DIR`."
             ),
         ]
     budget = bench["budget"]
@@ -93,7 +94,11 @@ def serialization_section(bench: Any) -> list[Block]:
             c.operation,
             str(c.count),
             str(c.bytes),
-            *bdn_value_cells(c.n, c.mean_us, c.error_us, c.stddev_us, c.median_us, spec="{:.2f}"),
+            str(c.n),
+            f"{c.geomean_us:.2f}",
+            "n/a" if c.low_us is None or c.high_us is None else f"[{c.low_us:.2f}, {c.high_us:.2f}]",
+            f"{c.min_us:.2f}",
+            f"{c.max_us:.2f}",
         ]
         for c in cases
     ]
@@ -105,10 +110,10 @@ def serialization_section(bench: Any) -> list[Block]:
             + f"; {budget['iterations']} iterations of at least {budget['iteration_s'] * 1000:g} ms per case"
             + (" (quick)" if bench.get("quick") else "")
             + ". Encode: the pool's dicts (JSON) or a prebuilt message (protobuf) to bytes; decode: bytes "
-            "to dicts or a message. Microseconds per operation."
+            "to dicts or a message. Microseconds per operation over the iterations. " + METHOD_LINE
         ),
         table(
-            ("codec", "operation", "records", "bytes", "n", "Mean", "Error", "StdDev", "Median"),
+            ("codec", "operation", "records", "bytes", "n", CENTRE, f"{CONFIDENCE:.0%} CI", "min", "max"),
             rows,
             (False, False, True, True, True, True, True, True, True),
         ),

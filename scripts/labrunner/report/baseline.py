@@ -57,7 +57,7 @@ def section(run: Run, baseline: Run) -> list[Block]:
         headers = (
             "group",
             "repeats (baseline / now)",
-            f"baseline → now ({METRICS[first].label}, mean)",
+            f"baseline → now ({METRICS[first].label}, geometric mean)",
             *(METRICS[m].label for m in metrics),
             "verdict",
         )
@@ -65,7 +65,7 @@ def section(run: Run, baseline: Run) -> list[Block]:
             [
                 f"`{c.id}`",
                 f"{len(c.baseline.results)} / {len(c.current.results)}",
-                f"{_mean(c.baseline, first)} → {_mean(c.current, first)}",
+                f"{_centre(c.baseline, first)} → {_centre(c.current, first)}",
                 *(_baseline_cell(c.ratios.get(m)) for m in metrics),
                 _verdict_cell(c),
             ]
@@ -179,6 +179,6 @@ def _percent(estimate: float) -> str:
     return f"{estimate - 1:+.0%}"
 
 
-def _mean(g: Group, metric: str) -> str:
+def _centre(g: Group, metric: str) -> str:
     s = g.summary(metric)
-    return fmt(s.mean if s else None, metric_format(metric))
+    return fmt(s.centre if s else None, metric_format(metric))

@@ -48,7 +48,7 @@ def build(
     charts_dir = run.path / CHARTS_DIR
     changes = against_baseline(run.groups, baseline.groups) if baseline else {}
     blocks: list[Block] = [Heading(1, f"protolab report: run {run.run_id}")]
-    blocks += sections.provenance(run)
+    blocks += sections.findings(run)
     blocks += host_conditions.calibration_warnings(run.manifest)
     blocks += sections.summary(run, changes, baseline)
     blocks += sections.latency(run)
@@ -64,4 +64,5 @@ def build(
     blocks += appendix.payload_section(payload_rows, payload_note)
     blocks += appendix.serialization_section(bench)
     blocks += sections.problems(run)
+    blocks += sections.provenance(run)
     return blocks

@@ -25,27 +25,24 @@ def ratio_cell(r: Ratio) -> str:
     )
 
 
-def median_cell(s: Summary | None, metric: str) -> str:
-    return fmt(s.median if s else None, metric_format(metric))
+def centre_cell(s: Summary | None, metric: str) -> str:
+    """The group's geometric mean (stats.CENTRE)."""
+    return fmt(s.centre if s else None, metric_format(metric))
 
 
 def interval_cell(s: Summary | None, metric: str) -> str:
     if s is None:
         return "-"
-    if s.ci_low is None or s.ci_high is None:
-        return "n/a: one repeat"
+    if s.low is None or s.high is None:
+        return s.note
     spec = metric_format(metric)
-    return f"[{spec.format(s.ci_low)}, {spec.format(s.ci_high)}]"
+    return f"[{spec.format(s.low)}, {spec.format(s.high)}]"
 
 
-def bdn_cells(s: Summary, spec: str) -> list[str]:
-    return bdn_value_cells(s.n, s.mean, s.error, s.stddev, s.median, spec=spec)
-
-
-def bdn_value_cells(
-    n: int, mean: float, error: float | None, stddev: float | None, median: float, *, spec: str
-) -> list[str]:
-    return [str(n), spec.format(mean), fmt(error, spec), fmt(stddev, spec), spec.format(median)]
+def centre_interval_cells(s: Summary, spec: str) -> list[str]:
+    """n, the geometric mean and its interval, the smallest and the largest repeat."""
+    interval = s.note if s.low is None or s.high is None else f"[{spec.format(s.low)}, {spec.format(s.high)}]"
+    return [str(s.n), spec.format(s.centre), interval, spec.format(s.minimum), spec.format(s.maximum)]
 
 
 def metric_format(metric: str) -> str:

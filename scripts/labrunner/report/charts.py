@@ -100,10 +100,10 @@ def payload_bytes(groups: Sequence[Group], rows: Sequence[PayloadRow], path: Pat
     if measured:
         facets = _facets(measured, lambda g: f"c{g.count}")
         labels = [f"{g.target} ({title})" for title, members in facets.items() for g in members]
-        values = [summarize(g.values("bytes")).median for members in facets.values() for g in members]
+        values = [summarize(g.values("bytes")).centre for members in facets.values() for g in members]
         left.barh(labels, values, color="#4c72b0")
         left.invert_yaxis()
-        left.set_xlabel("bytes received per response (median), headers and framing included")
+        left.set_xlabel("bytes received per response (geometric mean), headers and framing included")
         left.tick_params(axis="y", labelsize="small")
     left.set_title("on the wire (k6 data_received / requests)")
     if rows:
@@ -125,7 +125,8 @@ def payload_bytes(groups: Sequence[Group], rows: Sequence[PayloadRow], path: Pat
 
 
 def serialization(cases: Sequence[Case], path: Path) -> Path | None:
-    """Microseconds per operation by record count, one bar per codec and operation, whiskers = Error."""
+    """Microseconds per operation by record count, one bar per codec and operation at the geometric mean,
+    whiskers its log-scale interval."""
     if not cases:
         return None
     counts = sorted({c.count for c in cases})
@@ -136,15 +137,14 @@ def serialization(cases: Sequence[Case], path: Path) -> Path | None:
     for index, key in enumerate(keys):
         members = [c for c in cases if f"{c.codec} {c.operation}" == key]
         xs = [counts.index(c.count) - _BAR_SPACE / 2 + width * (index + 0.5) for c in members]
-        means = [c.mean_us for c in members]
-        ax.bar(xs, means, width * 0.9, label=key)
-        errors = [c.error_us or 0.0 for c in members]
-        # A whisker below zero cannot be drawn on a log axis: clip it at 1% of the bar.
-        lower = [min(e, m * 0.99) for e, m in zip(errors, means, strict=True)]
-        ax.errorbar(xs, means, yerr=[lower, errors], fmt="none", ecolor="black", capsize=2, linewidth=1)
+        centres = [c.geomean_us for c in members]
+        ax.bar(xs, centres, width * 0.9, label=key)
+        lower = [c.geomean_us - c.low_us if c.low_us is not None else 0.0 for c in members]
+        upper = [c.high_us - c.geomean_us if c.high_us is not None else 0.0 for c in members]
+        ax.errorbar(xs, centres, yerr=[lower, upper], fmt="none", ecolor="black", capsize=2, linewidth=1)
     ax.set_xticks(range(len(counts)), [f"{c} record{'s' if c != 1 else ''}" for c in counts])
     ax.set_yscale("log")
-    ax.set_ylabel("microseconds per operation (mean, log)")
+    ax.set_ylabel("microseconds per operation (geometric mean, log)")
     ax.legend(fontsize="small", ncols=3)
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
@@ -171,7 +171,7 @@ def _by_target(
 
 
 def _grouped_bars(ax: Axes, labels: Sequence[str], series: dict[str, list[list[float]]]) -> None:
-    """Bars at the mean, whiskers for the 95% interval of the mean, a dot per repeat."""
+    """Bars at the geometric mean, whiskers for its log-scale interval (stats.summarize), a dot per repeat."""
     width = _BAR_SPACE / max(1, len(series))
     for index, (name, per_label) in enumerate(series.items()):
         xs, heights, low, high, dots_x, dots_y = [], [], [], [], [], []
@@ -181,10 +181,9 @@ def _grouped_bars(ax: Axes, labels: Sequence[str], series: dict[str, list[list[f
             x = slot - _BAR_SPACE / 2 + width * (index + 0.5)
             s = summarize(values)
             xs.append(x)
-            heights.append(s.mean)
-            # Requests/s, latency and CPU are positive: a whisker below zero only says "few repeats".
-            low.append(min(s.mean, s.mean - s.ci_low) if s.ci_low is not None else 0.0)
-            high.append(s.ci_high - s.mean if s.ci_high is not None else 0.0)
+            heights.append(s.centre)
+            low.append(s.centre - s.low if s.low is not None else 0.0)
+            high.append(s.high - s.centre if s.high is not None else 0.0)
             dots_x += [x] * len(values)
             dots_y += list(values)
         ax.bar(xs, heights, width * 0.9, label=name)

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from labrunner.report.compare import THROUGHPUT, Comparison, Group, compare_groups, is_streaming
+from labrunner.report.floor import lab_groups
 from labrunner.report.stats import CONFIDENCE, Ratio
 
 # The questions a run can answer, in the order findings are printed, and the preset that asks each.
@@ -51,6 +52,28 @@ class Finding:
     caveat: str = ""
 
 
+def for_run(groups: Sequence[Group], preset: str | None) -> list[Finding]:
+    """Every finding of a run, ranked: the comparisons between the lab's targets (floor targets have
+    their own section), what could not be compared, and the questions the run did not ask."""
+    lab = lab_groups(groups)
+    found = comparisons_findings(lab) + cannot_compare(lab)
+    return ranked(found + unasked(found, preset))
+
+
+def by_question(findings: Sequence[Finding]) -> list[tuple[str, list[str]]]:
+    """(question, its sentences with their caveats) in ranked order."""
+    questions: dict[str, list[str]] = {}
+    for finding in ranked(findings):
+        caveat = f" ({finding.caveat})" if finding.caveat else ""
+        questions.setdefault(finding.question, []).append(f"{finding.sentence}{caveat}")
+    return list(questions.items())
+
+
+def markdown_section(findings: Sequence[Finding]) -> list[str]:
+    """summary.md's Findings section: the heading, the method in one line, the findings."""
+    return ["## Findings", "", CONFIDENCE_LINE, "", *(markdown(findings) or [NONE_YET]), ""]
+
+
 def ranked(findings: Iterable[Finding]) -> list[Finding]:
     """Grouped by question in QUESTIONS order, largest effect first within a question."""
     order = {q: i for i, q in enumerate(QUESTIONS)}
@@ -60,13 +83,9 @@ def ranked(findings: Iterable[Finding]) -> list[Finding]:
 def markdown(findings: Sequence[Finding]) -> list[str]:
     """The findings as markdown lines: a bold question, then its sentences."""
     lines: list[str] = []
-    question = None
-    for finding in ranked(findings):
-        if finding.question != question:
-            question = finding.question
-            lines.append(f"- **{question}**")
-        caveat = f" ({finding.caveat})" if finding.caveat else ""
-        lines.append(f"  - {finding.sentence}{caveat}")
+    for question, sentences in by_question(findings):
+        lines.append(f"- **{question}**")
+        lines += [f"  - {sentence}" for sentence in sentences]
     return lines
 
 
@@ -241,3 +260,4 @@ CONFIDENCE_LINE = (
     f"Ratios are of geometric means over repeats with their {CONFIDENCE:.0%} interval (Welch's t on the "
     "logarithms, so no interval of a positive quantity reaches zero)."
 )
+NONE_YET = "- No finding: the run has no successful throughput group yet."

@@ -77,9 +77,9 @@ def section(groups: Sequence[Group]) -> list[Block]:
                 lab.response_model or "-",
                 lab.context,
                 f"{len(lab.results)} / {len(floor.results)}",
-                _medians(lab, floor, "rps", "{:,.0f}"),
+                _centres(lab, floor, "rps", "{:,.0f}"),
                 _cell(comparison.ratios.get("rps")),
-                _medians(lab, floor, "cpu_per_1k", "{:.3f}"),
+                _centres(lab, floor, "cpu_per_1k", "{:.3f}"),
                 _cell(comparison.ratios.get("cpu_per_1k")),
             ]
         )
@@ -88,9 +88,9 @@ def section(groups: Sequence[Group]) -> list[Block]:
         "response model",
         "held fixed",
         "repeats (lab / floor)",
-        "req/s median (lab / floor)",
+        "req/s geometric mean (lab / floor)",
         "req/s lab / floor",
-        "CPU s / 1k req median (lab / floor)",
+        "CPU s / 1k req geometric mean (lab / floor)",
         "CPU / req lab / floor",
     )
     missing = [
@@ -113,11 +113,11 @@ def section(groups: Sequence[Group]) -> list[Block]:
     return blocks
 
 
-def _medians(lab: Group, floor: Group, metric: str, spec: str) -> str:
+def _centres(lab: Group, floor: Group, metric: str, spec: str) -> str:
     lab_summary, floor_summary = lab.summary(metric), floor.summary(metric)
     if lab_summary is None or floor_summary is None:
         return "-"
-    return f"{spec.format(lab_summary.median)} / {spec.format(floor_summary.median)}"
+    return f"{spec.format(lab_summary.centre)} / {spec.format(floor_summary.centre)}"
 
 
 def _cell(r: Ratio | None) -> str:

@@ -29,9 +29,9 @@ def others_max(results: Sequence[Result]) -> float | None:
 
 
 def cpu_per_request_cal(group: Group, unit: float | None) -> float | None:
-    """The group's median service CPU per request, in calibration units."""
+    """The group's service CPU per request (geometric mean), in calibration units."""
     summary = group.summary("cpu_per_1k")
-    return None if summary is None or not unit else summary.median / 1000 / unit
+    return None if summary is None or not unit else summary.centre / 1000 / unit
 
 
 def calibration_warnings(manifest: Mapping[str, Any]) -> list[Block]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from labrunner.report.compare import THROUGHPUT, Comparison, Group
 from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
-from labrunner.report.stats import CONFIDENCE, Ratio, ratio
+from labrunner.report.stats import CONFIDENCE, METHOD_LINE, Ratio, Summary, ratio
 
 LOOPBACK = "loopback"
 CLOSED, OPEN = "closed", "open"
@@ -89,7 +89,7 @@ class LinkCost:
     group: Group
     loopback: Group
     rps: Ratio | None  # here / loopback, with its interval where both have repeats
-    p50_added_ms: float | None  # median here - median on loopback
+    p50_added_ms: float | None  # geometric mean here - geometric mean on loopback
     p99_added_ms: float | None
     p99: Ratio | None
 
@@ -140,9 +140,9 @@ def dropped(group: Group) -> int:
 
 
 def achieved_share(group: Group) -> float | None:
-    """Median successful requests/s over the offered rate (open model)."""
+    """Successful requests/s (geometric mean) over the offered rate (open model)."""
     rate, rps = offered_rate(group), group.summary("rps")
-    return rps.median / rate if rate and rps else None
+    return rps.centre / rate if rate and rps else None
 
 
 def measured_rtt_ms(group: Group) -> float | None:
@@ -176,7 +176,8 @@ def section(groups: Sequence[Group]) -> list[Block]:
             "a longer round trip lowers the load offered; under the open model the arrival rate stays, so "
             "a link shows up as latency, as dropped iterations or as an achieved rate below the offered "
             f"one. Ratios are geometric-mean ratios with Welch {CONFIDENCE:.0%} intervals where both sides "
-            "have repeats; added latency is the difference of the medians over repeats, in ms."
+            "have repeats; added latency is the difference of the geometric means over repeats, in ms. "
+            + METHOD_LINE
         ),
     ]
     costs = link_costs(groups)
@@ -201,7 +202,7 @@ def section(groups: Sequence[Group]) -> list[Block]:
 
 
 def _overview(groups: Sequence[Group], kind: str) -> Any:
-    headers = ["network", "target", "load", "repeats", "req/s median", f"req/s {CONFIDENCE:.0%} CI"]
+    headers = ["network", "target", "load", "repeats", "req/s (geometric mean)", f"req/s {CONFIDENCE:.0%} CI"]
     headers += ["p50 ms", "p99 ms", "bytes / resp", "RTT measured ms", "emulator", "relay CPU s"]
     if kind == OPEN:
         headers[6:6] = ["offered req/s", "achieved / offered", "dropped"]
@@ -213,11 +214,11 @@ def _overview(groups: Sequence[Group], kind: str) -> Any:
             g.target,
             g.load_model,
             str(len(g.results)),
-            _fmt(rps.median if rps else None, "{:.1f}"),
-            _interval(rps.ci_low if rps else None, rps.ci_high if rps else None, "{:.1f}", rps is not None),
-            _fmt(_median(g, "p50"), "{:.2f}"),
-            _fmt(_median(g, "p99"), "{:.2f}"),
-            _fmt(_median(g, "bytes"), "{:.0f}"),
+            _fmt(rps.centre if rps else None, "{:.1f}"),
+            _interval(rps, "{:.1f}"),
+            _fmt(_centre(g, "p50"), "{:.2f}"),
+            _fmt(_centre(g, "p99"), "{:.2f}"),
+            _fmt(_centre(g, "bytes"), "{:.0f}"),
             _fmt(measured_rtt_ms(g), "{:.2f}"),
             emulator(g),
             _fmt(relay_cpu_s(g), "{:.2f}"),
@@ -250,12 +251,12 @@ def _costs_table(costs: Sequence[LinkCost], kind: str) -> Any:
         row = [
             f"`{c.group.network}`",
             c.group.target,
-            f"{_fmt(_median(c.loopback, 'rps'), '{:.1f}')} → {_fmt(_median(c.group, 'rps'), '{:.1f}')}",
+            f"{_fmt(_centre(c.loopback, 'rps'), '{:.1f}')} → {_fmt(_centre(c.group, 'rps'), '{:.1f}')}",
             _ratio_cell(c.rps),
             _fmt(c.p50_added_ms, "{:+.2f}"),
             _fmt(c.p99_added_ms, "{:+.2f}"),
             _ratio_cell(c.p99),
-            f"{_fmt(_median(c.loopback, 'bytes'), '{:.0f}')} → {_fmt(_median(c.group, 'bytes'), '{:.0f}')}",
+            f"{_fmt(_centre(c.loopback, 'bytes'), '{:.0f}')} → {_fmt(_centre(c.group, 'bytes'), '{:.0f}')}",
         ]
         if kind == OPEN:
             row[2:2] = [_fmt(offered_rate(c.group), "{:.0f}"), f"{dropped(c.loopback)} → {dropped(c.group)}"]
@@ -328,13 +329,13 @@ def _ratio(candidate: Group, baseline: Group, metric: str) -> Ratio | None:
 
 
 def _added(here: Group, loopback: Group, metric: str) -> float | None:
-    a, b = _median(here, metric), _median(loopback, metric)
+    a, b = _centre(here, metric), _centre(loopback, metric)
     return None if a is None or b is None else a - b
 
 
-def _median(g: Group, metric: str) -> float | None:
+def _centre(g: Group, metric: str) -> float | None:
     s = g.summary(metric)
-    return s.median if s else None
+    return s.centre if s else None
 
 
 def _metrics(result: Result) -> Mapping[str, Any]:
@@ -352,12 +353,12 @@ def _ratio_cell(r: Ratio | None) -> str:
     return f"{r.estimate:.2f}x {interval} not significant"
 
 
-def _interval(low: float | None, high: float | None, spec: str, present: bool) -> str:
-    if not present:
+def _interval(s: Summary | None, spec: str) -> str:
+    if s is None:
         return "-"
-    if low is None or high is None:
-        return "n/a: one repeat"
-    return f"[{spec.format(low)}, {spec.format(high)}]"
+    if s.low is None or s.high is None:
+        return s.note
+    return f"[{spec.format(s.low)}, {spec.format(s.high)}]"
 
 
 def _fmt(value: float | None, spec: str) -> str:

@@ -1,10 +1,11 @@
-"""summary.md's view across repeats: each group's mean with its interval, and the ratios between targets."""
+"""summary.md's view across repeats: each group's geometric mean and interval, and the ratios between
+targets."""
 
 from collections.abc import Iterable
 
 from labrunner.report.compare import THROUGHPUT, Group, Result, compare_groups, group_results
 from labrunner.report.floor import floor_comparisons, lab_groups
-from labrunner.report.stats import CONFIDENCE, Ratio, Summary
+from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE, Ratio, Summary
 
 
 def across_repeats_markdown(results: Iterable[Result]) -> list[str]:
@@ -15,8 +16,8 @@ def across_repeats_markdown(results: Iterable[Result]) -> list[str]:
     lines = [
         "## Across repeats",
         "",
-        f"Mean ± half its {CONFIDENCE:.0%} confidence interval over the group's successful repeats "
-        '("one repeat": no interval). A lower bound is a closed-model throughput that k6 or '
+        f"{CENTRE.capitalize()} [{CONFIDENCE:.0%} interval] over the group's successful repeats "
+        f'("one repeat": no interval). {METHOD_LINE} A lower bound is a closed-model throughput that k6 or '
         "something else, not the service, limited: it enters no ratio.",
         "",
         "| group | ok | req/s | p50 ms | p99 ms | CPU s / 1k req | lower bound |",
@@ -26,10 +27,10 @@ def across_repeats_markdown(results: Iterable[Result]) -> list[str]:
         cells = [
             f"`{g.id}`",
             f"{len(g.results)}/{g.attempted}",
-            _mean(g.summary("rps"), "{:,.1f}"),
-            _mean(g.summary("p50"), "{:.2f}"),
-            _mean(g.summary("p99"), "{:.2f}"),
-            _mean(g.summary("cpu_per_1k"), "{:.3f}"),
+            _centre(g.summary("rps"), "{:,.1f}"),
+            _centre(g.summary("p50"), "{:.2f}"),
+            _centre(g.summary("p99"), "{:.2f}"),
+            _centre(g.summary("cpu_per_1k"), "{:.3f}"),
             g.lower_bound or "",
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -63,12 +64,12 @@ def _models(candidate: Group, baseline: Group) -> str:
     return f", {candidate.response_model}" if same and candidate.response_model else ""
 
 
-def _mean(s: Summary | None, spec: str) -> str:
+def _centre(s: Summary | None, spec: str) -> str:
     if s is None:
         return "-"
-    if s.ci_low is None or s.ci_high is None:
-        return f"{spec.format(s.mean)} (one repeat)"
-    return f"{spec.format(s.mean)} ± {spec.format((s.ci_high - s.ci_low) / 2)}"
+    if s.low is None or s.high is None:
+        return f"{spec.format(s.centre)} ({s.note.removeprefix('n/a: ')})"
+    return f"{spec.format(s.centre)} [{spec.format(s.low)}, {spec.format(s.high)}]"
 
 
 def _ratio(r: Ratio | None) -> str:

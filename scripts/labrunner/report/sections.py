@@ -1,17 +1,18 @@
-"""The report's sections on one run: provenance, summary, latency, sequential, capacity, comparisons,
-and the failed and suspect results."""
+"""The report's sections on one run: findings, summary, latency, sequential, capacity, comparisons,
+the failed and suspect results, and provenance."""
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from labrunner.report import findings as run_findings
 from labrunner.report import floor, host_conditions
 from labrunner.report.cells import (
     LATENCY_FORMAT,
-    bdn_cells,
+    centre_cell,
+    centre_interval_cells,
     fmt,
     interval_cell,
     left_first,
-    median_cell,
     ratio_cell,
 )
 from labrunner.report.compare import (
@@ -27,10 +28,28 @@ from labrunner.report.compare import (
 )
 from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
 from labrunner.report.runs import Run
-from labrunner.report.stats import CONFIDENCE, ERROR_CONFIDENCE
+from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE
 from labrunner.results.trust import verdict_of
 
 LATENCY_STATS = ("avg", "p50", "p90", "p95", "p99", "p99.9")
+
+
+def findings(run: Run) -> list[Block]:
+    """The answers first: the method in one line, the run's host and date, then each question's findings."""
+    m = run.manifest
+    host, preset = m.get("host", {}), m.get("matrix", {}).get("preset")
+    on = (
+        f"Run {run.run_id} on {host.get('cpu_model') or 'an unrecorded host'} "
+        f"({host.get('cpus_available', '?')} of {host.get('cpu_count', '?')} CPUs available), "
+        f"started {m.get('started_at') or 'at an unrecorded time'}, preset `{preset}`; provenance at the end."
+    )
+    found = run_findings.for_run(run.groups, preset)
+    blocks: list[Block] = [Heading(2, "Findings"), Paragraph(run_findings.CONFIDENCE_LINE), Paragraph(on)]
+    for question, sentences in run_findings.by_question(found):
+        blocks += [Paragraph(f"**{question}**"), Bullets(tuple(sentences))]
+    if not found:
+        blocks.append(Paragraph(run_findings.NONE_YET.removeprefix("- ")))
+    return blocks
 
 
 def provenance(run: Run) -> list[Block]:
@@ -65,10 +84,9 @@ def provenance(run: Run) -> list[Block]:
         blocks += [Paragraph("Conditions noted by the runner:"), Bullets(tuple(notes))]
     blocks.append(
         Paragraph(
-            f"Statistics over repeats: intervals are {CONFIDENCE:.0%} Student t intervals of the mean; "
-            f"Error is half the {ERROR_CONFIDENCE:.1%} interval (BenchmarkDotNet's column); comparisons "
-            f"are ratios of geometric means with Welch {CONFIDENCE:.0%} intervals on log values, "
-            "**significant** when the interval excludes 1. Latency is of successful requests, in ms."
+            f"Statistics over repeats: {METHOD_LINE} Comparisons are ratios of geometric means with "
+            f"Welch {CONFIDENCE:.0%} intervals on log values, **significant** when the interval excludes "
+            "1. Latency is of successful requests, in ms."
         )
     )
     return blocks
@@ -98,10 +116,10 @@ def summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) -
     headers = [
         "group",
         "ok",
-        "req/s median",
+        "req/s",
         f"req/s {CONFIDENCE:.0%} CI",
-        "p50 median",
-        "p99 median",
+        "p50",
+        "p99",
         f"p99 {CONFIDENCE:.0%} CI",
         "errors",
         "CPU s / 1k req",
@@ -121,16 +139,16 @@ def summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) -
         row = [
             f"`{g.id}`" + (" (lower bound)" if g.lower_bound else ""),
             f"{len(g.results)}/{g.attempted}",
-            median_cell(rps, "rps"),
+            centre_cell(rps, "rps"),
             interval_cell(rps, "rps"),
-            median_cell(g.summary("p50"), "p50"),
-            median_cell(p99, "p99"),
+            centre_cell(g.summary("p50"), "p50"),
+            centre_cell(p99, "p99"),
             interval_cell(p99, "p99"),
             str(errors) if g.results else "-",
-            median_cell(g.summary("cpu_per_1k"), "cpu_per_1k"),
-            median_cell(g.summary("bytes"), "bytes"),
-            median_cell(g.summary("service_cpu"), "service_cpu"),
-            median_cell(g.summary("k6_cpu"), "k6_cpu"),
+            centre_cell(g.summary("cpu_per_1k"), "cpu_per_1k"),
+            centre_cell(g.summary("bytes"), "bytes"),
+            centre_cell(g.summary("service_cpu"), "service_cpu"),
+            centre_cell(g.summary("k6_cpu"), "k6_cpu"),
             fmt(host_conditions.others_max(g.results), "{:.1%}"),
             fmt(host_conditions.cpu_per_request_cal(g, unit), "{:.3f}"),
         ]
@@ -142,13 +160,13 @@ def summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) -
         Heading(2, "Summary"),
         Paragraph(
             "Closed and open load models, one row per scenario group (target.profile.count.load model) "
-            "across its repeats. CPU is the share of the profile's quota (service) or of k6's own CPUs; "
-            "bytes are what k6 received per response, headers and framing included. Others max: the "
-            "largest share of the service's or k6's CPUs that processes outside the scenario took in "
-            "any repeat; CPU / req (cal): the median service CPU per request in calibration units "
-            "(see Host interference and calibration). A lower bound is a closed-model group that k6 or "
-            "something else, not the service, limited: the service does at least this much, and the "
-            "group enters no comparison."
+            f"across its repeats: every number is the {CENTRE} of the repeats. CPU is the share of the "
+            "profile's quota (service) or of k6's own CPUs; bytes are what k6 received per response, "
+            "headers and framing included. Others max: the largest share of the service's or k6's CPUs "
+            "that processes outside the scenario took in any repeat; CPU / req (cal): the service CPU "
+            "per request in calibration units (see Host interference and calibration). A lower bound "
+            "is a closed-model group that k6 or something else, not the service, limited: the service "
+            "does at least this much, and the group enters no comparison."
         ),
         table(headers, rows),
         *(
@@ -168,14 +186,21 @@ def latency(run: Run) -> list[Block]:
         for stat in LATENCY_STATS:
             s = g.summary(stat)
             if s is not None:
-                rows.append([f"`{g.id}`", stat, *bdn_cells(s, LATENCY_FORMAT), interval_cell(s, stat)])
+                rows.append([f"`{g.id}`", stat, *centre_interval_cells(s, LATENCY_FORMAT)])
     return [
         Heading(2, "Latency across repeats"),
         Paragraph(
-            "Each k6 statistic (avg and percentiles of one repeat) summarised over the repeats in "
-            "BenchmarkDotNet's columns, in ms."
+            "Each k6 statistic (avg and percentiles of one repeat) over the repeats, in ms. "
+            f"{METHOD_LINE} Under a closed model (constant VUs) every target runs at saturation, where "
+            "latency is set by the CPU quota (the CFS period) more than by the protocol: compare latency "
+            "in the equal-load rows (open model, the same offered rate for every target), which the "
+            "findings use."
         ),
-        table(("group", "statistic", "n", "Mean", "Error", "StdDev", "Median", f"{CONFIDENCE:.0%} CI"), rows),
+        table(
+            ("group", "statistic", "n", CENTRE, f"{CONFIDENCE:.0%} CI", "min", "max"),
+            rows,
+            (False, False, True, True, True, True, True),
+        ),
     ]
 
 
@@ -193,18 +218,18 @@ def sequential(run: Run) -> list[Block]:
                 g.profile,
                 str(g.count),
                 str(g.iterations),
-                *(bdn_cells(s, LATENCY_FORMAT) if s else ["0", "-", "-", "-", "-"]),
-                median_cell(g.summary("p50"), "p50"),
-                median_cell(g.summary("p99"), "p99"),
-                median_cell(g.summary("seconds"), "seconds"),
+                *(centre_interval_cells(s, LATENCY_FORMAT) if s else ["0", "-", "-", "-", "-"]),
+                centre_cell(g.summary("p50"), "p50"),
+                centre_cell(g.summary("p99"), "p99"),
+                centre_cell(g.summary("seconds"), "seconds"),
             ]
         )
     return [
         Heading(2, "Sequential latency"),
         Paragraph(
             "One client (1 VU) sends N requests one after another on one connection; each repeat is a "
-            "fresh service and k6 run. Mean/Error/StdDev/Median are of the repeats' mean latency in ms; "
-            "p50 and p99 are medians over repeats; time is the k6 run for all N requests."
+            "fresh service and k6 run. The columns n to max are of the repeats' mean latency in ms; "
+            f"p50, p99 and time (the k6 run for all N requests) are {CENTRE}s over repeats. {METHOD_LINE}"
         ),
         table(
             (
@@ -214,10 +239,10 @@ def sequential(run: Run) -> list[Block]:
                 "count",
                 "N",
                 "n",
-                "Mean",
-                "Error",
-                "StdDev",
-                "Median",
+                CENTRE,
+                f"{CONFIDENCE:.0%} CI",
+                "min",
+                "max",
                 "p50",
                 "p99",
                 "time s",
@@ -249,8 +274,8 @@ def capacity(run: Run) -> list[Block]:
                     str(len(search["steps"])),
                 ]
             )
-    medians = [
-        f"`{g.id}`: median {s.median:.0f} req/s over {s.n} repeat(s)"
+    centres = [
+        f"`{g.id}`: {CENTRE} {s.centre:.0f} req/s over {s.n} repeat(s)"
         for g in groups
         if (s := g.summary("sustainable")) is not None
     ]
@@ -276,8 +301,8 @@ def capacity(run: Run) -> list[Block]:
             (False, True, True, True, False, True, True, True),
         ),
     ]
-    if medians:
-        blocks.append(Bullets(tuple(medians)))
+    if centres:
+        blocks.append(Bullets(tuple(centres)))
     return blocks
 
 

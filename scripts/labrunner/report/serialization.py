@@ -16,7 +16,8 @@ from labrunner.report.payload import json_body, pool_records, protobuf_message
 from labrunner.report.stats import summarize
 from services.common.pb import cars_pb2
 
-SCHEMA = "protolab.serialization/1"
+# /2: geometric mean and log-scale interval; /1 held BenchmarkDotNet's mean and Error.
+SCHEMA = "protolab.serialization/2"
 CODECS = ("orjson", "json", "protobuf")
 OPERATIONS = ("encode", "decode")
 
@@ -45,10 +46,9 @@ class Case:
     bytes: int  # the encoded size
     operations_per_iteration: int
     n: int
-    mean_us: float
-    error_us: float | None  # half the 99.9% interval, as BenchmarkDotNet's Error
-    stddev_us: float | None
-    median_us: float
+    geomean_us: float
+    low_us: float | None  # the log-scale interval of stats.summarize
+    high_us: float | None
     min_us: float
     max_us: float
 
@@ -128,10 +128,9 @@ def run(budget: Budget = FULL) -> list[Case]:
                     bytes=size,
                     operations_per_iteration=ops,
                     n=s.n,
-                    mean_us=s.mean,
-                    error_us=s.error,
-                    stddev_us=s.stddev,
-                    median_us=s.median,
+                    geomean_us=s.centre,
+                    low_us=s.low,
+                    high_us=s.high,
                     min_us=s.minimum,
                     max_us=s.maximum,
                 )

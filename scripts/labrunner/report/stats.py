@@ -1,4 +1,4 @@
-"""Statistics over repeats: BenchmarkDotNet's columns, confidence intervals and ratio tests."""
+"""Statistics over repeats: geometric means with log-scale t intervals, and ratio tests."""
 
 import math
 import statistics
@@ -9,26 +9,33 @@ from dataclasses import dataclass
 from scipy import stats as scipy_stats
 
 CONFIDENCE = 0.95  # intervals in tables and charts, and the level of every significance test
-ERROR_CONFIDENCE = 0.999  # BenchmarkDotNet's Error column: half of the 99.9% interval
 ONE_REPEAT = "n/a: one repeat"
+NOT_POSITIVE = "n/a: values not positive"
+CENTRE = "geometric mean"  # the centre of a group of repeats, wherever one is shown
+METHOD_LINE = (
+    f"Each group's centre is the {CENTRE} of its repeats, with the {CONFIDENCE:.0%} Student t interval "
+    "of the mean of the logarithms, exp(mean(ln x) ± t·sd(ln x)/√n): it never reaches zero."
+)
 
 
 @dataclass(frozen=True)
 class Summary:
-    """A sample of repeats in BenchmarkDotNet's terms plus a CONFIDENCE interval of the mean.
+    """A sample of repeats: its geometric mean and a CONFIDENCE interval on the log scale.
 
-    With one value there is no spread: stddev, error and the interval are None.
+    Requests/s, latency, CPU and bytes are positive and their spread grows with their level,
+    so the centre and the interval are taken on the logarithms and brought back: the interval
+    is asymmetric and stays above zero, and ratios of these centres are what ratio() tests.
+    With one value, or a value not positive, there is no interval (note says why); with a value
+    not positive the centre is the arithmetic mean.
     """
 
     n: int
-    mean: float
-    median: float
-    stddev: float | None
-    error: float | None  # half the ERROR_CONFIDENCE interval of the mean (Student t)
-    ci_low: float | None  # CONFIDENCE interval of the mean (Student t)
-    ci_high: float | None
+    centre: float  # the geometric mean (arithmetic with a value not positive, see note)
+    low: float | None
+    high: float | None
     minimum: float
     maximum: float
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,7 @@ class Ratio:
     """candidate / baseline with its CONFIDENCE interval and whether it differs from 1.
 
     significant is None when it cannot be decided (note says why); the estimate is
-    then still the plain ratio of the means.
+    then still the ratio of the geometric means (of the arithmetic ones when a value is not positive).
     """
 
     estimate: float
@@ -57,24 +64,35 @@ def half_width(stddev: float, n: int, confidence: float) -> float:
     return t_quantile(confidence, n - 1) * stddev / math.sqrt(n)
 
 
-def summarize(values: Sequence[float]) -> Summary:
-    """Mean, median, sample standard deviation, BenchmarkDotNet's Error and a t interval of the mean."""
+def geometric_mean(values: Sequence[float]) -> float:
+    """exp(mean(ln x)); the arithmetic mean when a value is not positive."""
+    if len(set(values)) == 1:
+        return values[0]  # exactly, where exp(ln x) could be off in the last bit
+    if min(values) <= 0:
+        return statistics.fmean(values)
+    return math.exp(statistics.fmean([math.log(v) for v in values]))
+
+
+def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summary:
+    """The geometric mean and the log-scale t interval of values."""
     if not values:
         raise ValueError("summarize needs at least one value")
-    n = len(values)
-    mean = statistics.fmean(values)
-    stddev = statistics.stdev(values) if n > 1 else None
-    ci = half_width(stddev, n, CONFIDENCE) if stddev is not None else None
+    n, low, high = len(values), min(values), max(values)
+    centre = geometric_mean(values)
+    if low <= 0:
+        return Summary(n, centre, None, None, low, high, NOT_POSITIVE)
+    if n == 1:
+        return Summary(n, centre, None, None, low, high, ONE_REPEAT)
+    logs = [math.log(v) for v in values]
+    margin = half_width(statistics.stdev(logs), n, confidence)
+    # Clamped to the centre: exp rounds a zero-width interval a hair away from it.
     return Summary(
-        n=n,
-        mean=mean,
-        median=statistics.median(values),
-        stddev=stddev,
-        error=half_width(stddev, n, ERROR_CONFIDENCE) if stddev is not None else None,
-        ci_low=mean - ci if ci is not None else None,
-        ci_high=mean + ci if ci is not None else None,
-        minimum=min(values),
-        maximum=max(values),
+        n,
+        centre,
+        min(centre, math.exp(statistics.fmean(logs) - margin)),
+        max(centre, math.exp(statistics.fmean(logs) + margin)),
+        low,
+        high,
     )
 
 
@@ -94,9 +112,9 @@ def ratio(candidate: Sequence[float], baseline: Sequence[float], confidence: flo
     """
     if not candidate or not baseline:
         raise ValueError("ratio needs values on both sides")
-    estimate = statistics.fmean(candidate) / statistics.fmean(baseline)
+    estimate = geometric_mean(candidate) / geometric_mean(baseline)
     if min(*candidate, *baseline) <= 0:
-        return Ratio(estimate, None, None, None, None, "n/a: values not positive")
+        return Ratio(estimate, None, None, None, None, NOT_POSITIVE)
     if len(candidate) < 2 or len(baseline) < 2:
         return Ratio(estimate, None, None, None, None, ONE_REPEAT)
     log_c = [math.log(v) for v in candidate]
@@ -113,10 +131,12 @@ def ratio(candidate: Sequence[float], baseline: Sequence[float], confidence: flo
         welch = scipy_stats.ttest_ind(log_c, log_b, equal_var=False)
         interval = welch.confidence_interval(confidence_level=confidence)
     p_value = float(welch.pvalue)
+    point = math.exp(difference)
+    # Clamped to the estimate: scipy's own mean difference may differ from ours in the last bit.
     return Ratio(
-        estimate=math.exp(difference),
-        low=math.exp(float(interval.low)),
-        high=math.exp(float(interval.high)),
+        estimate=point,
+        low=min(point, math.exp(float(interval.low))),
+        high=max(point, math.exp(float(interval.high))),
         p_value=p_value,
         significant=p_value < 1 - confidence,
     )

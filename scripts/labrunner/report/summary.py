@@ -8,6 +8,8 @@ from typing import Any
 
 from labrunner.files import write_text_atomic
 from labrunner.observe import interference
+from labrunner.report import findings
+from labrunner.report.compare import group_results
 from labrunner.report.repeats import across_repeats_markdown
 from labrunner.results.store import load_results, read_manifest
 from labrunner.results.trust import SUSPECT_SHARE, verdict_of
@@ -123,13 +125,16 @@ def summary_row(result: Mapping[str, Any], calibration_unit_s: float | None = No
 
 
 def write_summaries(out_dir: Path, run_id: str, order: Sequence[str] = ()) -> None:
-    """Regenerate summary.csv and summary.md from every result file of the run."""
-    unit = calibration.unit_seconds(read_manifest(out_dir).get("calibration"))
+    """Regenerate summary.csv and summary.md (the findings first) from every result file of the run."""
+    manifest = read_manifest(out_dir)
+    unit = calibration.unit_seconds(manifest.get("calibration"))
     results = load_results(out_dir, order)
     rows = [summary_row(r, unit) for r in results]
     write_text_atomic(out_dir / "summary.csv", summary_csv(rows))
+    found = findings.for_run(group_results(results), manifest.get("matrix", {}).get("preset"))
     across = "".join(f"\n{line}" for line in across_repeats_markdown(results))
-    write_text_atomic(out_dir / "summary.md", summary_markdown(run_id, rows) + across)
+    markdown = summary_markdown(run_id, rows, findings.markdown_section(found))
+    write_text_atomic(out_dir / "summary.md", markdown + across)
 
 
 def summary_csv(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -141,11 +146,15 @@ def summary_csv(rows: Iterable[Mapping[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def summary_markdown(run_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
-    """A readable table: throughput, latency, and what the service and k6 cost."""
+def summary_markdown(run_id: str, rows: Sequence[Mapping[str, Any]], first: Sequence[str] = ()) -> str:
+    """A readable table: throughput, latency, and what the service and k6 cost; first: markdown lines
+    between the title and the table (the findings)."""
     ok = sum(1 for r in rows if r["status"] == "ok")
     lines = [
         f"# protolab run {run_id}",
+        "",
+        *first,
+        "## Scenarios",
         "",
         f"{ok} of {len(rows)} scenarios ok. Latency of successful requests in ms; CPU "
         "utilisation is the share of the profile's quota (service) or of k6's own CPUs. Others: "
