@@ -1,10 +1,18 @@
 """Findings from synthetic results: significant, not significant, a lower bound, a suspect group, a
-missing baseline, equal-load latency, and streaming never set against unary."""
+missing baseline, equal-load latency, and streaming never set against unary; then where they are
+shown: first in summary.md and the report, and at the end of a run."""
 
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
-from labrunner.report import findings
+from labrunner.cli import report as cli
+from labrunner.cli.session import say_findings
+from labrunner.files import write_json_atomic
+from labrunner.report import findings, payload
 from labrunner.report.compare import compare_groups, group_results, is_streaming
+from labrunner.report.summary import write_summaries
+from labrunner.results.store import RESULT_SCHEMA, result_path
 
 TARGETS = {
     # name: (service, protocol, tls, script)
@@ -14,6 +22,7 @@ TARGETS = {
     "quart-h2-tls": ("rest_quart", "http2", True, "k6/rest.js"),
     "grpc": ("grpc_aio", "grpc", False, "k6/grpc_unary.js"),
     "grpc-stream": ("grpc_aio", "grpc", False, "k6/grpc_stream.js"),
+    "floor-quart-h1": ("floor_quart", "http1.1", False, "k6/rest.js"),
 }
 
 
@@ -170,3 +179,70 @@ def test_findings_print_grouped_by_question() -> None:
     assert lines[0] == "- **gRPC vs REST**"
     assert all(line.startswith(("- **", "  - ")) for line in lines)
     assert findings.plain(found)[0] == "gRPC vs REST"
+
+
+def test_floor_targets_enter_no_finding() -> None:
+    groups = group_results(_run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395]}))
+    with_floor = group_results(
+        _run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395], "floor-quart-h1": [800, 805, 795]})
+    )
+    assert findings.for_run(with_floor, "default") == findings.for_run(groups, "default")
+
+
+# --- Where the findings are shown: a run directory as the runner leaves it ------------------
+
+_RESULTS = {"grpc": [600, 610, 590], "quart-h1": [400, 405, 395]}
+
+
+def _run_dir(path: Path) -> tuple[Path, list[str]]:
+    results = _run(_RESULTS)
+    for result in results:
+        write_json_atomic(result_path(path, result["scenario_id"]), {"schema": RESULT_SCHEMA, **result})
+    order = [r["scenario_id"] for r in results]
+    manifest = {
+        "run_id": path.name,
+        "started_at": "2031-01-02T03:04:05+00:00",
+        "host": {"cpu_model": "Intel(R) Xeon(R) CPU", "cpus_available": 2, "cpu_count": 2},
+        "matrix": {"preset": "default", "scenarios": [{"id": i} for i in order]},
+    }
+    write_json_atomic(path / "manifest.json", manifest)
+    row = payload.PayloadRow(100, 20000, 4000, 15000, 3800)
+    write_json_atomic(path / "payload.json", {"schema": payload.SCHEMA, "rows": [asdict(row)]})
+    return path, order
+
+
+def test_summary_md_opens_with_the_findings(tmp_path: Path) -> None:
+    run, order = _run_dir(tmp_path / "run1")
+    write_summaries(run, "run1", order)
+    lines = (run / "summary.md").read_text().splitlines()
+    assert lines[:5] == ["# protolab run run1", "", "## Findings", "", findings.CONFIDENCE_LINE]
+    assert "- **gRPC vs REST**" in lines and "## Scenarios" in lines
+    assert lines.index("- **gRPC vs REST**") < lines.index("## Scenarios") < lines.index("## Across repeats")
+    [sentence] = [line for line in lines if line.startswith("  - grpc served")]
+    assert "of quart-h1" in sentence
+
+
+def test_report_opens_with_the_findings_and_ends_with_provenance(tmp_path: Path) -> None:
+    run, _ = _run_dir(tmp_path / "run1")
+    assert cli.main([str(run)]) == 0  # scripts/report.py: summary.md too
+    assert (run / "summary.md").read_text().startswith("# protolab run run1\n\n## Findings\n")
+    md = (run / "report.md").read_text()
+    sections = [line for line in md.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Findings" and sections[-1] == "## Provenance"
+    first = md.split("## Findings", 1)[1].split("\n## ", 1)[0]
+    assert findings.CONFIDENCE_LINE in first
+    assert "Intel(R) Xeon(R) CPU" in first and "2031-01-02T03:04:05+00:00" in first
+    assert "**gRPC vs REST**" in first and "grpc served" in first
+    page = (run / "report.html").read_text()
+    assert page.index("Findings") < page.index("grpc served") < page.index("Provenance")
+
+
+def test_the_end_of_a_run_prints_the_findings(tmp_path: Path) -> None:
+    run, order = _run_dir(tmp_path / "run1")
+    said: list[str] = []
+    say_findings(run, order, "default", said.append)
+    assert said[0] == f"findings: {findings.CONFIDENCE_LINE}"
+    assert said[1:] == [
+        f"  {line}" for line in findings.plain(findings.for_run(group_results(_run(_RESULTS)), "default"))
+    ]
+    assert "  gRPC vs REST" in said and any(line.startswith("    grpc served") for line in said)

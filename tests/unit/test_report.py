@@ -112,13 +112,15 @@ def test_second_implementations_pair_with_the_first_at_equal_protocol() -> None:
 
 
 def test_uninstrumented_targets_answer_only_metrics_on_vs_off() -> None:
-    targets = ("aiohttp-h1", "grpc", "aiohttp-h1-nometrics", "grpc-nometrics")
+    # grpc-stream (instrumented) is no "metrics on" side for unary grpc-nometrics: a different request.
+    targets = ("aiohttp-h1", "grpc", "grpc-stream", "aiohttp-h1-nometrics", "grpc-nometrics")
     groups = group_results([_result(s, 100.0 + s.repeat) for s in _scenarios(targets, ("small",), 2)])
     assert _pairs(compare_groups(groups)) == {
         ("metrics on vs off", "aiohttp-h1", "aiohttp-h1-nometrics"),
         ("metrics on vs off", "grpc", "grpc-nometrics"),
         ("gRPC vs REST", "grpc", "aiohttp-h1"),
         ("gRPC vs REST", "grpc-nometrics", "aiohttp-h1-nometrics"),
+        ("gRPC streaming vs unary", "grpc-stream", "grpc"),
     }
 
 

@@ -149,9 +149,10 @@ _RULES = (
         ("target", "profile", "count", "load_model", "network"),
         lambda c, b: c.response_model == "build" and b.response_model == "prebuilt",
     ),
+    # The same script too: a stream with metrics is no "on" side for unary without.
     _Rule(
         "metrics on vs off",
-        ("service", "protocol", "tls", "profile", "count", "load_model"),
+        ("service", "protocol", "script", "tls", "profile", "count", "load_model"),
         lambda c, b: c.instrumented and not b.instrumented,
     ),
     _Rule(
