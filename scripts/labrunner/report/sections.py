@@ -22,6 +22,7 @@ from labrunner.report.compare import (
     SEQUENTIAL,
     THROUGHPUT,
     Comparison,
+    Group,
     budget_pairs,
     compare_groups,
     is_regression,
@@ -192,9 +193,8 @@ def latency(run: Run) -> list[Block]:
         Paragraph(
             "Each k6 statistic (avg and percentiles of one repeat) over the repeats, in ms. "
             f"{METHOD_LINE} Under a closed model (constant VUs) every target runs at saturation, where "
-            "latency is set by the CPU quota (the CFS period) more than by the protocol: compare latency "
-            "in the equal-load rows (open model, the same offered rate for every target), which the "
-            "findings use."
+            "latency is set by the CPU quota (the CFS period) more than by the protocol: "
+            + _equal_load_pointer(groups)
         ),
         table(
             ("group", "statistic", "n", CENTRE, f"{CONFIDENCE:.0%} CI", "min", "max"),
@@ -202,6 +202,18 @@ def latency(run: Run) -> list[Block]:
             (False, False, True, True, True, True, True),
         ),
     ]
+
+
+def _equal_load_pointer(groups: Sequence[Group]) -> str:
+    """Where to read latency that compares protocols: the open-model (equal offered load) rows."""
+    models = sorted({g.load_model for g in groups if run_findings.executor(g) in run_findings.OPEN_EXECUTORS})
+    if not models:
+        return "this run has no open-model group, so no latency here compares protocols."
+    names = ", ".join(f"`{m}`" for m in models)
+    return (
+        f"compare latency in the rows of the {names} load model (open: the same offered rate for every "
+        "target), which the findings use."
+    )
 
 
 def sequential(run: Run) -> list[Block]:
