@@ -160,7 +160,7 @@ def describe_ratio(r: Ratio | None, what: str, digits: int = 2) -> str:
 def _finding(question: str, closed: Comparison, at_equal_load: Comparison | None) -> Finding:
     c, b = closed.candidate, closed.baseline
     rps, cpu = closed.ratios.get("rps"), closed.ratios.get("cpu_per_1k")
-    sentence = f"{c.target} served {describe_ratio(rps, 'req/s')} of {b.target}"
+    sentence = f"{c.target} served {describe_ratio(rps, f'req/s of {b.target}')}"
     sentence += f" at {describe_ratio(cpu, 'CPU per request')}"
     if at_equal_load is not None:
         rate = _offered_rate(at_equal_load.candidate)
