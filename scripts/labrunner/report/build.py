@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labrunner.report import charts, host_conditions, payload, serialization
+from labrunner.report import charts, host_conditions, payload, payload_charts, payload_sweep, serialization
 from labrunner.report import network as network_figures
 from labrunner.report.compare import (
     CAPACITY,
@@ -136,6 +136,7 @@ def build(
     blocks += _capacity(run)
     blocks += _comparisons(run)
     blocks += network_figures.section(run.groups)  # only with more than one network profile
+    blocks += payload_sweep.section(run.groups, payload_rows)  # only with two or more counts
     blocks += host_conditions.section(run.manifest, run.results)
     if baseline is not None:
         blocks += _baseline(run, baseline)
@@ -624,6 +625,7 @@ def _charts(
             "Bytes per response: on the wire and by encoding",
             "left: median over repeats; right: the payload table below",
         ),
+        *payload_charts.drawn(run.groups, rows, out),
         (charts.sequential(run.groups, out / "sequential.png"), "Sequential mean latency by N", whiskers),
         (
             charts.capacity(run.groups, out / "capacity.png"),
