@@ -88,7 +88,7 @@ def sweep(groups: Sequence[Group], rows: Sequence[PayloadRow], path: Path) -> Pa
 def _target_line(ax: Axes, members: Sequence[Group], metric: str, sizes: Mapping[int, int]) -> None:
     xs, centres, low, high, hollow = [], [], [], [], []
     for g in members:
-        values = g.values(metric)
+        values = [v for v in g.values(metric) if v > 0]  # a log axis has no place for 0
         if not values:
             continue
         # The repeats' range: with 2-3 repeats a t interval on the log scale spans decades and hides
@@ -123,14 +123,14 @@ def _target_line(ax: Axes, members: Sequence[Group], metric: str, sizes: Mapping
 def crossover(sweeps: Sequence[Sweep], path: Path) -> Path | None:
     """gRPC / REST per pair against the JSON body size, with the ratios' intervals as a band and
     each crossing of 1 with its interval."""
-    drawn = [s for s in sweeps if all(len(s.points[m]) >= 2 for m in SWEPT)]
-    if not drawn:
+    shown = [s for s in sweeps if all(len(s.points[m]) >= 2 for m in SWEPT)]
+    if not shown:
         return None
     fig = Figure(figsize=(_WIDTH, _HEIGHT + 0.8), layout="constrained")
     axes = fig.subplots(1, len(SWEPT), squeeze=False)[0]
     for ax, metric in zip(axes, SWEPT, strict=True):
-        sizes = {p.count: p.json_bytes for s in drawn for p in s.points[metric]}
-        for s in drawn:
+        sizes = {p.count: p.json_bytes for s in shown for p in s.points[metric]}
+        for s in shown:
             _ratio_line(ax, s, metric)
         ax.axhline(1.0, color="black", linewidth=1)
         _log_axes(ax, sorted(sizes), sizes)
