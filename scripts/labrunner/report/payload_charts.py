@@ -12,7 +12,16 @@ from matplotlib.ticker import FuncFormatter, NullLocator
 from labrunner.report.charts import DPI
 from labrunner.report.compare import Group
 from labrunner.report.payload import PayloadRow
-from labrunner.report.payload_sweep import SWEPT, Point, Sweep, crossings, size, sweep_groups, sweeps
+from labrunner.report.payload_sweep import (
+    SWEPT,
+    Point,
+    Sweep,
+    crossings,
+    detectable,
+    size,
+    sweep_groups,
+    sweeps,
+)
 from labrunner.report.stats import CONFIDENCE
 
 # One colour per protocol family; within a family the marker names the server, dashes mean TLS.
@@ -47,7 +56,7 @@ def drawn(
             crossover(sweeps(groups, rows), out / "payload_crossover.png"),
             "Payload crossover: gRPC / REST against response size",
             f"ratio of geometric means, band its {CONFIDENCE:.0%} Welch interval; "
-            "x: a crossing of 1 with its interval",
+            "x: a crossing of 1 with its interval (where some count tells the two apart)",
         ),
     ]
 
@@ -162,7 +171,7 @@ def _ratio_line(ax: Axes, s: Sweep, metric: str) -> None:
             alpha=0.06,
             linewidth=0,
         )
-    for c in crossings(points):
+    for c in crossings(points) if detectable(points) else []:
         error = None
         if c.interval is not None:
             error = [[c.json_bytes - c.interval[0]], [c.interval[1] - c.json_bytes]]

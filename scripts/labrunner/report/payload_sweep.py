@@ -158,6 +158,12 @@ def _sizes(rows: Sequence[payload.PayloadRow], counts: set[int]) -> dict[int, pa
     return sizes
 
 
+def detectable(points: Sequence[Point]) -> bool:
+    """Whether any count tells the two apart. When every interval includes 1, wherever the estimates
+    cross is noise: no difference is detectable (without repeats nothing is judged, so True)."""
+    return any(p.ratio.significant is not False for p in points)
+
+
 def crossings(points: Sequence[Point]) -> list[Crossing]:
     """Where the ratio's estimate crosses 1 between adjacent points, with its interval.
 
@@ -286,15 +292,25 @@ def _pair_finding(s: Sweep) -> Finding:
 def _metric_clause(metric: str, points: Sequence[Point], found: Sequence[Crossing]) -> str:
     """E.g. "CPU per request crosses at 2.1 KB of JSON [1.2 KB, 3.5 KB] (about 11 records, protobuf
     0.9 KB), gRPC / REST 1.40x at 1, 0.62x at 1,000"."""
-    first, last = points[0], points[-1]
-    ends = (
-        f"gRPC / REST {_ratio(first.ratio, found)} at {first.count:,}, "
-        f"{_ratio(last.ratio, found)} at {last.count:,}"
-    )
+    span = f"between {points[0].count:,} and {points[-1].count:,} records"
+    if not detectable(points):
+        return f"{_LABELS[metric]}: no difference detectable {span} ({_ends(points, intervals=True)})"
     if not found:
-        return f"{_LABELS[metric]}: no crossing between {first.count:,} and {last.count:,} records ({ends})"
-    where = " and back at ".join(_crossing(c) for c in found)
-    return f"{_LABELS[metric]} crosses at {where}, {ends}"
+        return f"{_LABELS[metric]}: no crossing {span} ({_ends(points, intervals=True)})"
+    where = " and again at ".join(_crossing(c) for c in found)
+    return f"{_LABELS[metric]} crosses at {where}, {_ends(points, intervals=False)}"
+
+
+def _ends(points: Sequence[Point], intervals: bool) -> str:
+    """The ratio at the first and the last count, with its interval if asked and there is one."""
+    parts = []
+    for p in (points[0], points[-1]):
+        r = p.ratio
+        text = f"{r.estimate:.2f}x"
+        if intervals and r.low is not None and r.high is not None:
+            text += f" [{r.low:.2f}, {r.high:.2f}]"
+        parts.append(f"{text} at {p.count:,}")
+    return "gRPC / REST " + ", ".join(parts)
 
 
 def _crossing(c: Crossing) -> str:
@@ -305,17 +321,7 @@ def _crossing(c: Crossing) -> str:
         low = f"<{size(c.interval[0])}" if c.open_below else size(c.interval[0])
         high = f">{size(c.interval[1])}" if c.open_above else size(c.interval[1])
         text += f" [{low}, {high}]"
-    text += f" (about {c.records:.0f} records, protobuf {size(c.protobuf_bytes)})"
-    if c.open_below and c.open_above:
-        text += ", not located: its interval spans every size measured"
-    return text
-
-
-def _ratio(r: Ratio, found: Sequence[Crossing]) -> str:
-    """The ratio at an end of the sweep, with its interval unless a crossing carries one."""
-    if found or r.low is None or r.high is None:
-        return f"{r.estimate:.2f}x"
-    return f"{r.estimate:.2f}x [{r.low:.2f}, {r.high:.2f}]"
+    return text + f" (about {c.records:.0f} records, protobuf {size(c.protobuf_bytes)})"
 
 
 # (how the two bodies are encoded, protobuf's size, JSON's size): PayloadRow attributes.
@@ -400,9 +406,11 @@ def section(groups: Sequence[Group], rows: Sequence[payload.PayloadRow]) -> list
                 crossing_rows.append([s.grpc_target, s.rest_target, _LABELS[m], "not computed", "-"])
                 continue
             found = s.crossings(m)
-            text = "; ".join(_crossing(c) for c in found) or (
-                f"none between {s.points[m][0].count:,} and {s.points[m][-1].count:,} records"
-            )
+            span = f"between {s.points[m][0].count:,} and {s.points[m][-1].count:,} records"
+            if not detectable(s.points[m]):
+                found, text = [], f"no difference detectable {span}"
+            else:
+                text = "; ".join(_crossing(c) for c in found) or f"none {span}"
             # Below 1 is gRPC's side for CPU per request, above 1 for req/s.
             direction = "; ".join(
                 "gRPC ahead below" if c.rising != METRICS[m].higher_is_better else "gRPC ahead above"
