@@ -9,7 +9,7 @@ from typing import Any
 from labrunner.cli import report as cli
 from labrunner.cli.session import say_findings
 from labrunner.files import write_json_atomic
-from labrunner.report import findings, payload
+from labrunner.report import answers, findings, payload
 from labrunner.report.compare import compare_groups, group_results, is_streaming
 from labrunner.report.summary import write_summaries
 from labrunner.results.store import RESULT_SCHEMA, result_path
@@ -186,7 +186,7 @@ def test_floor_targets_enter_no_finding() -> None:
     with_floor = group_results(
         _run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395], "floor-quart-h1": [800, 805, 795]})
     )
-    assert findings.for_run(with_floor, "default") == findings.for_run(groups, "default")
+    assert answers.for_run(with_floor, "default") == answers.for_run(groups, "default")
 
 
 # --- Where the findings are shown: a run directory as the runner leaves it ------------------
@@ -243,6 +243,6 @@ def test_the_end_of_a_run_prints_the_findings(tmp_path: Path) -> None:
     say_findings(run, order, "default", said.append)
     assert said[0] == f"findings: {findings.CONFIDENCE_LINE}"
     assert said[1:] == [
-        f"  {line}" for line in findings.plain(findings.for_run(group_results(_run(_RESULTS)), "default"))
+        f"  {line}" for line in findings.plain(answers.for_run(group_results(_run(_RESULTS)), "default"))
     ]
     assert "  gRPC vs REST" in said and any(line.startswith("    grpc served") for line in said)

@@ -12,7 +12,7 @@ from labrunner.backends.base import Backend, BackendSettings
 from labrunner.files import write_json_atomic
 from labrunner.model.scenario import Plan, Scenario
 from labrunner.observe import interference, prometheus_sd
-from labrunner.report import findings, payload, serialization
+from labrunner.report import answers, findings, payload, serialization
 from labrunner.report.build import PAYLOAD_FILE, SERIALIZATION_FILE, write_report
 from labrunner.report.compare import group_results
 from labrunner.report.summary import write_summaries
@@ -123,7 +123,7 @@ def run_plan(
 
 def say_findings(out_dir: Path, order: list[str], preset: str, say: Say) -> None:
     """The run's findings as plain lines, the same as summary.md's first section."""
-    found = findings.for_run(group_results(load_results(out_dir, order)), preset)
+    found = answers.for_run(group_results(load_results(out_dir, order)), preset)
     say(f"findings: {findings.CONFIDENCE_LINE}")
     for line in findings.plain(found) or [findings.NONE_YET.removeprefix("- ")]:
         say(f"  {line}")

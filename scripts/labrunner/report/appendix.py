@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from labrunner.report import charts, payload, serialization
+from labrunner.report import charts, payload, payload_charts, serialization
 from labrunner.report.document import Block, Heading, Image, Paragraph, table
 from labrunner.report.runs import Run
 from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE
@@ -29,6 +29,7 @@ def charts_section(
             "Bytes per response: on the wire and by encoding",
             f"left: {CENTRE} over repeats; right: the payload table below",
         ),
+        *payload_charts.drawn(run.groups, rows, out),
         (charts.sequential(run.groups, out / "sequential.png"), "Sequential mean latency by N", whiskers),
         (
             charts.capacity(run.groups, out / "capacity.png"),

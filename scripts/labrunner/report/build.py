@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.files import write_text_atomic
-from labrunner.report import appendix, floor, host_conditions, payload, sections, serialization
+from labrunner.report import appendix, floor, host_conditions, payload, payload_sweep, sections, serialization
 from labrunner.report import baseline as baseline_section
 from labrunner.report import network as network_figures
 from labrunner.report.compare import against_baseline
@@ -57,6 +57,7 @@ def build(
     blocks += sections.comparisons(run)
     blocks += floor.section(run.groups)  # only with floor-* targets
     blocks += network_figures.section(run.groups)  # only with more than one network profile
+    blocks += payload_sweep.section(run.groups, payload_rows)  # only with two or more counts
     blocks += host_conditions.section(run.manifest, run.results)
     if baseline is not None:
         blocks += baseline_section.section(run, baseline)

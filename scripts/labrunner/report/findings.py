@@ -10,7 +10,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from labrunner.report.compare import THROUGHPUT, Comparison, Group, compare_groups, is_streaming
-from labrunner.report.floor import lab_groups
 from labrunner.report.stats import CONFIDENCE, Ratio
 
 # The questions a run can answer, in the order findings are printed, and the preset that asks each.
@@ -50,14 +49,6 @@ class Finding:
     sentence: str
     effect: float = 0.0
     caveat: str = ""
-
-
-def for_run(groups: Sequence[Group], preset: str | None) -> list[Finding]:
-    """Every finding of a run, ranked: the comparisons between the lab's targets (floor targets have
-    their own section), what could not be compared, and the questions the run did not ask."""
-    lab = lab_groups(groups)
-    found = comparisons_findings(lab) + cannot_compare(lab)
-    return ranked(found + unasked(found, preset))
 
 
 def by_question(findings: Sequence[Finding]) -> list[tuple[str, list[str]]]:

@@ -4,8 +4,8 @@ the failed and suspect results, and provenance."""
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from labrunner.report import answers, floor, host_conditions
 from labrunner.report import findings as run_findings
-from labrunner.report import floor, host_conditions
 from labrunner.report.cells import (
     LATENCY_FORMAT,
     centre_cell,
@@ -44,7 +44,7 @@ def findings(run: Run) -> list[Block]:
         f"({host.get('cpus_available', '?')} of {host.get('cpu_count', '?')} CPUs available), "
         f"started {m.get('started_at') or 'at an unrecorded time'}, preset `{preset}`; provenance at the end."
     )
-    found = run_findings.for_run(run.groups, preset)
+    found = answers.for_run(run.groups, preset)
     blocks: list[Block] = [Heading(2, "Findings"), Paragraph(run_findings.CONFIDENCE_LINE), Paragraph(on)]
     for question, sentences in run_findings.by_question(found):
         blocks += [Paragraph(f"**{question}**"), Bullets(tuple(sentences))]

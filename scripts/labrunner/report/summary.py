@@ -8,7 +8,7 @@ from typing import Any
 
 from labrunner.files import write_text_atomic
 from labrunner.observe import interference
-from labrunner.report import findings
+from labrunner.report import answers, findings
 from labrunner.report.compare import group_results
 from labrunner.report.repeats import across_repeats_markdown
 from labrunner.results.store import load_results, read_manifest
@@ -131,7 +131,7 @@ def write_summaries(out_dir: Path, run_id: str, order: Sequence[str] = ()) -> No
     results = load_results(out_dir, order)
     rows = [summary_row(r, unit) for r in results]
     write_text_atomic(out_dir / "summary.csv", summary_csv(rows))
-    found = findings.for_run(group_results(results), manifest.get("matrix", {}).get("preset"))
+    found = answers.for_run(group_results(results), manifest.get("matrix", {}).get("preset"))
     across = "".join(f"\n{line}" for line in across_repeats_markdown(results))
     markdown = summary_markdown(run_id, rows, findings.markdown_section(found))
     write_text_atomic(out_dir / "summary.md", markdown + across)

@@ -1,0 +1,207 @@
+"""The payload sweep's charts: req/s and CPU per request against response size, and gRPC / REST."""
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullLocator
+
+from labrunner.report.charts import DPI
+from labrunner.report.compare import Group
+from labrunner.report.payload import PayloadRow
+from labrunner.report.payload_sweep import (
+    SWEPT,
+    Point,
+    Sweep,
+    crossings,
+    detectable,
+    size,
+    sweep_groups,
+    sweeps,
+)
+from labrunner.report.stats import CONFIDENCE
+
+# One colour per protocol family; within a family the marker names the server, dashes mean TLS.
+FAMILY_COLOURS = {"REST": "#4c72b0", "gRPC": "#dd8452"}
+SERVER_MARKERS = {"rest_aiohttp": "o", "rest_quart": "s", "rest_granian": "^", "grpc_aio": "D"}
+_AXIS = {"rps": "requests/s (log)", "cpu_per_1k": "CPU seconds per 1,000 requests (log)"}
+_RATIO_AXIS = {"rps": "gRPC / REST req/s (log)", "cpu_per_1k": "gRPC / REST CPU per request (log)"}
+_WIDTH, _HEIGHT = 11.0, 4.4
+
+
+def family(group: Group) -> str:
+    return "gRPC" if group.protocol == "grpc" else "REST"
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    """The centre of a group's repeats on these charts (the ratios are of geometric means too)."""
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def drawn(
+    groups: Sequence[Group], rows: Sequence[PayloadRow], out: Path
+) -> list[tuple[Path | None, str, str]]:
+    """The sweep's charts in out/ as the report lists them: (path or None, title, caption)."""
+    return [
+        (
+            sweep(groups, rows, out / "payload_sweep.png"),
+            "Payload sweep: req/s and CPU per request against response size",
+            "points: geometric mean of the repeats, whiskers their range; orange gRPC, blue REST, dashed "
+            "TLS; hollow: a lower bound, in no ratio",
+        ),
+        (
+            crossover(sweeps(groups, rows), out / "payload_crossover.png"),
+            "Payload crossover: gRPC / REST against response size",
+            f"ratio of geometric means, band its {CONFIDENCE:.0%} Welch interval; "
+            "x: a crossing of 1 with its interval (where some count tells the two apart)",
+        ),
+    ]
+
+
+def sweep(groups: Sequence[Group], rows: Sequence[PayloadRow], path: Path) -> Path | None:
+    """One row of panels per scenario (profile, response model, load model, network): req/s and CPU
+    per request by target against the JSON body size of its records."""
+    sizes = {r.count: r.json_bytes for r in rows}
+    facets: dict[str, list[Group]] = {}
+    for g in sweep_groups(groups):
+        if g.results and g.count in sizes:
+            facets.setdefault(
+                f"{g.profile}, {g.response_model or 'build'}, {g.load_model}, {g.network}", []
+            ).append(g)
+    facets = {k: v for k, v in facets.items() if len({g.count for g in v}) >= 2}
+    if not facets:
+        return None
+    fig = Figure(figsize=(_WIDTH, _HEIGHT * len(facets) + 0.8), layout="constrained")
+    axes = fig.subplots(len(facets), len(SWEPT), squeeze=False)
+    for row, (title, members) in zip(axes, facets.items(), strict=True):
+        counts = sorted({g.count for g in members})
+        for ax, metric in zip(row, SWEPT, strict=True):
+            for target in dict.fromkeys(g.target for g in members):
+                _target_line(
+                    ax,
+                    sorted((g for g in members if g.target == target), key=lambda g: g.count),
+                    metric,
+                    sizes,
+                )
+            _log_axes(ax, counts, sizes)
+            ax.set_ylabel(_AXIS[metric])
+            ax.set_title(title, fontsize="medium")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize="small")
+    return _save(fig, path)
+
+
+def _target_line(ax: Axes, members: Sequence[Group], metric: str, sizes: Mapping[int, int]) -> None:
+    xs, centres, low, high, hollow = [], [], [], [], []
+    for g in members:
+        values = [v for v in g.values(metric) if v > 0]  # a log axis has no place for 0
+        if not values:
+            continue
+        # The repeats' range: with 2-3 repeats a t interval on the log scale spans decades and hides
+        # the lines; the ratios' Welch intervals are in the crossover chart.
+        centre = geometric_mean(values)
+        xs.append(sizes[g.count])
+        centres.append(centre)
+        low.append(centre - min(values))
+        high.append(max(values) - centre)
+        hollow.append(bool(g.lower_bound))
+    if not xs:
+        return
+    first = members[0]
+    colour = FAMILY_COLOURS[family(first)]
+    marker = SERVER_MARKERS.get(first.service, "o")
+    ax.errorbar(
+        xs,
+        centres,
+        yerr=[low, high],
+        color=colour,
+        marker=marker,
+        linestyle="--" if first.tls else "-",
+        capsize=3,
+        label=first.target,
+    )
+    bound_x = [x for x, h in zip(xs, hollow, strict=True) if h]
+    bound_y = [y for y, h in zip(centres, hollow, strict=True) if h]
+    if bound_x:
+        ax.scatter(bound_x, bound_y, s=90, facecolors="white", edgecolors=colour, zorder=3)
+
+
+def crossover(sweeps: Sequence[Sweep], path: Path) -> Path | None:
+    """gRPC / REST per pair against the JSON body size, with the ratios' intervals as a band and
+    each crossing of 1 with its interval."""
+    shown = [s for s in sweeps if all(len(s.points[m]) >= 2 for m in SWEPT)]
+    if not shown:
+        return None
+    fig = Figure(figsize=(_WIDTH, _HEIGHT + 0.8), layout="constrained")
+    axes = fig.subplots(1, len(SWEPT), squeeze=False)[0]
+    for ax, metric in zip(axes, SWEPT, strict=True):
+        sizes = {p.count: p.json_bytes for s in shown for p in s.points[metric]}
+        for s in shown:
+            _ratio_line(ax, s, metric)
+        ax.axhline(1.0, color="black", linewidth=1)
+        _log_axes(ax, sorted(sizes), sizes)
+        ax.set_ylabel(_RATIO_AXIS[metric])
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small")
+    return _save(fig, path)
+
+
+def _ratio_line(ax: Axes, s: Sweep, metric: str) -> None:
+    points: Sequence[Point] = s.points[metric]
+    rest = s.rest[0]
+    xs = [p.json_bytes for p in points]
+    # Each line is gRPC against a REST server: drawn in the REST colour, marked as that server.
+    ax.plot(
+        xs,
+        [p.ratio.estimate for p in points],
+        color=FAMILY_COLOURS["REST"],
+        marker=SERVER_MARKERS.get(rest.service, "o"),
+        linestyle="--" if rest.tls else "-",
+        label=f"{s.grpc_target} / {s.rest_target}",
+    )
+    if all(p.ratio.low is not None and p.ratio.high is not None for p in points):
+        ax.fill_between(
+            xs,
+            [p.ratio.low or 0.0 for p in points],
+            [p.ratio.high or 0.0 for p in points],
+            color=FAMILY_COLOURS["REST"],
+            alpha=0.06,
+            linewidth=0,
+        )
+    for c in crossings(points) if detectable(points) else []:
+        error = None
+        if c.interval is not None:
+            error = [[c.json_bytes - c.interval[0]], [c.interval[1] - c.json_bytes]]
+        ax.errorbar([c.json_bytes], [1.0], xerr=error, color="black", marker="x", markersize=8, capsize=4)
+
+
+def _log_axes(ax: Axes, counts: Sequence[int], sizes: Mapping[int, int]) -> None:
+    """Log axes in plain numbers; x ticked at each count with its JSON body size and records."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks([sizes[c] for c in counts], [f"{size(sizes[c])}\n{c:,} rec" for c in counts])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: _minor_label(ax, value)))
+    ax.set_xlabel("JSON body of the same records (log)")
+    ax.grid(alpha=0.3, which="both")
+
+
+def _minor_label(ax: Axes, value: float) -> str:
+    """Plain numbers between the decades: every one within a decade, 2 and 5 within two, none beyond."""
+    low, high = ax.get_ylim()
+    decades = math.log10(high / low)
+    leading = f"{value:.0e}"[0]
+    if decades <= 1 or (decades <= 2.5 and leading in "25"):
+        return f"{value:g}"
+    return ""
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    """Saved as laid out at construction (constrained: room for the legend below the panels)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, format="png")
+    return path
