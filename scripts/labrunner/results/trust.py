@@ -7,9 +7,13 @@ limit measures k6). Everything that prints a verdict (the progress line, summari
 takes it from here.
 """
 
+import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from scipy import stats as scipy_stats
 
 from labrunner.backends.base import cpu_list
 from labrunner.run.outcome import ScenarioOutcome
@@ -22,6 +26,14 @@ MAX_ERROR_RATE = 0.01
 # Above this share of the scenario's CPUs, what others (or the hypervisor) took may have moved
 # the numbers: the result is suspect.
 SUSPECT_SHARE = 0.05
+# Repeats of a 10 s window spread with a coefficient of variation of req/s of 2-8% on a quiet host
+# (docs/results.md#the-measurement-window, the window study); a group above SPREAD_CV that neither
+# interference nor steal explains moved for a reason the lab did not measure. Halving the window
+# doubled the spread there, so below SPREAD_WINDOW_S the threshold grows as 1 / window.
+SPREAD_CV = 0.10
+SPREAD_WINDOW_S = 10.0
+SETTLED_HALF_WIDTH = 0.05  # the ratio interval (±5%) that enough repeats of such a group would give
+SPREAD_CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,55 @@ class Verdict:
 
     suspect: tuple[str, ...]
     lower_bound: str | None
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A group whose repeats spread more than its window explains: its CV of req/s, and about how
+    many repeats would bring its interval to ±SETTLED_HALF_WIDTH."""
+
+    cv: float
+    repeats: int
+    repeats_needed: int
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"unexplained spread (CV {self.cv:.0%}): about {self.repeats_needed} repeats instead of "
+            f"{self.repeats} would bring the ratio interval to ±{SETTLED_HALF_WIDTH:.0%}"
+        )
+
+
+def spread_threshold(window_s: float | None) -> float:
+    """The CV of req/s above which a group's repeats spread more than a window of window_s gives."""
+    if not window_s or window_s >= SPREAD_WINDOW_S:
+        return SPREAD_CV
+    return SPREAD_CV * SPREAD_WINDOW_S / window_s
+
+
+def unexplained_spread(results: Sequence[Mapping[str, Any]]) -> Spread | None:
+    """A throughput group's (its successful repeats') spread that the lab cannot explain, or None.
+
+    Not flagged when any repeat is suspect for interference or steal: that explains it already.
+    """
+    closed = all(((r.get("scenario") or {}).get("load_model") or {}).get("executor") in CLOSED_EXECUTORS for r in results)
+    rates = [
+        float(rps)
+        for r in results
+        if (rps := ((r.get("k6") or {}).get("metrics") or {}).get("requests_per_second"))
+    ]
+    if not closed or len(rates) < 2 or len(rates) != len(results):
+        return None
+    if any(_host_reasons(_host(r.get("host"))) for r in results):
+        return None
+    cv = statistics.stdev(rates) / statistics.mean(rates)
+    window = (results[0].get("scenario") or {}).get("duration_s")
+    if cv <= spread_threshold(window):
+        return None
+    n = len(rates)
+    log_sd = statistics.stdev(math.log(v) for v in rates)
+    half_width = float(scipy_stats.t.ppf((1 + SPREAD_CONFIDENCE) / 2, n - 1)) * log_sd / math.sqrt(n)
+    return Spread(cv, n, math.ceil(n * (half_width / SETTLED_HALF_WIDTH) ** 2))
 
 
 def judge(figures: Figures) -> Verdict:
