@@ -259,6 +259,7 @@ def _run(
             targets_dir=targets_dir,
             influxdb_url=obs.influxdb_url,
             prometheus_url=obs.prometheus_url,
+            lab_pids=obs.lab_pids,
         ),
         resume=args.resume,
         argv=tuple(sys.argv if argv is None else ["run_matrix.py", *argv]),

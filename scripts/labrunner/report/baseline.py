@@ -30,7 +30,6 @@ from labrunner.report.document import Block, Heading, Paragraph, table
 from labrunner.report.runs import Run
 from labrunner.report.stats import CONFIDENCE, ONE_REPEAT, Ratio
 
-
 # The verdict on an absolute change (req/s, latency, CPU per request) between two hosts' runs.
 DIFFERENT_HOST = "different host: not judged"
 
@@ -71,7 +70,9 @@ def section(run: Run, baseline: Run) -> list[Block]:
             blocks.append(Paragraph("**Different hosts**: the change mixes code and machine."))
     blocks.append(Paragraph(f"Code: `{sha_then}` then, `{sha_now}` now."))
     blocks += host_conditions.baseline_warnings(run.manifest, baseline.manifest, baseline.run_id)
-    blocks.append(Paragraph(_different_hosts_findings(changes) if differences else _baseline_findings(changes)))
+    blocks.append(
+        Paragraph(_different_hosts_findings(changes) if differences else _baseline_findings(changes))
+    )
     for kind in (THROUGHPUT, SEQUENTIAL, CAPACITY):
         members = [c for c in changes if c.current.kind == kind]
         if not members:

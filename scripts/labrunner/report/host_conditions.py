@@ -82,7 +82,12 @@ def mitigations_summary(mitigations: Mapping[str, str] | None) -> str:
     2 vulnerable: spec_store_bypass, tsx_async_abort"."""
     if mitigations is None:
         return "unknown"
-    kinds: dict[str, list[str]] = {"not affected": [], "mitigated": [], "vulnerable": [], "in another state": []}
+    kinds: dict[str, list[str]] = {
+        "not affected": [],
+        "mitigated": [],
+        "vulnerable": [],
+        "in another state": [],
+    }
     for name, state in sorted(mitigations.items()):
         lowered = state.lower()
         if lowered.startswith("not affected"):

@@ -115,7 +115,9 @@ def summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) -
     ]
     unit = host_conditions.calibration_unit(run.manifest)
     # Two hosts' absolute figures differ by machine as much as by code: no change is a regression.
-    other_host = baseline is not None and bool(host_conditions.host_differences(run.manifest, baseline.manifest))
+    other_host = baseline is not None and bool(
+        host_conditions.host_differences(run.manifest, baseline.manifest)
+    )
     if baseline is not None:
         headers += [f"req/s vs {baseline.run_id}", f"p99 vs {baseline.run_id}"]
     rows = []

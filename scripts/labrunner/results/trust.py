@@ -61,6 +61,9 @@ class Others:
     share: float | None
     others_cpu_seconds: float | None
     relay_cpu_seconds: float | None  # the userspace link emulator's part of it, on k6's CPUs
+    # The lab's own Prometheus and InfluxDB's part of it, on k6's CPUs: shown, not held against the host.
+    lab_cpu_seconds: float | None = None
+    lab_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,10 @@ def unexplained_spread(results: Sequence[Mapping[str, Any]]) -> Spread | None:
 
     Not flagged when any repeat is suspect for interference or steal: that explains it already.
     """
-    closed = all(((r.get("scenario") or {}).get("load_model") or {}).get("executor") in CLOSED_EXECUTORS for r in results)
+    closed = all(
+        ((r.get("scenario") or {}).get("load_model") or {}).get("executor") in CLOSED_EXECUTORS
+        for r in results
+    )
     rates = [
         float(rps)
         for r in results
@@ -242,6 +248,8 @@ def _host(section: Mapping[str, Any] | None) -> Host | None:
             figure.get("share"),
             figure.get("others_cpu_seconds"),
             figure.get("relay_cpu_seconds"),
+            figure.get("lab_cpu_seconds"),
+            figure.get("lab_share"),
         )
 
     return Host(
@@ -285,7 +293,8 @@ def _load_reasons(f: Figures) -> list[str]:
 
 
 def _host_reasons(host: Host | None) -> list[str]:
-    """Why a result's numbers may be the host's: others or steal above SUSPECT_SHARE of the CPUs."""
+    """Why a result's numbers may be the host's: others (less the lab's own daemons, which the run
+    started and pinned to k6's side) or steal above SUSPECT_SHARE of the CPUs."""
     if host is None:
         return []
     reasons = []
@@ -293,10 +302,16 @@ def _host_reasons(host: Host | None) -> list[str]:
     if host.shared:  # one figure for both sets: one reason
         sets = [(host.service_cpus, "the CPUs the service shares with k6,")]
     for figure, label in sets:
-        if figure is None or figure.share is None or figure.share <= SUSPECT_SHARE:
+        if (
+            figure is None
+            or figure.share is None
+            or figure.share - (figure.lab_share or 0.0) <= SUSPECT_SHARE
+        ):
             continue
-        relay = figure.relay_cpu_seconds
+        relay, lab = figure.relay_cpu_seconds, figure.lab_cpu_seconds
         of_which = f", of which the userspace link emulator {relay:.2f}" if relay is not None else ""
+        if lab is not None:
+            of_which += f", of which the lab's Prometheus and InfluxDB {lab:.2f}, not counted"
         reasons.append(
             f"other processes used {figure.share:.1%} of {label} {cpu_list(figure.cpus)} "
             f"({figure.others_cpu_seconds:.2f} CPU s{of_which}) during the measured window "
