@@ -170,3 +170,9 @@ def test_findings_print_grouped_by_question() -> None:
     assert lines[0] == "- **gRPC vs REST**"
     assert all(line.startswith(("- **", "  - ")) for line in lines)
     assert findings.plain(found)[0] == "gRPC vs REST"
+
+
+def test_a_finding_on_a_group_with_unexplained_spread_says_so_and_how_many_repeats_would_settle_it() -> None:
+    results = _run({"grpc": [606, 497, 526]}) + _run({"quart-h1": [400, 405, 395]})
+    finding = _one(_find(results), "gRPC vs REST", "of quart-h1")
+    assert finding.caveat.startswith("grpc: unexplained spread (CV 10.4%): about 78 repeats instead of 3")

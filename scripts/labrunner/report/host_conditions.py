@@ -146,7 +146,8 @@ def section(manifest: Mapping[str, Any], results: Sequence[Result]) -> list[Bloc
             "time x CPUs); steal: what the hypervisor took from them. "
             f"Above {SUSPECT_SHARE:.0%} the result is suspect. On network scenarios with the "
             "userspace link emulator, the relay runs on k6's CPUs: its CPU time counts as others there "
-            "and is shown apart (of which relay)."
+            "and is shown apart (of which relay); so is the CPU time of the Prometheus and InfluxDB the run "
+            "started, pinned to k6's CPUs (of which lab), which is not held against the host."
         ),
     ]
     rows = [_interference_row(r) for r in results if r.get("host") is not None]
@@ -238,6 +239,9 @@ def _figure(figure: Mapping[str, Any] | None) -> list[str]:
     relay = figure.get("relay_cpu_seconds")
     if relay is not None:  # the userspace link emulator runs on k6's CPUs: part of others there
         cell += f", of which relay {_share(figure.get('relay_share'))} ({relay:.2f} CPU s)"
+    lab = figure.get("lab_cpu_seconds")
+    if lab is not None:  # the run's own Prometheus and InfluxDB, pinned to k6's side
+        cell += f", of which lab {_share(figure.get('lab_share'))} ({lab:.2f} CPU s)"
     return [cpus, cell]
 
 

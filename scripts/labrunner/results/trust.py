@@ -123,7 +123,7 @@ class Spread:
     @property
     def reason(self) -> str:
         return (
-            f"unexplained spread (CV {self.cv:.0%}): about {self.repeats_needed} repeats instead of "
+            f"unexplained spread (CV {self.cv:.1%}): about {self.repeats_needed} repeats instead of "
             f"{self.repeats} would bring the ratio interval to ±{SETTLED_HALF_WIDTH:.0%}"
         )
 
