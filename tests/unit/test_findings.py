@@ -246,3 +246,9 @@ def test_the_end_of_a_run_prints_the_findings(tmp_path: Path) -> None:
         f"  {line}" for line in findings.plain(answers.for_run(group_results(_run(_RESULTS)), "default"))
     ]
     assert "  gRPC vs REST" in said and any(line.startswith("    grpc served") for line in said)
+
+
+def test_a_finding_on_a_group_with_unexplained_spread_says_so_and_how_many_repeats_would_settle_it() -> None:
+    results = _run({"grpc": [606, 497, 526]}) + _run({"quart-h1": [400, 405, 395]})
+    finding = _one(_find(results), "gRPC vs REST", "of quart-h1")
+    assert finding.caveat.startswith("grpc: unexplained spread (CV 10.4%): about 78 repeats instead of 3")

@@ -86,6 +86,8 @@ def _usage() -> ServiceUsage:
         memory_limit_bytes=512 * 2**20,
         exit_code=0,
         log_tail="bye",
+        user_cpu_seconds=1.05,
+        system_cpu_seconds=0.42,
     )
 
 
@@ -256,6 +258,7 @@ def test_summaries_are_regenerated_from_result_files(tmp_path: Path) -> None:
         "dropped_iterations",
         "service_cpu_s",
         "service_cpu_utilisation",
+        "service_user_cpu_share",
         "throttled_periods",
         "throttled_s",
         "memory_peak_mib",
@@ -265,6 +268,7 @@ def test_summaries_are_regenerated_from_result_files(tmp_path: Path) -> None:
         "relay_k6_cpus_share",
         "steal_share",
         "service_cpu_per_request_cal",
+        "service_cpu_per_request_kcal",
         "protocol_verified",
         "overhead_s",
         "suspect",
@@ -340,8 +344,8 @@ def test_measured_interference_is_in_the_result_flags_it_and_reaches_the_summari
         tmp_path / "manifest.json",
         {
             "calibration": {
-                "before": {"cpu_seconds_per_unit": 0.0004},
-                "after": {"cpu_seconds_per_unit": 0.0006},
+                "before": {"cpu_seconds_per_unit": 0.0004, "kernel": {"cpu_seconds_per_unit": 0.00001}},
+                "after": {"cpu_seconds_per_unit": 0.0006, "kernel": {"cpu_seconds_per_unit": 0.00003}},
             }
         },
     )
@@ -351,8 +355,12 @@ def test_measured_interference_is_in_the_result_flags_it_and_reaches_the_summari
     assert float(row["others_k6_cpus_share"]) == pytest.approx(0.0125)
     # 1.47 CPU s over 3000 requests = 0.49 ms per request = 0.98 units of 0.5 ms.
     assert float(row["service_cpu_per_request_cal"]) == pytest.approx(0.98)
+    # The same 0.49 ms in kernel units of 20 us; 1.05 of 1.47 CPU s in user space.
+    assert float(row["service_cpu_per_request_kcal"]) == pytest.approx(24.5)
+    assert float(row["service_user_cpu_share"]) == pytest.approx(0.714, abs=1e-3)
+    assert result["service"]["usage"]["system_cpu_seconds"] == pytest.approx(0.42)
     markdown = (tmp_path / "summary.md").read_text()
-    assert "| 35.8% / 1.2% | 0.0% | 0.980 |" in markdown
+    assert "| 35.8% / 1.2% | 0.0% | 0.980 | 24.500 | 71% |" in markdown
     # Without a measured window nothing is flagged and the figure says why.
     quiet = _built(replace(_outcome(scenario), host=interference.scenario_section(None, handle, usage, None)))
     assert quiet["host"]["reason"] == "no measured k6 run"

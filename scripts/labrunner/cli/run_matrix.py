@@ -259,15 +259,12 @@ def _run(
             targets_dir=targets_dir,
             influxdb_url=obs.influxdb_url,
             prometheus_url=obs.prometheus_url,
+            lab_pids=obs.lab_pids,
         ),
         resume=args.resume,
         argv=tuple(sys.argv if argv is None else ["run_matrix.py", *argv]),
         backend_reason=reason,
-        provenance={
-            "git": provenance.git_info(REPO),
-            "versions": provenance.versions(k6_binary),
-            "host": provenance.host_info(),
-        },
+        provenance=provenance.collect(REPO, k6_binary),
     )
     print(f"run {run_id}: {len(plan.scenarios)} scenarios, backend {backend_name} ({reason}), out {out_dir}")
     try:

@@ -10,7 +10,9 @@ run, each read timestamped. Over that window, on the service's CPUs and on k6's 
 
 The userspace link emulator (a relay process on k6's CPUs, network scenarios only) is not the
 scenario's own time: it is interference on k6's CPUs, inside others, and reported apart
-("of which relay": relay_cpu_seconds and relay_share in the k6 CPUs' figure).
+("of which relay": relay_cpu_seconds and relay_share in the k6 CPUs' figure). So is the CPU time of
+the Prometheus and InfluxDB the run started, pinned to k6's side (observe.lab_cpu): "of which lab",
+lab_cpu_seconds and lab_share.
 
 Busy is not user + nice + system + irq + softirq: the kernel charges those a whole tick to
 whatever runs when the tick fires, which misses much of the short, timer-driven bursts a server
@@ -35,7 +37,7 @@ from labrunner.backends.base import (
     cpu_list,
 )
 from labrunner.model.scenario import K6Instances, Profile, Scenario
-from labrunner.observe import steal_clock
+from labrunner.observe import lab_cpu, steal_clock
 
 PROC_STAT = Path("/proc/stat")
 USER_HZ = os.sysconf("SC_CLK_TCK")
@@ -75,6 +77,8 @@ class Window:
     relay_cpu_seconds: float | None = None
     # Whether own CPU times include time stolen from them (observe.steal); None: unknown.
     includes_steal: bool | None = None
+    # The lab's own daemons' CPU time in the window (pinned to k6's side): part of "others" there.
+    lab_cpu_seconds: float | None = None
 
     @property
     def seconds(self) -> float:
@@ -152,12 +156,14 @@ def interference(
     }
     if set(service_cpus) & set(k6_cpus):
         own = _sum(service_cpu_seconds, window.k6_cpu_seconds)
-        shared = _cpus_figure(window, union, own, window.relay_cpu_seconds)
+        shared = _cpus_figure(window, union, own, window.relay_cpu_seconds, window.lab_cpu_seconds)
         section["interference"] = {"service_cpus": shared, "k6_cpus": shared, "shared": True}
     else:
         section["interference"] = {
             "service_cpus": _cpus_figure(window, service_cpus, service_cpu_seconds),
-            "k6_cpus": _cpus_figure(window, k6_cpus, window.k6_cpu_seconds, window.relay_cpu_seconds),
+            "k6_cpus": _cpus_figure(
+                window, k6_cpus, window.k6_cpu_seconds, window.relay_cpu_seconds, window.lab_cpu_seconds
+            ),
             "shared": False,
         }
     return section
@@ -188,9 +194,12 @@ def describe(section: Mapping[str, Any] | None) -> str:
             f"service CPUs {_percent((figures.get('service_cpus') or {}).get('share'))}",
             f"k6 CPUs {_percent((figures.get('k6_cpus') or {}).get('share'))}",
         ]
-    relay = relay_share(section)
-    if relay is not None:
-        parts[-1] += f" (of which relay {_percent(relay)})"
+    relay, lab = relay_share(section), lab_share(section)
+    of_which = [
+        f"{name} {_percent(value)}" for name, value in (("relay", relay), ("lab", lab)) if value is not None
+    ]
+    if of_which:
+        parts[-1] += f" (of which {', '.join(of_which)})"
     return f"others: {', '.join(parts)}, steal {_percent(section.get('steal_share'))}"
 
 
@@ -198,6 +207,14 @@ def relay_share(section: Mapping[str, Any] | None) -> float | None:
     """The share of k6's CPUs the userspace link emulator took (inside others there); None without one."""
     figures = ((section or {}).get("interference") or {}).get("k6_cpus") or {}
     value = figures.get("relay_share")
+    return None if value is None else float(value)
+
+
+def lab_share(section: Mapping[str, Any] | None) -> float | None:
+    """The share of k6's CPUs the run's own Prometheus and InfluxDB took (inside others there); None
+    when the run started none."""
+    figures = ((section or {}).get("interference") or {}).get("k6_cpus") or {}
+    value = figures.get("lab_share")
     return None if value is None else float(value)
 
 
@@ -215,10 +232,11 @@ class MeteredBackend:
     search's last step), so the scenario's own CPU time and /proc/stat agree on the window.
     """
 
-    def __init__(self, backend: Backend, read: Reader | None) -> None:
+    def __init__(self, backend: Backend, read: Reader | None, lab_pids: Sequence[int] = ()) -> None:
         self.name = backend.name
         self._backend = backend
         self._read = read
+        self._lab_pids = tuple(lab_pids)
         self._includes_steal = steal_clock.this_kernel().includes_steal
         self.window: Window | None = None
         # The last measured run's userspace link emulator CPU seconds, /proc/stat or not.
@@ -237,10 +255,15 @@ class MeteredBackend:
         if not measured or self._read is None:
             process = self._backend.run_k6(handle, invocation, measured)
         else:
-            before = self._read()
+            before, lab_before = self._read(), self._lab_cpu()
             process = self._backend.run_k6(handle, invocation, measured)
             self.window = Window(
-                before, self._read(), process.cpu_seconds, process.relay_cpu_seconds, self._includes_steal
+                before,
+                self._read(),
+                process.cpu_seconds,
+                process.relay_cpu_seconds,
+                self._includes_steal,
+                _difference(self._lab_cpu(), lab_before),
             )
         if measured:
             self.relay_cpu_seconds = process.relay_cpu_seconds
@@ -254,14 +277,18 @@ class MeteredBackend:
         if not measured or self._read is None:
             processes = backend.run_k6_instances(handle, invocations, measured)
         else:
-            before = self._read()
+            before, lab_before = self._read(), self._lab_cpu()
             processes = backend.run_k6_instances(handle, invocations, measured)
             k6_cpu_seconds = _sum(*(p.cpu_seconds for p in processes))
             relay = processes[0].relay_cpu_seconds if processes else None
-            self.window = Window(before, self._read(), k6_cpu_seconds, relay, self._includes_steal)
+            lab = _difference(self._lab_cpu(), lab_before)
+            self.window = Window(before, self._read(), k6_cpu_seconds, relay, self._includes_steal, lab)
         if measured:
             self.relay_cpu_seconds = processes[0].relay_cpu_seconds if processes else None
         return processes
+
+    def _lab_cpu(self) -> float | None:
+        return lab_cpu.cpu_seconds(self._lab_pids) if self._lab_pids else None
 
     def check_k6_instances(self, profile: Profile, k6_instances: K6Instances) -> None:
         self._backend.check_k6_instances(profile, k6_instances)
@@ -278,9 +305,14 @@ class MeteredBackend:
 
 
 def _cpus_figure(
-    window: Window, cpus: Iterable[int], own_cpu_seconds: float | None, relay_cpu_seconds: float | None = None
+    window: Window,
+    cpus: Iterable[int],
+    own_cpu_seconds: float | None,
+    relay_cpu_seconds: float | None = None,
+    lab_cpu_seconds: float | None = None,
 ) -> dict[str, Any]:
-    """relay_cpu_seconds: the link emulator's share of others, reported apart ("of which relay")."""
+    """relay_cpu_seconds, lab_cpu_seconds: the link emulator's and the lab's daemons' share of
+    others, reported apart ("of which relay", "of which lab")."""
     cpus = sorted(cpus)
     capacity, idle, steal = (
         window.seconds * len(cpus),
@@ -302,6 +334,9 @@ def _cpus_figure(
     if relay_cpu_seconds is not None:
         figure["relay_cpu_seconds"] = _round(relay_cpu_seconds)
         figure["relay_share"] = _round(relay_cpu_seconds / capacity) if capacity > 0 else None
+    if lab_cpu_seconds is not None:
+        figure["lab_cpu_seconds"] = _round(lab_cpu_seconds)
+        figure["lab_share"] = _round(lab_cpu_seconds / capacity) if capacity > 0 else None
     return figure
 
 
@@ -345,6 +380,10 @@ def _delta(window: Window, cpus: Iterable[int], field: str) -> float:
         float(getattr(window.after.cpus[c], field)) - float(getattr(window.before.cpus[c], field))
         for c in cpus
     )
+
+
+def _difference(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else after - before
 
 
 def _sum(*values: float | None) -> float | None:

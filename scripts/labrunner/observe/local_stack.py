@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from labrunner.observe import lab_cpu
 from labrunner.observe.labels import INFLUXDB_DATABASE
 from labrunner.paths import REPO
 from labrunner.say import Say
@@ -81,10 +83,12 @@ def start(
     directory: Path | str,
     targets_dir: Path | str = DEFAULT_TARGETS_DIR,
     ports: Ports | None = None,
+    cpus: Sequence[int] = (),
 ) -> dict[str, str]:
     """Start Prometheus and InfluxDB under directory, wait until ready, return their URLs.
 
     Idempotent: if both are already running from this directory, their URLs are returned.
+    cpus: the CPUs to pin both to (taskset); empty: not pinned.
     """
     directory = Path(directory).resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -102,9 +106,9 @@ def start(
 
     state = {}
     try:
-        state["prometheus"] = _start_prometheus(directory, Path(targets_dir), ports.prometheus)
+        state["prometheus"] = _start_prometheus(directory, Path(targets_dir), ports.prometheus, cpus)
         _write_state(directory, state)
-        state["influxdb"] = _start_influxdb(directory, ports)
+        state["influxdb"] = _start_influxdb(directory, ports, cpus)
         _write_state(directory, state)
         _wait_ready(directory, "prometheus", f"{state['prometheus']['url']}/-/ready")
         _wait_ready(directory, "influxdb", f"{state['influxdb']['url']}/ping")
@@ -144,6 +148,8 @@ class Endpoints:
 
     influxdb_url: str | None
     prometheus_url: str | None
+    # The daemons this run started (pinned to lab_cpu.daemon_cpus()): their CPU time is the lab's.
+    lab_pids: tuple[int, ...] = ()
 
 
 def for_run(
@@ -172,23 +178,27 @@ def for_run(
         else:
             urls[name] = None if value == "none" else value
     wanted_auto = [n for n, v in requested.items() if v == "auto" and urls[n] is None]
+    lab_pids: tuple[int, ...] = ()
     if wanted_auto and backend_name == "local" and len(wanted_auto) == len(requested):
         try:
-            urls.update(start(LAB_DIR, targets_dir or DEFAULT_TARGETS_DIR, ports))
+            cpus = lab_cpu.daemon_cpus()
+            urls.update(start(LAB_DIR, targets_dir or DEFAULT_TARGETS_DIR, ports, cpus))
             cleanup.callback(stop, LAB_DIR)
+            lab_pids = tuple(int(proc["pid"]) for proc in status(LAB_DIR).values() if proc["running"])
+            pinned = f"pinned to CPU(s) {','.join(map(str, cpus))}" if cpus else "not pinned (one CPU)"
             say(
                 f"observability: started Prometheus {urls['prometheus']} and InfluxDB {urls['influxdb']} "
-                f"for this run; they stop at its end, data stays in {LAB_DIR} "
+                f"for this run, {pinned}; they stop at its end, data stays in {LAB_DIR} "
                 "(`scripts/local_obs.py start` to look again)"
             )
         except ObservabilityError as exc:
             say(f"observability: could not start local Prometheus/InfluxDB: {exc}")
     for name, url in urls.items():
         say(f"observability: {name} {url or 'none (not used)'}")
-    return Endpoints(urls["influxdb"], urls["prometheus"])
+    return Endpoints(urls["influxdb"], urls["prometheus"], lab_pids)
 
 
-def _start_prometheus(directory: Path, targets_dir: Path, port: int) -> dict[str, Any]:
+def _start_prometheus(directory: Path, targets_dir: Path, port: int, cpus: Sequence[int]) -> dict[str, Any]:
     targets_dir.mkdir(parents=True, exist_ok=True)
     config = derive_prometheus_config(targets_dir, port, directory / "prometheus.yml")
     argv = [
@@ -198,10 +208,10 @@ def _start_prometheus(directory: Path, targets_dir: Path, port: int) -> dict[str
         f"--storage.tsdb.path={directory / 'prometheus'}",
         "--web.enable-lifecycle",
     ]
-    return _spawn(directory, "prometheus", argv, os.environ.copy(), f"http://{HOST}:{port}")
+    return _spawn(directory, "prometheus", argv, os.environ.copy(), f"http://{HOST}:{port}", cpus=cpus)
 
 
-def _start_influxdb(directory: Path, ports: Ports) -> dict[str, Any]:
+def _start_influxdb(directory: Path, ports: Ports, cpus: Sequence[int]) -> dict[str, Any]:
     data = directory / "influxdb"
     # influxd 1.x: environment variables override the shared config file.
     env = {
@@ -213,7 +223,7 @@ def _start_influxdb(directory: Path, ports: Ports) -> dict[str, Any]:
         "INFLUXDB_DATA_WAL_DIR": str(data / "wal"),
     }
     argv = [_binary("INFLUXD_BIN", "influxd"), "-config", str(INFLUXDB_CONF)]
-    return _spawn(directory, "influxdb", argv, env, f"http://{HOST}:{ports.influxdb}")
+    return _spawn(directory, "influxdb", argv, env, f"http://{HOST}:{ports.influxdb}", cpus=cpus)
 
 
 def _binary(env_var: str, name: str) -> str:
@@ -223,11 +233,18 @@ def _binary(env_var: str, name: str) -> str:
     return binary
 
 
-def _spawn(directory: Path, name: str, argv: list[str], env: dict[str, str], url: str) -> dict[str, Any]:
+def _spawn(
+    directory: Path, name: str, argv: list[str], env: dict[str, str], url: str, *, cpus: Sequence[int]
+) -> dict[str, Any]:
     log = directory / f"{name}.log"
+    # taskset sets the affinity before exec, so every thread the daemon starts inherits it; the
+    # pid and /proc/<pid>/cmdline are then the daemon's own (taskset execs it).
+    pinned = (
+        [_binary("TASKSET_BIN", "taskset"), "--cpu-list", ",".join(map(str, cpus)), *argv] if cpus else argv
+    )
     with log.open("ab") as out:
         # Own session: a Ctrl-C meant for the caller does not kill the lab's backends.
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(pinned, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     return {"pid": proc.pid, "url": url, "log": str(log), "argv": argv}
 
 

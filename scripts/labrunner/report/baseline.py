@@ -21,33 +21,58 @@ from labrunner.report.compare import (
     VERDICTS,
     WITHIN_NOISE,
     BaselineChange,
+    Comparison,
     Group,
     baseline_changes,
+    compare_groups,
 )
 from labrunner.report.document import Block, Heading, Paragraph, table
 from labrunner.report.runs import Run
 from labrunner.report.stats import CONFIDENCE, ONE_REPEAT, Ratio
 
+# The verdict on an absolute change (req/s, latency, CPU per request) between two hosts' runs.
+DIFFERENT_HOST = "different host: not judged"
+
 
 def section(run: Run, baseline: Run) -> list[Block]:
     changes = baseline_changes(run.groups, baseline.groups)
-    blocks: list[Block] = [
-        Heading(2, f"Against baseline run {baseline.run_id}"),
+    differences = host_conditions.host_differences(run.manifest, baseline.manifest)
+    blocks: list[Block] = [Heading(2, f"Against baseline run {baseline.run_id}")]
+    if differences:
+        blocks.append(
+            Paragraph(
+                f"**The runs come from different hosts**: {'; '.join(differences)}. An absolute change "
+                "mixes code and machine, so none is judged a regression; the ratios between targets of "
+                "each run, compared side by side below, are what travels between hosts."
+            )
+        )
+    blocks.append(
         Paragraph(
             f"Each group of this run against the same group of {baseline.path}; ratio = this run / "
             f"baseline, with its Welch {CONFIDENCE:.0%} interval where both runs have repeats. A "
             "regression is a significant change for the worse: fewer requests/s or more latency or CPU "
             "per request. With one repeat in either run no test can tell a change from noise, so such a "
             f"group is not judged; a change beyond ±{LARGE_CHANGE:.0%} is flagged, tested or not."
-        ),
-    ]
+        )
+    )
     sha_now, sha_then = run.manifest.get("git", {}).get("sha"), baseline.manifest.get("git", {}).get("sha")
-    host_now, host_then = run.manifest.get("host", {}), baseline.manifest.get("host", {})
-    if host_now.get("cpu_model") != host_then.get("cpu_model"):
-        blocks.append(Paragraph("**Different hosts**: the change mixes code and machine."))
+    if differences is None:
+        blocks.append(
+            Paragraph(
+                "The baseline has no host fingerprint (recorded before runs carried one): the hosts "
+                "are compared by CPU model only."
+                if not baseline.manifest.get("fingerprint")
+                else "This run has no host fingerprint: the hosts are compared by CPU model only."
+            )
+        )
+        host_now, host_then = run.manifest.get("host", {}), baseline.manifest.get("host", {})
+        if host_now.get("cpu_model") != host_then.get("cpu_model"):
+            blocks.append(Paragraph("**Different hosts**: the change mixes code and machine."))
     blocks.append(Paragraph(f"Code: `{sha_then}` then, `{sha_now}` now."))
     blocks += host_conditions.baseline_warnings(run.manifest, baseline.manifest, baseline.run_id)
-    blocks.append(Paragraph(_baseline_findings(changes)))
+    blocks.append(
+        Paragraph(_different_hosts_findings(changes) if differences else _baseline_findings(changes))
+    )
     for kind in (THROUGHPUT, SEQUENTIAL, CAPACITY):
         members = [c for c in changes if c.current.kind == kind]
         if not members:
@@ -67,7 +92,7 @@ def section(run: Run, baseline: Run) -> list[Block]:
                 f"{len(c.baseline.results)} / {len(c.current.results)}",
                 f"{_centre(c.baseline, first)} → {_centre(c.current, first)}",
                 *(_baseline_cell(c.ratios.get(m)) for m in metrics),
-                _verdict_cell(c),
+                DIFFERENT_HOST if differences and c.comparison is not None else _verdict_cell(c),
             ]
             for c in members
         ]
@@ -75,6 +100,8 @@ def section(run: Run, baseline: Run) -> list[Block]:
             Heading(3, f"{kind.capitalize()} groups against the baseline"),
             table(headers, rows, (False, *(True,) * (len(headers) - 2), False)),
         ]
+    if differences:
+        blocks += _ratios_side_by_side(run, baseline)
     ids_now, ids_then = {g.id for g in run.groups}, {g.id for g in baseline.groups}
     for ids, where in ((ids_now - ids_then, "this run"), (ids_then - ids_now, "the baseline")):
         if ids:
@@ -125,6 +152,47 @@ def _baseline_findings(changes: Sequence[BaselineChange]) -> str:
             "or more to judge them."
         )
     return text
+
+
+def _different_hosts_findings(changes: Sequence[BaselineChange]) -> str:
+    present = f"{len(changes)} group{'s' if len(changes) != 1 else ''} present in both runs"
+    return f"{present}; {DIFFERENT_HOST}: their absolute changes are shown, not judged."
+
+
+def _ratios_side_by_side(run: Run, baseline: Run) -> list[Block]:
+    """Each comparison between targets that both runs made, its ratios then and now."""
+    then = {_comparison_key(c): c for c in compare_groups(baseline.groups)}
+    rows = []
+    for now in compare_groups(run.groups):
+        before = then.get(_comparison_key(now))
+        if before is None:
+            continue
+        cells = []
+        for metric in ("rps", "cpu_per_1k"):
+            cells += [_ratio(before.ratios.get(metric)), _ratio(now.ratios.get(metric))]
+        rows.append([now.kind, f"`{now.candidate.id}` / `{now.baseline.id}`", *cells])
+    if not rows:
+        return [Paragraph("No comparison between targets was made in both runs.")]
+    rps, cpu = METRICS["rps"].label, METRICS["cpu_per_1k"].label
+    headers = ("comparison", "groups", f"{rps} then", f"{rps} now", f"{cpu} then", f"{cpu} now")
+    return [
+        Heading(3, "Ratios between targets, then and now"),
+        Paragraph(
+            f"Candidate / baseline target within each run, with its Welch {CONFIDENCE:.0%} interval: "
+            "a ratio holds the host fixed, so these are comparable across the two hosts."
+        ),
+        table(headers, rows, (False, False, True, True, True, True)),
+    ]
+
+
+def _comparison_key(c: Comparison) -> tuple[str, str, str]:
+    return c.kind, c.candidate.id, c.baseline.id
+
+
+def _ratio(r: Ratio | None) -> str:
+    if r is None:
+        return "-"
+    return f"{r.estimate:.2f}x" + ("" if r.significant is None else f" [{r.low:.2f}, {r.high:.2f}]")
 
 
 def _baseline_cell(r: Ratio | None) -> str:

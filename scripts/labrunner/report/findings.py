@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from labrunner.report.compare import THROUGHPUT, Comparison, Group, compare_groups, is_streaming
 from labrunner.report.stats import CONFIDENCE, Ratio
+from labrunner.results.trust import unexplained_spread
 
 # The questions a run can answer, in the order findings are printed, and the preset that asks each.
 QUESTIONS = {
@@ -178,6 +179,7 @@ def _held_fixed(comparison: Comparison) -> str:
 
 def _caveat(candidate: Group, baseline: Group, at_equal_load: Comparison | None) -> str:
     notes = [_suspect(g) for g in (candidate, baseline)]
+    notes += [_spread(g) for g in (candidate, baseline)]
     if at_equal_load is not None:
         notes += [_not_carried(g) for g in (at_equal_load.candidate, at_equal_load.baseline)]
     return "; ".join(n for n in notes if n)
@@ -190,6 +192,11 @@ def _suspect(group: Group) -> str:
     return (
         f"{group.target}: {len(flagged)} of {len(group.results)} repeats suspect ({flagged[0]['suspect'][0]})"
     )
+
+
+def _spread(group: Group) -> str:
+    spread = unexplained_spread(group.results)
+    return "" if spread is None else f"{group.target}: {spread.reason}"
 
 
 def _not_carried(group: Group) -> str:

@@ -1,10 +1,12 @@
 """The report's host figures: interference on each scenario's CPUs and the run's calibration."""
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from labrunner.observe import interference
-from labrunner.report.compare import Group
+from labrunner.observe import fingerprint, interference
+from labrunner.report.cells import fmt
+from labrunner.report.compare import Group, group_results
 from labrunner.report.document import Block, Heading, Paragraph, table
 from labrunner.results.trust import SUSPECT_SHARE
 from labrunner.run import calibration
@@ -32,6 +34,74 @@ def cpu_per_request_cal(group: Group, unit: float | None) -> float | None:
     """The group's service CPU per request (geometric mean), in calibration units."""
     summary = group.summary("cpu_per_1k")
     return None if summary is None or not unit else summary.centre / 1000 / unit
+
+
+def fingerprint_rows(found: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The provenance rows of a manifest's host fingerprint (observe.fingerprint); none without one."""
+    if not found:
+        return []
+    virtualisation = found.get("virtualisation") or {}
+    if virtualisation.get("hypervisor"):
+        virtual = f"hypervisor {virtualisation.get('vendor') or '(vendor unknown)'}"
+    else:
+        virtual = "no hypervisor flag"
+    cells = (
+        ("CPU model", found.get("cpu_model")),
+        ("CPU family/model/stepping", found.get("cpu_family_model_stepping")),
+        ("microcode", found.get("microcode")),
+        ("cores / threads", f"{_known(found.get('cores'))} / {_known(found.get('threads'))}"),
+        ("frequency governor", found.get("governor")),
+        ("kernel release", found.get("kernel")),
+        ("virtualisation", virtual),
+        ("CPU vulnerabilities", mitigations_summary(found.get("mitigations"))),
+        ("cgroup", found.get("cgroup")),
+        ("interpreter", found.get("interpreter")),
+    )
+    return [(f"fingerprint: {name}", _known(value)) for name, value in cells]
+
+
+def host_differences(manifest: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str] | None:
+    """What differs between two runs' host fingerprints (empty: the same host); None when either
+    run has no fingerprint (runs recorded before fingerprints were)."""
+    now, then = manifest.get("fingerprint"), baseline.get("fingerprint")
+    if not now or not then:
+        return None
+    return fingerprint.differences(now, then)
+
+
+def steal_clock_row(found: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """Whether the task clock counted steal (observe.steal_clock), as interference assumed it."""
+    if not found:
+        return []
+    counts = {True: "includes steal", False: "excludes steal", None: "unknown"}[found.get("includes_steal")]
+    return [("task clock", f"{counts} ({found.get('source')})")]
+
+
+def mitigations_summary(mitigations: Mapping[str, str] | None) -> str:
+    """The CPU vulnerabilities by state, the vulnerable ones named: "12 not affected, 3 mitigated,
+    2 vulnerable: spec_store_bypass, tsx_async_abort"."""
+    if mitigations is None:
+        return "unknown"
+    kinds: dict[str, list[str]] = {
+        "not affected": [],
+        "mitigated": [],
+        "vulnerable": [],
+        "in another state": [],
+    }
+    for name, state in sorted(mitigations.items()):
+        lowered = state.lower()
+        if lowered.startswith("not affected"):
+            kinds["not affected"].append(name)
+        elif lowered.startswith("mitigation"):
+            kinds["mitigated"].append(name)
+        elif lowered.startswith("vulnerable"):
+            kinds["vulnerable"].append(name)
+        else:
+            kinds["in another state"].append(name)
+    parts = [f"{len(names)} {kind}" for kind, names in kinds.items() if names and kind != "vulnerable"]
+    if kinds["vulnerable"]:
+        parts.append(f"{len(kinds['vulnerable'])} vulnerable: {', '.join(kinds['vulnerable'])}")
+    return ", ".join(parts) or "none listed"
 
 
 def calibration_warnings(manifest: Mapping[str, Any]) -> list[Block]:
@@ -76,7 +146,8 @@ def section(manifest: Mapping[str, Any], results: Sequence[Result]) -> list[Bloc
             "time x CPUs); steal: what the hypervisor took from them. "
             f"Above {SUSPECT_SHARE:.0%} the result is suspect. On network scenarios with the "
             "userspace link emulator, the relay runs on k6's CPUs: its CPU time counts as others there "
-            "and is shown apart (of which relay)."
+            "and is shown apart (of which relay); so is the CPU time of the Prometheus and InfluxDB the run "
+            "started, pinned to k6's CPUs (of which lab), which is not held against the host."
         ),
     ]
     rows = [_interference_row(r) for r in results if r.get("host") is not None]
@@ -89,7 +160,61 @@ def section(manifest: Mapping[str, Any], results: Sequence[Result]) -> list[Bloc
             )
         )
     blocks += _calibration(manifest.get("calibration") or {})
+    blocks += _cpu_per_request_in_units(manifest.get("calibration"), results)
     return blocks
+
+
+def _cpu_per_request_in_units(found: Mapping[str, Any] | None, results: Sequence[Result]) -> list[Block]:
+    """Each group's service CPU per request in both calibration units, and its user/system split."""
+    units = calibration.unit_seconds(found), calibration.unit_seconds(found, "kernel")
+    rows = []
+    for g in group_results(results):
+        per_request = _geometric_mean([_cpu_per_request(r) for r in g.results])
+        user = _geometric_mean([user_share((r.get("service") or {}).get("usage") or {}) for r in g.results])
+        if per_request is None:
+            continue
+        rows.append(
+            [
+                f"`{g.id}`",
+                f"{per_request * 1e6:.0f}",
+                *(fmt(per_request / unit if unit else None, "{:.3f}") for unit in units),
+                "-" if user is None else f"{user:.0%} / {1 - user:.0%}",
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        Paragraph(
+            "Service CPU per request in both units, geometric means over each group's repeats: cal is "
+            "the CPU unit above, kcal the kernel unit (loopback round trips, mostly system time); "
+            "user / system: how the service's CPU time split between user space and the kernel."
+        ),
+        table(
+            ("group", "us CPU / req", "CPU / req (cal)", "CPU / req (kcal)", "user / system"),
+            rows,
+            (False, True, True, True, True),
+        ),
+    ]
+
+
+def user_share(usage: Mapping[str, Any]) -> float | None:
+    """The user part of the service's CPU time (user / (user + system)); None where not split."""
+    user, system = usage.get("user_cpu_seconds"), usage.get("system_cpu_seconds")
+    if user is None or system is None or user + system <= 0:
+        return None
+    return float(user / (user + system))
+
+
+def _cpu_per_request(result: Result) -> float | None:
+    usage = (result.get("service") or {}).get("usage") or {}
+    requests = ((result.get("k6") or {}).get("metrics") or {}).get("requests")
+    cpu = usage.get("cpu_seconds")
+    return cpu / requests if cpu and requests else None
+
+
+def _geometric_mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None and v > 0]
+    return statistics.geometric_mean(known) if known and len(known) == len(values) else None
 
 
 def _interference_row(result: Result) -> list[str]:
@@ -114,6 +239,9 @@ def _figure(figure: Mapping[str, Any] | None) -> list[str]:
     relay = figure.get("relay_cpu_seconds")
     if relay is not None:  # the userspace link emulator runs on k6's CPUs: part of others there
         cell += f", of which relay {_share(figure.get('relay_share'))} ({relay:.2f} CPU s)"
+    lab = figure.get("lab_cpu_seconds")
+    if lab is not None:  # the run's own Prometheus and InfluxDB, pinned to k6's side
+        cell += f", of which lab {_share(figure.get('lab_share'))} ({lab:.2f} CPU s)"
     return [cpus, cell]
 
 
@@ -160,6 +288,10 @@ def _calibration(found: Mapping[str, Any]) -> list[Block]:
             (False, True, True, False, True),
         ),
     ]
+
+
+def _known(value: object) -> str:
+    return "unknown" if value is None else str(value)
 
 
 def _share(value: float | None) -> str:

@@ -75,6 +75,8 @@ def provenance(run: Run) -> list[Block]:
             + (f"{memory / 2**30:.1f} GiB, " if memory else "")
             + f"kernel {host.get('kernel')}",
         ),
+        *host_conditions.fingerprint_rows(m.get("fingerprint")),
+        *host_conditions.steal_clock_row(m.get("steal_clock")),
         *((name, str(version)) for name, version in versions.items()),
         *_service_paths(run.results),
         ("command", f"`{' '.join(m.get('argv', []))}`"),
@@ -131,6 +133,10 @@ def summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) -
         "CPU / req (cal)",
     ]
     unit = host_conditions.calibration_unit(run.manifest)
+    # Two hosts' absolute figures differ by machine as much as by code: no change is a regression.
+    other_host = baseline is not None and bool(
+        host_conditions.host_differences(run.manifest, baseline.manifest)
+    )
     if baseline is not None:
         headers += [f"req/s vs {baseline.run_id}", f"p99 vs {baseline.run_id}"]
     rows = []
@@ -155,7 +161,11 @@ def summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) -
         ]
         if baseline is not None:
             change = changes.get(g.id)
-            row += [_change(change, "rps"), _change(change, "p99")] if change else ["not in baseline"] * 2
+            row += (
+                [_change(change, "rps", other_host), _change(change, "p99", other_host)]
+                if change
+                else ["not in baseline"] * 2
+            )
         rows.append(row)
     return [
         Heading(2, "Summary"),
@@ -392,9 +402,11 @@ def _ratio_cells(c: Comparison, metrics: Sequence[str]) -> list[str]:
     return [ratio_cell(c.ratios[m]) if m in c.ratios else "-" for m in metrics]
 
 
-def _change(c: Comparison, metric: str) -> str:
+def _change(c: Comparison, metric: str, other_host: bool = False) -> str:
     r = c.ratios.get(metric)
     if r is None:
         return "-"
     cell = ratio_cell(r)
+    if other_host:
+        return f"{cell} (different host)"
     return cell + (" **REGRESSION**" if metric in is_regression(c) else "")

@@ -10,9 +10,10 @@ from labrunner.files import write_text_atomic
 from labrunner.observe import interference
 from labrunner.report import answers, findings
 from labrunner.report.compare import group_results
+from labrunner.report.host_conditions import user_share
 from labrunner.report.repeats import across_repeats_markdown
 from labrunner.results.store import load_results, read_manifest
-from labrunner.results.trust import SUSPECT_SHARE, verdict_of
+from labrunner.results.trust import SUSPECT_SHARE, unexplained_spread, verdict_of
 from labrunner.run import calibration
 
 SUMMARY_COLUMNS = (
@@ -46,6 +47,7 @@ SUMMARY_COLUMNS = (
     "dropped_iterations",
     "service_cpu_s",
     "service_cpu_utilisation",
+    "service_user_cpu_share",  # user / (user + system): the rest of the service's CPU is the kernel's
     "throttled_periods",
     "throttled_s",
     "memory_peak_mib",
@@ -55,6 +57,7 @@ SUMMARY_COLUMNS = (
     "relay_k6_cpus_share",  # of others on k6's CPUs: the userspace link emulator
     "steal_share",
     "service_cpu_per_request_cal",
+    "service_cpu_per_request_kcal",  # in units of the kernel-bound calibration (loopback round trips)
     "protocol_verified",
     "overhead_s",
     "suspect",
@@ -62,8 +65,11 @@ SUMMARY_COLUMNS = (
 )
 
 
-def summary_row(result: Mapping[str, Any], calibration_unit_s: float | None = None) -> dict[str, Any]:
-    """One flat row of summary.csv from a result; calibration_unit_s: the run's calibration unit."""
+def summary_row(
+    result: Mapping[str, Any], calibration_unit_s: float | None = None, kernel_unit_s: float | None = None
+) -> dict[str, Any]:
+    """One flat row of summary.csv from a result; calibration_unit_s and kernel_unit_s: the run's
+    CPU and kernel calibration units."""
     scenario = result["scenario"]
     metrics = (result.get("k6") or {}).get("metrics") or {}
     latency = metrics.get("latency_ms") or {}
@@ -105,6 +111,7 @@ def summary_row(result: Mapping[str, Any], calibration_unit_s: float | None = No
         "dropped_iterations": metrics.get("dropped_iterations"),
         "service_cpu_s": usage.get("cpu_seconds"),
         "service_cpu_utilisation": usage.get("cpu_utilisation"),
+        "service_user_cpu_share": user_share(usage),
         "throttled_periods": usage.get("throttled_periods"),
         "throttled_s": usage.get("throttled_seconds"),
         "memory_peak_mib": _mib(usage.get("memory_peak_bytes")),
@@ -114,9 +121,8 @@ def summary_row(result: Mapping[str, Any], calibration_unit_s: float | None = No
         "relay_k6_cpus_share": interference.relay_share(section),
         "steal_share": (section or {}).get("steal_share"),
         # Service CPU per request over the calibration's CPU per unit: comparable across CPU models.
-        "service_cpu_per_request_cal": cpu_seconds / requests / calibration_unit_s
-        if cpu_seconds is not None and requests and calibration_unit_s
-        else None,
+        "service_cpu_per_request_cal": _in_units(cpu_seconds, requests, calibration_unit_s),
+        "service_cpu_per_request_kcal": _in_units(cpu_seconds, requests, kernel_unit_s),
         "protocol_verified": verification.get("protocol") if verification.get("ok") else None,
         "overhead_s": timings.get("overhead"),
         "suspect": "; ".join(verdict_of(result).suspect),
@@ -127,14 +133,25 @@ def summary_row(result: Mapping[str, Any], calibration_unit_s: float | None = No
 def write_summaries(out_dir: Path, run_id: str, order: Sequence[str] = ()) -> None:
     """Regenerate summary.csv and summary.md (the findings first) from every result file of the run."""
     manifest = read_manifest(out_dir)
-    unit = calibration.unit_seconds(manifest.get("calibration"))
+    found_calibration = manifest.get("calibration")
+    unit = calibration.unit_seconds(found_calibration)
+    kernel_unit = calibration.unit_seconds(found_calibration, "kernel")
     results = load_results(out_dir, order)
-    rows = [summary_row(r, unit) for r in results]
+    rows = [summary_row(r, unit, kernel_unit) for r in results]
     write_text_atomic(out_dir / "summary.csv", summary_csv(rows))
     found = answers.for_run(group_results(results), manifest.get("matrix", {}).get("preset"))
     across = "".join(f"\n{line}" for line in across_repeats_markdown(results))
-    markdown = summary_markdown(run_id, rows, findings.markdown_section(found))
+    markdown = summary_markdown(run_id, rows, findings.markdown_section(found), spread_notes(results))
     write_text_atomic(out_dir / "summary.md", markdown + across)
+
+
+def spread_notes(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per group whose repeats spread more than interference explains (trust.unexplained_spread)."""
+    notes = []
+    for g in group_results(results):
+        if (spread := unexplained_spread(g.results)) is not None:
+            notes.append(f"`{g.id}` ({len(g.results)} repeats): {spread.reason}")
+    return notes
 
 
 def summary_csv(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -146,9 +163,11 @@ def summary_csv(rows: Iterable[Mapping[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def summary_markdown(run_id: str, rows: Sequence[Mapping[str, Any]], first: Sequence[str] = ()) -> str:
+def summary_markdown(
+    run_id: str, rows: Sequence[Mapping[str, Any]], first: Sequence[str] = (), spreads: Sequence[str] = ()
+) -> str:
     """A readable table: throughput, latency, and what the service and k6 cost; first: markdown lines
-    between the title and the table (the findings)."""
+    between the title and the table (the findings); spreads: groups whose repeats spread unexplained."""
     ok = sum(1 for r in rows if r["status"] == "ok")
     lines = [
         f"# protolab run {run_id}",
@@ -160,12 +179,14 @@ def summary_markdown(run_id: str, rows: Sequence[Mapping[str, Any]], first: Sequ
         "utilisation is the share of the profile's quota (service) or of k6's own CPUs. Others: "
         "the share of the service's / k6's CPUs that processes outside the scenario used during "
         f"the measured window (suspect above {SUSPECT_SHARE:.0%}; relay: the "
-        "userspace link emulator's part of it on k6's CPUs). CPU/req cal: "
-        "the service's CPU time per request in units of the run's calibration workload.",
+        "userspace link emulator's part of it on k6's CPUs). CPU/req cal and kcal: "
+        "the service's CPU time per request in units of the run's CPU and kernel calibration "
+        "workloads; user: the share of the service's CPU time spent in user space (the rest is "
+        "the kernel's).",
         "",
         "| scenario | response model | status | req/s | errors | p50 | p90 | p99 | max | service CPU | "
-        "throttled s | peak MiB | k6 CPU | others | steal | CPU/req cal | protocol |",
-        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
+        "throttled s | peak MiB | k6 CPU | others | steal | CPU/req cal | CPU/req kcal | user | protocol |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
     for r in rows:
         cells = [
@@ -182,14 +203,21 @@ def summary_markdown(run_id: str, rows: Sequence[Mapping[str, Any]], first: Sequ
             _others(r["others_service_cpus_share"], r["others_k6_cpus_share"], r.get("relay_k6_cpus_share")),
             _fmt(r["steal_share"], "{:.1%}"),
             _fmt(r["service_cpu_per_request_cal"], "{:.3f}"),
+            _fmt(r["service_cpu_per_request_kcal"], "{:.3f}"),
+            _fmt(r["service_user_cpu_share"], "{:.0%}"),
             r["protocol_verified"] or "-",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     problems = [r for r in rows if r["failure"] or r["suspect"]]
-    if problems:
+    if problems or spreads:
         lines += ["", "## Failures and suspect results", ""]
         lines += [f"- `{r['scenario']}`: {r['failure'] or r['suspect']}" for r in problems]
+        lines += [f"- {note}" for note in spreads]
     return "\n".join(lines) + "\n"
+
+
+def _in_units(cpu_seconds: float | None, requests: int | None, unit_s: float | None) -> float | None:
+    return cpu_seconds / requests / unit_s if cpu_seconds is not None and requests and unit_s else None
 
 
 def _others(service: float | None, k6: float | None, relay: float | None = None) -> str:

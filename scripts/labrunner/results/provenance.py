@@ -3,12 +3,14 @@
 import os
 import platform
 import subprocess
+from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from google.protobuf.internal import api_implementation
 
+from labrunner.observe import fingerprint, steal_clock
 from labrunner.run.k6 import k6_version
 from services.common import interpreter
 
@@ -26,6 +28,18 @@ LIBRARIES = (
     "orjson",
     "httpx",
 )
+
+
+def collect(root: Path, k6_binary: Path) -> dict[str, Any]:
+    """The manifest's provenance: git, versions, host, the host's fingerprint and its steal clock."""
+    found = versions(k6_binary)
+    return {
+        "git": git_info(root),
+        "versions": found,
+        "host": host_info(),
+        "fingerprint": fingerprint.read(interpreter=found["python"]),
+        "steal_clock": asdict(steal_clock.this_kernel()),
+    }
 
 
 def git_info(root: Path) -> dict[str, Any]:

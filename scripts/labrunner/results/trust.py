@@ -7,9 +7,13 @@ limit measures k6). Everything that prints a verdict (the progress line, summari
 takes it from here.
 """
 
+import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from scipy import stats as scipy_stats
 
 from labrunner.backends.base import cpu_list
 from labrunner.run.outcome import ScenarioOutcome
@@ -22,6 +26,14 @@ MAX_ERROR_RATE = 0.01
 # Above this share of the scenario's CPUs, what others (or the hypervisor) took may have moved
 # the numbers: the result is suspect.
 SUSPECT_SHARE = 0.05
+# Repeats of a 10 s window spread with a coefficient of variation of req/s of 2-8% on a quiet host
+# (docs/results.md#the-measurement-window, the window study); a group above SPREAD_CV that neither
+# interference nor steal explains moved for a reason the lab did not measure. Halving the window
+# doubled the spread there, so below SPREAD_WINDOW_S the threshold grows as 1 / window.
+SPREAD_CV = 0.10
+SPREAD_WINDOW_S = 10.0
+SETTLED_HALF_WIDTH = 0.05  # the ratio interval (±5%) that enough repeats of such a group would give
+SPREAD_CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,9 @@ class Others:
     share: float | None
     others_cpu_seconds: float | None
     relay_cpu_seconds: float | None  # the userspace link emulator's part of it, on k6's CPUs
+    # The lab's own Prometheus and InfluxDB's part of it, on k6's CPUs: shown, not held against the host.
+    lab_cpu_seconds: float | None = None
+    lab_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +109,58 @@ class Verdict:
 
     suspect: tuple[str, ...]
     lower_bound: str | None
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A group whose repeats spread more than its window explains: its CV of req/s, and about how
+    many repeats would bring its interval to ±SETTLED_HALF_WIDTH."""
+
+    cv: float
+    repeats: int
+    repeats_needed: int
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"unexplained spread (CV {self.cv:.1%}): about {self.repeats_needed} repeats instead of "
+            f"{self.repeats} would bring the ratio interval to ±{SETTLED_HALF_WIDTH:.0%}"
+        )
+
+
+def spread_threshold(window_s: float | None) -> float:
+    """The CV of req/s above which a group's repeats spread more than a window of window_s gives."""
+    if not window_s or window_s >= SPREAD_WINDOW_S:
+        return SPREAD_CV
+    return SPREAD_CV * SPREAD_WINDOW_S / window_s
+
+
+def unexplained_spread(results: Sequence[Mapping[str, Any]]) -> Spread | None:
+    """A throughput group's (its successful repeats') spread that the lab cannot explain, or None.
+
+    Not flagged when any repeat is suspect for interference or steal: that explains it already.
+    """
+    closed = all(
+        ((r.get("scenario") or {}).get("load_model") or {}).get("executor") in CLOSED_EXECUTORS
+        for r in results
+    )
+    rates = [
+        float(rps)
+        for r in results
+        if (rps := ((r.get("k6") or {}).get("metrics") or {}).get("requests_per_second"))
+    ]
+    if not closed or len(rates) < 2 or len(rates) != len(results):
+        return None
+    if any(_host_reasons(_host(r.get("host"))) for r in results):
+        return None
+    cv = statistics.stdev(rates) / statistics.mean(rates)
+    window = (results[0].get("scenario") or {}).get("duration_s")
+    if cv <= spread_threshold(window):
+        return None
+    n = len(rates)
+    log_sd = statistics.stdev(math.log(v) for v in rates)
+    half_width = float(scipy_stats.t.ppf((1 + SPREAD_CONFIDENCE) / 2, n - 1)) * log_sd / math.sqrt(n)
+    return Spread(cv, n, math.ceil(n * (half_width / SETTLED_HALF_WIDTH) ** 2))
 
 
 def judge(figures: Figures) -> Verdict:
@@ -181,6 +248,8 @@ def _host(section: Mapping[str, Any] | None) -> Host | None:
             figure.get("share"),
             figure.get("others_cpu_seconds"),
             figure.get("relay_cpu_seconds"),
+            figure.get("lab_cpu_seconds"),
+            figure.get("lab_share"),
         )
 
     return Host(
@@ -224,7 +293,8 @@ def _load_reasons(f: Figures) -> list[str]:
 
 
 def _host_reasons(host: Host | None) -> list[str]:
-    """Why a result's numbers may be the host's: others or steal above SUSPECT_SHARE of the CPUs."""
+    """Why a result's numbers may be the host's: others (less the lab's own daemons, which the run
+    started and pinned to k6's side) or steal above SUSPECT_SHARE of the CPUs."""
     if host is None:
         return []
     reasons = []
@@ -232,10 +302,16 @@ def _host_reasons(host: Host | None) -> list[str]:
     if host.shared:  # one figure for both sets: one reason
         sets = [(host.service_cpus, "the CPUs the service shares with k6,")]
     for figure, label in sets:
-        if figure is None or figure.share is None or figure.share <= SUSPECT_SHARE:
+        if (
+            figure is None
+            or figure.share is None
+            or figure.share - (figure.lab_share or 0.0) <= SUSPECT_SHARE
+        ):
             continue
-        relay = figure.relay_cpu_seconds
+        relay, lab = figure.relay_cpu_seconds, figure.lab_cpu_seconds
         of_which = f", of which the userspace link emulator {relay:.2f}" if relay is not None else ""
+        if lab is not None:
+            of_which += f", of which the lab's Prometheus and InfluxDB {lab:.2f}, not counted"
         reasons.append(
             f"other processes used {figure.share:.1%} of {label} {cpu_list(figure.cpus)} "
             f"({figure.others_cpu_seconds:.2f} CPU s{of_which}) during the measured window "

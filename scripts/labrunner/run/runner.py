@@ -36,6 +36,7 @@ class RunConfig:
     targets_dir: Path | None  # Prometheus file_sd directory; None = do not write
     influxdb_url: str | None
     prometheus_url: str | None  # waited on until it scrapes each service; None = do not wait
+    lab_pids: tuple[int, ...] = ()  # the Prometheus and InfluxDB this run started: accounted apart
 
 
 def run_scenario(
@@ -54,7 +55,9 @@ def run_scenario(
     ca_file = settings.certs_dir / certs.CA_FILE
     # /proc/stat around every measured k6 run: what others took on the scenario's CPUs.
     unmetered = interference.unavailable(backend)
-    metered = interference.MeteredBackend(backend, interference.read_snapshot if unmetered is None else None)
+    metered = interference.MeteredBackend(
+        backend, interference.read_snapshot if unmetered is None else None, config.lab_pids
+    )
     try:
         with _timed(timings, "start"):
             handle = backend.start_service(scenario)
