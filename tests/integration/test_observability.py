@@ -18,8 +18,13 @@ from typing import Any
 
 import pytest
 import yaml
-from labrunner.observe import local_stack
+from labrunner.files import write_json_atomic
+from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.scenario import Overrides
+from labrunner.observe import local_stack, prometheus_sd
 from labrunner.observe.labels import INFLUXDB_DATABASE
+
+from tests.support import ROOT
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -74,11 +79,15 @@ def test_derived_config_only_moves_paths(lab: tuple[dict[str, str], Path, Path])
 
 
 class MetricsServer:
-    """Serves a fixed Prometheus text exposition at /metrics."""
+    """Serves a Prometheus text exposition at /metrics: `body`, which a test may replace."""
 
     def __init__(self, body: bytes) -> None:
+        self.body = body
+        server = self
+
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                body = server.body
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
@@ -120,6 +129,35 @@ def test_prometheus_scrapes_file_sd_target(lab: tuple[dict[str, str], Path, Path
     finally:
         (targets_dir / "sd-test.json").unlink(missing_ok=True)
         server.close()
+
+
+def test_the_wait_after_a_window_returns_once_prometheus_holds_the_final_value(
+    lab: tuple[dict[str, str], Path, Path],
+) -> None:
+    """What the runner relies on before it stops a service: its last counters are in Prometheus."""
+    urls, _, targets_dir = lab
+    server = MetricsServer(b"protolab_fake_total 1\n")
+    overrides = Overrides(targets=("grpc",))
+    [scenario] = expand(load_matrix(ROOT / "matrix.toml"), "local", "ci", overrides).scenarios
+    try:
+        write_json_atomic(
+            targets_dir / "final.json",
+            [{"targets": [server.address], "labels": prometheus_sd.labels("r-final", scenario)}],
+        )
+        assert prometheus_sd.wait_scraped_after(urls["prometheus"], "r-final", scenario, 0, 30) is None
+        server.body = b"protolab_fake_total 2\n"  # the window's last requests
+        assert (
+            prometheus_sd.wait_scraped_after(urls["prometheus"], "r-final", scenario, time.time(), 10) is None
+        )
+        query = get_json(
+            f"{urls['prometheus']}/api/v1/query", query=f'protolab_fake_total{{scenario="{scenario.id}"}}'
+        )
+        assert [r["value"][1] for r in query["data"]["result"]] == ["2"]
+    finally:
+        (targets_dir / "final.json").unlink(missing_ok=True)
+        server.close()
+    problem = prometheus_sd.wait_scraped_after(urls["prometheus"], "r-final", scenario, time.time() + 60, 0)
+    assert problem is not None and "did not" in problem
 
 
 def test_influxdb_has_k6_database(lab: tuple[dict[str, str], Path, Path]) -> None:

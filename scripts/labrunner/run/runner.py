@@ -23,8 +23,10 @@ from labrunner.run import capacity, k6, service_checks
 from labrunner.run.k6 import K6Run
 from labrunner.run.outcome import ScenarioOutcome
 from labrunner.say import Say
+from services.common.metrics import FLUSH_SECONDS
 
 OVERHEAD_PHASES = ("start", "health", "verify", "scrape", "stop", "collect")
+_SCRAPE_INTERVAL_S = 2.0  # prometheus/prometheus.yml
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class RunConfig:
     out_dir: Path  # k6 summaries go to out_dir/k6
     targets_dir: Path | None  # Prometheus file_sd directory; None = do not write
     influxdb_url: str | None
-    prometheus_url: str | None  # waited on until it scrapes each service; None = do not wait
+    prometheus_url: str | None  # waited on for each service's final scrape; None = do not wait
     lab_pids: tuple[int, ...] = ()  # the Prometheus and InfluxDB this run started: accounted apart
 
 
@@ -63,10 +65,11 @@ def run_scenario(
             handle = backend.start_service(scenario)
         for note in handle.notes:
             say(f"    note: {note}")
+        if config.targets_dir is not None:
+            # Now, not after health: discovery and the first scrape overlap the checks and warm-up.
+            prometheus_sd.write(config.targets_dir, config.run_id, scenario, handle)
         with _timed(timings, "health"):
             service_checks.wait_healthy(backend, handle, scenario.target, ca_file, settings.start_timeout_s)
-            if config.targets_dir is not None:
-                prometheus_sd.write(config.targets_dir, config.run_id, scenario, handle)
         with _timed(timings, "verify"):
             verification = service_checks.verify(handle, scenario, ca_file)
         if not verification.ok:
@@ -81,11 +84,6 @@ def run_scenario(
             with _timed(timings, "warmup"):
                 warmup = k6.run(backend, handle, invocation(True), measured=False)
             _check_warmup(warmup)
-        if config.prometheus_url is not None and config.targets_dir is not None:
-            with _timed(timings, "scrape"):
-                problem = prometheus_sd.wait_scraped(config.prometheus_url, config.run_id, scenario)
-            if problem:
-                say(f"    note: {problem}")
         with _timed(timings, "measure"), _marked_window(config, scenario, say):
             if scenario.load_model.search is not None:
                 search = capacity.search(scenario, handle, metered, invocation, say)
@@ -93,6 +91,9 @@ def run_scenario(
             else:
                 k6_run = k6.run(metered, handle, invocation(False), measured=True)
                 _check_measured(k6_run)
+        if config.prometheus_url is not None and config.targets_dir is not None and handle.prometheus_target:
+            with _timed(timings, "scrape"):
+                _await_final_scrape(config.prometheus_url, config.run_id, scenario, say)
     except ScenarioFailed as exc:
         failure = exc
     except Exception as exc:  # a bug or an OS error in one scenario must not end the run
@@ -156,6 +157,16 @@ def _invocation_factory(
 
     (config.out_dir / "k6").mkdir(parents=True, exist_ok=True)
     return invocation
+
+
+def _await_final_scrape(prometheus_url: str, run_id: str, scenario: Scenario, say: Say) -> None:
+    """Keep the service up until Prometheus has scraped it after its workers' last flush."""
+    after = time.time() + FLUSH_SECONDS
+    # The next scrape comes within one interval; its own duration and the API's answer add little.
+    timeout_s = FLUSH_SECONDS + _SCRAPE_INTERVAL_S + 1.0
+    problem = prometheus_sd.wait_scraped_after(prometheus_url, run_id, scenario, after, timeout_s)
+    if problem:
+        say(f"    note: {problem}; its final counters may be missing")
 
 
 def _check_warmup(run: K6Run) -> None:

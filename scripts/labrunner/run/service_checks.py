@@ -18,7 +18,7 @@ from services.common.pb import cars_pb2, cars_pb2_grpc
 
 GRPC_SERVICE = "protolab.cars.v1.RecordService"
 TIMEOUT_S = 10.0
-_HEALTH_POLL_S = 0.1
+_HEALTH_POLL_S = 0.02
 _MAX_SHAPE_ERRORS = 3  # enough to see the pattern without burying the message
 _HTTPX_PROTO = {"HTTP/1.1": "HTTP/1.1", "HTTP/2": "HTTP/2.0"}  # k6 spells it HTTP/2.0
 
