@@ -5,6 +5,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from labrunner.cli import version
 from labrunner.report.build import write_report
 
 
@@ -14,6 +15,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Write RUN_DIR/report.md and RUN_DIR/report.html (self-contained, charts embedded) "
         "from RUN_DIR/manifest.json, scenarios/*.json, payload.json and serialization.json.",
     )
+    parser.add_argument("--version", action=version.ShowVersion)
     parser.add_argument(
         "run_dir", type=Path, metavar="RUN_DIR", help="a run directory, e.g. results/<run id>"
     )
