@@ -20,6 +20,7 @@ from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Scenario
 from labrunner.results import trust
 from labrunner.results.trust import judge_outcome
+from labrunner.run import k6, live
 from labrunner.run.k6 import K6Run
 from labrunner.run.live import Counts, Window
 from labrunner.run.outcome import ScenarioOutcome
@@ -56,7 +57,9 @@ def _summary(requests: int, failed: int, p99_ms: float) -> dict[str, Any]:
     return {
         "metrics": {
             "protolab_reqs": {"values": {"count": requests, "rate": requests / 10.0}},
-            "protolab_req_failed": {"values": {"rate": failed / attempts, "passes": failed, "fails": requests}},
+            "protolab_req_failed": {
+                "values": {"rate": failed / attempts, "passes": failed, "fails": requests}
+            },
             "protolab_req_duration": {"values": {"avg": p99_ms / 3, "p(99)": p99_ms, "max": p99_ms * 2}},
         },
         "state": {"testRunDurationMs": 10_000.0},
@@ -134,7 +137,7 @@ def test_the_result_line_fits_150_characters_suspect_or_not() -> None:
             assert body.endswith(f" SUSPECT:{','.join(verdict.flags)}"), name
             assert not any(reason in body for reason in verdict.suspect)
     lines = {name: body for name, (body, _) in bodies.items()}
-    assert lines["clean"] == "ok 912 req/s, p99 95.1 ms, 0 err, svc 98%, k6 30%, others 0.8/2.1% (15.3 s)"
+    assert lines["clean"] == "ok 912 req/s, p99 95.1 ms, 0 err, svc 100%, k6 31%, others 0.8/2.1% (15.3 s)"
     assert lines["interference"].endswith(f"SUSPECT:{trust.FLAG_INTERFERENCE}")
     assert "others 6.1/12.5% (15.3 s)" in lines["relay and steal"]  # relay and steal: in summary.md
     assert lines["relay and steal"].endswith(f"SUSPECT:{trust.FLAG_INTERFERENCE},{trust.FLAG_STEAL}")
@@ -176,7 +179,9 @@ def test_off_a_terminal_there_is_no_live_line_and_no_escape_codes() -> None:
 def test_the_live_line_text() -> None:
     window = Window("grpc.quarter.c100.closed.r1", 30.0, ("127.0.0.1:1",))
     assert live_line.line(window, 12.4, None) == "  measuring grpc.quarter.c100.closed.r1: 12/30 s"
-    assert live_line.line(window, 12.4, Counts(14_436, 1203.2, 0)).endswith(": 12/30 s, 1,203 req/s, 0 errors")
+    assert live_line.line(window, 12.4, Counts(14_436, 1203.2, 0)).endswith(
+        ": 12/30 s, 1,203 req/s, 0 errors"
+    )
     assert live_line.line(window, 3, Counts(0, 0.0, None)).endswith("every request failing")
 
 
@@ -204,8 +209,12 @@ def test_version_names_the_package_version_and_the_commit(script: str) -> None:
         check=True,
         cwd=ROOT,
     ).stdout.strip()
-    sha = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    assert re.fullmatch(rf"{re.escape(script)} 0\.1\.0 \(git [0-9a-f]{{7}}(, uncommitted changes)?\)", out), out
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert re.fullmatch(rf"{re.escape(script)} 0\.1\.0 \(git [0-9a-f]{{7}}(, uncommitted changes)?\)", out), (
+        out
+    )
     assert sha.stdout.strip() in out
 
 
@@ -242,3 +251,31 @@ def test_the_grafana_url_of_a_docker_run(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv(grafana.URL_VARIABLE, "https://grafana.example.org/")
     assert (grafana.dashboard_url(manifest) or "").startswith("https://grafana.example.org/d/")
     assert grafana.dashboard_url({**manifest, "backend": {"name": "local"}}) is None
+
+
+def test_the_measured_invocation_serves_k6s_api_on_a_local_port_per_instance(tmp_path: Path) -> None:
+    scenario = _scenario()
+    handle = _outcome(scenario).handle
+    assert handle is not None
+
+    def build(api: bool, instances: int) -> Any:
+        return k6.build_invocation(
+            scenario,
+            handle,
+            run_id="r",
+            root=ROOT,
+            ca_file=tmp_path / "ca.pem",
+            summary_file=tmp_path / "s.json",
+            log_file=tmp_path / "k6.log",
+            influxdb_url=None,
+            warmup=False,
+            instances=instances,
+            k6_cpus=(0, 1),
+            api=api,
+        )
+
+    assert live.api_addresses(build(False, 1)) == ()  # off unless a live line shows it
+    (one,) = live.api_addresses(build(True, 1))
+    split = live.api_addresses(build(True, 2))
+    assert len(split) == 2 and len(set(split)) == 2
+    assert all(re.fullmatch(r"127\.0\.0\.1:\d+", a) for a in (one, *split))
