@@ -8,7 +8,7 @@ takes it from here.
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from labrunner.backends.base import cpu_list
@@ -110,11 +110,12 @@ class Reason:
 class Verdict:
     """Why not to trust a result's numbers (empty: no reason), and why its throughput is only a
     lower bound of the service's (None: it is the service's). flags: the reasons' kinds, once
-    each, in order (empty for a stored verdict, which keeps only the sentences)."""
+    each, in order, for the progress line; a stored verdict keeps only the sentences, so verdicts
+    are equal when their reasons are."""
 
     suspect: tuple[str, ...]
     lower_bound: str | None
-    flags: tuple[str, ...] = ()
+    flags: tuple[str, ...] = field(default=(), compare=False)
 
 
 def judge(figures: Figures) -> Verdict:
