@@ -90,9 +90,9 @@ def run_scenario(
                 search = capacity.search(scenario, handle, metered, invocation, say)
                 k6_run = search.run  # the search checked every step
             else:
-                measured = invocation(False)
-                with _watched(config, scenario, measured):
-                    k6_run = k6.run(metered, handle, measured, measured=True)
+                window_invocation = invocation(False)
+                with _watched(config, scenario, window_invocation):
+                    k6_run = k6.run(metered, handle, window_invocation, measured=True)
                 _check_measured(k6_run)
     except ScenarioFailed as exc:
         failure = exc
