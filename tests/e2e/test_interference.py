@@ -99,8 +99,9 @@ def test_a_cpu_hog_on_the_services_cpu_makes_the_scenario_suspect(tmp_path: Path
     flagged = [r for r in result["suspect"] if r.startswith("other processes used") and "service's CPUs" in r]
     assert len(flagged) == 1, result["suspect"]
     assert f"of the service's CPUs {cpu} " in flagged[0]
-    # The progress line shows the figure, summary.csv and summary.md carry it.
-    assert f"others: service CPUs {service['share']:.1%}" in output, output
+    # The progress line shows the figure and the flag, summary.csv and summary.md carry it.
+    assert f"others {service['share'] * 100:.1f}/" in output, output
+    assert "SUSPECT:others" in output, output
     with (tmp_path / "hog" / "summary.csv").open() as f:
         [row] = list(csv.DictReader(f))
     assert float(row["others_service_cpus_share"]) == pytest.approx(service["share"])
@@ -127,7 +128,7 @@ def test_the_same_scenario_without_the_hog_is_not_flagged(tmp_path: Path) -> Non
         flagged = [r for r in result["suspect"] if "host interference" in r or "hypervisor" in r]
         if not flagged:
             assert all(share <= 0.05 for share in shares)
-            assert "others: service CPUs " in output
+            assert ", others " in output and "SUSPECT:others" not in output
             return
         assert host_others > QUIET_HOST, (
             f"flagged although other processes used only {host_others:.1%} of the host over the run",

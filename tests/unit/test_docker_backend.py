@@ -370,7 +370,7 @@ def test_auto_falls_back_to_local_and_says_why_in_words(
     assert cli.main(["--dry-run", "--target", "grpc"]) == 0
     first_line = capsys.readouterr().out.splitlines()[0]
     assert first_line == (
-        f"backend: local (auto: no Docker engine answered at {missing} (no socket at that path))"
+        f"backend: local (auto): no Docker engine answered at {missing} (no socket at that path)"
     )
     with socket.socket(socket.AF_UNIX) as bound:
         bound.bind(str(tmp_path / "refusing.sock"))  # bound, never listening: connect is refused

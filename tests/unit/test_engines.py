@@ -88,7 +88,7 @@ def test_engine_options_override_the_table_and_auto_takes_docker(capsys: pytest.
     argv = ["--dry-run", "--preset", "ci", "--target", "grpc", "--load-engine", "unix:///run/b.sock"]
     assert cli.main(argv) == 0
     assert (
-        "backend: docker (auto: [hosts] or the engine options name Docker engines)" in capsys.readouterr().out
+        "backend: docker (auto): [hosts] or the engine options name Docker engines" in capsys.readouterr().out
     )
     assert cli.main([*argv, "--publish-address", "localhost"]) == cli.EXIT_USAGE
     assert "publish_address: 'localhost' is not an IPv4 address" in capsys.readouterr().err

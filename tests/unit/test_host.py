@@ -134,7 +134,7 @@ def test_unknown_interference_says_why(
         "steal_share": None,
     }
     assert _suspect(section) == []
-    assert interference.describe(section) == f"others: unknown ({expected})"
+    assert interference.describe(section) == "others n/a"
 
 
 def test_where_proc_stat_describes_the_scenarios_cpus(tmp_path: Path) -> None:
@@ -183,13 +183,9 @@ def test_suspect_above_five_percent_of_either_cpu_set_or_of_steal() -> None:
 
 
 def test_progress_line_figure() -> None:
-    assert interference.describe(_with_share(0.008, 0.021)) == (
-        "others: service CPUs 0.8%, k6 CPUs 2.1%, steal 0.0%"
-    )
-    assert (
-        interference.describe(_with_share(0.1, 0.0, shared=True)) == "others: shared CPUs 10.0%, steal 0.0%"
-    )
-    assert interference.describe(None) == "others: unknown"
+    assert interference.describe(_with_share(0.008, 0.021)) == "others 0.8/2.1%"
+    assert interference.describe(_with_share(0.1, 0.0, shared=True)) == "others 10.0% shared"
+    assert interference.describe(None) == "others n/a"
     assert interference.share(_with_share(0.008, 0.021), "k6_cpus") == pytest.approx(0.021)
     assert interference.share({"measured": False, "interference": None}, "k6_cpus") is None
 
@@ -401,13 +397,12 @@ def test_the_userspace_relay_is_interference_on_k6s_cpus_reported_apart() -> Non
     assert k6["relay_share"] == pytest.approx(0.1)
     assert "relay_cpu_seconds" not in section["interference"]["service_cpus"]
     assert interference.relay_share(section) == pytest.approx(0.1)
-    assert interference.describe(section).endswith("k6 CPUs 12.5% (of which relay 10.0%), steal 0.5%")
+    assert interference.describe(section) == "others 5.0/12.5%"  # the relay's part: in summary.md
     (reason,) = [r for r in _suspect(section) if "k6's CPUs" in r]
     assert "of which the userspace link emulator 0.40" in reason
     # Without a relay, nothing about one.
     plain = interference.interference(Window(BEFORE, AFTER, 0.6), (1,), (0,), service_cpu_seconds=2.0)
     assert "relay_share" not in plain["interference"]["k6_cpus"] and interference.relay_share(plain) is None
-    assert "relay" not in interference.describe(plain)
     cell = host_conditions._figure(section["interference"]["k6_cpus"])[1]
     assert cell == "12.5% (0.50 CPU s), of which relay 10.0% (0.40 CPU s)"
 

@@ -1,5 +1,7 @@
 """The --dry-run and --list tables: the expanded plan and what the matrix file offers."""
 
+from collections.abc import Mapping, Sequence
+
 from labrunner.model.scenario import LoadModel, Matrix, Plan, format_duration
 from labrunner.network.profiles import NetworkProfile
 
@@ -36,8 +38,7 @@ def describe_plan(plan: Plan) -> str:
                 *([str(s.k6_instances)] if split else []),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines = _table(rows)
     lines.append(
         f"{len(plan.scenarios)} scenarios from {plan.matrix_path.name} preset {plan.preset!r}; "
         f"k6 time {_minutes(plan.estimated_seconds)} plus start/verify/stop overhead per scenario"
@@ -46,25 +47,55 @@ def describe_plan(plan: Plan) -> str:
 
 
 def describe_matrix(matrix: Matrix) -> str:
-    lines = [f"matrix {matrix.path}", "", "profiles:"]
-    lines += [
-        f"  {p.name:10} {p.cpus:g} CPUs, {p.memory_bytes // 2**20} MiB" for p in matrix.profiles.values()
+    """--list: each section a table with aligned columns, values as the matrix file writes them."""
+    profiles = [
+        (p.name, f"{p.cpus:g} CPUs", f"{p.memory_bytes // 2**20} MiB") for p in matrix.profiles.values()
     ]
-    lines += ["", "targets:"]
-    for t in matrix.targets.values():
-        env = " ".join(f"{k}={v}" for k, v in t.env)
-        tls = "tls" if t.tls else "plain"
-        service = t.module or t.service
-        lines.append(f"  {t.name:16} {service:13} {t.protocol:8} {tls:5} {t.script} {env}".rstrip())
-    lines += ["", "load models:"]
-    lines += [f"  {m.name:10} {_describe_load(m)}" for m in matrix.load_models.values()]
-    lines += ["", "networks:"]
-    lines += [f"  {n.name:10} {_describe_network(n)}" for n in matrix.networks.values()]
-    lines += ["", f"presets (default {matrix.default_preset!r}):"]
-    for name, preset in matrix.presets.items():
-        settings = ", ".join(f"{k}={v}" for k, v in preset.items()) or "the [defaults]"
-        lines.append(f"  {name:10} {settings}")
+    targets = [
+        (
+            t.name,
+            t.module or t.service,
+            t.protocol,
+            "tls" if t.tls else "plain",
+            str(t.script),
+            " ".join(f"{k}={v}" for k, v in t.env),
+        )
+        for t in matrix.targets.values()
+    ]
+    presets = [
+        (name, "; ".join(f"{key} {_value(value)}" for key, value in preset.items()) or "the [defaults]")
+        for name, preset in matrix.presets.items()
+    ]
+    sections: list[tuple[str, Sequence[Sequence[str]]]] = [
+        ("profiles:", profiles),
+        ("targets:", targets),
+        ("load models:", [(m.name, _describe_load(m)) for m in matrix.load_models.values()]),
+        ("networks:", [(n.name, _describe_network(n)) for n in matrix.networks.values()]),
+        (f"presets (default {matrix.default_preset}):", presets),
+    ]
+    lines = [f"matrix {matrix.path}"]
+    for title, rows in sections:
+        lines += ["", title, *("  " + line for line in _table(rows))]
     return "\n".join(lines)
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows as lines with every column as wide as its widest cell (two spaces between)."""
+    if not rows:
+        return []
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def _value(value: object) -> str:
+    """A preset's setting as a person writes it: lists comma-separated, not as Python reprs."""
+    if isinstance(value, Mapping):
+        return ",".join(f"{key}={_value(item)}" for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return ",".join(_value(item) for item in value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _minutes(seconds: float) -> str:

@@ -6,6 +6,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from labrunner.cli import version
 from labrunner.report.build import write_report
 from labrunner.report.summary import write_summaries
 from labrunner.results.store import read_manifest
@@ -18,6 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "and summary.md/csv (findings first), from RUN_DIR/manifest.json, scenarios/*.json, payload.json "
         "and serialization.json.",
     )
+    parser.add_argument("--version", action=version.ShowVersion)
     parser.add_argument(
         "run_dir", type=Path, metavar="RUN_DIR", help="a run directory, e.g. results/<run id>"
     )

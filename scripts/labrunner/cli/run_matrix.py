@@ -10,6 +10,7 @@ from pathlib import Path
 
 from labrunner import backends, certs
 from labrunner.backends.base import Backend, BackendSettings, BackendUnavailable
+from labrunner.cli import live, version
 from labrunner.cli.listing import describe_matrix, describe_plan
 from labrunner.model.engine_roles import Hosts, HostsError, hosts
 from labrunner.model.matrix import expand, load_matrix, split_list
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action=version.ShowVersion)
     where = parser.add_argument_group("what to run")
     where.add_argument(
         "--backend",
@@ -202,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not plan.scenarios:
             raise _Usage("the selection has no scenarios")
         if args.dry_run:
-            print(f"backend: {backend_name} ({reason})")
+            print(_backend_line(backend_name, reason))
             print(describe_plan(plan))
             return EXIT_OK
         return _run(args, plan, roles=roles, backend_name=backend_name, reason=reason, argv=argv)
@@ -260,13 +262,15 @@ def _run(
             influxdb_url=obs.influxdb_url,
             prometheus_url=obs.prometheus_url,
             lab_pids=obs.lab_pids,
+            watch=live.watch_for(sys.stdout),
         ),
         resume=args.resume,
         argv=tuple(sys.argv if argv is None else ["run_matrix.py", *argv]),
         backend_reason=reason,
         provenance=provenance.collect(REPO, k6_binary),
     )
-    print(f"run {run_id}: {len(plan.scenarios)} scenarios, backend {backend_name} ({reason}), out {out_dir}")
+    print(_backend_line(backend_name, reason))
+    print(f"run {run_id}: {len(plan.scenarios)} scenarios, out {out_dir}")
     try:
         with cleanup:
             ok = session.run_plan(plan, config, backend, settings, say=_say)
@@ -277,6 +281,12 @@ def _run(
         return EXIT_INTERRUPTED
     session.finish(out_dir, benchmark=True, say=_say)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _backend_line(name: str, reason: str) -> str:
+    """`backend: local (auto): no Docker engine answered at ...`, or `backend: docker (requested)`."""
+    how, _, why = reason.partition(": ")
+    return f"backend: {name} ({how})" + (f": {why}" if why else "")
 
 
 def _say(line: str) -> None:

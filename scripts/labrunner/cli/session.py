@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.backends.base import Backend, BackendSettings
+from labrunner.cli import grafana
 from labrunner.files import write_json_atomic
 from labrunner.model.scenario import Plan, Scenario
 from labrunner.observe import interference, prometheus_sd
@@ -118,6 +119,8 @@ def run_plan(
         + f"\nresults: {out}/summary.md"
     )
     say_findings(out, order, plan.preset, say)
+    if grafana_url := grafana.dashboard_url(read_manifest(out)):
+        say(f"grafana: {grafana_url}")
     return not failed
 
 
@@ -188,32 +191,38 @@ class _Progress:
 
 
 def outcome_line(outcome: ScenarioOutcome, verdict: Verdict) -> str:
-    """A finished scenario in one line: its numbers and its verdict, or why it failed."""
+    """A finished scenario in one short line (about 150 characters with its id): its numbers, a flag
+    per kind of suspect reason (the reasons in words are in summary.md), or why it failed."""
     timings = outcome.timings_s
-    took = f"({timings['total']:.1f}s, overhead {timings['overhead']:.1f}s)"
+    took = f"({timings['total']:.1f} s)"  # the overhead is in the result's timings and in the ETA
     failure = outcome.failure
     if failure is not None:
         detail = f"\n    {failure.log_tail.strip()[-2000:]}" if failure.log_tail.strip() else ""
         return f"FAILED in {failure.phase}: {failure.message} {took}{detail}"
     metrics = outcome.k6_run.metrics if outcome.k6_run else None
-    parts = (
-        ["ok"]
-        if metrics is None
-        else [
-            f"ok {metrics.requests_per_second:.1f} req/s",
-            f"p99 {metrics.latency_ms['p99']:.2f} ms",
-            f"errors {metrics.errors}",
+    parts = ["ok"]
+    if metrics is not None:
+        at_least = ">=" if verdict.lower_bound else ""  # the service can do at least this much
+        p99 = metrics.latency_ms.get("p99")
+        parts = [
+            f"ok {at_least}{_figure(metrics.requests_per_second)} req/s",
+            f"p99 {'n/a' if p99 is None else _figure(p99)} ms",
+            f"{metrics.errors} err",
         ]
-    )
     service_cpu = outcome.service_cpu_utilisation
-    if service_cpu is not None and outcome.usage is not None and outcome.usage.cpu_limit_cores is not None:
-        parts.append(f"service CPU {service_cpu:.0%} of {outcome.usage.cpu_limit_cores:g}")
+    if service_cpu is not None:
+        parts.append(f"svc {service_cpu:.0%}")
     k6_cpu = outcome.k6_run.cpu_utilisation if outcome.k6_run else None
     if k6_cpu is not None:
-        parts.append(f"k6 CPU {k6_cpu:.0%}")
+        parts.append(f"k6 {k6_cpu:.0%}")
     parts.append(interference.describe(outcome.host))
-    parts += [f"suspect: {reason}" for reason in verdict.suspect]
-    return ", ".join(parts) + f" {took}"
+    flags = f" SUSPECT:{','.join(verdict.flags)}" if verdict.flags else ""
+    return ", ".join(parts) + f" {took}{flags}"
+
+
+def _figure(value: float) -> str:
+    """Three significant figures at most, never an exponent: 912, 95.1, 3.27."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
 
 
 def _clock(seconds: float) -> str:

@@ -181,26 +181,16 @@ def scenario_section(
 
 
 def describe(section: Mapping[str, Any] | None) -> str:
-    """The progress line's figure: "others: service CPUs 0.8%, k6 CPUs 2.1%, steal 0.0%"."""
-    if not section:
-        return "others: unknown"
-    if not section.get("measured"):
-        return f"others: unknown ({section.get('reason')})"
+    """The progress line's figure, short: "others 0.8/2.1%" (service's/k6's CPUs) or "others 10.0%
+    shared"; "others n/a" when not measured. The relay's part and steal are in summary.md (and
+    flagged on the line when they make the result suspect)."""
+    if not section or not section.get("measured"):
+        return "others n/a"
     figures = section.get("interference") or {}
     if figures.get("shared"):
-        parts = [f"shared CPUs {_percent(figures['service_cpus'].get('share'))}"]
-    else:
-        parts = [
-            f"service CPUs {_percent((figures.get('service_cpus') or {}).get('share'))}",
-            f"k6 CPUs {_percent((figures.get('k6_cpus') or {}).get('share'))}",
-        ]
-    relay, lab = relay_share(section), lab_share(section)
-    of_which = [
-        f"{name} {_percent(value)}" for name, value in (("relay", relay), ("lab", lab)) if value is not None
-    ]
-    if of_which:
-        parts[-1] += f" (of which {', '.join(of_which)})"
-    return f"others: {', '.join(parts)}, steal {_percent(section.get('steal_share'))}"
+        return f"others {_percent(figures['service_cpus'].get('share'))} shared"
+    service = _percent((figures.get("service_cpus") or {}).get("share")).removesuffix("%")
+    return f"others {service}/{_percent((figures.get('k6_cpus') or {}).get('share'))}"
 
 
 def relay_share(section: Mapping[str, Any] | None) -> float | None:

@@ -10,7 +10,7 @@ takes it from here.
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scipy import stats as scipy_stats
@@ -34,6 +34,17 @@ SPREAD_CV = 0.10
 SPREAD_WINDOW_S = 10.0
 SETTLED_HALF_WIDTH = 0.05  # the ratio interval (±5%) that enough repeats of such a group would give
 SPREAD_CONFIDENCE = 0.95
+
+# The short flag the progress line shows for each kind of suspect reason (the words are in
+# summary.md): one per kind, so a flag says which sentence to read.
+FLAG_K6_SATURATED = "k6-bound"
+FLAG_DROPPED = "dropped"
+FLAG_ERRORS = "errors"
+FLAG_CAPPED = "capped"
+FLAG_NOT_CPU_BOUND = "svc-idle"
+FLAG_INTERFERENCE = "others"  # the line's "others" figure: processes outside the scenario
+FLAG_STEAL = "steal"
+FLAG_SEARCH_K6_BOUND = "search-k6-bound"
 
 
 @dataclass(frozen=True)
@@ -103,12 +114,23 @@ class Figures:
 
 
 @dataclass(frozen=True)
+class Reason:
+    """One reason not to trust a result: its kind's short flag and the sentence that explains it."""
+
+    flag: str
+    text: str
+
+
+@dataclass(frozen=True)
 class Verdict:
     """Why not to trust a result's numbers (empty: no reason), and why its throughput is only a
-    lower bound of the service's (None: it is the service's)."""
+    lower bound of the service's (None: it is the service's). flags: the reasons' kinds, once
+    each, in order, for the progress line; a stored verdict keeps only the sentences, so verdicts
+    are equal when their reasons are."""
 
     suspect: tuple[str, ...]
     lower_bound: str | None
+    flags: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -164,9 +186,11 @@ def unexplained_spread(results: Sequence[Mapping[str, Any]]) -> Spread | None:
 
 
 def judge(figures: Figures) -> Verdict:
+    reasons = (*_load_reasons(figures), *_host_reasons(figures.host), *_capacity_reasons(figures.steps))
     return Verdict(
-        suspect=(*_load_reasons(figures), *_host_reasons(figures.host), *_capacity_reasons(figures.steps)),
+        suspect=tuple(r.text for r in reasons),
         lower_bound=_lower_bound(figures),
+        flags=tuple(dict.fromkeys(r.flag for r in reasons)),
     )
 
 
@@ -261,43 +285,57 @@ def _host(section: Mapping[str, Any] | None) -> Host | None:
     )
 
 
-def _load_reasons(f: Figures) -> list[str]:
+def _load_reasons(f: Figures) -> list[Reason]:
     """Reasons not to trust a measured number as the service's capacity."""
-    reasons = []
+    reasons: list[Reason] = []
     for index, instance in _saturated_instances(f.k6_instances):
         reasons.append(
-            f"k6 instance {index} of {len(f.k6_instances)} used {instance.cpu_utilisation:.0%} of its CPU "
-            f"{cpu_list(instance.cpus)} (load generator saturated)"
+            Reason(
+                FLAG_K6_SATURATED,
+                f"k6 instance {index} of {len(f.k6_instances)} used {instance.cpu_utilisation:.0%} of its "
+                f"CPU {cpu_list(instance.cpus)} (load generator saturated)",
+            )
         )
     if not f.k6_instances and _saturated(f.k6_cpu_utilisation):
-        reasons.append(f"k6 used {f.k6_cpu_utilisation:.0%} of its CPUs (load generator saturated)")
+        reasons.append(
+            Reason(
+                FLAG_K6_SATURATED,
+                f"k6 used {f.k6_cpu_utilisation:.0%} of its CPUs (load generator saturated)",
+            )
+        )
     requests = f.requests
     if requests is not None:
         # shared-iterations counts what the cap cut off as dropped: the reason below says it better.
         if requests.dropped_iterations and f.iterations is None:
-            reasons.append(f"{requests.dropped_iterations} iterations dropped")
+            reasons.append(Reason(FLAG_DROPPED, f"{requests.dropped_iterations} iterations dropped"))
         if requests.error_rate is not None and requests.error_rate > MAX_ERROR_RATE:
-            reasons.append(f"error rate {requests.error_rate:.2%}")
+            reasons.append(Reason(FLAG_ERRORS, f"error rate {requests.error_rate:.2%}"))
         if f.iterations is not None and requests.attempts is not None and requests.attempts < f.iterations:
             reasons.append(
-                f"only {requests.attempts} of {f.iterations} requests within the {f.duration_s:g}s cap"
+                Reason(
+                    FLAG_CAPPED,
+                    f"only {requests.attempts} of {f.iterations} requests within the {f.duration_s:g}s cap",
+                )
             )
     utilisation = f.service_cpu_utilisation
     closed = f.executor in CLOSED_EXECUTORS
     if requests is not None and closed and utilisation is not None and utilisation < SERVICE_CPU_BOUND:
         reasons.append(
-            f"service used {utilisation:.0%} of its {f.profile_cpus:g}-CPU quota under a "
-            "closed model: not CPU-bound, so something else limited throughput"
+            Reason(
+                FLAG_NOT_CPU_BOUND,
+                f"service used {utilisation:.0%} of its {f.profile_cpus:g}-CPU quota under a "
+                "closed model: not CPU-bound, so something else limited throughput",
+            )
         )
     return reasons
 
 
-def _host_reasons(host: Host | None) -> list[str]:
+def _host_reasons(host: Host | None) -> list[Reason]:
     """Why a result's numbers may be the host's: others (less the lab's own daemons, which the run
     started and pinned to k6's side) or steal above SUSPECT_SHARE of the CPUs."""
     if host is None:
         return []
-    reasons = []
+    reasons: list[Reason] = []
     sets = [(host.service_cpus, "the service's CPUs"), (host.k6_cpus, "k6's CPUs")]
     if host.shared:  # one figure for both sets: one reason
         sets = [(host.service_cpus, "the CPUs the service shares with k6,")]
@@ -313,19 +351,25 @@ def _host_reasons(host: Host | None) -> list[str]:
         if lab is not None:
             of_which += f", of which the lab's Prometheus and InfluxDB {lab:.2f}, not counted"
         reasons.append(
-            f"other processes used {figure.share:.1%} of {label} {cpu_list(figure.cpus)} "
-            f"({figure.others_cpu_seconds:.2f} CPU s{of_which}) during the measured window "
-            f"(> {SUSPECT_SHARE:.0%}): host interference"
+            Reason(
+                FLAG_INTERFERENCE,
+                f"other processes used {figure.share:.1%} of {label} {cpu_list(figure.cpus)} "
+                f"({figure.others_cpu_seconds:.2f} CPU s{of_which}) during the measured window "
+                f"(> {SUSPECT_SHARE:.0%}): host interference",
+            )
         )
     if host.steal_share is not None and host.steal_share > SUSPECT_SHARE:
         reasons.append(
-            f"the hypervisor took {host.steal_share:.1%} of the scenario's CPUs (steal, "
-            f"{host.steal_seconds:.2f} s) during the measured window (> {SUSPECT_SHARE:.0%})"
+            Reason(
+                FLAG_STEAL,
+                f"the hypervisor took {host.steal_share:.1%} of the scenario's CPUs (steal, "
+                f"{host.steal_seconds:.2f} s) during the measured window (> {SUSPECT_SHARE:.0%})",
+            )
         )
     return reasons
 
 
-def _capacity_reasons(steps: Sequence[Step]) -> list[str]:
+def _capacity_reasons(steps: Sequence[Step]) -> list[Reason]:
     """A search whose limiting step (the lowest failing rate) saturated k6 found k6's capacity."""
     failed = [s for s in steps if not s.passed]
     if not failed:
@@ -333,8 +377,11 @@ def _capacity_reasons(steps: Sequence[Step]) -> list[str]:
     lowest = min(failed, key=lambda s: s.rate)
     if _saturated(lowest.k6_cpu_utilisation):
         return [
-            f"k6 used {lowest.k6_cpu_utilisation:.0%} of its CPUs at {lowest.rate}/s, the rate that "
-            "failed: the capacity found may be the load generator's"
+            Reason(
+                FLAG_SEARCH_K6_BOUND,
+                f"k6 used {lowest.k6_cpu_utilisation:.0%} of its CPUs at {lowest.rate}/s, the rate that "
+                "failed: the capacity found may be the load generator's",
+            )
         ]
     return []
 

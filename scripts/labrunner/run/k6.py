@@ -25,6 +25,7 @@ from labrunner.backends.base import (
 from labrunner.model.scenario import K6Instances, LoadModel, Scenario, format_duration
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
 from labrunner.paths import REPO
+from labrunner.run import live
 
 # k6/lib/common.js reads the same list; passing it makes the summary independent of the script's options.
 TREND_STATS: tuple[str, ...] = tuple(json.loads((REPO / "k6" / "lib" / "trend_stats.json").read_text()))
@@ -343,12 +344,15 @@ def build_invocation(
     warmup: bool,
     instances: int = 1,
     k6_cpus: Sequence[int] = (),
+    api: bool = False,
 ) -> K6Invocation:
     """The k6 run for a scenario; the warm-up runs the same script for the warm-up time.
 
     The warm-up does not write to InfluxDB, so dashboards only ever show measured data.
     instances > 1 splits the run by k6's execution segments into that many processes, the i-th
     on k6_cpus[i]; a measured one also writes its raw samples (--out csv) for merged percentiles.
+    api: each k6 process serves its REST API on a free port of 127.0.0.1 (run/live.py reads it);
+    else the API is off.
     """
     target = scenario.target
     model = _warmup_model(scenario.load_model) if warmup else scenario.load_model
@@ -379,8 +383,17 @@ def build_invocation(
         args += ["--out", f"influxdb={influxdb_url.rstrip('/')}/{INFLUXDB_DATABASE}"]
     invocation = K6Invocation(root / target.script, tuple(args), env, summary_file, log_file)
     if instances <= 1:
-        return invocation
-    return replace(invocation, instances=_split(invocation, instances, k6_cpus, raw=not warmup))
+        return replace(invocation, args=_with_api(invocation.args)) if api else invocation
+    split = _split(invocation, instances, k6_cpus, raw=not warmup)
+    if api:
+        split = tuple(replace(one, args=_with_api(one.args)) for one in split)
+    return replace(invocation, instances=split)
+
+
+def _with_api(args: Sequence[str]) -> tuple[str, ...]:
+    """args with k6's REST API on a free local port instead of off (the value after --address)."""
+    at = list(args).index("--address") + 1
+    return (*args[:at], f"{live.API_HOST}:{live.free_port()}", *args[at + 1 :])
 
 
 def _split(

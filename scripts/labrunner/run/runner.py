@@ -3,7 +3,7 @@
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +19,7 @@ from labrunner.backends.base import (
 )
 from labrunner.model.scenario import LoadModel, Scenario
 from labrunner.observe import annotations, interference, prometheus_sd
-from labrunner.run import capacity, k6, service_checks
+from labrunner.run import capacity, k6, live, service_checks
 from labrunner.run.k6 import K6Run
 from labrunner.run.outcome import ScenarioOutcome
 from labrunner.say import Say
@@ -39,6 +39,7 @@ class RunConfig:
     influxdb_url: str | None
     prometheus_url: str | None  # waited on for each service's final scrape; None = do not wait
     lab_pids: tuple[int, ...] = ()  # the Prometheus and InfluxDB this run started: accounted apart
+    watch: live.Watch | None = None  # shows each measured window as it runs (a terminal's live line)
 
 
 def run_scenario(
@@ -79,7 +80,8 @@ def run_scenario(
         if instances > 1:
             places = handle.k6_places[:instances] or [f"CPU {c}" for c in handle.k6_cpus[:instances]]
             say(f"    k6: {instances} instances by execution segments, one each on {', '.join(places)}")
-        invocation = _invocation_factory(scenario, config, settings, handle, instances)
+        api = config.watch is not None and backend.name in live.BACKENDS_WITH_K6_HERE
+        invocation = _invocation_factory(scenario, config, settings, handle, instances=instances, api=api)
         if scenario.warmup_s > 0:
             with _timed(timings, "warmup"):
                 warmup = k6.run(backend, handle, invocation(True), measured=False)
@@ -89,7 +91,9 @@ def run_scenario(
                 search = capacity.search(scenario, handle, metered, invocation, say)
                 k6_run = search.run  # the search checked every step
             else:
-                k6_run = k6.run(metered, handle, invocation(False), measured=True)
+                window_invocation = invocation(False)
+                with _watched(config, scenario, window_invocation):
+                    k6_run = k6.run(metered, handle, window_invocation, measured=True)
                 _check_measured(k6_run)
         if config.prometheus_url is not None and config.targets_dir is not None and handle.prometheus_target:
             with _timed(timings, "scrape"):
@@ -136,8 +140,12 @@ def _invocation_factory(
     config: RunConfig,
     settings: BackendSettings,
     handle: ServiceHandle,
+    *,
     instances: int = 1,
+    api: bool = False,
 ) -> Callable[..., K6Invocation]:
+    """api: the measured run (not a warm-up or a search step) serves k6's REST API for the live line."""
+
     def invocation(warmup: bool, model: LoadModel | None = None, step: int | None = None) -> K6Invocation:
         """model and step: one step of a capacity search, with its own summary file."""
         phase = "warmup" if warmup else "measure" if step is None else f"step{step}"
@@ -153,6 +161,7 @@ def _invocation_factory(
             warmup=warmup,
             instances=instances,
             k6_cpus=handle.k6_cpus,
+            api=api and not warmup and step is None,
         )
 
     (config.out_dir / "k6").mkdir(parents=True, exist_ok=True)
@@ -193,6 +202,12 @@ def _check_measured(run: K6Run) -> None:
         raise ScenarioFailed("measure", f"k6 exited with code {run.exit_code}", run.output_tail)
     if metrics.requests == 0:
         raise ScenarioFailed("measure", "no successful requests", run.output_tail)
+
+
+def _watched(config: RunConfig, scenario: Scenario, invocation: K6Invocation) -> AbstractContextManager[None]:
+    if config.watch is None:
+        return nullcontext()
+    return config.watch(live.Window(scenario.id, scenario.measured_seconds, live.api_addresses(invocation)))
 
 
 @contextmanager
