@@ -56,10 +56,12 @@ def _instrument_unary(behavior: UnaryBehavior, metrics: MethodMetrics) -> UnaryB
         except BaseException as error:
             metrics.finish(_error_code(context, error).name, started_at)
             raise
-        code = context.code() or grpc.StatusCode.OK
-        if code is grpc.StatusCode.OK:
+        code = context.code()
+        if code is None or code is grpc.StatusCode.OK:
             metrics.msg_sent.inc()
-        metrics.finish(code.name, started_at)
+            metrics.finish("OK", started_at)
+        else:
+            metrics.finish(code.name, started_at)
         return response
 
     return instrumented
