@@ -168,14 +168,21 @@ class HttpServerDurations:
 
     def observe(self, method: str, route: str, status: int, version: str, seconds: float) -> None:
         """Record one response; route must already be bounded (services.common.rest.route_label)."""
-        if method not in KNOWN_HTTP_METHODS:
-            method = "_OTHER"
-        key = (method, route, status, version)
+        series = self._series.get((method, route, status, version))
+        if series is None:
+            series = self._new_series(method, route, status, version)
+        series.observe(seconds)
+
+    def _new_series(self, method: str, route: str, status: int, version: str) -> BatchedHistogram:
+        """The series of a first response: under _OTHER for an unknown method, whose key is not kept
+        (clients cannot grow the dict), so each of its responses comes here."""
+        known = method if method in KNOWN_HTTP_METHODS else "_OTHER"
+        key = (known, route, status, version)
         series = self._series.get(key)
         if series is None:
-            child = self._histogram.labels(method, route, str(status), version)
+            child = self._histogram.labels(known, route, str(status), version)
             series = self._series[key] = self._batch.histogram(child)
-        series.observe(seconds)
+        return series
 
 
 class CgroupCollector(Collector):

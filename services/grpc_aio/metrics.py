@@ -26,7 +26,7 @@ import grpc
 import grpc.aio
 from google.protobuf.descriptor import ServiceDescriptor
 
-from services.common.grpc_metrics import GrpcServerMetrics, MethodMetrics
+from services.common.grpc_metrics import GrpcServerMetrics, MethodMetrics, ended_status
 from services.common.metrics import MetricBatch
 
 UnaryBehavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
@@ -37,10 +37,11 @@ def _error_code(context: grpc.aio.ServicerContext[Any, Any], error: BaseExceptio
     """The status grpc.aio sends for an RPC that ended with error."""
     if isinstance(error, grpc.aio.AbortError):
         return context.code()  # abort() stores its code before raising
-    if isinstance(error, asyncio.CancelledError):
-        # grpc.aio cancels the handler task both when the client cancels and at the deadline.
-        remaining = context.time_remaining()
-        return grpc.StatusCode.DEADLINE_EXCEEDED if remaining == 0 else grpc.StatusCode.CANCELLED
+    if isinstance(error, asyncio.CancelledError | grpc.aio.InternalError):
+        # The call ended under the handler: grpc.aio cancels the handler task both when the client
+        # cancels and at the deadline, and a write already waiting fails with InternalError
+        # (ExecuteBatchError) instead when the call ends first.
+        return grpc.StatusCode[ended_status(context.time_remaining())]
     code = context.code()  # grpc.aio sends a code set before the exception, else UNKNOWN
     return grpc.StatusCode.UNKNOWN if code in (None, grpc.StatusCode.OK) else code
 
@@ -55,10 +56,12 @@ def _instrument_unary(behavior: UnaryBehavior, metrics: MethodMetrics) -> UnaryB
         except BaseException as error:
             metrics.finish(_error_code(context, error).name, started_at)
             raise
-        code = context.code() or grpc.StatusCode.OK
-        if code is grpc.StatusCode.OK:
+        code = context.code()
+        if code is None or code is grpc.StatusCode.OK:
             metrics.msg_sent.inc()
-        metrics.finish(code.name, started_at)
+            metrics.finish("OK", started_at)
+        else:
+            metrics.finish(code.name, started_at)
         return response
 
     return instrumented

@@ -28,61 +28,75 @@ _MAX_REQUEST_BYTES = 64 * _KIB
 _MAX_RECORD_BYTES = 1 * _KIB
 
 
-class _CallLimit:
-    """At most `limit` RecordService calls at once in this worker (None: unlimited); the rest are
-    refused with RESOURCE_EXHAUSTED.
+class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
+    """RecordService: its messages (services.common.messages) under the response model, bad input
+    aborted with INVALID_ARGUMENT."""
+
+    def __init__(self, source: RecordSource, model: ResponseModel) -> None:
+        self._messages = RecordMessages(source, model)
+
+    async def ListRecords(
+        self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> cars_pb2.ListRecordsResponse:
+        try:
+            count, offset = self._messages.validate(request)
+        except BadRequest as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))  # raises
+        return self._messages.response(count, offset)
+
+    async def StreamRecords(
+        self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[cars_pb2.Record]:
+        try:
+            count, offset = self._messages.validate(request)
+        except BadRequest as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))  # raises
+        for message in self._messages.stream(count, offset):
+            yield message
+
+
+class LimitedRecordServicer(RecordServicer):
+    """RecordServicer with at most `limit` calls at once in this worker (GRPC_MAX_CONCURRENT_RPCS);
+    the rest are refused with RESOURCE_EXHAUSTED. Only when a limit is set, so that no call pays
+    for counting otherwise.
 
     grpc.aio's maximum_concurrent_rpcs would count health checks too: a saturated server would
     then fail its own health check, and be restarted for being busy.
     """
 
-    def __init__(self, limit: int | None) -> None:
+    def __init__(self, source: RecordSource, model: ResponseModel, limit: int) -> None:
+        super().__init__(source, model)
         self._limit = limit
         self._active = 0
 
-    @contextlib.asynccontextmanager
-    async def slot(self, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[None]:
-        if self._limit is not None and self._active >= self._limit:
+    async def _enter(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        if self._active >= self._limit:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded")
         self._active += 1
-        try:
-            yield
-        finally:
-            self._active -= 1
-
-
-class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
-    """RecordService: its messages (services.common.messages) under the response model, bad input
-    aborted with INVALID_ARGUMENT, and GRPC_MAX_CONCURRENT_RPCS."""
-
-    def __init__(
-        self, source: RecordSource, model: ResponseModel, max_concurrent_calls: int | None = None
-    ) -> None:
-        self._messages = RecordMessages(source, model)
-        self._calls = _CallLimit(max_concurrent_calls)
-
-    async def _validated(
-        self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> tuple[int, int | None]:
-        try:
-            return self._messages.validate(request)
-        except BadRequest as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))  # raises
 
     async def ListRecords(
         self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> cars_pb2.ListRecordsResponse:
-        async with self._calls.slot(context):
-            count, offset = await self._validated(request, context)
-            return self._messages.response(count, offset)
+        await self._enter(context)
+        try:
+            return await super().ListRecords(request, context)
+        finally:
+            self._active -= 1
 
     async def StreamRecords(
         self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[cars_pb2.Record]:
-        async with self._calls.slot(context):
-            count, offset = await self._validated(request, context)
-            for message in self._messages.stream(count, offset):
+        await self._enter(context)
+        try:
+            async for message in super().StreamRecords(request, context):
                 yield message
+        finally:
+            self._active -= 1
+
+
+def record_servicer(source: RecordSource, model: ResponseModel, limit: int | None) -> RecordServicer:
+    """The RecordService servicer, limited to `limit` concurrent calls when given one."""
+    return RecordServicer(source, model) if limit is None else LimitedRecordServicer(source, model, limit)
 
 
 def _server_options(context: WorkerContext) -> list[tuple[str, int]]:
@@ -108,7 +122,7 @@ def _credentials(context: WorkerContext) -> grpc.ServerCredentials | None:
 async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
     settings = context.settings
     server = grpc.aio.server(options=_server_options(context))
-    servicer = RecordServicer(context.records, settings.response_model, settings.grpc_max_concurrent_rpcs)
+    servicer = record_servicer(context.records, settings.response_model, settings.grpc_max_concurrent_rpcs)
     cars_pb2_grpc.add_RecordServiceServicer_to_server(
         servicer if metrics is None else instrument_servicer(servicer, RECORD_SERVICE, metrics), server
     )

@@ -16,7 +16,7 @@ from grpclib.const import Cardinality, Handler
 from grpclib.exceptions import GRPCError
 from grpclib.server import Stream
 
-from services.common.grpc_metrics import GrpcServerMetrics, MethodMetrics
+from services.common.grpc_metrics import GrpcServerMetrics, MethodMetrics, ended_status
 from services.common.metrics import MetricBatch
 
 # go-grpc-prometheus's grpc_type label of each cardinality.
@@ -48,16 +48,9 @@ class CountedStream:
         self._metrics.msg_sent.inc()
 
 
-# A client cancels its call at its own deadline, and that cancel may reach the server just before
-# the server's copy of the deadline passes: a cancel this close to the deadline is the deadline.
-_DEADLINE_SLACK_SECONDS = 0.05
-
-
-def _cancelled_status(stream: Stream[Any, Any]) -> str:
+def _ended_status(stream: Stream[Any, Any]) -> str:
     """grpclib cancels the handler both when the client cancels and at the deadline."""
-    deadline = stream.deadline
-    expired = deadline is not None and deadline.time_remaining() < _DEADLINE_SLACK_SECONDS
-    return "DEADLINE_EXCEEDED" if expired else "CANCELLED"
+    return ended_status(None if stream.deadline is None else stream.deadline.time_remaining())
 
 
 def _instrument(handler: Handler, metrics: MethodMetrics) -> Handler:
@@ -72,7 +65,7 @@ def _instrument(handler: Handler, metrics: MethodMetrics) -> Handler:
             metrics.finish(error.status.name, started_at)
             raise
         except asyncio.CancelledError:
-            metrics.finish(_cancelled_status(stream), started_at)
+            metrics.finish(_ended_status(stream), started_at)
             raise
         except Exception:  # grpclib answers it with UNKNOWN
             metrics.finish("UNKNOWN", started_at)

@@ -5,9 +5,7 @@ whose protobuf modules clash with grpcio's in one process (the unit tests import
 """
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
@@ -50,33 +48,35 @@ class Codec(ProtoCodec):
 
 class Calls:
     """The RecordService calls in flight in this worker: above GRPC_MAX_CONCURRENT_RPCS refused
-    with RESOURCE_EXHAUSTED, once the server stops refused with UNAVAILABLE, awaited at the stop."""
+    with RESOURCE_EXHAUSTED, once the server stops refused with UNAVAILABLE, awaited at the stop.
+
+    Plain calls around each handler (enter, then leave in a finally), not a context manager: every
+    call passes here, and an async context manager costs a generator and two coroutines a call.
+    """
 
     def __init__(self, limit: int | None) -> None:
         self._limit = limit
         self._active = 0
         self._stopping = False
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._idle = asyncio.Event()  # set once stopping with no call left
 
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
+    def enter(self) -> None:
         if self._stopping:
             raise GRPCError(Status.UNAVAILABLE, "The server is stopping")
         if self._limit is not None and self._active >= self._limit:
             raise GRPCError(Status.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded")
         self._active += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._active -= 1
-            if not self._active:
-                self._idle.set()
+
+    def leave(self) -> None:
+        self._active -= 1
+        if self._stopping and not self._active:
+            self._idle.set()
 
     async def stop(self, grace_seconds: float) -> None:
         """Refuse new calls; wait up to grace_seconds for those in flight."""
         self._stopping = True
+        if not self._active:
+            return
         try:
             await asyncio.wait_for(self._idle.wait(), grace_seconds)
         except TimeoutError:
@@ -101,12 +101,16 @@ class RecordService(cars_grpc.RecordServiceBase):
             raise GRPCError(Status.INVALID_ARGUMENT, str(error)) from None
 
     async def ListRecords(self, stream: MessageStream) -> None:
-        async with self._calls.slot():
+        self._calls.enter()
+        try:
             count, offset = await self._validated(stream)
             await stream.send_message(self._messages.response(count, offset))
+        finally:
+            self._calls.leave()
 
     async def StreamRecords(self, stream: MessageStream) -> None:
-        async with self._calls.slot():
+        self._calls.enter()
+        try:
             count, offset = await self._validated(stream)
             for message in self._messages.stream(count, offset):
                 await stream.send_message(message)
@@ -114,3 +118,5 @@ class RecordService(cars_grpc.RecordServiceBase):
                 # long stream would hold the worker's loop (other calls, a client's cancel) for
                 # as long. grpc.aio yields on every write; so does this.
                 await asyncio.sleep(0)
+        finally:
+            self._calls.leave()

@@ -5,11 +5,12 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Callable
 
 import orjson
 import uvloop
-from aiohttp import web
-from aiohttp.typedefs import Handler, Middleware
+from aiohttp import HttpVersion10, HttpVersion11, web
+from aiohttp.typedefs import Handler
 
 from services.common.config import Settings
 from services.common.metrics import HttpServerDurations, MetricBatch, worker_metrics
@@ -18,6 +19,7 @@ from services.common.rest import (
     JSON,
     KEEP_ALIVE_TIMEOUT_SECONDS,
     LISTEN_BACKLOG,
+    ROUTES,
     Health,
     RecordBodies,
     error_body,
@@ -28,70 +30,108 @@ from services.common.supervisor import WorkerContext
 from services.common.tls import server_ssl_context
 
 log = logging.getLogger("protolab.rest_aiohttp")
+# Every route answers GET (and HEAD, which aiohttp adds to each GET route), as aiohttp's 405 says.
+_ALLOWED = "GET,HEAD"
+# The network_protocol_version label of the versions clients send, not formatted per request.
+_VERSIONS = {HttpVersion11: "1.1", HttpVersion10: "1.0"}
+
+Respond = Callable[[web.Request], web.Response]  # a route's answer; it awaits nothing
+
+
+class _AnyPath(web.PlainResource):
+    """A resource every request path matches ("*" and absolute-form too), registered last so that
+    it takes only what no route matched (aiohttp 3.14, pinned, tries resources in order)."""
+
+    def __init__(self) -> None:
+        super().__init__("/")
+
+    def _match(self, path: str) -> dict[str, str] | None:
+        return {}
+
+    def raw_match(self, path: str) -> bool:
+        return True
 
 
 def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(status=status, body=body, content_type=JSON, headers=headers)
 
 
-@web.middleware
-async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Routing errors (404, 405) as JSON bodies; anything unexpected as a logged JSON 500."""
-    try:
-        return await handler(request)
-    except web.HTTPException as error:
-        allow = error.headers.get("Allow")
-        return _json(error.status, error_body(error.status), {"Allow": allow} if allow else None)
-    except Exception:
-        log.exception("unexpected error serving %s %s", request.method, request.path)
-        return _json(500, error_body(500))
+def _serving(respond: Respond, route: str | None, durations: HttpServerDurations | None) -> Handler:
+    """The aiohttp handler of a route: respond, with anything unexpected answered as a logged JSON
+    500, timed into durations (when given) under the route's label (None: the path's, see
+    route_label).
 
+    One coroutine per request and no middleware: aiohttp runs each middleware (and, once there is
+    one, its own _fix_request_current_app) as a further call per request.
+    """
 
-def _observe(durations: HttpServerDurations) -> Middleware:
-    """Record every response in the HTTP duration histogram, errors included."""
+    def answer(request: web.Request) -> web.Response:
+        try:
+            return respond(request)
+        except Exception:
+            log.exception("unexpected error serving %s %s", request.method, request.path)
+            return _json(500, error_body(500))
 
-    @web.middleware
-    async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if durations is None:
+
+        async def untimed(request: web.Request) -> web.Response:
+            return answer(request)
+
+        return untimed
+
+    async def timed(request: web.Request) -> web.Response:
         started = time.perf_counter()
-        response = await handler(request)
+        response = answer(request)
         elapsed = time.perf_counter() - started
-        resource = request.match_info.route.resource  # None when no route matched (404, 405)
-        route = route_label(None if resource is None else resource.canonical, request.path)
-        version = f"{request.version.major}.{request.version.minor}"
-        durations.observe(request.method, route, response.status, version, elapsed)
+        version = request.version
+        durations.observe(
+            request.method,
+            route or route_label(None, request.path),
+            response.status,
+            _VERSIONS.get(version) or f"{version.major}.{version.minor}",
+            elapsed,
+        )
         return response
 
-    return observe
+    return timed
 
 
 def build_app(
     records: RecordSource, health: Health, settings: Settings, metrics: MetricBatch | None
 ) -> web.Application:
-    """The application: its routes, and the metrics middleware when given a batch to record into."""
-    middlewares: list[Middleware] = [_json_errors]
-    if metrics is not None:
-        middlewares.insert(0, _observe(HttpServerDurations(metrics)))
-    app = web.Application(middlewares=middlewares)
+    """The application: its routes, timed into the batch when given one (metrics on)."""
+    app = web.Application()
+    durations = None if metrics is None else HttpServerDurations(metrics)
     openapi = orjson.dumps(openapi_document(settings.max_count, settings.default_count))
     bodies = RecordBodies(records, settings.response_model)
 
-    async def list_records(request: web.Request) -> web.Response:
+    def list_records(request: web.Request) -> web.Response:
+        query = request.query
         try:
-            body = bodies.body(request.query.get("count"), request.query.get("offset"))
+            body = bodies.body(query.get("count"), query.get("offset"))
         except BadRequest as error:
             return _json(400, error_body(400, str(error)))
         return _json(200, body)
 
-    async def healthz(_request: web.Request) -> web.Response:
+    def healthz(_request: web.Request) -> web.Response:
         status, body = health.response()
         return _json(status, body)
 
-    async def openapi_json(_request: web.Request) -> web.Response:
+    def openapi_json(_request: web.Request) -> web.Response:
         return _json(200, openapi)
 
-    app.router.add_get("/records", list_records)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/openapi.json", openapi_json)
+    def unmatched(request: web.Request) -> web.Response:
+        """Routing errors as JSON bodies: 405 with Allow for a route's path, else 404."""
+        if request.path in ROUTES:
+            return _json(405, error_body(405), {"Allow": _ALLOWED})
+        return _json(404, error_body(404))
+
+    routes = {"/records": list_records, "/healthz": healthz, "/openapi.json": openapi_json}
+    for route, respond in routes.items():
+        app.router.add_get(route, _serving(respond, route, durations))
+    unmatched_resource = _AnyPath()
+    app.router.register_resource(unmatched_resource)
+    unmatched_resource.add_route("*", _serving(unmatched, None, durations))
     return app
 
 

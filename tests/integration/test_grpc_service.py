@@ -2,6 +2,7 @@
 shutdown and limits."""
 
 import asyncio
+import functools
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from labrunner.backends.cgroups import CgroupUnavailable, create_cgroup, join_cgroup, remove_cgroup
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
@@ -36,12 +38,19 @@ POOL_SIZE = 2000
 SEED = 42
 MAX_COUNT = 1000
 BASE_ENV = {"RECORD_POOL_SIZE": str(POOL_SIZE), "RECORD_SEED": str(SEED), "MAX_COUNT": str(MAX_COUNT)}
-# A stream this long outgrows the HTTP/2 flow-control windows (~1 MB), so a client that
-# stops reading keeps the call in flight on the server for as long as it likes.
+# A stream long enough (2 MB) to keep a server busy for a while.
 SLOW_COUNT = 20_000
 SLOW_ENV = {**BASE_ENV, "MAX_COUNT": str(SLOW_COUNT)}
 # Each channel its own connection; grpc otherwise shares one between equal channels.
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
+# Flow-control windows that stay small while the client does not read. A grpc client's BDP probing
+# otherwise grows them past 5 MB: a server fast enough then sends a whole stream into them before the
+# client's deadline, and rightly counts it OK (issue 22: grpclib on a fast host). With these windows
+# a stream stalls within some KB, however fast its server.
+SMALL_WINDOWS = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)]
+# Far more than those windows take in a second, yet short enough that a server sends all of it
+# within the 0.5 s deadline below if the windows do not hold it.
+HELD_COUNT = 2_000
 UNARY = {"grpc_type": "unary", "grpc_service": SERVICE, "grpc_method": "ListRecords"}
 STREAM = {"grpc_type": "server_stream", "grpc_service": SERVICE, "grpc_method": "StreamRecords"}
 # go-grpc-prometheus writes Go's codes.Code.String().
@@ -381,8 +390,27 @@ def settled(unary: int, stream: int) -> Callable[[Samples], bool]:
     return done
 
 
+HELD_ENV = {**BASE_ENV, "MAX_COUNT": str(HELD_COUNT)}
+
+
+def hold_streams(service: RunningService, times: int = 1) -> None:
+    """Streams whose client stops reading: one it cancels, one it lets reach its deadline (times over)."""
+    with grpc.insecure_channel(target(service), options=SMALL_WINDOWS) as held:
+        stub = cars_pb2_grpc.RecordServiceStub(held)
+        for _ in range(times):
+            cancelled = stub.StreamRecords(request(count=HELD_COUNT))
+            next(cancelled)
+            cancelled.cancel()
+            expiring = stub.StreamRecords(request(count=HELD_COUNT), timeout=0.5)
+            next(expiring)
+            time.sleep(1)
+            with pytest.raises(grpc.RpcError) as error:
+                list(expiring)
+            assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
 def test_metrics_move_with_traffic(start_service: Callable[..., RunningService], module: str) -> None:
-    service = start_service(module, SLOW_ENV)
+    service = start_service(module, HELD_ENV)
     before = scrape(service)
     for labels in (UNARY, STREAM):  # every series exists from start-up, at 0
         for name in (
@@ -433,23 +461,31 @@ def test_metrics_move_with_traffic(start_service: Callable[..., RunningService],
         # Only RecordService is instrumented: health checks leave no series.
         assert not any(dict(labels).get("grpc_service") == "grpc.health.v1.Health" for _, labels in after)
 
-        # A client that stops reading keeps the stream on the server until it cancels or times out.
-        cancelled = stub.StreamRecords(request(count=SLOW_COUNT))
-        next(cancelled)
-        cancelled.cancel()
-        expiring = stub.StreamRecords(request(count=SLOW_COUNT), timeout=0.5)
-        next(expiring)
-        time.sleep(1)
-        with pytest.raises(grpc.RpcError) as error:
-            list(expiring)
-        assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-
+    hold_streams(service)
     final = scrape_until(service, settled(unary=7, stream=6))
     assert final[series("grpc_server_started_total", STREAM)] == 6
     assert final[series("grpc_server_handled_total", STREAM, grpc_code="Canceled")] == 1
     assert final[series("grpc_server_handled_total", STREAM, grpc_code="DeadlineExceeded")] == 1
     sent = final[series("grpc_server_msg_sent_total", STREAM)] - 3 * 7
-    assert 2 <= sent < 2 * SLOW_COUNT  # both sent some, neither all
+    assert 2 <= sent < HELD_COUNT  # both sent some; the windows held both well short of the end
+
+
+def test_a_throttled_server_counts_its_deadlines(module: str) -> None:
+    # At 0.1 CPU a server can sit throttled for 90 ms of every 100 ms: its copy of a call's deadline
+    # then starts that much after the client's, whose cancel at its own deadline arrives first.
+    try:
+        cgroup = create_cgroup(f"test-deadline-{os.getpid()}-{time.monotonic_ns()}", 0.1, 512 * 2**20)
+    except CgroupUnavailable as exc:
+        pytest.fail(f"this test needs a writable cgroup (run as root): {exc}")
+    service = launch_service(module, HELD_ENV, preexec_fn=functools.partial(join_cgroup, cgroup))
+    try:
+        hold_streams(service, times=4)
+        final = scrape_until(service, settled(unary=0, stream=8))
+    finally:
+        service.kill()
+        remove_cgroup(cgroup)
+    assert final[series("grpc_server_handled_total", STREAM, grpc_code="Canceled")] == 4
+    assert final[series("grpc_server_handled_total", STREAM, grpc_code="DeadlineExceeded")] == 4
 
 
 def test_exact_totals_with_two_workers(
