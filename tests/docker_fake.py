@@ -27,7 +27,7 @@ SERVICE_IP = "172.18.0.9"
 
 
 def compose_images() -> dict[str, list[str]]:
-    """Image name -> Config.Env, as `docker compose build` makes them from the build args."""
+    """Image name -> Config.Env, as `docker compose --profile services build` makes them (build args)."""
     images = {COMPOSE["services"]["k6"]["image"]: []}
     for service in COMPOSE["services"].values():
         args = service.get("build", {}).get("args", {})

@@ -20,11 +20,14 @@ let vusNoted = false;
 // import.meta.resolve: relative to this module, from any working directory and importing script.
 const TREND_STATS = JSON.parse(open(import.meta.resolve('./trend_stats.json')));
 
-// k6's default system tags minus 'scenario': the system tag would overwrite the runner's
-// `--tag scenario=<id>` with the k6 scenario name ("main").
+// System tags: what the dashboards group by (proto, status, method, check), what explains a
+// failure (error, error_code) and expected_response (the summary's
+// http_req_duration{expected_response:true}). k6's default set also holds 'scenario', which would
+// overwrite the runner's `--tag scenario=<id>` with the k6 scenario name ("main"), and url, name,
+// group, service, subproto and tls_version: constant within a scenario, they only lengthened every
+// sample k6 streams to InfluxDB on the measured host (the URL twice: tag name, string field url).
 const SYSTEM_TAGS = [
-  'proto', 'subproto', 'status', 'method', 'url', 'name', 'group', 'check', 'error',
-  'error_code', 'tls_version', 'service', 'expected_response',
+  'proto', 'status', 'method', 'check', 'error', 'error_code', 'expected_response',
 ];
 
 export function envString(name, fallback) {

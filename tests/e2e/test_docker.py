@@ -5,7 +5,9 @@ Selected only with PROTOLAB_DOCKER_TESTS=1 (tests/conftest.py); CI sets it and e
 tests/docker/substitutes.env, whose images stand in for the official ones (tests/docker/README.md).
 Grafana and k6 (profile "tools") are not started: Grafana has no substitute, the runner starts its
 own k6 containers. A missing engine, Compose or image fails the tests and says what is missing.
-Compose comes up once for the module; the last test takes it down and checks that nothing is left.
+Compose comes up once for the module as a plain `up` starts it; the standing services (profile
+"services") come up by hand in one test and go again, so the runs see only what the runner needs.
+The last test takes the lab down and checks that nothing is left.
 """
 
 import json
@@ -45,13 +47,17 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 PROJECT = "protolab"  # docker-compose.yml's `name:`
 NOT_STARTED = {"grafana", "k6"}  # no substitute for Grafana; k6 is the runner's
+STANDING = ("--profile", "services")  # the five services, up only when asked for
 MIN_ENGINE = (25, 0)  # healthcheck start_interval
 PROMETHEUS = "http://127.0.0.1:9090"
 INFLUXDB = "http://127.0.0.1:8086"
-# Every service compose starts here and how it answers on its published loopback port.
-ANSWERS = {
+# Every service compose starts here and how it answers on its published loopback port: what a
+# plain `up -d` starts (but Grafana), then the standing services.
+LAB_ANSWERS = {
     "prometheus": (9090, "http", "/-/ready"),
     "influxdb": (8086, "http", "/ping"),
+}
+STANDING_ANSWERS = {
     "rest-aiohttp": (8081, "http", "/healthz"),
     "rest-quart": (8082, "http", "/healthz"),
     "grpc-aio": (50051, "grpc", ""),
@@ -178,19 +184,25 @@ def engine() -> Engine:
     return preflight()
 
 
+def _up(*args: str) -> None:
+    """`docker compose <args> up -d --wait`; on a failure, the logs and the lab taken down."""
+    up = compose(*args, check=False)
+    if up.returncode != 0:
+        logs = compose(*STANDING, "logs", "--no-color", "--tail", "30", check=False).stdout
+        compose(*STANDING, "down", "-v", "--remove-orphans", check=False)
+        pytest.fail(f"docker compose up --wait failed:\n{up.stderr[-3000:]}\n{logs[-4000:]}")
+
+
 @pytest.fixture(scope="module")
 def lab(engine: Engine) -> Iterator[list[str]]:
-    """`docker compose build`, then `up -d --wait` of every service but Grafana and k6."""
+    """The README's commands: `docker compose --profile services build`, then `up -d --wait` of what
+    a plain `up -d` starts, but Grafana."""
     started = [s for s in compose("config", "--services").stdout.split() if s not in NOT_STARTED]
-    compose("down", "-v", "--remove-orphans")  # whatever an earlier session left
-    compose("build", "--quiet", timeout=900)
-    up = compose("up", "-d", "--wait", "--wait-timeout", "240", *started, check=False)
-    if up.returncode != 0:
-        logs = compose("logs", "--no-color", "--tail", "30", check=False).stdout
-        compose("down", "-v", "--remove-orphans", check=False)
-        pytest.fail(f"docker compose up --wait failed:\n{up.stderr[-3000:]}\n{logs[-4000:]}")
+    compose(*STANDING, "down", "-v", "--remove-orphans")  # whatever an earlier session left
+    compose(*STANDING, "build", "--quiet", timeout=900)
+    _up("up", "-d", "--wait", "--wait-timeout", "240", *started)
     yield started
-    compose("down", "-v", "--remove-orphans", check=False)  # a no-op when the last test ran
+    compose(*STANDING, "down", "-v", "--remove-orphans", check=False)  # a no-op when the last test ran
 
 
 # --- The engine's events, run_matrix.py as a subprocess -----------------------------------------
@@ -376,13 +388,9 @@ def main_run(lab: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterat
 # --- The checks -------------------------------------------------------------------------------------
 
 
-def test_compose_services_are_healthy_and_answer_on_loopback(lab: list[str]) -> None:
-    assert set(lab) == set(ANSWERS) | ONE_SHOTS, "a service was added: say how it answers in ANSWERS"
-    states = {c["Service"]: c for c in json_lines(compose("ps", "-a", "--format", "json").stdout)}
-    assert set(states) == set(lab), states.keys()
-    for name in ONE_SHOTS:
-        assert (states[name]["State"], states[name]["ExitCode"]) == ("exited", 0), states[name]
-    for name, (port, protocol, path) in ANSWERS.items():
+def _check_answers(answers: dict[str, tuple[int, str, str]], states: dict[str, dict[str, Any]]) -> None:
+    """Each of these services runs healthy, published on 127.0.0.1 only, and answers there."""
+    for name, (port, protocol, path) in answers.items():
         container = states[name]
         assert (container["State"], container["Health"]) == ("running", "healthy"), container
         published = {(p["URL"], p["PublishedPort"]) for p in container["Publishers"] if p["PublishedPort"]}
@@ -398,6 +406,35 @@ def test_compose_services_are_healthy_and_answer_on_loopback(lab: list[str]) -> 
             opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
             with opener.open(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
                 assert response.status in (200, 204), (name, response.status)
+
+
+def _states() -> dict[str, dict[str, Any]]:
+    return {c["Service"]: c for c in json_lines(compose(*STANDING, "ps", "-a", "--format", "json").stdout)}
+
+
+def test_a_plain_up_starts_what_the_runner_needs_and_no_service_to_measure_against(lab: list[str]) -> None:
+    assert set(lab) == set(LAB_ANSWERS) | ONE_SHOTS, "a service was added: say how it answers"
+    states = _states()
+    assert set(states) == set(lab), states.keys()
+    for name in ONE_SHOTS:
+        assert (states[name]["State"], states[name]["ExitCode"]) == ("exited", 0), states[name]
+    _check_answers(LAB_ANSWERS, states)
+
+
+def test_the_standing_services_come_up_by_hand_healthy_and_answer_on_loopback(lab: list[str]) -> None:
+    every = compose(*STANDING, "config", "--services").stdout.split()
+    standing = sorted(set(every) - set(lab) - NOT_STARTED)
+    assert set(standing) == set(STANDING_ANSWERS), "a service was added: say how it answers"
+    # The README's `docker compose --profile services up -d`, Grafana left out (no substitute here).
+    _up(*STANDING, "up", "-d", "--wait", "--wait-timeout", "240", *standing)
+    try:
+        states = _states()
+        assert set(states) == set(lab) | set(standing), states.keys()
+        _check_answers({**LAB_ANSWERS, **STANDING_ANSWERS}, states)
+    finally:
+        # The runs below see the lab as a plain `up -d` leaves it: nothing idles beside them.
+        compose(*STANDING, "rm", "--stop", "--force", *standing)
+    assert set(_states()) == set(lab)
 
 
 def test_the_ci_preset_runs_every_target_under_docker_without_errors(main_run: MainRun) -> None:
@@ -657,7 +694,9 @@ class QdiscWatch:
 
     def _watch(self) -> None:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "plab-ifb" not in self.seen:
+        # Until the ifb device has its qdisc too: the device exists (with the default pfifo_fast)
+        # a moment before the helper's last command puts the emulation on it.
+        while time.monotonic() < deadline and not re.search(r"qdisc (tbf|netem) \S+ dev plab-ifb", self.seen):
             shown = run_cli(
                 "docker", "run", "--rm", "--network", f"container:{self._id}", "--cap-drop", "ALL",
                 docker_network_helper.NETWORK_HELPER_IMAGE, "tc", "qdisc", "show", check=False, timeout=30,
@@ -836,7 +875,7 @@ def test_an_engine_that_does_not_answer_fails_the_run_at_start_naming_it(
 
 
 def test_compose_down_leaves_nothing(lab: list[str]) -> None:
-    compose("down", "-v", "--remove-orphans")
+    compose(*STANDING, "down", "-v", "--remove-orphans")
     project = f"label=com.docker.compose.project={PROJECT}"
     assert docker("ps", "-a", "-q", "--filter", project) == ""
     assert managed_containers() == []

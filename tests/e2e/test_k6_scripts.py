@@ -365,10 +365,15 @@ def test_bad_load_model_is_a_script_error() -> None:
     assert "unknown LOAD_MODEL=closed-loop" in result.stderr
 
 
-def influx_count(influx_url: str, query: str) -> int:
+def influx_series(influx_url: str, query: str) -> list[dict[str, Any]]:
     params = urllib.parse.urlencode({"db": INFLUXDB_DATABASE, "q": query})
     with urllib.request.urlopen(f"{influx_url}/query?{params}", timeout=10) as resp:
-        series = json.load(resp)["results"][0].get("series", [])
+        series: list[dict[str, Any]] = json.load(resp)["results"][0].get("series", [])
+    return series
+
+
+def influx_count(influx_url: str, query: str) -> int:
+    series = influx_series(influx_url, query)
     return int(series[0]["values"][0][1]) if series else 0
 
 
@@ -391,6 +396,13 @@ def test_k6_metrics_reach_influxdb(tmp_path: Path) -> None:
             urls["influxdb"], """SELECT sum("value") FROM "protolab_reqs" WHERE "scenario" = 'influx-test'"""
         )
         assert count > 0
+        # Each point carries the tags the dashboards group by and nothing constant besides the
+        # runner's: no url or name (the URL, as a tag and as a string field), group, tls_version.
+        [tags] = influx_series(urls["influxdb"], 'SHOW TAG KEYS FROM "http_req_duration"')
+        kept = {"expected_response", "method", "proto", "scenario", "status"}
+        assert {key for [key] in tags["values"]} == kept
+        [fields] = influx_series(urls["influxdb"], 'SHOW FIELD KEYS FROM "http_req_duration"')
+        assert fields["values"] == [["value", "float"]]
     finally:
         local_stack.stop(obs_dir)
 

@@ -229,7 +229,10 @@ def _compose_cli() -> list[str] | None:
     return None
 
 
-def _run_compose_config(env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+def _run_compose_config(
+    env: Mapping[str, str], *args: str, profiles: tuple[str, ...] = ("services", "tools")
+) -> subprocess.CompletedProcess[str]:
+    """`docker compose config` with these profiles (default: every one), as JSON unless args say."""
     cli = _compose_cli()
     if cli is None:
         pytest.fail("neither `docker compose` nor docker-compose is installed (scripts/setup.sh installs it)")
@@ -241,13 +244,11 @@ def _run_compose_config(env: Mapping[str, str]) -> subprocess.CompletedProcess[s
                 *cli,
                 "--env-file",
                 env_file.name,
-                "--profile",
-                "tools",
+                *(option for profile in profiles for option in ("--profile", profile)),
                 "-f",
                 str(COMPOSE_FILE),
                 "config",
-                "--format",
-                "json",
+                *(args or ("--format", "json")),
             ],
             check=False,
             capture_output=True,
@@ -273,6 +274,16 @@ def test_docker_compose_loads_the_file_as_this_suite_reads_it(user_env: dict[str
         check, loaded_check = service.get("healthcheck") or {}, loaded[name].get("healthcheck") or {}
         assert check.get("test") == loaded_check.get("test"), name
         assert sorted(published(service)) == sorted(published(loaded[name])), name
+
+
+def test_a_plain_up_starts_what_the_runner_needs_and_no_service_it_would_measure_against() -> None:
+    # What `docker compose up -d` starts: the lab without its profiles.
+    plain = _run_compose_config(REQUIRED_ENV, "--services", profiles=())
+    assert plain.returncode == 0, plain.stderr
+    assert set(plain.stdout.split()) == {"prometheus", "influxdb", "grafana", "certs"}
+    services = compose()["services"]
+    standing = {name for name, service in services.items() if service.get("profiles") == ["services"]}
+    assert standing == set(systems_under_test(compose())) == {name for *_, name in contract_services()}
 
 
 def test_docker_compose_refuses_to_start_without_a_grafana_password() -> None:

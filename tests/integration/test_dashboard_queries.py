@@ -190,7 +190,7 @@ def _k6_lines(now_ns: int) -> str:
                 ("checks", r",check=status\ is\ 200", 1),
             ]
             if kind == "rest":
-                http = ",expected_response=true,method=GET,name=/records,proto=HTTP/1.1,status=200"
+                http = ",expected_response=true,method=GET,proto=HTTP/1.1,status=200"
                 samples += [
                     ("http_reqs", http, 1),
                     ("http_req_failed", http, 0),
@@ -201,8 +201,7 @@ def _k6_lines(now_ns: int) -> str:
                 samples += [(phase, http, duration) for phase in ("http_req_waiting", "http_req_receiving")]
             else:
                 method = "ListRecords" if kind == "unary" else "StreamRecords"
-                service = "protolab.cars.v1.RecordService"
-                rpc = f",method={method},name=/{service}/{method},service={service}"
+                rpc = f",method={method}"
                 samples.append(("grpc_req_duration", f"{rpc},status=0", duration))
                 if kind == "stream":
                     samples += [("grpc_streams", rpc, 1), ("grpc_streams_msgs_sent", rpc, 1)]

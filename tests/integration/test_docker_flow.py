@@ -355,7 +355,9 @@ def test_the_link_probe_measures_rtt_and_rate_over_real_sockets() -> None:
     measured = json.loads(out.getvalue().splitlines()[-1])
     assert measured["event"] == "measured" and measured["address"] == "127.0.0.1"
     assert len(measured["rtt_s"]) == 5 and all(0 < rtt < 0.05 for rtt in measured["rtt_s"])
-    assert measured["rate_bps"] > 100e6  # loopback: far above any profile's rate
+    # Loopback: above any profile's rate (narrow: 10 Mbit/s), even with both ends of this one Python
+    # process starved of CPU on a busy host.
+    assert measured["rate_bps"] > 20e6
     # Nobody listening: a failure line, not a traceback.
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.MonkeyPatch.context() as patch:

@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 from labrunner.model.matrix import load_matrix
 from labrunner.network.bench import flood
-from labrunner.network.emulators import Emulator, NetemEmulator, UserspaceEmulator, kernel_has_netem
+from labrunner.network.emulators import (
+    Emulator,
+    NetemEmulator,
+    UserspaceEmulator,
+    kernel_has_netem,
+    tbf_args,
+)
 from labrunner.network.link_checks import (
     LinkVerificationError,
     measure_rate,
@@ -163,6 +169,59 @@ def test_verification_fails_when_the_link_is_off(link: Link) -> None:
             verify(link, NetworkProfile("narrow", delay_s=0.00025, rate_bps=10_000_000), transfer_s=1.0)
     finally:
         emulator.remove(link)
+
+
+_RATE_PROBE = """
+import sys
+from labrunner.network.link_checks import measure_rate
+from labrunner.network.namespaces import plan_link
+
+link = plan_link(sys.argv[1], sys.argv[2], prefix=sys.argv[3])
+print("ready", flush=True)
+sys.stdin.readline()  # the test times its stop from here
+print(measure_rate(link, float(sys.argv[4])), flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("burst", "stopped_at", "stopped_for"),
+    [(500_000, 0.1, 0.4), (None, 0.2, 0.3)],
+    ids=["a-500kB-burst-spent-after-the-stop", "the-labs-burst-and-a-backlog-read-at-once"],
+)
+def test_a_rate_probe_stopped_mid_transfer_still_measures_the_limiters_rate(
+    burst: int | None, stopped_at: float, stopped_for: float
+) -> None:
+    """A busy host deschedules the probe (here: SIGSTOP, sender and reader alike) around the start of
+    the counted time. Counted as the probe read it, the backlog it read at once afterwards, and the
+    bucket tbf refilled while the sender was stopped, came out as rate, 35-120% above the limit."""
+    profile = NetworkProfile("narrow-rate", rate_bps=10_000_000)
+    tbf = tbf_args(profile)  # a burst of 1 ms of traffic; a limiter elsewhere may allow more
+    if burst is not None:
+        tbf = ["tbf", "rate", f"{profile.rate_bps}bit", "burst", str(burst), "limit", str(burst + 65536)]
+    scenario = f"rate-{next(_numbers)}"
+    link = create_link(plan_link("it", scenario, prefix=PREFIX))
+    probe = subprocess.Popen(
+        [sys.executable, "-c", _RATE_PROBE, "it", scenario, PREFIX, "1.0"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        service = link.service
+        run(["tc", "-n", service.namespace, "qdisc", "replace", "dev", service.device, "root", *tbf])
+        assert probe.stdin is not None and probe.stdout is not None
+        assert probe.stdout.readline() == "ready\n"
+        probe.stdin.write("go\n")
+        probe.stdin.flush()
+        time.sleep(stopped_at)
+        probe.send_signal(signal.SIGSTOP)
+        time.sleep(stopped_for)
+        probe.send_signal(signal.SIGCONT)
+        rate = float(probe.stdout.readline())
+    finally:
+        probe.kill()
+        probe.wait()
+        remove_link(link)
+    # IP bits/s: 10 Mbit/s of Ethernet frames carry 1500/1514 of it as IP packets.
+    assert abs(rate - 10e6) <= 0.1 * 10e6, rate
 
 
 def test_a_dead_relay_fails_loudly_instead_of_bypassing_the_emulation(link: Link) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.compose_file import compose
 from tests.dashboard_queries import TEMPLATE
 from tests.support import ROOT
 
@@ -99,8 +100,8 @@ def test_valid_json(path: Path):
 
 
 def _compose_grafana_version() -> str:
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    image, _, tag = compose["services"]["grafana"]["image"].partition(":")
+    """The tag of compose's default Grafana image (GRAFANA_IMAGE unset)."""
+    image, _, tag = compose()["services"]["grafana"]["image"].partition(":")
     assert image == "grafana/grafana"
     return tag
 

@@ -216,7 +216,8 @@ def test_service_that_exits_before_listening_is_removed_with_its_log(
 def test_missing_image_fails_the_scenario_with_the_build_command(tmp_path: Path) -> None:
     fake = FakeDocker(images={"grafana/k6:1.1.0": []})
     backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
-    with pytest.raises(ScenarioFailed, match=r"protolab-grpc-aio:local not found: build it"):
+    build = "build it with `docker compose --profile services build`"
+    with pytest.raises(ScenarioFailed, match=rf"protolab-grpc-aio:local not found: {build}"):
         backend.start_service(scenario("grpc"))
     assert fake.created == []
 

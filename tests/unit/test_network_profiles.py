@@ -14,7 +14,7 @@ import pytest
 from labrunner.cli import run_matrix as cli
 from labrunner.model.matrix import parse_matrix
 from labrunner.model.schema import NetworkSpec
-from labrunner.network import emulators
+from labrunner.network import docker_probe, emulators
 from labrunner.network.emulators import NetemEmulator, UserspaceEmulator, choose_emulator, kernel_has_netem
 from labrunner.network.link_checks import LinkMeasurement
 from labrunner.network.namespaces import NetworkError, namespace_names, plan_link
@@ -343,3 +343,26 @@ def test_verification_tolerance(profile: str, rtt_ms: float, rate_mbit: float | 
     rate = rate_mbit * 1e6 if rate_mbit else None
     problems = LinkMeasurement(rtt_ms / 1000, (), rate).problems(_profiles()[profile])
     assert (problems == []) is ok, problems
+
+
+def _arrivals(pattern: list[tuple[float, float]], start: float = 1_000.0) -> list[tuple[float, int]]:
+    """Reads every millisecond of `pattern`'s (seconds, bytes per second) periods, in turn."""
+    arrivals, now = [], start
+    for seconds, rate in pattern:
+        for _ in range(round(seconds * 1000)):
+            now += 0.001
+            if rate:
+                arrivals.append((now, round(rate / 1000)))
+    return arrivals
+
+
+def test_the_rate_is_the_median_slice_so_a_stall_and_the_burst_after_it_do_not_move_it() -> None:
+    steady = 1.25e6  # 10 Mbit/s
+    assert docker_probe.median_slice_rate(_arrivals([(2.0, steady)]), 8) == pytest.approx(steady, rel=0.01)
+    # The sender stopped for 0.1 s (nothing arrives), then a 500 kB bucket is spent in 10 ms:
+    # over the whole time that is 15% above the rate.
+    stalled = _arrivals([(0.8, steady), (0.1, 0), (0.01, 50e6), (1.0, steady)])
+    assert sum(size for _, size in stalled[1:]) / (stalled[-1][0] - stalled[0][0]) > 1.1 * steady
+    assert docker_probe.median_slice_rate(stalled, 8) == pytest.approx(steady, rel=0.01)
+    with pytest.raises(RuntimeError, match="3 reads to count, too few"):
+        docker_probe.median_slice_rate(_arrivals([(0.003, steady)]), 8)

@@ -47,7 +47,7 @@ def image_ports(client: docker.DockerClient, image: str) -> tuple[int, int]:
         config = client.images.get(image).attrs["Config"]
     except ImageNotFound:
         raise ScenarioFailed(
-            "start", f"image {image} not found: build it with `docker compose build`"
+            "start", f"image {image} not found: build it with `docker compose --profile services build`"
         ) from None
     env = dict(item.partition("=")[::2] for item in config.get("Env") or [])
     try:

@@ -6,20 +6,27 @@ alone), in two containers:
            a client that sends b"R" gets zeros until it closes (the bulk transfer)
   measure  on k6's network: RTT samples as TCP connect times to `serve` (the kernels answer the
            handshake, so no process's scheduling is in the figure but the prober's own), then
-           the rate of a bulk transfer from the service's side, as network/link_checks.py measures it
-           between namespaces; prints one JSON line.
+           the rate of a bulk transfer from the service's side; prints one JSON line.
+receive_rate is also how network/link_checks.py measures a rate between namespaces: one method.
 """
 
 import argparse
 import contextlib
 import json
 import socket
+import statistics
+import struct
 import sys
 import time
 from pathlib import Path
 
 _CHUNK = 64 * 1024
 _TIMEOUT_S = 10.0
+# A bulk transfer's reads: small, so that each read's arrival time (its last packet's) dates
+# all of its bytes closely; the counted time is cut into this many slices.
+_RATE_READ = 16 * 1024
+_RATE_SLICES = 8
+SO_TIMESTAMPNS = 35  # asm-generic/socket.h; also the control message's type (SCM_TIMESTAMPNS)
 _CONNECT_RETRY_S = 10.0  # the serve container may not be listening yet
 _DEFAULT_MTU = 1500
 
@@ -72,24 +79,64 @@ def measure_rtt(host: str, port: int, samples: int) -> list[float]:
 
 
 def measure_rate(host: str, port: int, seconds: float, mtu: int) -> float:
-    """IP bits/s from the service's side, as verify.measure_rate: the first quarter is not counted,
-    the payload rate is scaled by MTU / MSS because tbf counts the headers too."""
+    """IP bits/s of a bulk transfer from `serve` (receive_rate)."""
     with socket.create_connection((host, port), timeout=_TIMEOUT_S) as client:
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         client.sendall(b"R")
-        start = time.perf_counter()
-        counted_from, first, counted = start + seconds / 4, 0.0, 0
-        while (now := time.perf_counter()) < start + seconds:
-            received = len(client.recv(_CHUNK))
-            if not received:
-                raise RuntimeError("the bulk transfer ended early")
-            if not first and now >= counted_from:
-                first = time.perf_counter()
-            elif first:
-                counted += received
-        last = time.perf_counter()
-        mss = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
-    return counted * 8 / (last - first) * mtu / mss
+        return receive_rate(client, seconds, mtu)
+
+
+def receive_rate(client: socket.socket, seconds: float, mtu: int) -> float:
+    """The rate, in IP bits/s, of a bulk transfer arriving on `client` for `seconds`.
+
+    - Bytes count when the kernel received them (SO_TIMESTAMPNS), not when this process reads
+      them: a reader descheduled on a busy host reads a backlog at once, which would count as rate.
+    - The first quarter is not counted: slow start.
+    - The rate is the median over _RATE_SLICES equal slices of the counted time. A sender
+      descheduled for long enough leaves the link idle, and a rate limiter's bucket fills meanwhile
+      and is then spent at line rate (tbf's burst): moments below and above the rate the link
+      holds, which fall into few slices.
+    - The payload rate is scaled by MTU / MSS, because tbf counts the headers too: a 10 Mbit/s
+      link carries ~9.6 Mbit/s of payload.
+    """
+    client.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    start = time.time()  # CLOCK_REALTIME, the kernel's timestamps' clock
+    counted_from = start + seconds / 4
+    arrivals: list[tuple[float, int]] = []  # (a read's last packet's arrival, its bytes)
+    while time.time() < start + seconds:
+        data, ancillary, _, _ = client.recvmsg(_RATE_READ, socket.CMSG_SPACE(16))
+        if not data:
+            raise RuntimeError("the bulk transfer ended early")
+        arrived = _arrival(ancillary)
+        # Untimed: data that arrived before the timestamps were switched on, before `start`.
+        if arrived is not None and arrived >= counted_from:
+            arrivals.append((arrived, len(data)))
+    mss = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)  # payload per full packet
+    return median_slice_rate(arrivals, _RATE_SLICES) * 8 * mtu / mss
+
+
+def median_slice_rate(arrivals: list[tuple[float, int]], slices: int) -> float:
+    """Bytes/s: the median over `slices` equal slices of the time from the first arrival to the last.
+
+    The first read only marks the start: its bytes arrived up to then.
+    """
+    if len(arrivals) <= slices or arrivals[-1][0] <= arrivals[0][0]:
+        raise RuntimeError(f"the bulk transfer gave {len(arrivals)} reads to count, too few to time")
+    begin, end = arrivals[0][0], arrivals[-1][0]
+    width = (end - begin) / slices
+    counted = [0] * slices
+    for arrived, size in arrivals[1:]:
+        counted[min(int((arrived - begin) / width), slices - 1)] += size
+    return statistics.median(counted) / width
+
+
+def _arrival(ancillary: list[tuple[int, int, bytes]]) -> float | None:
+    """The kernel's arrival time of a read's last packet (its SCM_TIMESTAMPNS message), if timed."""
+    for level, kind, data in ancillary:
+        if (level, kind) == (socket.SOL_SOCKET, SO_TIMESTAMPNS):
+            seconds, nanoseconds = struct.unpack("qq", data[:16])  # struct timespec
+            return int(seconds) + int(nanoseconds) / 1e9
+    return None
 
 
 def own_address(host: str) -> str:

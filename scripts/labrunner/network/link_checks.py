@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from labrunner.network import docker_probe
 from labrunner.network.namespaces import Link, entered
 from labrunner.network.profiles import NetworkProfile
 
@@ -23,7 +24,6 @@ _CHUNK = 64 * 1024
 _TIMEOUT_S = 10.0
 _PING_TIMEOUT_S = 1.0  # per echo: enough for profiles up to a few hundred ms of RTT
 _ICMP_ECHO_REQUEST, _ICMP_ECHO_REPLY = 8, 0
-_SO_TIMESTAMPNS = 35  # asm-generic/socket.h; also the control message's type (SCM_TIMESTAMPNS)
 
 
 class LinkVerificationError(RuntimeError):
@@ -79,7 +79,7 @@ def measure_rtt(link: Link, samples: int = 21) -> list[float]:
     with entered(link.client.namespace):
         sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
     with sock:
-        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        sock.setsockopt(socket.SOL_SOCKET, docker_probe.SO_TIMESTAMPNS, 1)
         ident = os.getpid() & 0xFFFF
         rtts: list[float] = []
         for sequence in range(2 * samples + 1):  # as many losses as samples at most
@@ -121,7 +121,7 @@ def _reply_time(sock: socket.socket, ident: int, sequence: int, deadline: float)
         if (kind, got_ident, got_sequence) != (_ICMP_ECHO_REPLY, ident, sequence):
             continue  # a late reply to an earlier ping, or other ICMP traffic in the namespace
         for level, cmsg_type, data in ancillary:
-            if (level, cmsg_type) == (socket.SOL_SOCKET, _SO_TIMESTAMPNS):
+            if (level, cmsg_type) == (socket.SOL_SOCKET, docker_probe.SO_TIMESTAMPNS):
                 seconds, nanoseconds = struct.unpack("qq", data[:16])  # struct timespec
                 return int(seconds) * 1_000_000_000 + int(nanoseconds)
         raise LinkVerificationError("the kernel gave the echo reply no timestamp")
@@ -131,10 +131,9 @@ def _reply_time(sock: socket.socket, ident: int, sequence: int, deadline: float)
 def measure_rate(link: Link, seconds: float = 2.0) -> float:
     """The link's rate, in bits per second of IP packets, from the service's side to the client's.
 
-    A bulk TCP transfer of `seconds`; the payload rate is scaled by MTU / MSS because the
-    headers use the link too (tbf counts them): a 10 Mbit/s link carries ~9.6 Mbit/s of payload.
-    The first quarter is not counted: slow start and the rate limiter's initial burst would
-    otherwise make the figure depend on the transfer's length.
+    A bulk TCP transfer of `seconds`, measured as the docker backend's probe measures it
+    (docker_probe.receive_rate: by the kernel's arrival times, the median of slices after the first
+    quarter), so that neither a descheduled probe nor a rate limiter's burst moves the figure.
     """
     stop = threading.Event()
 
@@ -145,20 +144,12 @@ def measure_rate(link: Link, seconds: float = 2.0) -> float:
                 conn.sendall(block)
 
     with _served(link, send) as port, _connected(link, port) as client:
-        start = time.perf_counter()
-        counted_from, first, counted = start + seconds / 4, 0.0, 0
-        while (now := time.perf_counter()) < start + seconds:
-            received = len(client.recv(_CHUNK))
-            if not received:
-                raise LinkVerificationError("the bulk transfer ended early")
-            if not first and now >= counted_from:
-                first = time.perf_counter()  # bytes that arrive from here on are counted
-            elif first:
-                counted += received
-        last = time.perf_counter()
-        mss = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)  # payload per full packet
-        stop.set()
-    return counted * 8 / (last - first) * LINK_MTU / mss
+        try:
+            return docker_probe.receive_rate(client, seconds, LINK_MTU)
+        except RuntimeError as exc:  # the transfer ended early, or gave too little to time
+            raise LinkVerificationError(f"the bulk transfer to {link.client.address}: {exc}") from exc
+        finally:
+            stop.set()
 
 
 @contextlib.contextmanager
