@@ -108,7 +108,14 @@ def run_config(tmp_path: Path) -> session.SessionConfig:
 
 
 def flow_plan() -> Plan:
-    overrides = Overrides(targets=("aiohttp-h1",), counts=(3,), duration="2s", warmup="1s", repeats=1)
+    overrides = Overrides(
+        targets=("aiohttp-h1",),
+        counts=(3,),
+        load_models=("closed",),
+        duration="2s",
+        warmup="1s",
+        repeats=1,
+    )
     return expand(MATRIX, "docker", overrides=overrides)
 
 
