@@ -1,4 +1,9 @@
-"""The local backend: each service a process in its own cgroup, k6 on the CPUs left over."""
+"""The local backend: each service a process in its own cgroup, k6 on the CPUs left over.
+
+One module over 500 lines because its parts share one lifecycle: a service's process, cgroup,
+network namespace and k6 runs start, are measured and are torn down together (the cgroup and
+namespace code that stands alone lives in cgroups.py and network/).
+"""
 
 import contextlib
 import ctypes

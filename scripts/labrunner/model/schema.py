@@ -1,4 +1,8 @@
-"""The pydantic models of matrix.toml, and pydantic's errors in the file's terms: "[table] key: problem"."""
+"""The pydantic models of matrix.toml, and pydantic's errors in the file's terms: "[table] key: problem".
+
+About 500 lines as one module: every table's model and the translation of its errors into the
+file's terms must move together, or a message names a key the schema no longer has.
+"""
 
 import re
 from collections.abc import Callable, Mapping, Sequence

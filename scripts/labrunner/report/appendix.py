@@ -17,12 +17,21 @@ def charts_section(
         f"bars: {CENTRE} of the repeats; whiskers: its {CONFIDENCE:.0%} log-scale interval; dots: repeats"
     )
     drawn = [
-        (charts.throughput(run.groups, out / "throughput.png"), "Requests/s by target and profile", whiskers),
-        (charts.latency(run.groups, out / "latency.png"), "Latency percentiles by target", whiskers),
+        (
+            charts.throughput(run.groups, out / "throughput.png"),
+            "Requests/s at saturation (closed model), by target",
+            f"{whiskers}; blue REST, orange gRPC",
+        ),
+        (
+            charts.latency(run.groups, out / "latency.png"),
+            "Latency percentiles p50 to p99.9 under an equal offered load (open model), by target",
+            f"lines: {CENTRE} of the repeats at each percentile; blue REST, orange gRPC, dashed TLS",
+        ),
         (
             charts.efficiency(run.groups, out / "cpu_per_1k_requests.png"),
-            "Service CPU seconds per 1,000 requests (lower is more efficient)",
-            whiskers,
+            "Service CPU seconds per 1,000 requests at saturation (lower is more efficient); streaming "
+            "in its own panel",
+            f"{whiskers}; blue REST, orange gRPC",
         ),
         (
             charts.payload_bytes(run.groups, rows, out / "bytes_per_response.png"),

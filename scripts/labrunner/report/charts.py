@@ -5,8 +5,9 @@ from pathlib import Path
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
-from labrunner.report.compare import CAPACITY, SEQUENTIAL, THROUGHPUT, Group
+from labrunner.report.compare import CAPACITY, SEQUENTIAL, THROUGHPUT, Group, is_streaming
 from labrunner.report.payload import PayloadRow
 from labrunner.report.serialization import Case
 from labrunner.report.stats import summarize
@@ -17,31 +18,59 @@ _FACET_HEIGHT = 3.4
 _BAR_SPACE = 0.8  # share of each x slot the bars of one slot fill
 
 
+# One colour per protocol family on every chart.
+FAMILY_COLOURS = {"REST": "#4c72b0", "gRPC": "#dd8452"}
+PERCENTILES = ("p50", "p90", "p95", "p99", "p99.9")
+_CLOSED = ("constant-vus", "ramping-vus")
+_OPEN = ("constant-arrival-rate",)
+
+
+def family(group: Group) -> str:
+    return "gRPC" if group.protocol == "grpc" else "REST"
+
+
 def throughput(groups: Sequence[Group], path: Path) -> Path | None:
-    """Requests/s by target, one bar per profile, one panel per payload and load model."""
-    facets = _facets([g for g in groups if g.kind == THROUGHPUT], lambda g: f"c{g.count}, {g.load_model}")
-    return _by_target(facets, "rps", "requests/s", lambda g: g.profile, path)
+    """Requests/s of the saturating (closed-model) groups by target, one panel per profile, payload and
+    load model, bars coloured by protocol family."""
+    facets = _facets(_saturating(groups), lambda g: f"{g.profile}, c{g.count}, {g.load_model}")
+    return _by_family(facets, "rps", "requests/s", path)
 
 
 def efficiency(groups: Sequence[Group], path: Path) -> Path | None:
-    """Service CPU seconds per 1,000 successful requests: what a request costs the budget."""
-    facets = _facets([g for g in groups if g.kind == THROUGHPUT], lambda g: f"c{g.count}, {g.load_model}")
-    return _by_target(facets, "cpu_per_1k", "CPU seconds per 1,000 requests", lambda g: g.profile, path)
+    """Service CPU seconds per 1,000 successful requests of the saturating groups; streaming targets
+    (a stream of N messages per iteration) in a panel of their own, so the unary bars keep their scale."""
+    facets = _facets(
+        _saturating(groups),
+        lambda g: f"{g.profile}, c{g.count}, {g.load_model}" + (", streaming" if is_streaming(g) else ""),
+    )
+    return _by_family(facets, "cpu_per_1k", "CPU seconds per 1,000 requests", path)
 
 
 def latency(groups: Sequence[Group], path: Path) -> Path | None:
-    """Latency percentiles by target, one panel per profile, payload and load model."""
-    wanted = [g for g in groups if g.kind == THROUGHPUT and g.results]
+    """The latency percentile spectrum (p50 to p99.9) of each target under an equal offered load (the
+    open-model groups), one line per target at the geometric mean over repeats, log scale."""
+    wanted = [g for g in groups if g.kind == THROUGHPUT and g.results and _executor(g) in _OPEN]
     facets = _facets(wanted, lambda g: f"{g.profile}, c{g.count}, {g.load_model}")
     if not facets:
         return None
     fig, axes = _figure(len(facets))
+    markers = "osD^vP*X"
     for ax, (title, members) in zip(axes, facets.items(), strict=True):
-        series = {p: [g.values(p) for g in members] for p in ("p50", "p90", "p95", "p99")}
-        _grouped_bars(ax, [g.target for g in members], series)
+        for index, g in enumerate(members):
+            points = [(p, g.values(p)) for p in PERCENTILES if g.values(p)]
+            ax.plot(
+                [p for p, _ in points],
+                [summarize(values).centre for _, values in points],
+                marker=markers[index % len(markers)],
+                color=FAMILY_COLOURS[family(g)],
+                linestyle="--" if g.tls else "-",
+                label=g.target,
+            )
         ax.set_yscale("log")
         ax.set_ylabel("latency, ms (log)")
-        ax.set_title(title)
+        ax.set_title(f"{title}: an equal offered load every target carried")
+        ax.legend(fontsize="small", ncols=2)
+        ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
 
 
@@ -168,6 +197,48 @@ def _by_target(
         ax.set_ylabel(ylabel)
         ax.set_title(title)
     return _save(fig, path)
+
+
+def _by_family(facets: dict[str, list[Group]], metric: str, ylabel: str, path: Path) -> Path | None:
+    """One bar per target at the geometric mean, whiskers its log-scale interval, a dot per repeat,
+    coloured by protocol family."""
+    facets = {title: [g for g in members if g.values(metric)] for title, members in facets.items()}
+    facets = {title: members for title, members in facets.items() if members}
+    if not facets:
+        return None
+    fig, axes = _figure(len(facets))
+    for ax, (title, members) in zip(axes, facets.items(), strict=True):
+        for slot, g in enumerate(members):
+            values = g.values(metric)
+            s = summarize(values)
+            low = s.centre - s.low if s.low is not None else 0.0
+            high = s.high - s.centre if s.high is not None else 0.0
+            ax.bar(slot, s.centre, _BAR_SPACE * 0.9, color=FAMILY_COLOURS[family(g)])
+            ax.errorbar(
+                slot, s.centre, yerr=[[low], [high]], fmt="none", ecolor="black", capsize=3, linewidth=1
+            )
+            ax.scatter([slot] * len(values), values, s=8, color="black", zorder=3)
+        ax.set_xticks(
+            range(len(members)), [g.target for g in members], rotation=20, ha="right", fontsize="small"
+        )
+        handles = [Patch(color=colour, label=name) for name, colour in FAMILY_COLOURS.items()]
+        ax.legend(handles=handles, fontsize="small")
+        ax.grid(axis="y", alpha=0.3)
+        # Log scale: the intervals are log-scale ones, and a wide one (few repeats) leaves the bars
+        # of the main comparison readable.
+        ax.set_yscale("log")
+        ax.set_ylabel(f"{ylabel} (log)")
+        ax.set_title(title)
+    return _save(fig, path)
+
+
+def _saturating(groups: Sequence[Group]) -> list[Group]:
+    """Closed-model throughput groups: where req/s and CPU per request are the service's capacity."""
+    return [g for g in groups if g.kind == THROUGHPUT and g.results and _executor(g) in _CLOSED]
+
+
+def _executor(group: Group) -> str:
+    return str(group.results[0]["scenario"]["load_model"]["executor"]) if group.results else ""
 
 
 def _grouped_bars(ax: Axes, labels: Sequence[str], series: dict[str, list[list[float]]]) -> None:

@@ -9,7 +9,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullLocator
 
-from labrunner.report.charts import DPI
+from labrunner.report.charts import DPI, FAMILY_COLOURS, family
 from labrunner.report.compare import Group
 from labrunner.report.payload import PayloadRow
 from labrunner.report.payload_sweep import (
@@ -25,15 +25,10 @@ from labrunner.report.payload_sweep import (
 from labrunner.report.stats import CONFIDENCE
 
 # One colour per protocol family; within a family the marker names the server, dashes mean TLS.
-FAMILY_COLOURS = {"REST": "#4c72b0", "gRPC": "#dd8452"}
 SERVER_MARKERS = {"rest_aiohttp": "o", "rest_quart": "s", "rest_granian": "^", "grpc_aio": "D"}
 _AXIS = {"rps": "requests/s (log)", "cpu_per_1k": "CPU seconds per 1,000 requests (log)"}
 _RATIO_AXIS = {"rps": "gRPC / REST req/s (log)", "cpu_per_1k": "gRPC / REST CPU per request (log)"}
 _WIDTH, _HEIGHT = 11.0, 4.4
-
-
-def family(group: Group) -> str:
-    return "gRPC" if group.protocol == "grpc" else "REST"
 
 
 def geometric_mean(values: Sequence[float]) -> float:

@@ -1,4 +1,8 @@
-"""Build k6 invocations for a scenario and read the summary its handleSummary writes."""
+"""Build k6 invocations for a scenario and read the summary its handleSummary writes.
+
+About 500 lines as one module: the invocation (arguments, environment, execution segments) and
+the summary parser agree on one set of names (trend statistics, metrics, tags), kept side by side.
+"""
 
 import itertools
 import json
