@@ -125,17 +125,20 @@ def test_the_same_scenario_without_the_hog_is_not_flagged(tmp_path: Path) -> Non
         figures = _interference(result)
         shares = [figures[key]["share"] for key in ("service_cpus", "k6_cpus")]
         assert all(share is not None and share > -0.03 for share in shares), figures
-        flagged = [r for r in result["suspect"] if "host interference" in r or "hypervisor" in r]
-        if not flagged:
+        flagged = [r for r in result["suspect"] if "host interference" in r]
+        stolen = [r for r in result["suspect"] if "hypervisor" in r]
+        if not flagged and not stolen:
             assert all(share <= 0.05 for share in shares)
             assert ", others " in output and "SUSPECT:others" not in output
             return
-        assert host_others > QUIET_HOST, (
+        # Steal is the hypervisor's, outside this host's processes: a busy moment, not a miscount.
+        assert not flagged or host_others > QUIET_HOST, (
             f"flagged although other processes used only {host_others:.1%} of the host over the run",
             flagged,
         )
-        seen.append(f"{host_others:.0%} of the host over the run, {shares[0]:.0%} / {shares[1]:.0%}")
+        steal = ", and steal flagged" if stolen else ""
+        seen.append(f"{host_others:.0%} of the host over the run, {shares[0]:.0%} / {shares[1]:.0%}{steal}")
     raise AssertionError(
-        f"the host was busy in each of {QUIET_ATTEMPTS} runs (others: {'; '.join(seen)}): flagged rightly, "
+        f"the host was busy in each of {QUIET_ATTEMPTS} runs ({'; '.join(seen)}): flagged rightly, "
         "but the quiet case could not be shown; run this test on a quiet host"
     )

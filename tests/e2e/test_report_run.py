@@ -1,5 +1,6 @@
 """The report of a real small run: run_matrix.py with real k6 on two targets, two repeats, the
-closed and the sequential model; then report.py regenerates it against a baseline."""
+closed, the equal-load (open) and the sequential model; then report.py regenerates it against a
+baseline."""
 
 import copy
 import json
@@ -24,7 +25,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [
             sys.executable, "scripts/run_matrix.py",
             "--backend", "local", "--preset", "ci",
-            "--target", "aiohttp-h1,grpc", "--load-model", "closed,seq-100",
+            "--target", "aiohttp-h1,grpc", "--load-model", "closed,equal-load,seq-100",
             "--repeats", "2", "--duration", "2s", "--warmup", "1s",
             "--out", str(out), "--prometheus-targets", "", "--influxdb", "none", "--prometheus", "none",
         ],
@@ -58,7 +59,7 @@ def test_run_writes_the_report_files(run_dir: Path) -> None:
 def test_report_tables_hold_the_runs_scenarios(run_dir: Path) -> None:
     md = (run_dir / "report.md").read_text()
     results = [json.loads(p.read_text()) for p in (run_dir / "scenarios").glob("*.json")]
-    assert len(results) == 8
+    assert len(results) == 12
     groups = {r["scenario"]["group"] for r in results}
     summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
     for group in groups:
@@ -113,4 +114,4 @@ def test_report_cli_regenerates_and_flags_regressions(run_dir: Path, tmp_path: P
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert unchanged.returncode == 0, unchanged.stderr
-    assert "No regression among 4 groups" in (run_dir / "report.md").read_text()
+    assert "No regression among 6 groups" in (run_dir / "report.md").read_text()

@@ -15,6 +15,7 @@ from labrunner.files import write_json_atomic
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Scenario
 from labrunner.report import document, payload
+from labrunner.report.appendix import NO_LATENCY_CHART
 from labrunner.report.compare import (
     SEQUENTIAL,
     THROUGHPUT,
@@ -269,6 +270,7 @@ def test_one_repeat_baseline_shows_ratios_and_flags_large_changes(tmp_path: Path
     )
     md, section = _baseline_report(run, baseline)
     assert "no regression" not in md.lower()
+    assert NO_LATENCY_CHART in md  # closed-model runs only: latency is not charted at saturation
     groups = {s.target.name: s.group for s in scenarios}
     aiohttp = _row(section, groups["aiohttp-h1"])
     assert "| 1 / 1 | 4573.0 → 2732.0 | 0.60x (-40%) |" in aiohttp

@@ -9,6 +9,12 @@ from labrunner.report.document import Block, Heading, Image, Paragraph, table
 from labrunner.report.runs import Run
 from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE
 
+NO_LATENCY_CHART = (
+    "No latency chart: this run held no open-model (equal-load) runs. Latency at saturation is set "
+    "by the CPU quota more than by the protocol, so it is compared only at an offered load every "
+    "target carried: add `--load-model equal-load`."
+)
+
 
 def charts_section(
     run: Run, rows: Sequence[payload.PayloadRow], cases: Sequence[serialization.Case], out: Path
@@ -16,6 +22,7 @@ def charts_section(
     whiskers = (
         f"bars: {CENTRE} of the repeats; whiskers: its {CONFIDENCE:.0%} log-scale interval; dots: repeats"
     )
+    latency_chart = charts.latency(run.groups, out / "latency.png")
     drawn = [
         (
             charts.throughput(run.groups, out / "throughput.png"),
@@ -23,7 +30,7 @@ def charts_section(
             f"{whiskers}; blue REST, orange gRPC",
         ),
         (
-            charts.latency(run.groups, out / "latency.png"),
+            latency_chart,
             "Latency percentiles p50 to p99.9 under an equal offered load (open model), by target",
             f"lines: {CENTRE} of the repeats at each percentile; blue REST, orange gRPC, dashed TLS",
         ),
@@ -51,7 +58,11 @@ def charts_section(
             f"bars: {CENTRE} of the iterations; whiskers: its {CONFIDENCE:.0%} log-scale interval",
         ),
     ]
-    images = [Image(path, alt, f"{alt}. {caption}.") for path, alt, caption in drawn if path is not None]
+    images: list[Block] = [
+        Image(path, alt, f"{alt}. {caption}.") for path, alt, caption in drawn if path is not None
+    ]
+    if latency_chart is None:
+        images.append(Paragraph(NO_LATENCY_CHART))
     return [Heading(2, "Charts"), *images] if images else []
 
 
