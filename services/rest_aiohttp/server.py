@@ -56,6 +56,11 @@ def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> we
     return web.Response(status=status, body=body, content_type=JSON, headers=headers)
 
 
+def _internal_error(request: web.Request) -> web.Response:
+    log.exception("unexpected error serving %s %s", request.method, request.path)
+    return _json(500, error_body(500))
+
+
 def _serving(respond: Respond, route: str | None, durations: HttpServerDurations | None) -> Handler:
     """The aiohttp handler of a route: respond, with anything unexpected answered as a logged JSON
     500, timed into durations (when given) under the route's label (None: the path's, see
@@ -65,23 +70,22 @@ def _serving(respond: Respond, route: str | None, durations: HttpServerDurations
     one, its own _fix_request_current_app) as a further call per request.
     """
 
-    def answer(request: web.Request) -> web.Response:
-        try:
-            return respond(request)
-        except Exception:
-            log.exception("unexpected error serving %s %s", request.method, request.path)
-            return _json(500, error_body(500))
-
     if durations is None:
 
         async def untimed(request: web.Request) -> web.Response:
-            return answer(request)
+            try:
+                return respond(request)
+            except Exception:
+                return _internal_error(request)
 
         return untimed
 
     async def timed(request: web.Request) -> web.Response:
         started = time.perf_counter()
-        response = answer(request)
+        try:
+            response = respond(request)
+        except Exception:
+            response = _internal_error(request)
         elapsed = time.perf_counter() - started
         version = request.version
         durations.observe(
