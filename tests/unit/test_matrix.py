@@ -26,6 +26,10 @@ def matrix_data() -> dict[str, Any]:
     return tomllib.loads(MATRIX.read_text())
 
 
+# The servers with a metrics-off twin: each stack the lab measures, over HTTP/1.1 or gRPC.
+INSTRUMENTED = ("aiohttp-h1", "quart-h1", "grpc", "granian-h1", "grpclib")
+
+
 def test_repo_matrix_profiles_and_targets() -> None:
     matrix = load_matrix(MATRIX)
     assert {n: (p.cpus, p.memory_bytes) for n, p in matrix.profiles.items()} == {
@@ -37,10 +41,10 @@ def test_repo_matrix_profiles_and_targets() -> None:
     assert list(matrix.targets) == [
         *ALL_TARGETS,
         *IMPLEMENTATION_TARGETS,
-        *(f"{t}-nometrics" for t in ("aiohttp-h1", "quart-h1", "grpc")),
+        *(f"{t}-nometrics" for t in INSTRUMENTED),
         *FLOOR_TARGETS,
     ]
-    for name in ("aiohttp-h1", "quart-h1", "grpc"):
+    for name in INSTRUMENTED:
         uninstrumented = matrix.targets[f"{name}-nometrics"]
         assert dict(uninstrumented.env) == {"METRICS_ENABLED": "0"}
         assert uninstrumented.service == matrix.targets[name].service
@@ -440,3 +444,8 @@ def test_metrics_overhead_preset_runs_at_a_quarter_cpu_locally() -> None:
     assert {s.profile.name for s in local.scenarios} == {"quarter"}
     assert {s.profile.name for s in expand(matrix, "docker", "metrics-overhead").scenarios} == {"p1"}
     assert {s.repeat for s in local.scenarios} == {1, 2, 3, 4, 5}
+    # Every server the lab measures, with its metrics on and off.
+    assert {s.target.name for s in local.scenarios} == {
+        *INSTRUMENTED,
+        *(f"{t}-nometrics" for t in INSTRUMENTED),
+    }
