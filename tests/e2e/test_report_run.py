@@ -3,14 +3,17 @@ closed, the equal-load (open) and the sequential model; then report.py regenerat
 baseline."""
 
 import copy
+import itertools
 import json
 import re
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from labrunner.run.runner import CRITICAL_PHASES, FINISH_PHASES
 from PIL import Image
 
 from tests.support import ROOT
@@ -77,6 +80,25 @@ def test_report_tables_hold_the_runs_scenarios(run_dir: Path) -> None:
     bench = md.split("## Serialization micro-benchmark", 1)[1]
     for codec in ("orjson", "json", "protobuf"):
         assert f"| {codec} | encode |" in bench and f"| {codec} | decode |" in bench
+
+
+def test_each_service_stops_while_the_next_starts_and_before_its_measured_window(run_dir: Path) -> None:
+    results = [json.loads(p.read_text()) for p in (run_dir / "scenarios").glob("*.json")]
+    results.sort(key=lambda r: r["started_at"])
+    for previous, current in itertools.pairwise(results):
+        timings = current["timings_s"]
+        started = datetime.fromisoformat(current["started_at"])
+        phases = ("start", "health", "verify", "warmup", "waited")
+        window_opens = started + timedelta(seconds=sum(timings.get(phase, 0.0) for phase in phases))
+        finished = datetime.fromisoformat(previous["finished_at"])
+        # The phases' sum falls short of the real time by the few steps between them.
+        assert started < finished <= window_opens + timedelta(seconds=0.05), previous["scenario_id"]
+        done = previous["timings_s"]  # rounded to the millisecond
+        finish = sum(done.get(phase, 0.0) for phase in FINISH_PHASES)
+        assert done["overlapped"] == pytest.approx(finish, abs=0.005)
+        on_path = sum(done.get(phase, 0.0) for phase in CRITICAL_PHASES)
+        assert done["overhead"] == pytest.approx(on_path, abs=0.005)
+    assert "overlapped" not in results[-1]["timings_s"]  # the last one's finish is the run's
 
 
 def test_html_is_self_contained_with_the_same_tables(run_dir: Path) -> None:

@@ -142,6 +142,9 @@ class Backend(Protocol):
     """Steps 1 and 5 of a scenario and where k6 runs; the runner owns everything in between."""
 
     name: str
+    # Whether a scenario's service may still await its final scrape and stop while the next
+    # scenario's service starts beside it (each in its own cgroup, on its own port).
+    finishes_in_background: bool
 
     def start_service(self, scenario: Scenario) -> ServiceHandle:
         """Start the scenario's service under its profile's limits and wait for its listening line."""

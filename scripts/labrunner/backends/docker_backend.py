@@ -131,6 +131,9 @@ class DockerBackend:
     """Services from the compose-built images on the compose network, k6 from its official image."""
 
     name = "docker"
+    # One scenario at a time on the engines: the docker SDK's client (a requests session) is not
+    # documented as safe to share between threads, so a stop never overlaps the next start.
+    finishes_in_background = False
 
     def __init__(
         self,

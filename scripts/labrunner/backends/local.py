@@ -152,6 +152,7 @@ class LocalBackend:
 
     name = "local"
     cpus_elsewhere = None  # everything runs on this host
+    finishes_in_background = True  # own cgroup and ephemeral port per service
 
     def __init__(self, settings: BackendSettings) -> None:
         self._settings = settings

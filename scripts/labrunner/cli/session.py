@@ -3,6 +3,7 @@ the manifest, and at the end the serialization benchmark and the report."""
 
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +30,7 @@ from labrunner.results.store import (
 from labrunner.results.trust import Verdict
 from labrunner.run import calibration
 from labrunner.run.outcome import ScenarioOutcome
-from labrunner.run.runner import RunConfig, run_scenario
+from labrunner.run.runner import Finishing, RunConfig, run_scenario
 from labrunner.say import Say
 
 ASSUMED_OVERHEAD_S = 5.0  # per scenario, for the ETA until one has been measured
@@ -81,24 +82,53 @@ def run_plan(
     )
     progress = _Progress(plan.scenarios, done, say)
     failed: list[str] = []
+    finishing: list[tuple[int, Finishing]] = []  # at most one: the previous scenario, finishing
+
+    def settle() -> None:
+        """The previous scenario's result written, once its finish is done."""
+        while finishing:
+            index, previous = finishing[0]
+            outcome = previous.outcome()
+            verdict = trust.judge_outcome(outcome)
+            write_result(out, record.build_result(outcome, verdict))
+            write_summaries(out, run.run_id, order)
+            progress.finished(index, outcome, verdict)
+            if outcome.failure is not None:
+                failed.append(outcome.scenario.id)
+            finishing.pop(0)
+
     interrupted = True
+    # A service stops while the next one starts and warms up, when the backend allows it.
+    finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish")
+    overlap = finisher if backend.finishes_in_background else None
     try:
         for index, scenario in enumerate(plan.scenarios, start=1):
             if scenario.id in done:
                 say(f"[{index}/{len(plan.scenarios)}] {scenario.id}: ok in an earlier session, skipped")
                 continue
             progress.starting(index, scenario)
-            outcome = run_scenario(scenario, run, backend, settings, say)
-            verdict = trust.judge_outcome(outcome)
-            write_result(out, record.build_result(outcome, verdict))
-            write_summaries(out, run.run_id, order)
-            progress.finished(index, outcome, verdict)
-            if outcome.failure is not None:
-                failed.append(scenario.id)
+            last = index == len(plan.scenarios)  # nothing follows to overlap its finish
+            current = run_scenario(
+                scenario,
+                run,
+                backend,
+                settings,
+                say,
+                before_measure=settle,
+                finish_in=None if last else overlap,
+            )
+            settle()  # when this scenario ended before its measured window
+            finishing.append((index, current))
+        settle()
         if plan.scenarios:
             calibrations["after"] = calibration.calibrate(calibration_cpus, "after", say)
         interrupted = False
     finally:
+        finisher.shutdown(wait=True)  # an interrupted run still stops the service finishing
+        try:
+            settle()  # the scenario that was finishing keeps its result
+        except Exception as exc:
+            say(f"the last finished scenario's result could not be written: {type(exc).__name__}: {exc}")
         backend.close()
         if run.targets_dir is not None:
             prometheus_sd.delete_run(run.targets_dir, run.run_id)
@@ -166,7 +196,8 @@ def _sessions(out_dir: Path, resume: bool) -> tuple[datetime, list[str]]:
 
 
 class _Progress:
-    """Progress lines with elapsed time and an ETA from the overhead measured so far."""
+    """Progress lines with elapsed time and an ETA from the overhead measured so far (the time each
+    scenario added beyond k6's, its finish excluded when it overlapped the next scenario)."""
 
     def __init__(self, scenarios: tuple[Scenario, ...], done: set[str], say: Say) -> None:
         self._pending = [s for s in scenarios if s.id not in done]
@@ -184,9 +215,9 @@ class _Progress:
         )
 
     def finished(self, index: int, outcome: ScenarioOutcome, verdict: Verdict) -> None:
-        self._pending.remove(outcome.scenario)
-        timings = outcome.timings_s
-        self._overheads.append(timings["total"] - timings.get("warmup", 0.0) - timings.get("measure", 0.0))
+        if outcome.scenario in self._pending:
+            self._pending.remove(outcome.scenario)
+        self._overheads.append(outcome.timings_s["overhead"])
         self._say(f"[{index}/{self._total}] {outcome.scenario.id}: {outcome_line(outcome, verdict)}")
 
 

@@ -1,8 +1,11 @@
-"""Run one scenario: start, health, verify, warm-up, measure, stop, collect; nothing is written here."""
+"""Run one scenario: start, health, verify, warm-up, measure, then finish (the final scrape, stop and
+collect), in the background while the next scenario starts when the session allows; nothing is
+written here."""
 
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -25,7 +28,10 @@ from labrunner.run.outcome import ScenarioOutcome
 from labrunner.say import Say
 from services.common.metrics import FLUSH_SECONDS
 
-OVERHEAD_PHASES = ("start", "health", "verify", "scrape", "stop", "collect")
+# Phases outside k6's runs: those on the run's critical path, and the finish, which overlaps the
+# next scenario's start when the backend allows it.
+CRITICAL_PHASES = ("start", "health", "verify", "waited")
+FINISH_PHASES = ("scrape", "stop", "collect")
 _SCRAPE_INTERVAL_S = 2.0  # prometheus/prometheus.yml
 
 
@@ -42,97 +48,174 @@ class RunConfig:
     watch: live.Watch | None = None  # shows each measured window as it runs (a terminal's live line)
 
 
+@dataclass(frozen=True)
+class Finishing:
+    """A scenario past its measured window. Its final scrape, stop and collect run in the background
+    when the runner was given an executor (the next scenario starts its service meanwhile), else
+    they are done already; outcome() waits for them."""
+
+    scenario: Scenario
+    _future: Future[ScenarioOutcome]
+
+    def outcome(self) -> ScenarioOutcome:
+        return self._future.result()
+
+
 def run_scenario(
-    scenario: Scenario, config: RunConfig, backend: Backend, settings: BackendSettings, say: Say
-) -> ScenarioOutcome:
-    """One scenario from start to collect; a failure is in the outcome, never raised."""
-    timings: dict[str, float] = {}
-    handle: ServiceHandle | None = None
-    verification: service_checks.Verification | None = None
-    k6_run: K6Run | None = None
-    search: capacity.Outcome | None = None
-    usage: ServiceUsage | None = None
-    failure: ScenarioFailed | None = None
-    started_at = datetime.now(UTC)
-    began = time.monotonic()
-    ca_file = settings.certs_dir / certs.CA_FILE
-    # /proc/stat around every measured k6 run: what others took on the scenario's CPUs.
-    unmetered = interference.unavailable(backend)
-    metered = interference.MeteredBackend(
-        backend, interference.read_snapshot if unmetered is None else None, config.lab_pids
-    )
-    try:
-        with _timed(timings, "start"):
-            handle = backend.start_service(scenario)
-        for note in handle.notes:
-            say(f"    note: {note}")
-        if config.targets_dir is not None:
-            # Now, not after health: discovery and the first scrape overlap the checks and warm-up.
-            prometheus_sd.write(config.targets_dir, config.run_id, scenario, handle)
-        with _timed(timings, "health"):
-            service_checks.wait_healthy(backend, handle, scenario.target, ca_file, settings.start_timeout_s)
-        with _timed(timings, "verify"):
-            verification = service_checks.verify(handle, scenario, ca_file)
-        if not verification.ok:
-            raise ScenarioFailed("verify", "; ".join(verification.failures))
-        # k6 split into instances, one CPU of the k6 side each (k6_instances; "auto" resolves here).
-        instances = k6.instances_for(scenario.k6_instances, handle.k6_cpus, scenario.load_model)
-        if instances > 1:
-            places = handle.k6_places[:instances] or [f"CPU {c}" for c in handle.k6_cpus[:instances]]
-            say(f"    k6: {instances} instances by execution segments, one each on {', '.join(places)}")
-        api = config.watch is not None and backend.name in live.BACKENDS_WITH_K6_HERE
-        invocation = _invocation_factory(scenario, config, settings, handle, instances=instances, api=api)
-        if scenario.warmup_s > 0:
-            with _timed(timings, "warmup"):
-                warmup = k6.run(backend, handle, invocation(True), measured=False)
-            _check_warmup(warmup)
-        with _timed(timings, "measure"), _marked_window(config, scenario, say):
-            if scenario.load_model.search is not None:
-                search = capacity.search(scenario, handle, metered, invocation, say)
-                k6_run = search.run  # the search checked every step
-            else:
-                window_invocation = invocation(False)
-                with _watched(config, scenario, window_invocation):
-                    k6_run = k6.run(metered, handle, window_invocation, measured=True)
-                _check_measured(k6_run)
-        if config.prometheus_url is not None and config.targets_dir is not None and handle.prometheus_target:
-            with _timed(timings, "scrape"):
-                _await_final_scrape(config.prometheus_url, config.run_id, scenario, say)
-    except ScenarioFailed as exc:
-        failure = exc
-    except Exception as exc:  # a bug or an OS error in one scenario must not end the run
-        failure = ScenarioFailed("internal", f"{type(exc).__name__}: {exc}", traceback.format_exc())
-    finally:
-        if handle is not None:
-            with _timed(timings, "stop"):
-                if config.targets_dir is not None:
-                    sd_file = prometheus_sd.file_for(config.targets_dir, config.run_id, scenario)
-                    sd_file.unlink(missing_ok=True)
-                try:
-                    usage = backend.stop_service(handle)
-                except Exception as exc:  # e.g. a cgroup that would not drain: record, go on
-                    message = f"{type(exc).__name__}: {exc}"
-                    failure = failure or ScenarioFailed("stop", message, traceback.format_exc())
-    with _timed(timings, "collect"):
-        host = interference.scenario_section(metered.window, handle, usage, unmetered)
-    timings["overhead"] = sum(timings.get(phase, 0.0) for phase in OVERHEAD_PHASES)
-    timings["total"] = time.monotonic() - began
-    return ScenarioOutcome(
-        run_id=config.run_id,
-        backend=backend.name,
-        scenario=scenario,
-        started_at=started_at,
-        finished_at=datetime.now(UTC),
-        failure=failure,
-        handle=handle,
-        verification=verification,
-        k6_run=k6_run,
-        usage=usage,
-        timings_s=timings,
-        host=host,
-        relay_cpu_seconds=metered.relay_cpu_seconds,
-        search=search,
-    )
+    scenario: Scenario,
+    config: RunConfig,
+    backend: Backend,
+    settings: BackendSettings,
+    say: Say,
+    *,
+    before_measure: Callable[[], None] = lambda: None,
+    finish_in: Executor | None = None,
+) -> Finishing:
+    """One scenario from start to collect; a failure is in the outcome, never raised.
+
+    before_measure runs once the warm-up is over, before the measured window opens: the session
+    settles the previous scenario there, so its stop falls in this one's start and warm-up, never
+    in a measured window. With finish_in, this scenario's own finish is submitted to it, except on
+    an emulated network, whose link and addresses must be gone before the next one is made.
+    """
+    run = _ScenarioRun(scenario, config, backend, settings, say)
+    run.measure(before_measure)
+    if finish_in is None or scenario.network.emulated:
+        done: Future[ScenarioOutcome] = Future()
+        done.set_result(run.finish(overlapped=False))
+        return Finishing(scenario, done)
+    return Finishing(scenario, finish_in.submit(run.finish, overlapped=True))
+
+
+class _ScenarioRun:
+    """One scenario's state between its two halves: measure (start to the measured window) and
+    finish (the final scrape, stop and collect)."""
+
+    def __init__(
+        self, scenario: Scenario, config: RunConfig, backend: Backend, settings: BackendSettings, say: Say
+    ) -> None:
+        self.scenario = scenario
+        self.config = config
+        self.backend = backend
+        self.settings = settings
+        self.say = say
+        self.timings: dict[str, float] = {}
+        self.handle: ServiceHandle | None = None
+        self.verification: service_checks.Verification | None = None
+        self.k6_run: K6Run | None = None
+        self.search: capacity.Outcome | None = None
+        self.failure: ScenarioFailed | None = None
+        self.started_at = datetime.now(UTC)
+        self.began = time.monotonic()
+        # /proc/stat around every measured k6 run: what others took on the scenario's CPUs.
+        self.unmetered = interference.unavailable(backend)
+        self.metered = interference.MeteredBackend(
+            backend, interference.read_snapshot if self.unmetered is None else None, config.lab_pids
+        )
+
+    def measure(self, before_measure: Callable[[], None]) -> None:
+        scenario, config, settings, say, timings = (
+            self.scenario,
+            self.config,
+            self.settings,
+            self.say,
+            self.timings,
+        )
+        ca_file = settings.certs_dir / certs.CA_FILE
+        try:
+            with _timed(timings, "start"):
+                self.handle = handle = self.backend.start_service(scenario)
+            for note in handle.notes:
+                say(f"    note: {note}")
+            if config.targets_dir is not None:
+                # Now, not after health: discovery and the first scrape overlap the checks and warm-up.
+                prometheus_sd.write(config.targets_dir, config.run_id, scenario, handle)
+            with _timed(timings, "health"):
+                service_checks.wait_healthy(
+                    self.backend, handle, scenario.target, ca_file, settings.start_timeout_s
+                )
+            with _timed(timings, "verify"):
+                self.verification = service_checks.verify(handle, scenario, ca_file)
+            if not self.verification.ok:
+                raise ScenarioFailed("verify", "; ".join(self.verification.failures))
+            # k6 split into instances, one CPU of the k6 side each (k6_instances; "auto" resolves here).
+            instances = k6.instances_for(scenario.k6_instances, handle.k6_cpus, scenario.load_model)
+            if instances > 1:
+                places = handle.k6_places[:instances] or [f"CPU {c}" for c in handle.k6_cpus[:instances]]
+                say(f"    k6: {instances} instances by execution segments, one each on {', '.join(places)}")
+            api = config.watch is not None and self.backend.name in live.BACKENDS_WITH_K6_HERE
+            invocation = _invocation_factory(scenario, config, settings, handle, instances=instances, api=api)
+            if scenario.warmup_s > 0:
+                with _timed(timings, "warmup"):
+                    warmup = k6.run(self.backend, handle, invocation(True), measured=False)
+                _check_warmup(warmup)
+            with _timed(timings, "waited"):  # for the previous scenario's finish
+                before_measure()
+            with _timed(timings, "measure"), _marked_window(config, scenario, say):
+                if scenario.load_model.search is not None:
+                    self.search = capacity.search(scenario, handle, self.metered, invocation, say)
+                    self.k6_run = self.search.run  # the search checked every step
+                else:
+                    window_invocation = invocation(False)
+                    with _watched(config, scenario, window_invocation):
+                        self.k6_run = k6.run(self.metered, handle, window_invocation, measured=True)
+                    _check_measured(self.k6_run)
+        except ScenarioFailed as exc:
+            self.failure = exc
+        except Exception as exc:  # a bug or an OS error in one scenario must not end the run
+            self.failure = ScenarioFailed("internal", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+
+    def finish(self, overlapped: bool) -> ScenarioOutcome:
+        """overlapped: this runs while the next scenario starts, off the run's critical path."""
+        scenario, config, handle, timings = self.scenario, self.config, self.handle, self.timings
+        usage: ServiceUsage | None = None
+        try:
+            if (
+                self.failure is None
+                and config.prometheus_url is not None
+                and config.targets_dir is not None
+                and handle is not None
+                and handle.prometheus_target
+            ):
+                with _timed(timings, "scrape"):
+                    _await_final_scrape(config.prometheus_url, config.run_id, scenario, self.say)
+        except Exception as exc:  # a bug or an OS error: recorded, and the service still stops
+            self.failure = ScenarioFailed("internal", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        finally:
+            if handle is not None:
+                with _timed(timings, "stop"):
+                    if config.targets_dir is not None:
+                        sd_file = prometheus_sd.file_for(config.targets_dir, config.run_id, scenario)
+                        sd_file.unlink(missing_ok=True)
+                    try:
+                        usage = self.backend.stop_service(handle)
+                    except Exception as exc:  # e.g. a cgroup that would not drain: record, go on
+                        message = f"{type(exc).__name__}: {exc}"
+                        self.failure = self.failure or ScenarioFailed("stop", message, traceback.format_exc())
+        with _timed(timings, "collect"):
+            host = interference.scenario_section(self.metered.window, handle, usage, self.unmetered)
+        # The run's wall time this scenario added beyond k6's: an overlapped finish added none.
+        on_path = CRITICAL_PHASES if overlapped else (*CRITICAL_PHASES, *FINISH_PHASES)
+        timings["overhead"] = sum(timings.get(phase, 0.0) for phase in on_path)
+        timings["total"] = time.monotonic() - self.began
+        if overlapped:
+            timings["overlapped"] = sum(timings.get(phase, 0.0) for phase in FINISH_PHASES)
+        return ScenarioOutcome(
+            run_id=config.run_id,
+            backend=self.backend.name,
+            scenario=scenario,
+            started_at=self.started_at,
+            finished_at=datetime.now(UTC),
+            failure=self.failure,
+            handle=handle,
+            verification=self.verification,
+            k6_run=self.k6_run,
+            usage=usage,
+            timings_s=timings,
+            host=host,
+            relay_cpu_seconds=self.metered.relay_cpu_seconds,
+            search=self.search,
+        )
 
 
 def _invocation_factory(
