@@ -47,6 +47,9 @@ class SessionConfig:
     provenance: dict[str, Any]  # git, versions, host (see labrunner.results.provenance)
 
 
+Judged = tuple[ScenarioOutcome, Verdict]
+
+
 def run_plan(
     plan: Plan, config: SessionConfig, backend: Backend, settings: BackendSettings, say: Say
 ) -> bool:
@@ -82,16 +85,20 @@ def run_plan(
     )
     progress = _Progress(plan.scenarios, done, say)
     failed: list[str] = []
-    finishing: list[tuple[int, Finishing]] = []  # at most one: the previous scenario, finishing
+    finishing: list[tuple[int, Finishing[Judged]]] = []  # at most one: the previous scenario
+
+    def keep(outcome: ScenarioOutcome) -> Judged:
+        """Judge and write a scenario's result: in the background when its finish is."""
+        verdict = trust.judge_outcome(outcome)
+        write_result(out, record.build_result(outcome, verdict))
+        write_summaries(out, run.run_id, order)
+        return outcome, verdict
 
     def settle() -> None:
-        """The previous scenario's result written, once its finish is done."""
+        """Wait for the previous scenario's finish and written result, and report it."""
         while finishing:
             index, previous = finishing[0]
-            outcome = previous.outcome()
-            verdict = trust.judge_outcome(outcome)
-            write_result(out, record.build_result(outcome, verdict))
-            write_summaries(out, run.run_id, order)
+            outcome, verdict = previous.result()
             progress.finished(index, outcome, verdict)
             if outcome.failure is not None:
                 failed.append(outcome.scenario.id)
@@ -114,6 +121,7 @@ def run_plan(
                 backend,
                 settings,
                 say,
+                then=keep,
                 before_measure=settle,
                 finish_in=None if last else overlap,
             )

@@ -10,6 +10,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from labrunner import certs
 from labrunner.backends.base import (
@@ -32,7 +33,8 @@ from services.common.metrics import FLUSH_SECONDS
 # next scenario's start when the backend allows it.
 CRITICAL_PHASES = ("start", "health", "verify", "waited")
 FINISH_PHASES = ("scrape", "stop", "collect")
-_SCRAPE_INTERVAL_S = 2.0  # prometheus/prometheus.yml
+_SCRAPE_INTERVAL_S = 2.0
+Recorded = TypeVar("Recorded")  # what the caller makes of an outcome  # prometheus/prometheus.yml
 
 
 @dataclass(frozen=True)
@@ -49,15 +51,16 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
-class Finishing:
-    """A scenario past its measured window. Its final scrape, stop and collect run in the background
-    when the runner was given an executor (the next scenario starts its service meanwhile), else
-    they are done already; outcome() waits for them."""
+class Finishing(Generic[Recorded]):
+    """A scenario past its measured window. Its finish (final scrape, stop, collect) and what the
+    caller does with the outcome (`then`: write its result) run in the background when the runner
+    was given an executor, while the next scenario starts; else they are done already. result()
+    waits for them and re-raises what `then` raised."""
 
     scenario: Scenario
-    _future: Future[ScenarioOutcome]
+    _future: Future[Recorded]
 
-    def outcome(self) -> ScenarioOutcome:
+    def result(self) -> Recorded:
         return self._future.result()
 
 
@@ -68,23 +71,25 @@ def run_scenario(
     settings: BackendSettings,
     say: Say,
     *,
+    then: Callable[[ScenarioOutcome], Recorded],
     before_measure: Callable[[], None] = lambda: None,
     finish_in: Executor | None = None,
-) -> Finishing:
-    """One scenario from start to collect; a failure is in the outcome, never raised.
+) -> Finishing[Recorded]:
+    """One scenario from start to collect, then `then` on its outcome; a failure is in the outcome,
+    never raised.
 
     before_measure runs once the warm-up is over, before the measured window opens: the session
-    settles the previous scenario there, so its stop falls in this one's start and warm-up, never
+    waits there for the previous scenario, so its stop falls in this one's start and warm-up, never
     in a measured window. With finish_in, this scenario's own finish is submitted to it, except on
     an emulated network, whose link and addresses must be gone before the next one is made.
     """
     run = _ScenarioRun(scenario, config, backend, settings, say)
     run.measure(before_measure)
     if finish_in is None or scenario.network.emulated:
-        done: Future[ScenarioOutcome] = Future()
-        done.set_result(run.finish(overlapped=False))
+        done: Future[Recorded] = Future()
+        done.set_result(then(run.finish(overlapped=False)))
         return Finishing(scenario, done)
-    return Finishing(scenario, finish_in.submit(run.finish, overlapped=True))
+    return Finishing(scenario, finish_in.submit(lambda: then(run.finish(overlapped=True))))
 
 
 class _ScenarioRun:
