@@ -11,6 +11,7 @@ from labrunner.cli.session import say_findings
 from labrunner.files import write_json_atomic
 from labrunner.report import answers, findings, payload
 from labrunner.report.compare import compare_groups, group_results, is_streaming
+from labrunner.report.stats import Ratio
 from labrunner.report.summary import write_summaries
 from labrunner.results.store import RESULT_SCHEMA, result_path
 
@@ -104,6 +105,20 @@ def test_an_interval_that_holds_one_is_no_difference_detectable_and_ranks_last()
     assert "no difference detectable" in close.sentence and close.effect == 0.0
     ranked = [f for f in findings.ranked(found) if f.question == "gRPC vs REST"]
     assert ranked[-1] is close
+
+
+def test_an_interval_too_wide_to_use_is_said_in_words() -> None:
+    # Two repeats of a tail percentile on the README's run: 1.40x [0.03, 66.96] tells nothing.
+    wide = Ratio(1.40, 0.03, 66.96, 0.9, False)
+    assert findings.describe_ratio(wide, "p99") == (
+        "1.40x the p99, too uncertain to tell (95% interval [0.03, 66.96]: more repeats needed)"
+    )
+    narrow = Ratio(1.18, 0.93, 1.50, 0.2, False)
+    assert (
+        findings.describe_ratio(narrow, "req/s") == "1.18x [0.93, 1.50] the req/s, no difference detectable"
+    )
+    clear = Ratio(13.3, 1.2, 150.0, 0.01, True)  # wide but excluding 1: a difference, kept as it is
+    assert findings.describe_ratio(clear, "p50") == "13.30x [1.20, 150.00] the p50"
 
 
 def test_a_lower_bound_enters_no_ratio_and_is_named() -> None:

@@ -137,14 +137,22 @@ def executor(group: Group) -> str:
     return str(group.results[0]["scenario"]["load_model"]["executor"]) if group.results else ""
 
 
+# An interval wider than this factor (high / low) says nothing a reader could use: two repeats of a
+# tail percentile give [0.03, 66.96].
+TOO_WIDE = 10.0
+
+
 def describe_ratio(r: Ratio | None, what: str, digits: int = 2) -> str:
-    """'1.21x [0.96, 1.53] the req/s', with 'no difference detectable' when the interval holds 1."""
+    """'1.21x [0.96, 1.53] the req/s', with 'no difference detectable' when the interval holds 1, and
+    'too uncertain to tell' when it also spans more than a factor of TOO_WIDE."""
     if r is None:
         return f"no {what} figure"
     value = f"{r.estimate:.{digits}f}x"
     if r.low is None or r.high is None:
         return f"{value} the {what} ({r.note or 'no interval'})"
     interval = f"[{r.low:.{digits}f}, {r.high:.{digits}f}]"
+    if not r.significant and r.high > TOO_WIDE * r.low:
+        return f"{value} the {what}, too uncertain to tell (95% interval {interval}: more repeats needed)"
     verdict = "" if r.significant else ", no difference detectable"
     return f"{value} {interval} the {what}{verdict}"
 
