@@ -121,6 +121,19 @@ def test_an_interval_too_wide_to_use_is_said_in_words() -> None:
     assert findings.describe_ratio(clear, "p50") == "13.30x [1.20, 150.00] the p50"
 
 
+def test_a_response_model_finding_names_each_side_by_its_model() -> None:
+    prebuilt = _run({"aiohttp-h1": [1000, 1010, 990]})
+    for result in prebuilt:
+        result["scenario"]["response_model"] = "prebuilt"
+        result["scenario"]["group"] += ".prebuilt"
+        result["scenario_id"] += ".prebuilt"
+    [finding] = [
+        f for f in _find(_run({"aiohttp-h1": [800, 810, 790]}) + prebuilt) if f.question == "response model"
+    ]
+    assert finding.sentence.startswith("aiohttp-h1 (build) served 0.80x [")
+    assert "the req/s of aiohttp-h1 (prebuilt)" in finding.sentence
+
+
 def test_a_lower_bound_enters_no_ratio_and_is_named() -> None:
     results = _run({"grpc": [600, 610, 590]}) + _run({"aiohttp-h1": [900, 910, 905]}, k6_cpu=0.93)
     found = _find(results)

@@ -160,7 +160,8 @@ def describe_ratio(r: Ratio | None, what: str, digits: int = 2) -> str:
 def _finding(question: str, closed: Comparison, at_equal_load: Comparison | None) -> Finding:
     c, b = closed.candidate, closed.baseline
     rps, cpu = closed.ratios.get("rps"), closed.ratios.get("cpu_per_1k")
-    sentence = f"{c.target} served {describe_ratio(rps, f'req/s of {b.target}')}"
+    candidate, baseline = _names(c, b)
+    sentence = f"{candidate} served {describe_ratio(rps, f'req/s of {baseline}')}"
     sentence += f" at {describe_ratio(cpu, 'CPU per request')}"
     if at_equal_load is not None:
         rate = _offered_rate(at_equal_load.candidate)
@@ -170,6 +171,18 @@ def _finding(question: str, closed: Comparison, at_equal_load: Comparison | None
     sentence += f"; held fixed: {_held_fixed(closed)}."
     effect = abs(math.log(rps.estimate)) if rps is not None and rps.significant else 0.0
     return Finding(question, sentence, effect, _caveat(c, b, at_equal_load))
+
+
+def _names(candidate: Group, baseline: Group) -> tuple[str, str]:
+    """The two sides by target, and by what differs when the target is the same on both (a response
+    model, a profile, a network): 'aiohttp-h1 (build)' against 'aiohttp-h1 (prebuilt)'."""
+    if candidate.target != baseline.target:
+        return candidate.target, baseline.target
+    for side in ("response_model", "profile", "network"):
+        ours, theirs = getattr(candidate, side), getattr(baseline, side)
+        if ours != theirs:
+            return f"{candidate.target} ({ours})", f"{baseline.target} ({theirs})"
+    return candidate.target, baseline.target
 
 
 def _held_fixed(comparison: Comparison) -> str:
