@@ -9,9 +9,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from labrunner.model.scenario import Scenario
+from labrunner.results.store import scenario_dict
 
 from services.common.config import DEFAULT_PORTS
 
@@ -144,3 +148,43 @@ def launch_service(
         elif process.poll() is not None:
             break
     raise AssertionError(f"services.{module} did not print its listening line (exit {_kill_group(process)})")
+
+
+def ok_result(
+    scenario: Scenario,
+    *,
+    requests: int,
+    rps: float,
+    latency_ms: Mapping[str, float],
+    received_bytes: int,
+    window_s: float,
+    cpu_seconds: float,
+    quota_used: float,
+    **metrics: Any,
+) -> dict[str, Any]:
+    """A successful result with the real scenario section: the parts the report, the summaries and
+    the findings read. metrics: more k6 metrics (error_rate, dropped_iterations)."""
+    return {
+        "scenario_id": scenario.id,
+        "status": "ok",
+        "scenario": scenario_dict(scenario),
+        "k6": {
+            "cpu_utilisation": 0.3,
+            "metrics": {
+                "requests": requests,
+                "requests_per_second": rps,
+                "errors": 0,
+                "latency_ms": dict(latency_ms),
+                "data_received_bytes": received_bytes,
+                "test_run_seconds": window_s,
+                **metrics,
+            },
+        },
+        "service": {"usage": {"cpu_seconds": cpu_seconds, "cpu_utilisation": quota_used}},
+        "suspect": [],
+    }
+
+
+def latency_from_p50(p50: float) -> dict[str, float]:
+    """A latency spread around a p50, in ms: avg = p50, p99 = twice it."""
+    return {"avg": p50, "p50": p50, "p90": p50 * 1.5, "p95": p50 * 1.8, "p99": p50 * 2}

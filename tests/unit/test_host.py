@@ -18,11 +18,11 @@ from labrunner.observe import interference, steal_clock
 from labrunner.observe.interference import CpuTimes, MeteredBackend, Snapshot, Window
 from labrunner.report import host_conditions, payload
 from labrunner.report.document import Paragraph
-from labrunner.results.store import RESULT_SCHEMA, result_path, scenario_dict
+from labrunner.results.store import RESULT_SCHEMA, result_path
 from labrunner.results.trust import verdict_of
 from labrunner.run import calibration
 
-from tests.support import ROOT
+from tests.support import ROOT, ok_result
 
 PROC_STAT = """\
 cpu  300 10 100 1000 20 5 15 30 40 0
@@ -327,27 +327,18 @@ def _run_dir(path: Path, calibration_s: tuple[float, float], others: float) -> P
         (0,),
         service_cpu_seconds=1.0,
     )
-    result = {
-        "schema": RESULT_SCHEMA,
-        "scenario_id": scenario.id,
-        "status": "ok",
-        "scenario": scenario_dict(scenario),
-        "k6": {
-            "cpu_utilisation": 0.3,
-            "metrics": {
-                "requests": 2000,
-                "requests_per_second": 666.7,
-                "errors": 0,
-                "error_rate": 0.0,
-                "latency_ms": {"avg": 2.0, "p50": 2.0, "p90": 3.0, "p95": 4.0, "p99": 5.0},
-                "data_received_bytes": 2_000_000,
-                "test_run_seconds": 3.0,
-            },
-        },
-        "service": {"usage": {"cpu_seconds": 1.0, "cpu_utilisation": 0.67}},
-        "host": section,
-        "suspect": _suspect(section),
-    }
+    result = ok_result(
+        scenario,
+        requests=2000,
+        rps=666.7,
+        latency_ms={"avg": 2.0, "p50": 2.0, "p90": 3.0, "p95": 4.0, "p99": 5.0},
+        received_bytes=2_000_000,
+        window_s=3.0,
+        cpu_seconds=1.0,
+        quota_used=0.67,
+        error_rate=0.0,
+    )
+    result |= {"schema": RESULT_SCHEMA, "host": section, "suspect": _suspect(section)}
     write_json_atomic(result_path(path, scenario.id), result)
     before, after = calibration_s
     write_json_atomic(

@@ -9,9 +9,8 @@ import pytest
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
 from labrunner.report import network_findings as nf
 from labrunner.report.compare import group_results
-from labrunner.results.store import scenario_dict
 
-from tests.support import ROOT
+from tests.support import ROOT, latency_from_p50, ok_result
 
 TARGETS = ("aiohttp-h1-tls", "quart-h2-tls", "grpc-tls")
 # Closed model, 10 VUs: on loopback aiohttp leads gRPC; over wan every target waits on the link and
@@ -47,27 +46,17 @@ def _result(scenario: Scenario, rps: Mapping[tuple[str, str], float]) -> dict[st
     rate = scenario.load_model.rate
     achieved = rate * jitter if rate else rps[key] * jitter
     requests = int(achieved * 10)
-    p50 = P50[key] * jitter
-    return {
-        "scenario_id": scenario.id,
-        "status": "ok",
-        "scenario": scenario_dict(scenario),
-        "k6": {
-            "cpu_utilisation": 0.3,
-            "metrics": {
-                "requests": requests,
-                "requests_per_second": achieved,
-                "errors": 0,
-                "dropped_iterations": 0,
-                "latency_ms": {"avg": p50, "p50": p50, "p90": p50 * 1.5, "p95": p50 * 1.8, "p99": p50 * 2},
-                "data_received_bytes": requests * 10_000,
-                "test_run_seconds": 10.0,
-            },
-        },
-        "service": {"usage": {"cpu_seconds": 4.0, "cpu_utilisation": 0.9}},
-        "network": {"profile": scenario.network.name},
-        "suspect": [],
-    }
+    return ok_result(
+        scenario,
+        requests=requests,
+        rps=achieved,
+        latency_ms=latency_from_p50(P50[key] * jitter),
+        received_bytes=requests * 10_000,
+        window_s=10.0,
+        cpu_seconds=4.0,
+        quota_used=0.9,
+        dropped_iterations=0,
+    ) | {"network": {"profile": scenario.network.name}}
 
 
 def _findings(

@@ -19,9 +19,9 @@ from labrunner.report.compare import group_results
 from labrunner.report.payload import SCHEMA as PAYLOAD_SCHEMA
 from labrunner.report.payload import PayloadRow
 from labrunner.report.stats import Ratio, ratio
-from labrunner.results.store import RESULT_SCHEMA, result_path, scenario_dict, write_json_atomic
+from labrunner.results.store import RESULT_SCHEMA, result_path, write_json_atomic
 
-from tests.support import ROOT
+from tests.support import ROOT, ok_result
 
 # The sizes report/payload.py measures for the default pool (seed and size of services/common).
 ROWS = (
@@ -49,24 +49,16 @@ def _scenarios(targets: tuple[str, ...], repeats: int) -> tuple[Scenario, ...]:
 def _result(scenario: Scenario, rps: float, quota_used: float = QUOTA_USED) -> dict[str, Any]:
     requests = round(rps * DURATION_S)
     cpu_seconds = scenario.profile.cpus * quota_used * DURATION_S
-    return {
-        "scenario_id": scenario.id,
-        "status": "ok",
-        "scenario": scenario_dict(scenario),
-        "k6": {
-            "cpu_utilisation": 0.3,
-            "metrics": {
-                "requests": requests,
-                "requests_per_second": requests / DURATION_S,
-                "errors": 0,
-                "latency_ms": {"avg": 10.0, "p50": 9.0, "p90": 12.0, "p95": 14.0, "p99": 20.0},
-                "data_received_bytes": requests * JSON_BYTES[scenario.count],
-                "test_run_seconds": DURATION_S,
-            },
-        },
-        "service": {"usage": {"cpu_seconds": cpu_seconds, "cpu_utilisation": quota_used}},
-        "suspect": [],
-    }
+    return ok_result(
+        scenario,
+        requests=requests,
+        rps=requests / DURATION_S,
+        latency_ms={"avg": 10.0, "p50": 9.0, "p90": 12.0, "p95": 14.0, "p99": 20.0},
+        received_bytes=requests * JSON_BYTES[scenario.count],
+        window_s=DURATION_S,
+        cpu_seconds=cpu_seconds,
+        quota_used=quota_used,
+    )
 
 
 def _results(rates: Rates, targets: tuple[str, ...] = ("aiohttp-h1", "grpc")) -> list[dict[str, Any]]:

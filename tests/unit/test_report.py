@@ -26,13 +26,13 @@ from labrunner.report.compare import (
     is_regression,
 )
 from labrunner.results.record import build_result
-from labrunner.results.store import RESULT_SCHEMA, result_path, scenario_dict
+from labrunner.results.store import RESULT_SCHEMA, result_path
 from labrunner.results.trust import judge_outcome
 from labrunner.run.k6 import K6Run
 from labrunner.run.outcome import ScenarioOutcome
 from PIL import Image
 
-from tests.support import ALL_TARGETS, ROOT
+from tests.support import ALL_TARGETS, ROOT, ok_result
 
 REST_AND_GRPC = tuple(t for t in ALL_TARGETS if t != "grpc-stream")  # the unary targets
 
@@ -45,25 +45,17 @@ def _scenarios(targets: tuple[str, ...], profiles: tuple[str, ...], repeats: int
 def _result(scenario: Scenario, rps: float, p99: float = 10.0, cpu_s: float = 1.0) -> dict[str, Any]:
     """The parts of a result the report reads, with the real scenario section."""
     requests = int(rps * 3)
-    return {
-        "scenario_id": scenario.id,
-        "status": "ok",
-        "scenario": scenario_dict(scenario),
-        "k6": {
-            "cpu_utilisation": 0.3,
-            "metrics": {
-                "requests": requests,
-                "requests_per_second": rps,
-                "errors": 0,
-                "error_rate": 0.0,
-                "latency_ms": {"avg": p99 / 4, "p50": p99 / 5, "p90": p99 / 2, "p95": p99 / 1.5, "p99": p99},
-                "data_received_bytes": requests * 1000,
-                "test_run_seconds": 3.0,
-            },
-        },
-        "service": {"usage": {"cpu_seconds": cpu_s, "cpu_utilisation": 0.9}},
-        "suspect": [],
-    }
+    return ok_result(
+        scenario,
+        requests=requests,
+        rps=rps,
+        latency_ms={"avg": p99 / 4, "p50": p99 / 5, "p90": p99 / 2, "p95": p99 / 1.5, "p99": p99},
+        received_bytes=requests * 1000,
+        window_s=3.0,
+        cpu_seconds=cpu_s,
+        quota_used=0.9,
+        error_rate=0.0,
+    )
 
 
 def _built(outcome: ScenarioOutcome) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from labrunner.report.compare import group_results
 from labrunner.report.document import Heading, Table, to_markdown
 from labrunner.report.payload import SCHEMA as PAYLOAD_SCHEMA
 from labrunner.report.payload import PayloadRow
-from labrunner.results.store import RESULT_SCHEMA, result_path, scenario_dict
+from labrunner.results.store import RESULT_SCHEMA, result_path
 
-from tests.support import ROOT
+from tests.support import ROOT, latency_from_p50, ok_result
 
 TARGETS = ("quart-h1-tls", "quart-h2-tls", "grpc-tls")
 BYTES = {"quart-h1-tls": 18500, "quart-h2-tls": 18400, "grpc-tls": 7700}
@@ -48,28 +48,19 @@ def _result(scenario: Scenario, jitter: float = 1.0) -> dict[str, Any]:
     else:
         rps, dropped = RPS[(network, target)] * jitter, 0
     requests = int(rps * 6)
-    p50 = P50[network] * jitter
-    result: dict[str, Any] = {
-        "scenario_id": scenario.id,
-        "status": "ok",
-        "scenario": scenario_dict(scenario),
-        "k6": {
-            "cpu_utilisation": 0.3,
-            "metrics": {
-                "requests": requests,
-                "requests_per_second": rps,
-                "errors": 0,
-                "error_rate": 0.0,
-                "dropped_iterations": dropped,
-                "latency_ms": {"avg": p50, "p50": p50, "p90": p50 * 1.5, "p95": p50 * 1.8, "p99": p50 * 2},
-                "data_received_bytes": requests * BYTES[target],
-                "test_run_seconds": 6.0,
-            },
-        },
-        "service": {"usage": {"cpu_seconds": 2.0, "cpu_utilisation": 0.9}},
-        "network": {"profile": network},
-        "suspect": [],
-    }
+    result = ok_result(
+        scenario,
+        requests=requests,
+        rps=rps,
+        latency_ms=latency_from_p50(P50[network] * jitter),
+        received_bytes=requests * BYTES[target],
+        window_s=6.0,
+        cpu_seconds=2.0,
+        quota_used=0.9,
+        error_rate=0.0,
+        dropped_iterations=dropped,
+    )
+    result["network"] = {"profile": network}
     if network != "loopback":
         result["network"] |= {"emulator": "userspace", "measured_rtt_s": 0.0502, "relay_cpu_s": 0.31}
     return result
