@@ -179,11 +179,16 @@ def serialization(cases: Sequence[Case], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def _with_values(facets: dict[str, list[Group]], metric: str) -> dict[str, list[Group]]:
+    """Each facet's groups that have values of metric; facets left empty are dropped."""
+    kept = {title: [g for g in members if g.values(metric)] for title, members in facets.items()}
+    return {title: members for title, members in kept.items() if members}
+
+
 def _by_target(
     facets: dict[str, list[Group]], metric: str, ylabel: str, hue: Callable[[Group], str], path: Path
 ) -> Path | None:
-    facets = {title: [g for g in members if g.values(metric)] for title, members in facets.items()}
-    facets = {title: members for title, members in facets.items() if members}
+    facets = _with_values(facets, metric)
     if not facets:
         return None
     fig, axes = _figure(len(facets))
@@ -202,8 +207,7 @@ def _by_target(
 def _by_family(facets: dict[str, list[Group]], metric: str, ylabel: str, path: Path) -> Path | None:
     """One bar per target at the geometric mean, whiskers its log-scale interval, a dot per repeat,
     coloured by protocol family."""
-    facets = {title: [g for g in members if g.values(metric)] for title, members in facets.items()}
-    facets = {title: members for title, members in facets.items() if members}
+    facets = _with_values(facets, metric)
     if not facets:
         return None
     fig, axes = _figure(len(facets))

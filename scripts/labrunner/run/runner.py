@@ -57,7 +57,6 @@ class Finishing(Generic[Recorded]):
     was given an executor, while the next scenario starts; else they are done already. result()
     waits for them and re-raises what `then` raised."""
 
-    scenario: Scenario
     _future: Future[Recorded]
 
     def result(self) -> Recorded:
@@ -88,8 +87,8 @@ def run_scenario(
     if finish_in is None or scenario.network.emulated:
         done: Future[Recorded] = Future()
         done.set_result(then(run.finish(overlapped=False)))
-        return Finishing(scenario, done)
-    return Finishing(scenario, finish_in.submit(lambda: then(run.finish(overlapped=True))))
+        return Finishing(done)
+    return Finishing(finish_in.submit(lambda: then(run.finish(overlapped=True))))
 
 
 class _ScenarioRun:
