@@ -1,21 +1,27 @@
 """A thin fake of the docker client for the docker backend's tests: it records calls and behaves
 only as far as the tests assert; with the scenarios and settings the tests build a backend from."""
 
+import contextlib
 import dataclasses
 import io
 import json
 import tarfile
+import threading
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from docker.errors import ImageNotFound, NotFound
 from labrunner.backends.base import BackendSettings
+from labrunner.cli import session
 from labrunner.model.matrix import expand, load_matrix
-from labrunner.model.scenario import Overrides, Scenario
+from labrunner.model.scenario import Overrides, Plan, Scenario
 from labrunner.network.profiles import NetworkProfile
+from labrunner.run import runner
 
 from tests.compose_file import compose
 from tests.support import ROOT
@@ -23,6 +29,7 @@ from tests.support import ROOT
 COMPOSE = compose()  # with the defaults a user gets
 MATRIX = load_matrix(ROOT / "matrix.toml")
 RUN_ID = "run1"
+MEMORY_PEAK = 123_456_789  # what the records server's /metrics reports
 SERVICE_IP = "172.18.0.9"
 
 
@@ -65,7 +72,11 @@ class FakeContainer:
         self.outcome = client.helper_outcomes.get(kind, (0, b"")) if self.role == "network" else (0, b"")
         # A k6 container runs while it has samples left; a stopped container reports no counters.
         self.samples = client.k6_stats.pop(0) if self.role == "k6" and client.k6_stats else []
-        self.attrs: dict[str, Any] = {"State": {"Status": "created", "ExitCode": 0}, "NetworkSettings": {}}
+        self.attrs: dict[str, Any] = {
+            "State": {"Status": "created", "ExitCode": 0},
+            "NetworkSettings": {},
+            "HostConfig": {"CpuPeriod": params.get("cpu_period"), "CpuQuota": params.get("cpu_quota")},
+        }
 
     @property
     def status(self) -> str:
@@ -141,8 +152,17 @@ class FakeContainer:
         self.archive = data
         return True
 
+    def update(self, **resources: Any) -> None:
+        """What a running container's limits become; the engine's HostConfig keys."""
+        self.client.calls.append(("update", self.name, resources))
+        self.attrs["HostConfig"]["CpuQuota"] = resources.get(
+            "cpu_quota", self.attrs["HostConfig"]["CpuQuota"]
+        )
+
     def stop(self, timeout: int) -> None:
         self.client.calls.append(("stop", self.name, timeout))
+        self.client.stopped_on[self.name] = threading.current_thread().name
+        self.client.on_stop(self)
         self.attrs["State"]["Status"] = "exited"
 
     def wait(self, timeout: float | None = None) -> dict[str, int]:
@@ -168,6 +188,9 @@ class FakeDocker:
         self.k6_results: dict[str, bytes] = {}  # what k6 on a load engine wrote, by container path
         self.mem_total: int | None = None  # info()'s MemTotal, when set
         self.on_k6_start: Callable[[FakeContainer], None] = lambda container: None
+        self.on_stop: Callable[[FakeContainer], None] = lambda container: None
+        self.stopped_on: dict[str, str] = {}  # container name -> the thread that stopped it
+        self.got: list[str] = []  # names asked for through this client's containers.get
         self.leftovers = [FakeContainer(self, {"name": n, "labels": {}}) for n in leftovers]
         self.containers = SimpleNamespace(create=self._create, list=self._list, get=self._get)
         self.interrupt_create_of: str | None = None  # a role whose create is cut short by Ctrl-C
@@ -200,6 +223,7 @@ class FakeDocker:
         ]
 
     def _get(self, name: str) -> FakeContainer:
+        self.got.append(name)
         for container in self.created:
             if container.name == name and name not in self.removed:
                 return container
@@ -267,3 +291,95 @@ def quick_polls_and_compose_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("labrunner.backends.docker_services._POLL_S", 0.01)
     for variable in ("K6_IMAGE", "SERVICE_NOFILE"):
         monkeypatch.delenv(variable, raising=False)
+
+
+# --- A scenario through the runner: a real HTTP server behind the published ports ------------------
+
+
+class RecordsServer(BaseHTTPRequestHandler):
+    """Stands in for a REST service behind its published ports: health, records and metrics."""
+
+    protocol_version = "HTTP/1.1"  # what the verifier must see negotiated
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        if url.path == "/healthz":
+            body = {"status": "SERVING"}
+        elif url.path == "/records":
+            count = int(parse_qs(url.query)["count"][0])
+            car = {"make": "Ford", "model": "T", "trim": "base", "color": "black", "year": 1920, "mileage": 7}
+            driver = {"firstname": "Ada", "lastname": "Lovelace", "driverId": "d-1"}
+            body = {"records": [{"car": car, "driver": driver}] * count}
+        else:
+            peak = f"protolab_cgroup_memory_peak_bytes {MEMORY_PEAK:.8e}\n"
+            self._send(f'protolab_build_info{{service="x"}} 1.0\n{peak}'.encode(), "text/plain")
+            return
+        self._send(json.dumps(body).encode(), "application/json")
+
+    def _send(self, data: bytes, content_type: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def records_published(fake: "FakeDocker") -> Iterator["FakeDocker"]:
+    """A real HTTP server behind the fake's published ports: health and verification pass."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RecordsServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    fake.host_port = server.server_port
+    yield fake
+    server.shutdown()
+    server.server_close()
+
+
+def run_config(tmp_path: Path) -> session.SessionConfig:
+    return session.SessionConfig(
+        run=runner.RunConfig(
+            run_id=RUN_ID,
+            out_dir=tmp_path / "out",
+            targets_dir=tmp_path / "targets",
+            influxdb_url="http://127.0.0.1:8086",
+            prometheus_url=None,
+        ),
+        resume=False,
+        argv=("run_matrix.py",),
+        backend_reason="test",
+        provenance={},
+    )
+
+
+def flow_plan(repeats: int = 1) -> Plan:
+    overrides = Overrides(
+        targets=("aiohttp-h1",),
+        counts=(3,),
+        load_models=("closed",),
+        duration="2s",
+        warmup="1s",
+        repeats=repeats,
+    )
+    return expand(MATRIX, "docker", overrides=overrides)
+
+
+def k6_summary(requests: int) -> dict:
+    latency = {s: 1.5 for s in ("avg", "p(50)", "p(90)", "p(95)", "p(99)", "max")}
+    return {
+        "metrics": {
+            "protolab_reqs": {"values": {"count": requests, "rate": requests / 2}},
+            "protolab_req_failed": {"values": {"passes": 0, "fails": requests, "rate": 0.0}},
+            "protolab_req_duration": {"values": latency},
+        },
+        "state": {"testRunDurationMs": 2000},
+    }
+
+
+def k6_writes_its_summary(container: FakeContainer, requests: int = 200) -> None:
+    """What k6 does in its container: its summary, in the results directory mounted from this host."""
+    host = next(h for h, m in container.params["volumes"].items() if m["bind"] == "/results")
+    summary = container.params["environment"]["SUMMARY_FILE"].replace("/results", host)
+    Path(summary).write_text(json.dumps(k6_summary(requests)))

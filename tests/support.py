@@ -37,6 +37,33 @@ ALL_TARGETS = (
 IMPLEMENTATION_TARGETS = ("granian-h1", "granian-h1-tls", "granian-h2-tls", "grpclib", "grpclib-tls")
 # The floor servers (benchmarks/floor/, preset floor), last in matrix.toml: floor-<lab target>.
 FLOOR_TARGETS = ("floor-aiohttp-h1", "floor-quart-h1", "floor-granian-h1", "floor-grpc", "floor-grpclib")
+# A preset whose first scenario's service drains 3 s on its stop, so the next scenario starts while
+# it finishes: a window wide enough to interrupt from outside, timed from the progress lines.
+SLOW_STOP_TARGETS = """
+[targets.aiohttp-slow-stop]
+service = "rest_aiohttp"
+script = "k6/rest.js"
+protocol = "http1.1"
+tls = false
+expect_proto = "HTTP/1.1"
+env = { SHUTDOWN_DRAIN_SECONDS = "3" }
+
+# Scenarios follow the targets' order in the file: this one runs after the slow stop.
+[targets.grpc-after-slow-stop]
+service = "grpc_aio"
+script = "k6/grpc_unary.js"
+protocol = "grpc"
+tls = false
+
+[presets.slow-stop]
+targets = ["aiohttp-slow-stop", "grpc-after-slow-stop"]
+profiles = ["small"]
+duration = "1s"
+warmup = "0"
+"""
+SLOW = "aiohttp-slow-stop.small.c100.closed.r1"
+AFTER_SLOW = "grpc-after-slow-stop.small.c100.closed.r1"
+
 # Every server implementation, by protocol, from the one table of services: a server added
 # there is covered by every test parametrized over these.
 REST_SERVERS = tuple(service for service in DEFAULT_PORTS if service.startswith("rest_"))

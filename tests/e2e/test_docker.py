@@ -40,7 +40,7 @@ from labrunner.model.matrix import load_matrix
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 
-from tests.support import ALL_TARGETS, ROOT
+from tests.support import AFTER_SLOW, ALL_TARGETS, ROOT, SLOW, SLOW_STOP_TARGETS
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -350,7 +350,8 @@ class MainRun:
     run: Run
     exit_code: int
     results: dict[str, dict[str, Any]]
-    inspected: dict[str, dict[str, Any]]  # container name -> `docker inspect` while it ran
+    inspected: dict[str, dict[str, Any]]  # container name -> `docker inspect` as it started
+    measured: dict[str, dict[str, Any]]  # scenario -> its service's `docker inspect` as a k6 started
     began: float
 
 
@@ -360,12 +361,24 @@ def main_run(lab: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterat
     out.mkdir()
     quick_benchmark(out)
     inspected: dict[str, dict[str, Any]] = {}
+    measured: dict[str, dict[str, Any]] = {}
 
     def inspect(event: dict[str, Any]) -> None:
         found = run_cli("docker", "inspect", event["Actor"]["ID"], check=False)
         if found.returncode == 0:  # a k6 container may be gone already
             container = json.loads(found.stdout)[0]
             inspected[container["Name"].lstrip("/")] = container
+        labels = event["Actor"]["Attributes"]
+        if labels["protolab.role"] == "k6":  # the warm-up's k6 and the measured one's
+            service = run_cli(
+                "docker", "ps", "-q", "--filter", f"label=protolab.run={labels['protolab.run']}",
+                "--filter", f"label=protolab.scenario={labels['protolab.scenario']}",
+                "--filter", "label=protolab.role=service",
+            ).stdout.split()  # fmt: skip
+            if service:
+                measured[labels["protolab.scenario"]] = json.loads(
+                    run_cli("docker", "inspect", *service).stdout
+                )[0]
 
     events = EngineEvents(out.name, on_start=inspect)
     began = time.time()
@@ -382,7 +395,7 @@ def main_run(lab: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterat
             run.interrupt()
             run.wait(timeout=60)
         events.close()
-    yield MainRun(run, exit_code, results(out), inspected, began)
+    yield MainRun(run, exit_code, results(out), inspected, measured, began)
 
 
 # --- The checks -------------------------------------------------------------------------------------
@@ -462,12 +475,15 @@ def test_each_scenario_container_has_its_profiles_limits(main_run: MainRun, engi
     for scenario, result in main_run.results.items():
         cpus, memory = table[result["scenario"]["profile"]["name"]]
         service, k6 = roles[(scenario, "service")], roles[(scenario, "k6")]
-        host = service["HostConfig"]
+        host, measured = service["HostConfig"], main_run.measured[scenario]["HostConfig"]
         print(  # shown with -s, and with a failure
-            f"{scenario}: NanoCpus {host['NanoCpus']} Memory {host['Memory']} MemorySwap "
-            f"{host['MemorySwap']} cpuset {host['CpusetCpus']}, k6 cpuset {k6['HostConfig']['CpusetCpus']}"
+            f"{scenario}: CpuQuota {host['CpuQuota']} then {measured['CpuQuota']} per CpuPeriod "
+            f"{measured['CpuPeriod']}, Memory {host['Memory']} MemorySwap {host['MemorySwap']} cpuset "
+            f"{host['CpusetCpus']}, k6 cpuset {k6['HostConfig']['CpusetCpus']}"
         )
-        assert host["NanoCpus"] == round(cpus * 1e9), (scenario, host["NanoCpus"])
+        # It starts at its whole CPUs' quota and is measured at its profile's, from the warm-up on.
+        assert (host["CpuPeriod"], host["CpuQuota"]) == (100_000, math.ceil(cpus) * 100_000), scenario
+        assert (measured["CpuPeriod"], measured["CpuQuota"]) == (100_000, round(cpus * 100_000)), scenario
         assert host["Memory"] == host["MemorySwap"] == memory, (scenario, host["Memory"], host["MemorySwap"])
         service_cpus = host["CpusetCpus"].split(",")
         k6_cpus = k6["HostConfig"]["CpusetCpus"].split(",")
@@ -512,6 +528,19 @@ def test_influxdb_holds_as_many_requests_per_scenario_as_k6_counted(main_run: Ma
     expected = {scenario: r["k6"]["metrics"]["requests"] for scenario, r in main_run.results.items()}
     print(f"protolab_reqs per scenario, InfluxDB: {sorted(counted.items())}; k6: {sorted(expected.items())}")
     assert counted == expected
+
+
+def test_the_floor_servers_run_in_their_stacks_images(lab: list[str], tmp_path: Path) -> None:
+    out = tmp_path / unique_run_id("floor")
+    quick_benchmark(out)
+    selection = ("--preset", "floor", "--target", "floor-aiohttp-h1,floor-grpc", "--response-model", "build")
+    run = start_run(out, *selection, "--repeats", "1", "--duration", "1s", "--warmup", "0", *QUIET)
+    assert run.wait(timeout=180) == EXIT_OK, run.output()
+    found = results(out)
+    assert sorted(r["scenario"]["target"] for r in found.values()) == ["floor-aiohttp-h1", "floor-grpc"]
+    for scenario, result in found.items():
+        assert result["status"] == "ok" and result["verification"]["ok"], (scenario, result["failure"])
+        assert result["k6"]["metrics"]["requests"] > 0 and result["k6"]["metrics"]["errors"] == 0, scenario
 
 
 def test_a_profile_larger_than_the_engine_is_refused_before_any_container(
@@ -666,6 +695,41 @@ def interrupt_and_resume(out: Path, events: EngineEvents) -> None:
     assert managed_containers() == []
     created_names = {name for _, name in events.actions("create")}
     assert created_names == {name for _, name in events.actions("destroy")}, events.actions()
+
+
+def test_ctrl_c_while_one_scenario_finishes_and_the_next_starts_then_again_leaves_no_container(
+    lab: list[str], tmp_path: Path
+) -> None:
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text((ROOT / "matrix.toml").read_text() + SLOW_STOP_TARGETS)
+    out = tmp_path / unique_run_id("overlap")
+    selection = ("--matrix", str(matrix), "--preset", "slow-stop")
+    events = EngineEvents(out.name)
+    try:
+        run = start_run(out, *selection, *QUIET)
+        # The overlap window: the second scenario has started, the first one (draining 3 s on its
+        # stop, on the finisher's own client) is not yet reported.
+        deadline = time.monotonic() + 120
+        while f"[2/2] {AFTER_SLOW}: starting" not in run.output():
+            assert time.monotonic() < deadline and run.process.poll() is None, run.output()
+            time.sleep(0.05)
+        assert f"[1/2] {SLOW}: ok" not in run.output(), "the first scenario finished before the window"
+        run.interrupt()
+        time.sleep(0.3)
+        run.interrupt()  # while the run stops
+        assert run.wait(timeout=90) == EXIT_INTERRUPTED, run.output()
+        assert f"[1/2] {SLOW}: ok" in run.output(), run.output()  # its finish completed, and was said
+        assert managed_containers() == []
+        assert {s: r["status"] for s, r in results(out).items()} == {SLOW: "ok"}
+        quick_benchmark(out)
+        final = start_run(out, *selection, *QUIET, "--resume")
+        assert final.wait(timeout=180) == EXIT_OK, final.output()
+    finally:
+        events.close()
+    assert {s: r["status"] for s, r in results(out).items()} == {SLOW: "ok", AFTER_SLOW: "ok"}
+    assert json.loads((out / "manifest.json").read_text())["complete"] is True
+    assert managed_containers() == []
+    assert {name for _, name in events.actions("create")} == {name for _, name in events.actions("destroy")}
 
 
 # --- Network conditions: tc from a helper in the service's namespace, never NET_ADMIN for the service

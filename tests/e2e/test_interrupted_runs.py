@@ -25,7 +25,7 @@ from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 
 from services.common.cgroup import own_cgroup
-from tests.support import ROOT
+from tests.support import AFTER_SLOW, ROOT, SLOW, SLOW_STOP_TARGETS
 
 MARKER = "PROTOLAB_TEST_RUN"
 FIRST = "aiohttp-h1.small.c100.closed.r1"
@@ -296,3 +296,69 @@ def test_failed_scenarios_are_recorded_with_their_log_and_the_matrix_goes_on(tmp
     assert {row[1] for row in summary_rows(out)} == {"ok", "failed"}
     output = run.output()
     assert output.count("FAILED in ") == 3 and "1 of 4 scenarios ok" in output, output[-4000:]
+
+
+# A first scenario whose stop takes about 3 s (its drain, which the runner otherwise sets to 0): the
+# window in which it finishes while the next scenario starts is long enough to be hit from the
+# progress lines.
+
+
+def slow_stop_run(tmp_path: Path, *args: str) -> tuple[Run, Path]:
+    """The slow-stop preset, with a Prometheus target directory to check is emptied."""
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text((ROOT / "matrix.toml").read_text() + SLOW_STOP_TARGETS)
+    targets = tmp_path / "targets"
+    out = tmp_path / "run"
+    quick_benchmark(out)
+    selection = ("--matrix", str(matrix), "--preset", "slow-stop", "--prometheus-targets", str(targets))
+    return start_run(out, *selection, *args), targets
+
+
+def resume_completes(tmp_path: Path, run: Run) -> None:
+    """--resume runs what is missing, and the run is then complete and ok."""
+    matrix = tmp_path / "matrix.toml"
+    selection = ("--matrix", str(matrix), "--preset", "slow-stop", "--resume")
+    resumed = start_run(run.out, *selection, marker=run.marker)
+    assert resumed.wait() == EXIT_OK, resumed.output()[-4000:]
+    assert set(results(run.out)) == {SLOW, AFTER_SLOW}
+    manifest = json.loads((run.out / "manifest.json").read_text())
+    assert manifest["complete"] is True and manifest["all_ok"] is True
+    assert_nothing_left(resumed)
+
+
+def test_ctrl_c_while_one_scenario_finishes_and_the_next_starts_then_again_during_shutdown(
+    tmp_path: Path,
+) -> None:
+    run, targets = slow_stop_run(tmp_path)
+    # The overlap window: the second scenario has started, the first one's result is not yet said.
+    wait_until(lambda: f"[2/2] {AFTER_SLOW}: starting" in run.output(), 90, "the second scenario's start")
+    assert f"[1/2] {SLOW}: ok" not in run.output(), "the first scenario finished before the window"
+    os.killpg(run.process.pid, signal.SIGINT)
+    # A second Ctrl-C while the run stops: the first scenario's stop is still in its drain.
+    wait_until(lambda: "SIGINT: stopping what the run started" in run.output(), 10, "the interrupt said")
+    os.killpg(run.process.pid, signal.SIGINT)
+    assert run.wait(timeout=60) == EXIT_INTERRUPTED, run.output()[-4000:]
+    output = run.output()
+    assert "SIGINT again: still stopping" in output, output[-4000:]
+    assert f"[1/2] {SLOW}: ok" in output, output[-4000:]  # its finish completed, and was reported
+    assert_nothing_left(run, timeout=2)
+    assert not list(targets.glob("*.json")), "a Prometheus target file was left"
+    assert set(results(run.out)) == {SLOW} and results(run.out)[SLOW]["status"] == "ok"
+    manifest = json.loads((run.out / "manifest.json").read_text())
+    assert manifest["complete"] is False and manifest["all_ok"] is None
+    resume_completes(tmp_path, run)
+
+
+def test_ctrl_c_during_the_last_scenarios_finish_stops_it_and_resume_completes(tmp_path: Path) -> None:
+    run, targets = slow_stop_run(tmp_path, "--target", "aiohttp-slow-stop")
+    # The measured window is over once its k6 is gone; its stop then drains for about 3 s.
+    wait_until(lambda: k6_measuring(run, SLOW), 90, "k6 measuring the scenario")
+    wait_until(lambda: not k6_measuring(run, SLOW), 30, "the end of the measured window")
+    os.killpg(run.process.pid, signal.SIGINT)
+    assert run.wait(timeout=60) == EXIT_INTERRUPTED, run.output()[-4000:]
+    assert_nothing_left(run, timeout=2)
+    assert not list(targets.glob("*.json")), "a Prometheus target file was left"
+    assert json.loads((run.out / "manifest.json").read_text())["complete"] is False
+    # Its result is written (the finish on the finisher thread completed): resume has nothing to
+    # run but the calibration after it.
+    assert results(run.out)[SLOW]["status"] == "ok"

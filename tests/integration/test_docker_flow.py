@@ -9,10 +9,8 @@ import os
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import docker
 import pytest
@@ -20,24 +18,22 @@ from docker.errors import DockerException, NotFound
 from docker.types import Ulimit
 from labrunner.backends.docker_backend import DockerBackend
 from labrunner.cli import session
-from labrunner.model.matrix import expand
-from labrunner.model.scenario import Overrides, Plan
 from labrunner.network import docker_probe
-from labrunner.run import runner
 
 from tests.docker_fake import (
-    MATRIX,
-    RUN_ID,
+    MEMORY_PEAK,
     SERVICE_IP,
     FakeContainer,
     FakeDocker,
     docker_stats,
+    flow_plan,
+    k6_writes_its_summary,
     quick_polls_and_compose_defaults,
+    records_published,
+    run_config,
     settings,
 )
 from tests.support import ROOT
-
-MEMORY_PEAK = 123_456_789
 
 
 @pytest.fixture
@@ -45,90 +41,15 @@ def fake() -> FakeDocker:
     return FakeDocker()
 
 
+@pytest.fixture
+def published_service(fake: FakeDocker) -> Iterator[FakeDocker]:
+    with records_published(fake):
+        yield fake
+
+
 @pytest.fixture(autouse=True)
 def _quick_polls_and_compose_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     quick_polls_and_compose_defaults(monkeypatch)
-
-
-class _Service(BaseHTTPRequestHandler):
-    """Stands in for a REST service behind its published ports: health, records and metrics."""
-
-    protocol_version = "HTTP/1.1"  # what the verifier must see negotiated
-
-    def do_GET(self) -> None:
-        url = urlsplit(self.path)
-        if url.path == "/healthz":
-            body = {"status": "SERVING"}
-        elif url.path == "/records":
-            count = int(parse_qs(url.query)["count"][0])
-            car = {"make": "Ford", "model": "T", "trim": "base", "color": "black", "year": 1920, "mileage": 7}
-            driver = {"firstname": "Ada", "lastname": "Lovelace", "driverId": "d-1"}
-            body = {"records": [{"car": car, "driver": driver}] * count}
-        else:
-            peak = f"protolab_cgroup_memory_peak_bytes {MEMORY_PEAK:.8e}\n"
-            self._send(f'protolab_build_info{{service="x"}} 1.0\n{peak}'.encode(), "text/plain")
-            return
-        self._send(json.dumps(body).encode(), "application/json")
-
-    def _send(self, data: bytes, content_type: str) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def published_service(fake: FakeDocker) -> Iterator[FakeDocker]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Service)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    fake.host_port = server.server_port
-    yield fake
-    server.shutdown()
-    server.server_close()
-
-
-def run_config(tmp_path: Path) -> session.SessionConfig:
-    return session.SessionConfig(
-        run=runner.RunConfig(
-            run_id=RUN_ID,
-            out_dir=tmp_path / "out",
-            targets_dir=tmp_path / "targets",
-            influxdb_url="http://127.0.0.1:8086",
-            prometheus_url=None,
-        ),
-        resume=False,
-        argv=("run_matrix.py",),
-        backend_reason="test",
-        provenance={},
-    )
-
-
-def flow_plan() -> Plan:
-    overrides = Overrides(
-        targets=("aiohttp-h1",),
-        counts=(3,),
-        load_models=("closed",),
-        duration="2s",
-        warmup="1s",
-        repeats=1,
-    )
-    return expand(MATRIX, "docker", overrides=overrides)
-
-
-def k6_summary(requests: int) -> dict:
-    latency = {s: 1.5 for s in ("avg", "p(50)", "p(90)", "p(95)", "p(99)", "max")}
-    return {
-        "metrics": {
-            "protolab_reqs": {"values": {"count": requests, "rate": requests / 2}},
-            "protolab_req_failed": {"values": {"passes": 0, "fails": requests, "rate": 0.0}},
-            "protolab_req_duration": {"values": latency},
-        },
-        "state": {"testRunDurationMs": 2000},
-    }
 
 
 def test_k6_container_parameters(tmp_path: Path, published_service: FakeDocker) -> None:
@@ -225,7 +146,8 @@ def test_the_real_sdk_turns_the_parameters_into_the_engine_request(
     session.run_plan(flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None)
     service = engine_request(fake.created[0].params, monkeypatch)
     host = service["HostConfig"]
-    assert (host["NanoCpus"], host["Memory"], host["MemorySwap"]) == (2_000_000_000, 2 * 2**30, 2 * 2**30)
+    assert (host["CpuPeriod"], host["CpuQuota"]) == (100_000, 200_000)  # p1's 2 CPUs, whole at start
+    assert (host["Memory"], host["MemorySwap"]) == (2 * 2**30, 2 * 2**30)
     assert (host["CpusetCpus"], host["NetworkMode"], host["Binds"]) == (
         "6,7",
         "protolab",
@@ -259,13 +181,11 @@ def test_scenario_through_the_runner_collects_usage_and_removes_everything(
     ]
     file_sd: list[Any] = []
 
-    def k6_writes_its_summary(container: FakeContainer) -> None:
-        host = next(h for h, m in container.params["volumes"].items() if m["bind"] == "/results")
-        summary = container.params["environment"]["SUMMARY_FILE"].replace("/results", host)
-        Path(summary).write_text(json.dumps(k6_summary(200)))
+    def k6_runs(container: FakeContainer) -> None:
+        k6_writes_its_summary(container)
         file_sd.extend(json.loads(p.read_text()) for p in (tmp_path / "targets").glob("*.json"))
 
-    fake.on_k6_start = k6_writes_its_summary
+    fake.on_k6_start = k6_runs
     backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
     assert session.run_plan(
         flow_plan(), run_config(tmp_path), backend, settings(tmp_path), say=lambda line: None

@@ -55,18 +55,19 @@ def _quick_polls_and_compose_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
-    ("profile", "nano_cpus", "memory", "service_cpus", "k6_cpus"),
+    ("profile", "quota_at_start", "quota", "memory", "service_cpus", "k6_cpus"),
     [
-        ("p1", 2_000_000_000, 2 * 2**30, "6,7", "0,1,2,3,4,5"),
-        ("p2", 4_000_000_000, 4 * 2**30, "4,5,6,7", "0,1,2,3"),
-        ("small", 500_000_000, 512 * 2**20, "7", "0,1,2,3,4,5,6"),
+        ("p1", 200_000, 200_000, 2 * 2**30, "6,7", "0,1,2,3,4,5"),
+        ("p2", 400_000, 400_000, 4 * 2**30, "4,5,6,7", "0,1,2,3"),
+        ("small", 100_000, 50_000, 512 * 2**20, "7", "0,1,2,3,4,5,6"),
     ],
 )
 def test_service_container_parameters_per_profile(
     tmp_path: Path,
     fake: FakeDocker,
     profile: str,
-    nano_cpus: int,
+    quota_at_start: int,
+    quota: int,
     memory: int,
     service_cpus: str,
     k6_cpus: str,
@@ -87,7 +88,8 @@ def test_service_container_parameters_per_profile(
         },
         "network": "protolab",
         "ports": {"8081/tcp": ("127.0.0.1", None), "9101/tcp": ("127.0.0.1", None)},
-        "nano_cpus": nano_cpus,
+        "cpu_period": 100_000,
+        "cpu_quota": quota_at_start,
         "mem_limit": memory,
         "memswap_limit": memory,
         "cpuset_cpus": service_cpus,
@@ -108,6 +110,11 @@ def test_service_container_parameters_per_profile(
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],
     }
+    # The profile's quota once the service listens (its whole CPUs' until then), as the engine holds it.
+    assert [call for call in fake.calls if call[0] == "update"] == [
+        ("update", container.name, {"cpu_quota": quota})
+    ]
+    assert container.attrs["HostConfig"] == {"CpuPeriod": 100_000, "CpuQuota": quota}
     assert handle.service_cpus == tuple(map(int, service_cpus.split(",")))
     assert handle.k6_cpus == tuple(map(int, k6_cpus.split(",")))
     assert (handle.address.host, handle.address.port) == ("127.0.0.1", fake.host_port)

@@ -4,7 +4,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labrunner.cli import run_matrix as cli
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Scenario
 from labrunner.report import floor, repeats
@@ -44,15 +43,6 @@ def test_the_floor_preset_interleaves_each_lab_server_with_its_floor() -> None:
     for preset in ("default", "ci"):
         names = {s.target.name for s in expand(matrix, "local", preset).scenarios}
         assert names.isdisjoint(FLOOR_TARGETS), preset
-
-
-def test_the_docker_backend_refuses_a_floor_before_the_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    args = ["--preset", "floor", "--backend", "docker", "--out", str(tmp_path / "run")]
-    assert cli.main(args) == 2
-    assert "runs on the local backend only" in capsys.readouterr().err
-    assert not (tmp_path / "run").exists()
 
 
 def _result(scenario: Scenario, rps: float, cpu_s: float, k6_cpu: float = 0.3) -> dict[str, Any]:

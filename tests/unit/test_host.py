@@ -194,7 +194,6 @@ class _FakeBackend:
     """Counts calls; a measured k6 run uses 1.5 CPU s."""
 
     name = "local"
-    finishes_in_background = True
 
     def __init__(self) -> None:
         self.calls: list[str] = []

@@ -19,6 +19,7 @@ BACKEND_MAY_IMPORT = (
     "labrunner.model",
     "labrunner.network",  # namespaces, link emulators and their verification, as cgroups are limits
     "labrunner.say",
+    "labrunner.interrupts",  # holding a Ctrl-C while a process starts and is recorded
     "labrunner.certs",
     "services.common",
 )

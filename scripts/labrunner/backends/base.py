@@ -139,12 +139,16 @@ class ServiceUsage:
 
 
 class Backend(Protocol):
-    """Steps 1 and 5 of a scenario and where k6 runs; the runner owns everything in between."""
+    """Steps 1 and 5 of a scenario and where k6 runs; the runner owns everything in between.
+
+    Threads: stop_service runs on the session's finisher thread, while the main thread may be in
+    start_service, run_k6 or the checks of the next scenario; every other method runs on the main
+    thread, close() only once the finisher is done. So a backend guards what stop_service shares
+    with the rest, and gives the finisher its own connections where a client is not thread-safe.
+    Two scenarios' services may run side by side, each under its own limits and on its own port.
+    """
 
     name: str
-    # Whether a scenario's service may still await its final scrape and stop while the next
-    # scenario's service starts beside it (each in its own cgroup, on its own port).
-    finishes_in_background: bool
 
     def start_service(self, scenario: Scenario) -> ServiceHandle:
         """Start the scenario's service under its profile's limits and wait for its listening line."""
@@ -180,11 +184,12 @@ class Backend(Protocol):
         ...
 
     def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
-        """Stop the service (graceful, then forced) and release its limits; always safe to call."""
+        """Stop the service (graceful, then forced) and release its limits; always safe to call, on
+        the finisher thread too."""
         ...
 
     def close(self) -> None:
-        """Stop whatever is still running (after an error or Ctrl-C)."""
+        """Stop whatever is still running (after an error or Ctrl-C), a stop cut short included."""
         ...
 
 

@@ -56,11 +56,11 @@ def split_cpus(available: Sequence[int], service_cpus: int) -> CpuSplit:
 
 def create_cgroup(name: str, cpus: float, memory_bytes: int, root: Path = CGROUP_ROOT) -> Cgroup:
     """Create the cgroup with a CFS quota of `cpus` and a memory limit without swap."""
-    quota_us = _quota_us(cpus)
+    quota = quota_us(cpus)
     try:
         if (root / "cgroup.controllers").is_file():
-            return _create_v2(root, name, quota_us, memory_bytes)
-        return _create_v1(root, name, quota_us, memory_bytes)
+            return _create_v2(root, name, quota, memory_bytes)
+        return _create_v1(root, name, quota, memory_bytes)
     except OSError as exc:
         raise CgroupUnavailable(exc.errno, f"cannot create cgroup {name}: {exc}") from exc
 
@@ -68,12 +68,12 @@ def create_cgroup(name: str, cpus: float, memory_bytes: int, root: Path = CGROUP
 def set_cpu_quota(cgroup: Cgroup, cpus: float) -> None:
     """Change the CFS quota of a running cgroup to `cpus`."""
     if cgroup.version == 2:
-        (cgroup.paths.cpu / "cpu.max").write_text(f"{_quota_us(cpus)} {CFS_PERIOD_US}")
+        (cgroup.paths.cpu / "cpu.max").write_text(f"{quota_us(cpus)} {CFS_PERIOD_US}")
     else:
-        (cgroup.paths.cpu / "cpu.cfs_quota_us").write_text(str(_quota_us(cpus)))
+        (cgroup.paths.cpu / "cpu.cfs_quota_us").write_text(str(quota_us(cpus)))
 
 
-def _quota_us(cpus: float) -> int:
+def quota_us(cpus: float) -> int:
     return max(1000, round(cpus * CFS_PERIOD_US))  # the kernel's minimum quota is 1 ms
 
 

@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -49,6 +50,7 @@ from labrunner.backends.docker_preflight import (
 )
 from labrunner.backends.docker_services import (
     ServiceContainer,
+    apply_profile_quota,
     await_listening,
     image_ports,
     published_port,
@@ -120,8 +122,14 @@ def create(settings: BackendSettings, say: Say) -> "DockerBackend":
         raise BackendUnavailable(f"--backend docker: {exc}; start Docker or use --backend local") from exc
     apart = any(engine is not service for engine in load)
     try:
+        finisher = connect_engine(roles.service, "service", API_TIMEOUT_S).client
         return DockerBackend(
-            settings, service.client, say, service_url=service.url, load=load if apart else ()
+            settings,
+            service.client,
+            say,
+            service_url=service.url,
+            load=load if apart else (),
+            finisher_client=finisher,
         )
     except (DockerException, RequestException) as exc:  # e.g. a load engine that cannot pull k6
         raise BackendUnavailable(f"--backend docker: {exc}") from exc
@@ -131,9 +139,6 @@ class DockerBackend:
     """Services from the compose-built images on the compose network, k6 from its official image."""
 
     name = "docker"
-    # One scenario at a time on the engines: the docker SDK's client (a requests session) is not
-    # documented as safe to share between threads, so a stop never overlaps the next start.
-    finishes_in_background = False
 
     def __init__(
         self,
@@ -142,16 +147,24 @@ class DockerBackend:
         say: Say = print,
         service_url: str | None = None,
         load: Sequence[Engine] = (),
+        *,
+        finisher_client: docker.DockerClient | None = None,
     ) -> None:
         """`client` runs the services; `load`, when k6 runs on other engines (one may be the
-        service's), their engines in [hosts] order; empty: k6 beside the service on its network."""
+        service's), their engines in [hosts] order; empty: k6 beside the service on its network.
+        `finisher_client`: a second client of the service's engine, for stops on the finisher
+        thread (the docker SDK's client, a requests session, is not documented as thread-safe);
+        None: `client` serves both, as a test's fake can."""
         self._settings = settings
         self._client = client
+        self._finisher_client = finisher_client or client
         self._service_url = service_url or os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
         self._load = tuple(load)
         self._publish = settings.hosts.publish_address
         check_publish_address(self._load, self._publish)
+        # Written by start_service on the main thread and by stop_service on the finisher's.
         self._services: dict[str, ServiceContainer] = {}
+        self._services_lock = threading.Lock()
         self._certs_adopted = False
         check_lab_is_up(client)
         self._network_helpers = NetworkHelpers(client, settings, say)
@@ -204,7 +217,8 @@ class DockerBackend:
         )
         container = create_container(self._client, "start", **params)
         service = ServiceContainer(scenario, container, compose_name(target.service))
-        self._services[scenario.id] = service
+        with self._services_lock:
+            self._services[scenario.id] = service
         network: dict[str, Any] | None = None
         try:
             with docker_errors("start"):
@@ -213,7 +227,7 @@ class DockerBackend:
                     self._certs_adopted = True  # after the check: every TLS scenario fails the same way
                 container.start()
                 listening = await_listening(service, self._settings.start_timeout_s)
-                container.reload()
+                apply_profile_quota(service)  # reloads the container
                 host_port = published_port(container, port, self._publish)
                 published_metrics = listening.get("metrics_port") or None
                 host_metrics_port = (
@@ -246,7 +260,7 @@ class DockerBackend:
         )
 
     def service_ended(self, handle: ServiceHandle) -> str | None:
-        container = self._services[handle.scenario_id].container
+        container = self._service(handle).container
         with docker_errors("health"):
             container.reload()
         if container.status == "running":
@@ -254,7 +268,7 @@ class DockerBackend:
         return f"{container.status} (exit code {container.attrs['State'].get('ExitCode')})"
 
     def service_log_tail(self, handle: ServiceHandle) -> str:
-        return logs_tail(self._services[handle.scenario_id].container)
+        return logs_tail(self._service(handle).container)
 
     def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Process:
         return self.run_k6_instances(handle, [invocation], measured)[0]
@@ -265,7 +279,7 @@ class DockerBackend:
         """One k6 container per invocation, started together, each on its own cpuset; on other
         engines, k6's files go in and its summary and raw samples come out through the engine's API
         (a bind mount would name a directory of the engine's host, not of this one)."""
-        service = self._services[handle.scenario_id]
+        service = self._service(handle)
         phase = "measure" if measured else "warmup"
         runs: list[_K6Run] = []
         try:
@@ -305,7 +319,9 @@ class DockerBackend:
         return usage_from_stats(service.window, service.scenario.profile.cpus, exit_code, log_tail)
 
     def close(self) -> None:
-        for scenario_id in list(self._services):
+        with self._services_lock:
+            left = list(self._services)
+        for scenario_id in left:
             self._release(scenario_id)
         # A create interrupted by Ctrl-C may still have made its container: none of this run's stays.
         for client, _ in self._clients():
@@ -352,13 +368,30 @@ class DockerBackend:
             placement=place,
         )
 
-    def _release(self, scenario_id: str) -> tuple[ServiceContainer, int, str] | None:
-        """Stop the service, keep its log, remove it; None when not running."""
-        service = self._services.pop(scenario_id, None)
+    def _service(self, handle: ServiceHandle) -> ServiceContainer:
+        with self._services_lock:
+            return self._services[handle.scenario_id]
+
+    def _release(self, scenario_id: str) -> tuple[ServiceContainer, int | None, str] | None:
+        """Stop the service, keep its log, remove it; None when not running. It stays known until
+        then, so a stop cut short (Ctrl-C on the main thread) is completed by close()."""
+        with self._services_lock:
+            service = self._services.get(scenario_id)
         if service is None:
             return None
         log_file = self._settings.logs_dir / f"{scenario_id}.service.log"
-        exit_code, log_tail = stop_service_container(
-            service.container, self._settings.stop_timeout_s, log_file
-        )
+        # Through this thread's own client: the container object carries the one that made it.
+        on_main = threading.current_thread() is threading.main_thread()
+        client = self._client if on_main else self._finisher_client
+        with docker_errors("stop"):
+            try:
+                container = client.containers.get(container_name(self._settings.run_id, scenario_id))
+            except NotFound:
+                container = None
+        exit_code: int | None = None  # unknown when a stop cut short had removed it already
+        log_tail = ""
+        if container is not None:
+            exit_code, log_tail = stop_service_container(container, self._settings.stop_timeout_s, log_file)
+        with self._services_lock:
+            self._services.pop(scenario_id, None)
         return service, exit_code, log_tail

@@ -22,6 +22,7 @@ from labrunner.backends.base import (
     service_env,
     tail,
 )
+from labrunner.backends.cgroups import CFS_PERIOD_US, quota_us
 from labrunner.backends.docker_containers import docker_errors, logs_tail, remove
 from labrunner.backends.docker_names import CERTS_DIR, CERTS_VOLUME, NETWORK, SERVICE_HARDENING, labels
 from labrunner.backends.docker_stats import UsageWindow
@@ -84,7 +85,11 @@ def service_params(
         # The runner checks health and verifies from the host through these ports (None: any
         # free host port).
         "ports": {f"{port}/tcp": (publish, None), f"{metrics_port}/tcp": (publish, None)},
-        "nano_cpus": round(profile.cpus * 1e9),
+        # The whole CPUs' quota until the service listens, then the profile's (apply_profile_quota),
+        # as on the local backend: importing its modules is no part of what a profile limits.
+        # A period and quota, not nano_cpus: an engine updates the one, and refuses to for the other.
+        "cpu_period": CFS_PERIOD_US,
+        "cpu_quota": quota_us(profile.whole_cpus),
         "mem_limit": profile.memory_bytes,
         "memswap_limit": profile.memory_bytes,  # equal to the limit: no swap
         "cpuset_cpus": cpu_list(cpus),
@@ -108,6 +113,22 @@ def await_listening(service: ServiceContainer, timeout: float) -> dict[str, Any]
         time.sleep(_POLL_S)
     check_listening(listening, service.scenario, logs_tail(service.container))
     return listening
+
+
+def apply_profile_quota(service: ServiceContainer) -> None:
+    """Lower the listening service's CPU quota to its profile's and check the engine holds it."""
+    container, profile = service.container, service.scenario.profile
+    want = quota_us(profile.cpus)
+    container.update(cpu_quota=want)
+    container.reload()
+    host = container.attrs["HostConfig"]
+    held = (host.get("CpuPeriod"), host.get("CpuQuota"))
+    if held != (CFS_PERIOD_US, want):
+        raise ScenarioFailed(
+            "start",
+            f"profile {profile.name}: the engine holds CPU period/quota {held[0]}/{held[1]} us, "
+            f"not {CFS_PERIOD_US}/{want}",
+        )
 
 
 def check_running(service: ServiceContainer, phase: str) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from labrunner import interrupts
 from labrunner.backends.base import (
     BackendSettings,
     BackendUnavailable,
@@ -152,11 +153,12 @@ class LocalBackend:
 
     name = "local"
     cpus_elsewhere = None  # everything runs on this host
-    finishes_in_background = True  # own cgroup and ephemeral port per service
 
     def __init__(self, settings: BackendSettings) -> None:
         self._settings = settings
+        # Written by start_service on the main thread and by stop_service on the finisher's.
         self._services: dict[str, _Service] = {}
+        self._services_lock = threading.Lock()
         if os.geteuid() == 0:
             # What a killed run left (namespaces, their veths, orphaned services); a live run
             # holds its namespaces open, so they stay.
@@ -181,23 +183,27 @@ class LocalBackend:
             notes.append(shared_cpus_note(split.k6, f"the host has {len(available)} CPUs", profile))
         log_file = self._settings.logs_dir / f"{scenario.id}.service.log"
         network: _Network | None = None
+        known = False
         try:
             if scenario.network.emulated:
                 network = self._network(scenario, split.k6, notes)
-            service = self._spawn(scenario, cgroup, split.service, log_file, network)
-        except BaseException:
-            if network is not None:
-                _remove_network(network)
-            if cgroup is not None:
-                remove_cgroup(cgroup)
-            raise
-        self._services[scenario.id] = service
-        try:
+            with interrupts.held():  # a Ctrl-C inside Popen would leave the child running, unknown
+                service = self._spawn(scenario, cgroup, split.service, log_file, network)
+                with self._services_lock:
+                    self._services[scenario.id] = service
+                known = True
             listening = self._await_listening(scenario, service)
             if cgroup is not None:
                 set_cpu_quota(cgroup, profile.cpus)
         except BaseException:
-            self._release(scenario.id)  # no handle reaches the runner, so stop it here
+            # No handle reaches the runner, so what was made is removed here.
+            if known:
+                self._release(scenario.id)
+            else:
+                if network is not None:
+                    _remove_network(network)
+                if cgroup is not None:
+                    remove_cgroup(cgroup)
             raise
         port, metrics_port = listening["port"], listening.get("metrics_port") or None
         # On a network scenario the host reaches the service's address past the emulated link.
@@ -220,11 +226,11 @@ class LocalBackend:
         )
 
     def service_ended(self, handle: ServiceHandle) -> str | None:
-        code = self._services[handle.scenario_id].process.poll()
+        code = self._service(handle).process.poll()
         return None if code is None else f"exited with code {code}"
 
     def service_log_tail(self, handle: ServiceHandle) -> str:
-        return tail_file(self._services[handle.scenario_id].log_file)
+        return tail_file(self._service(handle).log_file)
 
     def run_k6(self, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Process:
         return self.run_k6_instances(handle, (invocation,), measured)[0]
@@ -233,7 +239,7 @@ class LocalBackend:
         self, handle: ServiceHandle, invocations: Sequence[K6Invocation], measured: bool
     ) -> tuple[K6Process, ...]:
         """One k6 process per invocation, all started together, each pinned to its own CPUs."""
-        service = self._services[handle.scenario_id]
+        service = self._service(handle)
         env = {k: os.environ[k] for k in K6_INHERITED_ENV if k in os.environ}
         offsets = [inv.log_file.stat().st_size if inv.log_file.exists() else 0 for inv in invocations]
         before = self._sample(service) if measured else None
@@ -292,12 +298,20 @@ class LocalBackend:
         return _usage(service.window, service.process.returncode, tail_file(service.log_file))
 
     def close(self) -> None:
-        for scenario_id in list(self._services):
+        with self._services_lock:
+            left = list(self._services)
+        for scenario_id in left:
             self._release(scenario_id)
 
+    def _service(self, handle: ServiceHandle) -> _Service:
+        with self._services_lock:
+            return self._services[handle.scenario_id]
+
     def _release(self, scenario_id: str) -> _Service | None:
-        """Stop the service and remove its cgroup; None when it is not running."""
-        service = self._services.pop(scenario_id, None)
+        """Stop the service and remove its cgroup; None when it is not running. It stays known until
+        then, so a stop cut short (Ctrl-C on the main thread) is completed by close()."""
+        with self._services_lock:
+            service = self._services.get(scenario_id)
         if service is None:
             return None
         try:
@@ -310,10 +324,13 @@ class LocalBackend:
         finally:
             try:
                 if service.network is not None:
-                    _remove_network(service.network)
+                    network, service.network = service.network, None  # removed once, even if cut short
+                    _remove_network(network)
             finally:
                 if service.cgroup is not None:
                     remove_cgroup(service.cgroup)
+        with self._services_lock:
+            self._services.pop(scenario_id, None)
         return service
 
     def _network(self, scenario: Scenario, relay_cpus: tuple[int, ...], notes: list[str]) -> _Network:

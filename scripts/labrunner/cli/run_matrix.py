@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from labrunner import backends, certs
+from labrunner import backends, certs, interrupts
 from labrunner.backends.base import Backend, BackendSettings, BackendUnavailable
 from labrunner.cli import live, version
 from labrunner.cli.listing import describe_matrix, describe_plan
@@ -272,7 +272,7 @@ def _run(
     print(_backend_line(backend_name, reason))
     print(f"run {run_id}: {len(plan.scenarios)} scenarios, out {out_dir}")
     try:
-        with cleanup:
+        with interrupts.first_one_ends_the_run(), cleanup:
             ok = session.run_plan(plan, config, backend, settings, say=_say)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finish with: --resume --run-id {run_id}", file=sys.stderr)
@@ -319,9 +319,6 @@ def _preflight(plan: Plan) -> None:
         path = REPO.joinpath(*target.main_module.split("."))
         if not ((path / "__main__.py").is_file() or path.with_suffix(".py").is_file()):
             raise _Usage(f"target {target.name}: module {target.main_module} does not exist in {REPO}")
-        if target.module is not None and plan.backend == "docker":
-            # The service images hold services/ alone (services/Dockerfile).
-            raise _Usage(f"target {target.name} ({target.module}) runs on the local backend only")
 
 
 def _overrides(args: argparse.Namespace) -> Overrides:

@@ -3,13 +3,13 @@ the manifest, and at the end the serialization benchmark and the report."""
 
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from labrunner.backends.base import Backend, BackendSettings
+from labrunner.backends.base import Backend, BackendSettings, ScenarioFailed
 from labrunner.cli import grafana
 from labrunner.files import write_json_atomic
 from labrunner.model.scenario import Plan, Scenario
@@ -30,7 +30,7 @@ from labrunner.results.store import (
 from labrunner.results.trust import Verdict
 from labrunner.run import calibration
 from labrunner.run.outcome import ScenarioOutcome
-from labrunner.run.runner import Finishing, RunConfig, run_scenario
+from labrunner.run.runner import RunConfig, ScenarioRun, measure_scenario
 from labrunner.say import Say
 
 ASSUMED_OVERHEAD_S = 5.0  # per scenario, for the ETA until one has been measured
@@ -47,13 +47,26 @@ class SessionConfig:
     provenance: dict[str, Any]  # git, versions, host (see labrunner.results.provenance)
 
 
-Judged = tuple[ScenarioOutcome, Verdict]
+@dataclass(frozen=True)
+class Kept:
+    """A finished scenario as the session reports it: its outcome (failed when its result could not
+    be written), the verdict on it, and what of it could not be written."""
+
+    outcome: ScenarioOutcome
+    verdict: Verdict
+    problems: tuple[str, ...] = ()
 
 
 def run_plan(
     plan: Plan, config: SessionConfig, backend: Backend, settings: BackendSettings, say: Say
 ) -> bool:
-    """Run every scenario not already done; True when all of them succeeded."""
+    """Run every scenario not already done; True when all of them succeeded.
+
+    One rule for every scenario: a failure, whether in its start, its measured window, its finish or
+    the writing of its result, is that scenario's own (recorded with its cause, and reported on its
+    line), and the run goes on. Each scenario's finish runs on the finisher thread; the next scenario
+    starts beside it when it may overlap, else once it is done.
+    """
     run = config.run
     out = run.out_dir
     order = [s.id for s in plan.scenarios]
@@ -73,6 +86,7 @@ def run_plan(
             "prometheus_targets_dir": str(run.targets_dir) if run.targets_dir else None,
         },
     }
+    to_run = [s for s in plan.scenarios if s.id not in done]
     # The same fixed workload before the first scenario and after the last, where the first
     # scenario's service runs: how fast this host's CPU was, and whether that changed.
     calibration_cpus = calibration.cpus_for(plan.scenarios[0]) if plan.scenarios else ()
@@ -84,60 +98,51 @@ def run_plan(
         out / MANIFEST_FILE, build_manifest(**manifest_args, finished_at=None, complete=False, all_ok=None)
     )
     progress = _Progress(plan.scenarios, done, say)
+    if len(to_run) > 1:
+        say("each scenario's service stops while the next one starts: its result line may follow that start")
     failed: list[str] = []
-    finishing: list[tuple[int, Finishing[Judged]]] = []  # at most one: the previous scenario
+    finishing: list[tuple[int, Future[Kept]]] = []  # at most one: the previous scenario
 
-    def keep(outcome: ScenarioOutcome) -> Judged:
-        """Judge and write a scenario's result: in the background when its finish is."""
-        verdict = trust.judge_outcome(outcome)
-        write_result(out, record.build_result(outcome, verdict))
-        write_summaries(out, run.run_id, order)
-        return outcome, verdict
+    def keep(measured: ScenarioRun, overlapped: bool) -> Kept:
+        """On the finisher thread: the scenario's finish, its verdict and its written result."""
+        return _keep(measured.finish(overlapped), out, run.run_id, order)
 
     def settle() -> None:
         """Wait for the previous scenario's finish and written result, and report it."""
         while finishing:
             index, previous = finishing[0]
-            outcome, verdict = previous.result()
-            progress.finished(index, outcome, verdict)
-            if outcome.failure is not None:
-                failed.append(outcome.scenario.id)
+            kept = previous.result()  # never raises: _keep returns every failure
+            progress.finished(index, kept)
+            if kept.outcome.failure is not None:
+                failed.append(kept.outcome.scenario.id)
             finishing.pop(0)
 
     interrupted = True
-    # A service stops while the next one starts and warms up, when the backend allows it.
     finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish")
-    overlap = finisher if backend.finishes_in_background else None
     try:
         for index, scenario in enumerate(plan.scenarios, start=1):
             if scenario.id in done:
                 say(f"[{index}/{len(plan.scenarios)}] {scenario.id}: ok in an earlier session, skipped")
                 continue
             progress.starting(index, scenario)
-            last = index == len(plan.scenarios)  # nothing follows to overlap its finish
-            current = run_scenario(
-                scenario,
-                run,
-                backend,
-                settings,
-                say,
-                then=keep,
-                before_measure=settle,
-                finish_in=None if last else overlap,
-            )
+            measured = measure_scenario(scenario, run, backend, settings, say, before_measure=settle)
+            progress.measured(scenario)
             settle()  # when this scenario ended before its measured window
-            finishing.append((index, current))
+            overlapped = measured.may_overlap and scenario is not to_run[-1]
+            finishing.append((index, finisher.submit(keep, measured, overlapped)))
+            if not overlapped:
+                settle()
         settle()
         if plan.scenarios:
             calibrations["after"] = calibration.calibrate(calibration_cpus, "after", say)
         interrupted = False
     finally:
         finisher.shutdown(wait=True)  # an interrupted run still stops the service finishing
+        settle()  # the scenario that was finishing keeps its result
         try:
-            settle()  # the scenario that was finishing keeps its result
-        except Exception as exc:
-            say(f"the last finished scenario's result could not be written: {type(exc).__name__}: {exc}")
-        backend.close()
+            backend.close()
+        except Exception as exc:  # what it could not stop, it names; the manifest is still written
+            say(f"stopping what was left: {type(exc).__name__}: {exc}")
         if run.targets_dir is not None:
             prometheus_sd.delete_run(run.targets_dir, run.run_id)
         all_ok = not interrupted and not failed
@@ -150,7 +155,10 @@ def run_plan(
                 all_ok=all_ok if not interrupted else None,
             ),
         )
-        write_summaries(out, run.run_id, order)  # CPU per request in the final calibration's units
+        try:
+            write_summaries(out, run.run_id, order)  # CPU per request in the final calibration's units
+        except Exception as exc:  # the results are written; scripts/report.py makes these again
+            say(f"summaries not written: {type(exc).__name__}: {exc}")
     say(
         f"{len(plan.scenarios) - len(failed)} of {len(plan.scenarios)} scenarios ok"
         + (f"; failed: {', '.join(failed)}" if failed else "")
@@ -160,6 +168,32 @@ def run_plan(
     if grafana_url := grafana.dashboard_url(read_manifest(out)):
         say(f"grafana: {grafana_url}")
     return not failed
+
+
+def _keep(outcome: ScenarioOutcome, out: Path, run_id: str, order: list[str]) -> Kept:
+    """Judge and write a scenario's result, then the summaries; never raises. A result that cannot be
+    written makes its scenario failed (phase "record"), and that failure is written in its place
+    when it can be: --resume runs a scenario again unless an ok result of it is on disk."""
+    problems: list[str] = []
+    try:
+        verdict = trust.judge_outcome(outcome)
+        write_result(out, record.build_result(outcome, verdict))
+    except Exception as exc:
+        problem = f"its result could not be written: {type(exc).__name__}: {exc}"
+        if outcome.failure is None:
+            outcome = replace(outcome, failure=ScenarioFailed("record", problem, traceback.format_exc()))
+        else:  # the scenario had failed already: that cause stays its own
+            problems.append(problem)
+        verdict = Verdict(suspect=(), lower_bound=None)
+        try:
+            write_result(out, record.build_result(outcome, verdict))
+        except Exception as again:
+            problems.append(f"nor its failure ({type(again).__name__}: {again}); --resume runs it again")
+    try:
+        write_summaries(out, run_id, order)
+    except Exception as exc:
+        problems.append(f"summaries not updated ({type(exc).__name__}: {exc}); the run's end writes them")
+    return Kept(outcome, verdict, tuple(problems))
 
 
 def say_findings(out_dir: Path, order: list[str], preset: str, say: Say) -> None:
@@ -215,6 +249,8 @@ class _Progress:
         self._say = say
 
     def starting(self, index: int, scenario: Scenario) -> None:
+        """The ETA counts this scenario and those after it: an earlier one may still be finishing,
+        but its measured window, which the ETA counts, is over."""
         overhead = sum(self._overheads) / len(self._overheads) if self._overheads else ASSUMED_OVERHEAD_S
         eta = sum(s.warmup_s + s.measured_seconds + overhead for s in self._pending)
         self._say(
@@ -222,11 +258,16 @@ class _Progress:
             f"(elapsed {_clock(time.monotonic() - self._began)}, ETA {_clock(eta)})"
         )
 
-    def finished(self, index: int, outcome: ScenarioOutcome, verdict: Verdict) -> None:
-        if outcome.scenario in self._pending:
-            self._pending.remove(outcome.scenario)
+    def measured(self, scenario: Scenario) -> None:
+        if scenario in self._pending:
+            self._pending.remove(scenario)
+
+    def finished(self, index: int, kept: Kept) -> None:
+        outcome = kept.outcome
         self._overheads.append(outcome.timings_s["overhead"])
-        self._say(f"[{index}/{self._total}] {outcome.scenario.id}: {outcome_line(outcome, verdict)}")
+        line = outcome_line(outcome, kept.verdict)
+        problems = "".join(f"\n    note: {outcome.scenario.id}: {problem}" for problem in kept.problems)
+        self._say(f"[{index}/{self._total}] {outcome.scenario.id}: {line}{problems}")
 
 
 def outcome_line(outcome: ScenarioOutcome, verdict: Verdict) -> str:

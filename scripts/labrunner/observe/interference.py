@@ -224,7 +224,6 @@ class MeteredBackend:
 
     def __init__(self, backend: Backend, read: Reader | None, lab_pids: Sequence[int] = ()) -> None:
         self.name = backend.name
-        self.finishes_in_background = backend.finishes_in_background
         self._backend = backend
         self._read = read
         self._lab_pids = tuple(lab_pids)

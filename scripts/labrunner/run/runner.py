@@ -1,16 +1,16 @@
-"""Run one scenario: start, health, verify, warm-up, measure, then finish (the final scrape, stop and
-collect), in the background while the next scenario starts when the session allows; nothing is
-written here."""
+"""Run one scenario in two halves: measure (start, health, verify, warm-up, the measured window) and
+finish (the final scrape, stop and collect), which the session may run beside the next scenario's
+measure. Neither half raises for a scenario's failure: it is in the outcome. Writes only the
+scenario's Prometheus target file (and removes it at the stop) and k6's summary files."""
 
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any
 
 from labrunner import certs
 from labrunner.backends.base import (
@@ -33,8 +33,7 @@ from services.common.metrics import FLUSH_SECONDS
 # next scenario's start when the backend allows it.
 CRITICAL_PHASES = ("start", "health", "verify", "waited")
 FINISH_PHASES = ("scrape", "stop", "collect")
-_SCRAPE_INTERVAL_S = 2.0
-Recorded = TypeVar("Recorded")  # what the caller makes of an outcome  # prometheus/prometheus.yml
+_SCRAPE_INTERVAL_S = 2.0  # prometheus/prometheus.yml
 
 
 @dataclass(frozen=True)
@@ -50,50 +49,32 @@ class RunConfig:
     watch: live.Watch | None = None  # shows each measured window as it runs (a terminal's live line)
 
 
-@dataclass(frozen=True)
-class Finishing(Generic[Recorded]):
-    """A scenario past its measured window. Its finish (final scrape, stop, collect) and what the
-    caller does with the outcome (`then`: write its result) run in the background when the runner
-    was given an executor, while the next scenario starts; else they are done already. result()
-    waits for them and re-raises what `then` raised."""
-
-    _future: Future[Recorded]
-
-    def result(self) -> Recorded:
-        return self._future.result()
-
-
-def run_scenario(
+def measure_scenario(
     scenario: Scenario,
     config: RunConfig,
     backend: Backend,
     settings: BackendSettings,
     say: Say,
     *,
-    then: Callable[[ScenarioOutcome], Recorded],
     before_measure: Callable[[], None] = lambda: None,
-    finish_in: Executor | None = None,
-) -> Finishing[Recorded]:
-    """One scenario from start to collect, then `then` on its outcome; a failure is in the outcome,
-    never raised.
+) -> "ScenarioRun":
+    """The scenario from its start to the end of its measured window; its service still runs, owned
+    by the returned run until its finish() stops it.
 
     before_measure runs once the warm-up is over, before the measured window opens: the session
-    waits there for the previous scenario, so its stop falls in this one's start and warm-up, never
-    in a measured window. With finish_in, this scenario's own finish is submitted to it, except on
-    an emulated network, whose link and addresses must be gone before the next one is made.
+    waits there for the previous scenario's finish, so its stop falls in this one's start and
+    warm-up, never in a measured window. An interruption (Ctrl-C) stops this scenario's service
+    before it propagates.
     """
-    run = _ScenarioRun(scenario, config, backend, settings, say)
+    run = ScenarioRun(scenario, config, backend, settings, say)
     run.measure(before_measure)
-    if finish_in is None or scenario.network.emulated:
-        done: Future[Recorded] = Future()
-        done.set_result(then(run.finish(overlapped=False)))
-        return Finishing(done)
-    return Finishing(finish_in.submit(lambda: then(run.finish(overlapped=True))))
+    return run
 
 
-class _ScenarioRun:
+class ScenarioRun:
     """One scenario's state between its two halves: measure (start to the measured window) and
-    finish (the final scrape, stop and collect)."""
+    finish (the final scrape, stop and collect). measure runs on the main thread; finish may run
+    on the session's finisher thread, and touches only this scenario's service."""
 
     def __init__(
         self, scenario: Scenario, config: RunConfig, backend: Backend, settings: BackendSettings, say: Say
@@ -109,6 +90,9 @@ class _ScenarioRun:
         self.k6_run: K6Run | None = None
         self.search: capacity.Outcome | None = None
         self.failure: ScenarioFailed | None = None
+        self.handle_to_stop: ServiceHandle | None = None  # the service, until _stop() has stopped it
+        self.usage: ServiceUsage | None = None
+        self.host: Mapping[str, Any] | None = None
         self.started_at = datetime.now(UTC)
         self.began = time.monotonic()
         # /proc/stat around every measured k6 run: what others took on the scenario's CPUs.
@@ -128,7 +112,7 @@ class _ScenarioRun:
         ca_file = settings.certs_dir / certs.CA_FILE
         try:
             with _timed(timings, "start"):
-                self.handle = handle = self.backend.start_service(scenario)
+                self.handle = self.handle_to_stop = handle = self.backend.start_service(scenario)
             for note in handle.notes:
                 say(f"    note: {note}")
             if config.targets_dir is not None:
@@ -168,11 +152,28 @@ class _ScenarioRun:
             self.failure = exc
         except Exception as exc:  # a bug or an OS error in one scenario must not end the run
             self.failure = ScenarioFailed("internal", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        except BaseException:  # Ctrl-C: the run ends, and this run's service with it
+            self._stop()
+            raise
+
+    @property
+    def may_overlap(self) -> bool:
+        """Whether the next scenario may start before this one's finish is done: not on an emulated
+        network, whose link and addresses must be gone before the next one is made."""
+        return not self.scenario.network.emulated
 
     def finish(self, overlapped: bool) -> ScenarioOutcome:
-        """overlapped: this runs while the next scenario starts, off the run's critical path."""
+        """The final scrape, the stop and the collect; never raises (a failure is in the outcome).
+        overlapped: this runs while the next scenario starts, off the run's critical path."""
+        try:
+            return self._finish(overlapped)
+        except Exception as exc:  # a bug in the collect: the scenario fails, its service is stopped
+            self.failure = ScenarioFailed("internal", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            self._stop()
+            return self._outcome(overlapped)
+
+    def _finish(self, overlapped: bool) -> ScenarioOutcome:
         scenario, config, handle, timings = self.scenario, self.config, self.handle, self.timings
-        usage: ServiceUsage | None = None
         try:
             if (
                 self.failure is None
@@ -186,37 +187,51 @@ class _ScenarioRun:
         except Exception as exc:  # a bug or an OS error: recorded, and the service still stops
             self.failure = ScenarioFailed("internal", f"{type(exc).__name__}: {exc}", traceback.format_exc())
         finally:
-            if handle is not None:
-                with _timed(timings, "stop"):
-                    if config.targets_dir is not None:
-                        sd_file = prometheus_sd.file_for(config.targets_dir, config.run_id, scenario)
-                        sd_file.unlink(missing_ok=True)
-                    try:
-                        usage = self.backend.stop_service(handle)
-                    except Exception as exc:  # e.g. a cgroup that would not drain: record, go on
-                        message = f"{type(exc).__name__}: {exc}"
-                        self.failure = self.failure or ScenarioFailed("stop", message, traceback.format_exc())
+            with _timed(timings, "stop"):
+                self._stop()
         with _timed(timings, "collect"):
-            host = interference.scenario_section(self.metered.window, handle, usage, self.unmetered)
+            self.host = interference.scenario_section(self.metered.window, handle, self.usage, self.unmetered)
+        return self._outcome(overlapped)
+
+    def _stop(self) -> None:
+        """Stop the service once (the target file first: Prometheus stops scraping it); a failed
+        stop is recorded, and the backend's close() stops what it could not."""
+        handle, self.handle_to_stop = self.handle_to_stop, None
+        if handle is None:
+            return
+        if self.config.targets_dir is not None:
+            prometheus_sd.file_for(self.config.targets_dir, self.config.run_id, self.scenario).unlink(
+                missing_ok=True
+            )
+        try:
+            self.usage = self.backend.stop_service(handle)
+        except ScenarioFailed as exc:  # an engine's own explanation
+            self.failure = self.failure or exc
+        except Exception as exc:  # e.g. a cgroup that would not drain: record, go on
+            message = f"{type(exc).__name__}: {exc}"
+            self.failure = self.failure or ScenarioFailed("stop", message, traceback.format_exc())
+
+    def _outcome(self, overlapped: bool) -> ScenarioOutcome:
+        timings = self.timings
         # The run's wall time this scenario added beyond k6's: an overlapped finish added none.
         on_path = CRITICAL_PHASES if overlapped else (*CRITICAL_PHASES, *FINISH_PHASES)
         timings["overhead"] = sum(timings.get(phase, 0.0) for phase in on_path)
-        timings["total"] = time.monotonic() - self.began
         if overlapped:
             timings["overlapped"] = sum(timings.get(phase, 0.0) for phase in FINISH_PHASES)
+        timings["total"] = time.monotonic() - self.began
         return ScenarioOutcome(
-            run_id=config.run_id,
+            run_id=self.config.run_id,
             backend=self.backend.name,
-            scenario=scenario,
+            scenario=self.scenario,
             started_at=self.started_at,
             finished_at=datetime.now(UTC),
             failure=self.failure,
-            handle=handle,
+            handle=self.handle,
             verification=self.verification,
             k6_run=self.k6_run,
-            usage=usage,
-            timings_s=timings,
-            host=host,
+            usage=self.usage,
+            timings_s=self.timings,
+            host=self.host,
             relay_cpu_seconds=self.metered.relay_cpu_seconds,
             search=self.search,
         )
@@ -262,7 +277,7 @@ def _await_final_scrape(prometheus_url: str, run_id: str, scenario: Scenario, sa
     timeout_s = FLUSH_SECONDS + _SCRAPE_INTERVAL_S + 1.0
     problem = prometheus_sd.wait_scraped_after(prometheus_url, run_id, scenario, after, timeout_s)
     if problem:
-        say(f"    note: {problem}; its final counters may be missing")
+        say(f"    note: {scenario.id}: {problem}; its final counters may be missing")
 
 
 def _check_warmup(run: K6Run) -> None:
