@@ -87,7 +87,8 @@ def service_params(
         "ports": {f"{port}/tcp": (publish, None), f"{metrics_port}/tcp": (publish, None)},
         # The whole CPUs' quota until the service listens, then the profile's (apply_profile_quota),
         # as on the local backend: importing its modules is no part of what a profile limits.
-        # A period and quota, not nano_cpus: an engine updates the one, and refuses to for the other.
+        # A period and quota, not nano_cpus: an engine refuses to update the quota of a container
+        # created with nano_cpus.
         "cpu_period": CFS_PERIOD_US,
         "cpu_quota": quota_us(profile.whole_cpus),
         "mem_limit": profile.memory_bytes,
