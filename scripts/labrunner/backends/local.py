@@ -183,7 +183,7 @@ class LocalBackend:
             notes.append(shared_cpus_note(split.k6, f"the host has {len(available)} CPUs", profile))
         log_file = self._settings.logs_dir / f"{scenario.id}.service.log"
         network: _Network | None = None
-        known = False
+        service: _Service | None = None  # once set, also known to _release
         try:
             if scenario.network.emulated:
                 network = self._network(scenario, split.k6, notes)
@@ -191,13 +191,12 @@ class LocalBackend:
                 service = self._spawn(scenario, cgroup, split.service, log_file, network)
                 with self._services_lock:
                     self._services[scenario.id] = service
-                known = True
             listening = self._await_listening(scenario, service)
             if cgroup is not None:
                 set_cpu_quota(cgroup, profile.cpus)
         except BaseException:
             # No handle reaches the runner, so what was made is removed here.
-            if known:
+            if service is not None:
                 self._release(scenario.id)
             else:
                 if network is not None:

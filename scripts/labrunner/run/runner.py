@@ -30,7 +30,7 @@ from labrunner.say import Say
 from services.common.metrics import FLUSH_SECONDS
 
 # Phases outside k6's runs: those on the run's critical path, and the finish, which overlaps the
-# next scenario's start when the backend allows it.
+# next scenario's start except on an emulated network.
 CRITICAL_PHASES = ("start", "health", "verify", "waited")
 FINISH_PHASES = ("scrape", "stop", "collect")
 _SCRAPE_INTERVAL_S = 2.0  # prometheus/prometheus.yml
