@@ -323,8 +323,11 @@ def h2_server(
     _, cert, key = tls_material
     app_dir = tmp_path_factory.mktemp("h2app")
     (app_dir / "h2app.py").write_text(H2_APP.format(record=json.dumps(fake_record(0))))
+    # Hypercorn ends a connection after 1,000 requests by default (GOAWAY), which k6 reports
+    # as a failed request: the lab's Quart service lifts the limit the same way.
+    (app_dir / "hypercorn.toml").write_text("keep_alive_max_requests = 1_000_000_000\n")
     port = free_port()
-    argv = [sys.executable, "-m", "hypercorn", "--bind", f"127.0.0.1:{port}"]
+    argv = [sys.executable, "-m", "hypercorn", "--config", "hypercorn.toml", "--bind", f"127.0.0.1:{port}"]
     argv += ["--certfile", str(cert), "--keyfile", str(key), "h2app:app"]
     proc = subprocess.Popen(argv, cwd=app_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
