@@ -3,10 +3,10 @@ import { check } from 'k6';
 import grpc from 'k6/net/grpc';
 import {
   COUNT, buildOptions, connectOnce, grpcClient, logFirstFailure, nowMs, record, recordChecks,
-  sampled,
+  sampled, summaryHandler,
 } from './lib/common.js';
 
-export { handleSummary } from './lib/common.js';
+export const handleSummary = summaryHandler('grpc_req_duration');
 
 const METHOD = 'protolab.cars.v1.RecordService/ListRecords';
 const REQUEST = { count: COUNT };

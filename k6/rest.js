@@ -4,9 +4,10 @@ import exec from 'k6/execution';
 import http from 'k6/http';
 import {
   COUNT, buildOptions, envString, logFirstFailure, record, recordChecks, sampled,
+  summaryHandler,
 } from './lib/common.js';
 
-export { handleSummary } from './lib/common.js';
+export const handleSummary = summaryHandler('protolab_req_duration');
 
 const PROTOCOLS = ['HTTP/1.1', 'HTTP/2.0'];
 const EXPECT_PROTO = envString('EXPECT_PROTO', 'HTTP/1.1');

@@ -4,9 +4,11 @@ import exec from 'k6/execution';
 import { Counter, Gauge, Rate, Trend } from 'k6/metrics';
 import grpc from 'k6/net/grpc';
 
-// Uniform metrics for every protocol, so requests/s and latency compare like for like.
-// protolab_reqs and protolab_req_duration hold successful requests only (a failed
-// request is never throughput); protolab_req_failed has one sample per attempt.
+// Uniform metrics for every protocol, so requests/s compare like for like. protolab_reqs and
+// protolab_req_duration hold successful requests only (a failed request is never throughput);
+// protolab_req_failed has one sample per attempt. The lab's latency is each script's clock
+// (summaryHandler below); protolab_req_duration is REST's clock and, for gRPC, a JavaScript
+// window kept for the dashboards.
 export const reqs = new Counter('protolab_reqs');
 export const reqDuration = new Trend('protolab_req_duration', true);
 export const reqFailed = new Rate('protolab_req_failed');
@@ -172,21 +174,29 @@ function thresholdsOk(data) {
   );
 }
 
-// One stdout line plus the full summary JSON at SUMMARY_FILE (when set).
-export function handleSummary(data) {
-  const line =
-    `protolab: ok_reqs=${stat(data, 'protolab_reqs', 'count')} ` +
-    `(${stat(data, 'protolab_reqs', 'rate').toFixed(1)}/s) ` +
-    `failed=${(100 * stat(data, 'protolab_req_failed', 'rate')).toFixed(2)}% ` +
-    `p50=${stat(data, 'protolab_req_duration', 'p(50)').toFixed(3)}ms ` +
-    `p99=${stat(data, 'protolab_req_duration', 'p(99)').toFixed(3)}ms ` +
-    `checks=${(100 * stat(data, 'checks', 'rate')).toFixed(2)}% ` +
-    `dropped=${stat(data, 'dropped_iterations', 'count')} ` +
-    `thresholds=${thresholdsOk(data) ? 'ok' : 'FAILED'}\n`;
-  const out = { stdout: line };
-  const file = __ENV.SUMMARY_FILE;
-  if (file) out[file] = JSON.stringify(data, null, 2);
-  return out;
+// handleSummary for a script whose latency clock is `latencyMetric`: one stdout line, and the
+// full summary JSON at SUMMARY_FILE (when set) with protolab.latency_metric naming the clock.
+// The clock is k6's own timer of each request on every protocol, never a JavaScript window:
+// REST's protolab_req_duration is res.timings.duration (http_req_duration of that request), gRPC's
+// is grpc_req_duration (the call on the wire, before k6 turns a decoded reply into JavaScript).
+export function summaryHandler(latencyMetric) {
+  return function handleSummary(data) {
+    const line =
+      `protolab: ok_reqs=${stat(data, 'protolab_reqs', 'count')} ` +
+      `(${stat(data, 'protolab_reqs', 'rate').toFixed(1)}/s) ` +
+      `failed=${(100 * stat(data, 'protolab_req_failed', 'rate')).toFixed(2)}% ` +
+      `p50=${stat(data, latencyMetric, 'p(50)').toFixed(3)}ms ` +
+      `p99=${stat(data, latencyMetric, 'p(99)').toFixed(3)}ms ` +
+      `checks=${(100 * stat(data, 'checks', 'rate')).toFixed(2)}% ` +
+      `dropped=${stat(data, 'dropped_iterations', 'count')} ` +
+      `thresholds=${thresholdsOk(data) ? 'ok' : 'FAILED'}\n`;
+    const out = { stdout: line };
+    const file = __ENV.SUMMARY_FILE;
+    if (file) {
+      out[file] = JSON.stringify(Object.assign({ protolab: { latency_metric: latencyMetric } }, data), null, 2);
+    }
+    return out;
+  };
 }
 
 // gRPC client with cars.proto loaded from PROTO_DIR (relative paths resolve against the

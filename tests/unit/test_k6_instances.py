@@ -101,7 +101,15 @@ def _summary(requests: int, failed: int = 0, seconds: float = 3.0, vus: int = 5)
                 "thresholds": {"rate<0.01": {"ok": failed / attempts < 0.01}},
             },
             "protolab_req_duration": {
-                "values": {"avg": 1.0, "p(50)": 1.0, "p(90)": 1.0, "p(95)": 1.0, "p(99)": 1.0, "max": 1.0}
+                "values": {
+                    "avg": 1.0,
+                    "p(50)": 1.0,
+                    "p(90)": 1.0,
+                    "p(95)": 1.0,
+                    "p(99)": 1.0,
+                    "max": 1.0,
+                    "count": requests,
+                }
             },
             "data_received": {"values": {"count": requests * 100, "rate": requests * 100 / seconds}},
             "iterations": {"values": {"count": attempts, "rate": attempts / seconds}},
@@ -302,7 +310,8 @@ def test_merged_run_without_samples_keeps_only_exact_latency() -> None:
 def test_an_instance_whose_raw_output_misses_samples_fails_the_merge() -> None:
     runs = [_instance(3, [1.0, 2.0, 3.0], cpu_seconds=1.0), _instance(3, [1.0, 2.0], cpu_seconds=1.0)]
     with pytest.raises(
-        ScenarioFailed, match="k6 instance 2: its raw output holds 2 latency samples, its summary 3"
+        ScenarioFailed,
+        match="k6 instance 2: its raw output holds 2 protolab_req_duration samples, its summary 3",
     ):
         K6Run.merge(runs)
 
@@ -328,11 +337,12 @@ def test_raw_csv_gives_its_latency_samples_and_is_replaced(tmp_path: Path) -> No
         "protolab_req_duration,1,1.250000,,\n"
         "protolab_reqs,1,1.000000,,\n"
         "protolab_req_duration,2,0.125001,,\n"
+        "grpc_req_duration,2,0.5,,\n"
     )
-    assert take_latency_samples(raw) == [1.25, 0.125001]
+    assert take_latency_samples(raw, "protolab_req_duration") == [1.25, 0.125001]
     assert not raw.exists()
     assert tmp_path.joinpath("s.k6-1.latency_ms.txt").read_text().split() == ["1.25", "0.125001"]
-    assert take_latency_samples(tmp_path / "missing.csv") == []
+    assert take_latency_samples(tmp_path / "missing.csv", "protolab_req_duration") == []
 
 
 # --- the result JSON -----------------------------------------------------------------------

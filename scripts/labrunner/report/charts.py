@@ -47,8 +47,8 @@ def efficiency(groups: Sequence[Group], path: Path) -> Path | None:
 
 
 def latency(groups: Sequence[Group], path: Path) -> Path | None:
-    """The latency percentile spectrum (p50 to p99.9) of each target under an equal offered load (the
-    open-model groups), one line per target at the geometric mean over repeats, log scale."""
+    """The latency percentile spectrum (p50 to p99.9) of each target under an open model, one line per
+    target at the percentiles pooled over its repeats, as far as its samples support, log scale."""
     wanted = [g for g in groups if g.kind == THROUGHPUT and g.results and _executor(g) in _OPEN]
     facets = _facets(wanted, lambda g: f"{g.profile}, c{g.count}, {g.load_model}")
     if not facets:
@@ -57,10 +57,11 @@ def latency(groups: Sequence[Group], path: Path) -> Path | None:
     markers = "osD^vP*X"
     for ax, (title, members) in zip(axes, facets.items(), strict=True):
         for index, g in enumerate(members):
-            points = [(p, g.values(p)) for p in PERCENTILES if g.values(p)]
+            # Only the percentiles the pooled samples support (stats.MIN_SAMPLES_BEYOND).
+            points = [(p, s.centre) for p in PERCENTILES if g.supports(p) and (s := g.summary(p))]
             ax.plot(
                 [p for p, _ in points],
-                [summarize(values).centre for _, values in points],
+                [centre for _, centre in points],
                 marker=markers[index % len(markers)],
                 color=FAMILY_COLOURS[family(g)],
                 linestyle="--" if g.tls else "-",

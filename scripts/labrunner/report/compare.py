@@ -2,12 +2,12 @@
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from labrunner.report.stats import Ratio, Summary, ratio, summarize
+from labrunner.report.stats import Quantiles, Ratio, Summary, pooled_quantile, ratio, summarize, supports
 from labrunner.results.trust import verdict_of
-from labrunner.run.k6 import LATENCY_STATS
+from labrunner.run.k6 import LATENCY_STATS, PERCENTILES
 
 Result = Mapping[str, Any]
 Reader = Callable[[Result], float | None]
@@ -72,6 +72,10 @@ COMPARED = {
     SEQUENTIAL: ("avg", "p50", "p99"),
     CAPACITY: ("sustainable",),
 }
+# Under an open model the offered rate sets req/s (a ratio of it only echoes the rate) and idle
+# cost weighs in CPU per request: such groups compare by latency alone.
+OPEN_EXECUTORS = ("constant-arrival-rate",)
+OPEN_COMPARED = ("p50", "p99")
 
 
 @dataclass(frozen=True)
@@ -102,8 +106,36 @@ class Group:
         return [v for v in (read(r) for r in self.results) if v is not None]
 
     def summary(self, metric: str) -> Summary | None:
+        """The repeats' summary; a percentile's centre is the pooled one (pooled()), its interval
+        the repeats'."""
         values = self.values(metric)
-        return summarize(values) if values else None
+        if not values:
+            return None
+        summary = summarize(values)
+        pooled = self.pooled(metric) if metric in PERCENTILES else None
+        return summary if pooled is None else replace(summary, centre=pooled, note=summary.note or "pooled")
+
+    @property
+    def samples(self) -> int:
+        """Latency samples over every repeat (results written before the count: their requests)."""
+        return sum(_latency_count(r) for r in self.results)
+
+    def supports(self, metric: str) -> bool:
+        """Whether the pooled samples support the percentile `metric` (stats.supports); any other
+        metric is supported."""
+        return metric not in PERCENTILES or supports(self.samples, PERCENTILES[metric])
+
+    def pooled(self, metric: str) -> float | None:
+        """The percentile `metric` over every repeat's samples pooled (stats.pooled_quantile);
+        None when a repeat has no quantile grid (results written before it)."""
+        repeats = [(_latency_count(r), _quantile_grid(r)) for r in self.results]
+        if not repeats or any(not grid for _, grid in repeats):
+            return None
+        return pooled_quantile(repeats, PERCENTILES[metric])
+
+    @property
+    def open_model(self) -> bool:
+        return bool(self.results) and self.results[0]["scenario"]["load_model"]["executor"] in OPEN_EXECUTORS
 
     @property
     def lower_bound(self) -> str | None:
@@ -382,12 +414,27 @@ def baseline_changes(current: Sequence[Group], baseline: Sequence[Group]) -> lis
 
 
 def _compare(kind: str, candidate: Group, baseline: Group) -> Comparison:
+    """The compared metrics' ratios; a percentile only where both sides' samples support it."""
     ratios = {}
-    for name in COMPARED[candidate.kind]:
+    compared = OPEN_COMPARED if candidate.open_model else COMPARED[candidate.kind]
+    for name in compared:
         c, b = candidate.values(name), baseline.values(name)
-        if c and b:
+        if c and b and candidate.supports(name) and baseline.supports(name):
             ratios[name] = ratio(c, b)
     return Comparison(kind, candidate, baseline, ratios)
+
+
+def _k6_metrics(result: Result) -> Mapping[str, Any]:
+    return (result.get("k6") or {}).get("metrics") or {}
+
+
+def _latency_count(result: Result) -> int:
+    metrics = _k6_metrics(result)
+    return int(metrics.get("latency_count") or metrics.get("requests") or 0)
+
+
+def _quantile_grid(result: Result) -> Quantiles:
+    return [(float(f), float(v)) for f, v in _k6_metrics(result).get("latency_quantiles_ms") or ()]
 
 
 def _kind(model: Mapping[str, Any]) -> str:

@@ -29,8 +29,9 @@ from labrunner.report.compare import (
 )
 from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
 from labrunner.report.runs import Run
-from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE
+from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE, MIN_SAMPLES_BEYOND, samples_needed
 from labrunner.results.trust import verdict_of
+from labrunner.run.k6 import PERCENTILES
 
 LATENCY_STATS = ("avg", "p50", "p90", "p95", "p99", "p99.9")
 
@@ -196,13 +197,28 @@ def latency(run: Run) -> list[Block]:
     for g in groups:
         for stat in LATENCY_STATS:
             s = g.summary(stat)
-            if s is not None:
+            if s is not None and g.supports(stat):
                 rows.append([f"`{g.id}`", stat, *centre_interval_cells(s, LATENCY_FORMAT)])
+            elif s is not None:
+                rows.append(
+                    [
+                        f"`{g.id}`",
+                        stat,
+                        str(s.n),
+                        f"— ({g.samples:,} samples: needs {samples_needed(PERCENTILES[stat]):,})",
+                        "",
+                        "",
+                        "",
+                    ]
+                )
     return [
         Heading(2, "Latency across repeats"),
         Paragraph(
-            "Each k6 statistic (avg and percentiles of one repeat) over the repeats, in ms. "
-            f"{METHOD_LINE} Under a closed model (constant VUs) every target runs at saturation, where "
+            "Each k6 statistic over the repeats, in ms, on each script's clock (k6's own timer of a "
+            "request: http_req_duration for REST, grpc_req_duration for gRPC). A percentile's centre "
+            "pools every repeat's samples, its interval is the repeats'; a percentile with fewer than "
+            f"{MIN_SAMPLES_BEYOND} pooled samples beyond it is not shown. {METHOD_LINE} Under a closed "
+            "model (constant VUs) every target runs at saturation, where "
             "latency is set by the CPU quota (the CFS period) more than by the protocol: "
             + _equal_load_pointer(groups)
         ),

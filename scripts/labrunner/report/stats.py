@@ -1,5 +1,6 @@
 """Statistics over repeats: geometric means with log-scale t intervals, and ratio tests."""
 
+import bisect
 import math
 import statistics
 import warnings
@@ -140,3 +141,59 @@ def ratio(candidate: Sequence[float], baseline: Sequence[float], confidence: flo
         p_value=p_value,
         significant=p_value < 1 - confidence,
     )
+
+
+# A percentile is shown only where at least this many pooled samples lie beyond it: p99 needs
+# 1,000 samples, p99.9 10,000. With fewer, the figure is one of the few largest samples.
+MIN_SAMPLES_BEYOND = 10
+
+Quantiles = Sequence[tuple[float, float]]  # (fraction, value), fractions rising from 0 (min) to 1 (max)
+
+
+def supports(samples: int, fraction: float) -> bool:
+    """Whether `samples` values put at least MIN_SAMPLES_BEYOND beyond the `fraction` percentile."""
+    return samples * (1 - fraction) >= MIN_SAMPLES_BEYOND - 1e-9
+
+
+def samples_needed(fraction: float) -> int:
+    """The fewest samples that support the `fraction` percentile."""
+    return math.ceil(MIN_SAMPLES_BEYOND / (1 - fraction) - 1e-9)
+
+
+def pooled_quantile(repeats: Sequence[tuple[int, Quantiles]], fraction: float) -> float:
+    """The `fraction` percentile of every repeat's samples pooled, from each repeat's quantiles.
+
+    Each repeat's distribution is its quantile grid joined linearly (k6's percentiles are
+    interpolated between ranks too); the pool is their mixture weighted by sample counts, so a
+    repeat of 2,000 requests weighs twice one of 1,000, as its samples would. The percentile is
+    where the mixture's distribution function reaches `fraction`, found by bisection (it rises).
+    """
+    weighted = [(n, q) for n, q in repeats if n > 0 and q]
+    if not weighted:
+        raise ValueError("pooled_quantile needs a repeat with samples")
+    total = sum(n for n, _ in weighted)
+
+    def share_below(x: float) -> float:
+        return sum(n * _distribution(q, x) for n, q in weighted) / total
+
+    low = min(q[0][1] for _, q in weighted)
+    high = max(q[-1][1] for _, q in weighted)
+    for _ in range(100):  # the interval halves each time: far below any latency's resolution
+        middle = (low + high) / 2
+        if share_below(middle) < fraction:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def _distribution(quantiles: Quantiles, x: float) -> float:
+    """The share of a repeat's samples at or below x, interpolated on its quantile grid."""
+    values = [v for _, v in quantiles]
+    if x < values[0]:
+        return 0.0
+    if x >= values[-1]:
+        return 1.0
+    at = bisect.bisect_right(values, x)  # values[at - 1] <= x < values[at]
+    (f0, v0), (f1, v1) = quantiles[at - 1], quantiles[at]
+    return f0 + (f1 - f0) * (x - v0) / (v1 - v0)

@@ -35,11 +35,14 @@ from labrunner.run import live
 TREND_STATS: tuple[str, ...] = tuple(json.loads((REPO / "k6" / "lib" / "trend_stats.json").read_text()))
 SUMMARY_TREND_STATS = ",".join(TREND_STATS)
 EXIT_THRESHOLDS_CROSSED = 99  # k6's exit code when a threshold failed (the run itself completed)
-# Each percentile by its key in latency_ms ("p(99.9)" -> "p99.9") and its fraction, as k6 reads it.
-PERCENTILES = {f"p{stat[2:-1]}": float(stat[2:-1]) / 100 for stat in TREND_STATS if stat.startswith("p(")}
+# The percentiles a result shows, by their key in latency_ms ("p99.9") and their fraction.
+PERCENTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99, "p99.9": 0.999}
 LATENCY_STATS = {"avg": "avg", **{key: f"p({key[1:]})" for key in PERCENTILES}, "max": "max"}
-# The raw-output metric merged percentiles come from: successful requests' latency, as the summary's.
-LATENCY_METRIC = "protolab_req_duration"
+# Every percentile the summary holds: the grid a group's repeats are pooled on (report/compare.py).
+QUANTILE_GRID = {stat: round(float(stat[2:-1]) / 100, 6) for stat in TREND_STATS if stat.startswith("p(")}
+# Summaries written before each script named its clock (k6/lib/common.js summaryHandler) timed
+# latency in protolab_req_duration.
+DEFAULT_LATENCY_METRIC = "protolab_req_duration"
 
 
 class K6NotFound(RuntimeError):
@@ -55,7 +58,10 @@ class K6Metrics:
     attempts: int  # protolab_req_failed samples: every request, failed or not
     errors: int
     error_rate: float | None
-    latency_ms: Mapping[str, float | None]  # successful requests' LATENCY_STATS: avg, p50 ... p99.9, max
+    latency_ms: Mapping[str, float | None]  # LATENCY_STATS of the clock: avg, p50 ... p99.9, max
+    latency_metric: str  # the clock: the k6 metric the script names (k6's own timer of each request)
+    latency_count: int  # samples of the clock
+    latency_quantiles_ms: tuple[tuple[float, float], ...]  # (fraction, ms) on QUANTILE_GRID, min and max
     data_received_bytes: int
     data_received_bytes_per_second: float
     dropped_iterations: int
@@ -83,7 +89,7 @@ class K6Run:
     segment: str | None = None  # an instance's execution segment
     cpu_ids: tuple[int, ...] = ()  # an instance's CPUs
     placement: str | None = None  # an instance's engine and CPU, when not this host's
-    latency_samples: tuple[float, ...] | None = None  # an instance's raw protolab_req_duration values
+    latency_samples: tuple[float, ...] | None = None  # an instance's raw samples of its clock
     merged: K6Metrics | None = None  # a split run's merged numbers
 
     @classmethod
@@ -119,11 +125,11 @@ class K6Run:
                 if run.latency_samples is None or samples is None:
                     samples = None
                     continue
-                if len(run.latency_samples) != m.requests:
+                if len(run.latency_samples) != m.latency_count:
                     raise ScenarioFailed(
                         "measure",
-                        f"k6 instance {index}: its raw output holds {len(run.latency_samples)} latency "
-                        f"samples, its summary {m.requests} successful requests",
+                        f"k6 instance {index}: its raw output holds {len(run.latency_samples)} "
+                        f"{m.latency_metric} samples, its summary {m.latency_count}",
                         run.output_tail,
                     )
                 samples.extend(run.latency_samples)
@@ -180,12 +186,12 @@ def run(backend: Backend, handle: ServiceHandle, invocation: K6Invocation, measu
         if instance.raw_file is not None:
             instance.raw_file.unlink(missing_ok=True)
     processes = backend.run_k6_instances(handle, invocation.instances, measured)
-    runs = [
-        K6Run.collect(
-            process, instance, take_latency_samples(instance.raw_file) if instance.raw_file else None
-        )
-        for process, instance in zip(processes, invocation.instances, strict=True)
-    ]
+    runs = []
+    for process, instance in zip(processes, invocation.instances, strict=True):
+        summary = read_summary(instance.summary_file)
+        clock = parse_summary(summary).latency_metric if summary else DEFAULT_LATENCY_METRIC
+        samples = take_latency_samples(instance.raw_file, clock) if instance.raw_file else None
+        runs.append(K6Run.collect(process, instance, samples))
     return K6Run.merge(runs)
 
 
@@ -232,10 +238,10 @@ def instances_for(setting: K6Instances, k6_cpus: Sequence[int], model: LoadModel
     return setting
 
 
-def take_latency_samples(raw_file: Path) -> list[float]:
-    """The latency samples in an instance's raw CSV output; they replace it, one value per line
-    in <raw>.latency_ms.txt (the CSV holds every metric's samples and grows fast)."""
-    prefix = LATENCY_METRIC + ","
+def take_latency_samples(raw_file: Path, clock: str) -> list[float]:
+    """The samples of metric `clock` in an instance's raw CSV output; they replace it, one value per
+    line in <raw>.latency_ms.txt (the CSV holds every metric's samples and grows fast)."""
+    prefix = clock + ","
     samples: list[float] = []
     try:
         with raw_file.open() as f:
@@ -268,6 +274,15 @@ def latency_stats(samples: Sequence[float]) -> dict[str, float | None]:
     return stats
 
 
+def quantiles(samples: Sequence[float]) -> tuple[tuple[float, float], ...]:
+    """(fraction, value) at 0 (the minimum), on QUANTILE_GRID and at 1 (the maximum), as k6 computes them."""
+    if not samples:
+        return ()
+    ordered = sorted(samples)
+    grid = (0.0, *QUANTILE_GRID.values(), 1.0)
+    return tuple((fraction, percentile(ordered, fraction)) for fraction in grid)
+
+
 def merge_metrics(metrics: Sequence[K6Metrics], samples: Sequence[float] | None) -> K6Metrics:
     """Instances' numbers as one run's: counts summed, rates over the longest instance's test run.
 
@@ -280,8 +295,9 @@ def merge_metrics(metrics: Sequence[K6Metrics], samples: Sequence[float] | None)
     received = sum(m.data_received_bytes for m in metrics)
     durations = [m.test_run_seconds for m in metrics if m.test_run_seconds is not None]
     seconds = max(durations) if durations else None
+    grid: tuple[tuple[float, float], ...] = ()
     if samples is not None:
-        latency = latency_stats(samples)
+        latency, grid = latency_stats(samples), quantiles(samples)
     else:
         latency = dict.fromkeys(LATENCY_STATS)
         timed = [(m.latency_ms.get("avg"), m.requests) for m in metrics if m.requests]
@@ -297,6 +313,9 @@ def merge_metrics(metrics: Sequence[K6Metrics], samples: Sequence[float] | None)
         errors=errors,
         error_rate=errors / attempts if attempts else None,
         latency_ms=latency,
+        latency_metric=metrics[0].latency_metric if metrics else DEFAULT_LATENCY_METRIC,
+        latency_count=sum(m.latency_count for m in metrics),
+        latency_quantiles_ms=grid,
         data_received_bytes=received,
         data_received_bytes_per_second=received / seconds
         if seconds
@@ -460,13 +479,22 @@ def parse_summary(summary: Mapping[str, Any]) -> K6Metrics:
     failed = value("protolab_req_failed", "passes") or 0
     succeeded = value("protolab_req_failed", "fails") or 0
     duration_ms = summary.get("state", {}).get("testRunDurationMs")
+    clock = (summary.get("protolab") or {}).get("latency_metric") or DEFAULT_LATENCY_METRIC
+    grid = [(0.0, value(clock, "min")), *((f, value(clock, stat)) for stat, f in QUANTILE_GRID.items())]
+    grid.append((1.0, value(clock, "max")))
     return K6Metrics(
         requests=int(value("protolab_reqs", "count") or 0),
         requests_per_second=float(value("protolab_reqs", "rate") or 0.0),
         attempts=int(failed + succeeded),
         errors=int(failed),
         error_rate=value("protolab_req_failed", "rate") if failed + succeeded else None,
-        latency_ms={k: value("protolab_req_duration", s) for k, s in LATENCY_STATS.items()},
+        latency_ms={k: value(clock, s) for k, s in LATENCY_STATS.items()},
+        latency_metric=clock,
+        latency_count=int(value(clock, "count") or 0),
+        # An older summary lacks the grid: no pooling (report/compare.py falls back).
+        latency_quantiles_ms=tuple((f, float(v)) for f, v in grid)
+        if all(v is not None for _, v in grid)
+        else (),
         data_received_bytes=int(value("data_received", "count") or 0),
         data_received_bytes_per_second=float(value("data_received", "rate") or 0.0),
         dropped_iterations=int(value("dropped_iterations", "count") or 0),
