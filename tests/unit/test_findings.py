@@ -6,12 +6,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from labrunner.cli import report as cli
 from labrunner.cli.session import say_findings
 from labrunner.files import write_json_atomic
 from labrunner.report import answers, findings, payload
 from labrunner.report.compare import compare_groups, group_results, is_streaming
-from labrunner.report.stats import Ratio
+from labrunner.report.stats import Ratio, holm
 from labrunner.report.summary import write_summaries
 from labrunner.results.store import RESULT_SCHEMA, result_path
 
@@ -87,38 +88,59 @@ def _one(found: list[findings.Finding], question: str, text: str) -> findings.Fi
 
 def test_a_significant_difference_names_its_ratio_interval_and_what_was_held_fixed() -> None:
     results = _run({"grpc": [600, 610, 590]}, cpu_per_request_s=0.0008) + _run({"quart-h1": [400, 405, 395]})
-    finding = _one(_find(results), "gRPC vs REST", "grpc served")
-    assert finding.sentence.startswith("grpc served 1.50x [")
-    assert "the req/s of quart-h1 at 0.80x [0.80, 0.80] the CPU per request;" in finding.sentence
-    assert "no difference detectable" not in finding.sentence
-    assert (
-        "held fixed: quarter profile (0.25 CPU), 100 records, build, closed model, no TLS" in finding.sentence
-    )
+    finding = _one(_find(results), "gRPC vs REST", "grpc vs")
+    assert finding.sentence.startswith("grpc vs quart-h1: 1.50x [")
+    assert "the req/s, at 0.80x [0.80, 0.80] the CPU per request." in finding.sentence
+    assert "inconclusive" not in finding.sentence
+    assert finding.held_fixed == "quarter profile (0.25 CPU), 100 records, build, closed model, no TLS"
     assert finding.effect > 0.4
 
 
-def test_an_interval_that_holds_one_is_no_difference_detectable_and_ranks_last() -> None:
+def test_an_interval_that_holds_one_is_inconclusive_and_ranks_last() -> None:
     found = _find(
         _run({"grpc": [500, 620, 420], "quart-h1": [480, 560, 450], "aiohttp-h1": [1500, 1510, 1490]})
     )
-    close = _one(found, "gRPC vs REST", "of quart-h1")
-    assert "no difference detectable" in close.sentence and close.effect == 0.0
+    close = _one(found, "gRPC vs REST", "vs quart-h1")
+    assert "req/s inconclusive (1.0" in close.sentence and "95% interval [" in close.sentence
+    assert close.effect == 0.0
     ranked = [f for f in findings.ranked(found) if f.question == "gRPC vs REST"]
     assert ranked[-1] is close
 
 
-def test_an_interval_too_wide_to_use_is_said_in_words() -> None:
+def test_only_an_equivalence_test_says_equivalent_else_inconclusive() -> None:
     # Two repeats of a tail percentile on the README's run: 1.40x [0.03, 66.96] tells nothing.
     wide = Ratio(1.40, 0.03, 66.96, 0.9, False)
-    assert findings.describe_ratio(wide, "p99") == (
-        "1.40x the p99, too uncertain to tell (95% interval [0.03, 66.96]: more repeats needed)"
-    )
-    narrow = Ratio(1.18, 0.93, 1.50, 0.2, False)
-    assert (
-        findings.describe_ratio(narrow, "req/s") == "1.18x [0.93, 1.50] the req/s, no difference detectable"
-    )
+    assert findings.describe_ratio(wide, "p99") == "p99 inconclusive (1.40x, 95% interval [0.03, 66.96])"
+    narrow = Ratio(1.18, 0.93, 1.50, 0.2, False, equivalent=False)
+    assert findings.describe_ratio(narrow, "req/s") == "req/s inconclusive (1.18x, 95% interval [0.93, 1.50])"
+    same = Ratio(1.01, 0.97, 1.05, 0.6, False, equivalent=True)
+    assert findings.describe_ratio(same, "req/s") == "1.01x [0.97, 1.05] the req/s (equivalent within ±10%)"
     clear = Ratio(13.3, 1.2, 150.0, 0.01, True)  # wide but excluding 1: a difference, kept as it is
     assert findings.describe_ratio(clear, "p50") == "13.30x [1.20, 150.00] the p50"
+
+
+def test_tight_repeats_within_ten_percent_are_equivalent_by_tost() -> None:
+    found = _find(_run({"grpc": [500, 506, 494, 503], "quart-h1": [501, 497, 505, 499]}))
+    assert "(equivalent within ±10%)" in _one(found, "gRPC vs REST", "vs quart-h1").sentence
+
+
+def test_a_difference_significant_alone_is_inconclusive_after_holms_correction() -> None:
+    # grpc vs quart-h1 alone: p = 0.037 (< 0.05). With aiohttp-h1 measured like grpc, the run holds
+    # two such tests (aiohttp-h1 vs quart-h1 too) and one of p = 1: Holm multiplies the two smallest
+    # by 3 and 2 (0.11), so neither passes any more.
+    alone = {"grpc": [600, 640, 620], "quart-h1": [560, 590, 575]}
+    [finding] = [f for f in _find(_run(alone)) if f.question == "gRPC vs REST"]
+    assert "inconclusive" not in finding.sentence and finding.effect > 0
+    found = _find(_run({**alone, "aiohttp-h1": [600, 640, 620]}))
+    assert "req/s inconclusive (1.08x" in _one(found, "gRPC vs REST", "grpc vs quart-h1").sentence
+    assert "req/s inconclusive (0.93x" in _one(found, "server vs server", "quart-h1 vs aiohttp-h1").sentence
+    assert _one(found, "gRPC vs REST", "grpc vs quart-h1").effect == 0.0
+
+
+def test_holm_adjusts_as_hand_computed() -> None:
+    # Sorted 0.005, 0.01, 0.03, 0.04: times 4, 3, 2, 1, then made non-decreasing.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([]) == []
 
 
 def test_a_response_model_finding_names_each_side_by_its_model() -> None:
@@ -130,8 +152,7 @@ def test_a_response_model_finding_names_each_side_by_its_model() -> None:
     [finding] = [
         f for f in _find(_run({"aiohttp-h1": [800, 810, 790]}) + prebuilt) if f.question == "response model"
     ]
-    assert finding.sentence.startswith("aiohttp-h1 (build) served 0.80x [")
-    assert "the req/s of aiohttp-h1 (prebuilt)" in finding.sentence
+    assert finding.sentence.startswith("aiohttp-h1 (build) vs aiohttp-h1 (prebuilt): 0.80x [")
 
 
 def test_a_lower_bound_enters_no_ratio_and_is_named() -> None:
@@ -152,7 +173,7 @@ def test_a_suspect_group_is_named_in_the_finding() -> None:
     results = _run({"grpc": [600, 610, 590]}) + _run(
         {"quart-h1": [400, 405, 395]}, suspect=("other processes used 7.0% of the service's CPUs",)
     )
-    finding = _one(_find(results), "gRPC vs REST", "of quart-h1")
+    finding = _one(_find(results), "gRPC vs REST", "vs quart-h1")
     assert (
         finding.caveat == "quart-h1: 3 of 3 repeats suspect (other processes used 7.0% of the service's CPUs)"
     )
@@ -166,8 +187,8 @@ def test_streaming_is_compared_with_unary_grpc_never_with_rest() -> None:
         if is_streaming(c.candidate) or is_streaming(c.baseline):
             assert c.kind == "gRPC streaming vs unary"
             assert c.candidate.protocol == c.baseline.protocol == "grpc"
-    stream = _one(_find(results), "gRPC streaming vs unary", "grpc-stream served")
-    assert "of grpc at" in stream.sentence
+    stream = _one(_find(results), "gRPC streaming vs unary", "grpc-stream vs grpc:")
+    assert "the CPU per request" in stream.sentence
 
 
 def test_a_missing_baseline_is_said_and_the_preset_that_asks_is_named() -> None:
@@ -178,14 +199,18 @@ def test_a_missing_baseline_is_said_and_the_preset_that_asks_is_named() -> None:
     assert "payload (--preset payload)" in unasked.sentence
 
 
-def test_latency_comes_from_the_equal_offered_load_runs() -> None:
+def test_latency_comes_from_the_highest_offered_rate_both_carried_with_their_utilisation() -> None:
     closed = _run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395]})
-    equal_load = [_result("grpc", i, 50, model="open", p50=2.0 + i / 10) for i in (1, 2, 3)] + [
-        _result("quart-h1", i, 50, model="open", p50=4.0 + i / 10) for i in (1, 2, 3)
-    ]
-    finding = _one(_find(closed + equal_load), "gRPC vs REST", "of quart-h1")
-    assert "at an equal 50 req/s offered, 0.5" in finding.sentence
-    assert "the p50" in finding.sentence
+    loaded = []
+    for rate, p50 in ((50, 2.0), (200, 3.0)):
+        for target, slower in (("grpc", 1.0), ("quart-h1", 2.0)):
+            for i in (1, 2, 3):
+                result = _result(target, i, rate, model=f"loaded-{rate}", p50=p50 * slower + i / 10)
+                result["scenario"]["load_model"].update(executor="constant-arrival-rate", rate=rate)
+                loaded.append(result)
+    finding = _one(_find(closed + loaded), "gRPC vs REST", "vs quart-h1")
+    assert "; at 200 req/s offered (grpc 98% and quart-h1 98% of their CPU), 0.5" in finding.sentence
+    assert "the p50" in finding.sentence and "at 50 req/s" not in finding.sentence
     # Without open-model runs latency is not compared, and the findings say so.
     _one(_find(closed), "run", "Latency is not compared")
 
@@ -195,7 +220,7 @@ def test_an_open_model_target_that_did_not_carry_the_rate_is_named() -> None:
     equal_load = [_result("grpc", i, 50, model="open") for i in (1, 2, 3)] + [
         _result("quart-h1", i, 30, model="open") for i in (1, 2, 3)
     ]
-    finding = _one(_find(closed + equal_load), "gRPC vs REST", "of quart-h1")
+    finding = _one(_find(closed + equal_load), "gRPC vs REST", "vs quart-h1")
     assert "quart-h1 did not carry 50 req/s (served 30)" in finding.caveat
 
 
@@ -205,8 +230,18 @@ def test_findings_print_grouped_by_question() -> None:
     )
     lines = findings.markdown(found)
     assert lines[0] == "- **gRPC vs REST**"
+    # What every finding of the question holds fixed is said once, first.
+    assert lines[1] == "  - Held fixed: quarter profile (0.25 CPU), 100 records, build, closed model, no TLS."
     assert all(line.startswith(("- **", "  - ")) for line in lines)
     assert findings.plain(found)[0] == "gRPC vs REST"
+    assert sum("Held fixed" in line for line in lines) == 1  # the "run" notes hold nothing fixed
+
+
+def test_the_terminal_shows_each_questions_strongest_findings_and_points_to_the_rest() -> None:
+    found = [findings.Finding("server vs server", f"pair {i}", effect=i / 10) for i in range(5)]
+    lines = findings.plain(found)
+    assert lines == ["server vs server", "  pair 4", "  pair 3", "  pair 2", "  ... and 2 more in summary.md"]
+    assert len(findings.markdown(found)) == 6  # summary.md: all of them
 
 
 def test_floor_targets_enter_no_finding() -> None:
@@ -246,8 +281,8 @@ def test_summary_md_opens_with_the_findings(tmp_path: Path) -> None:
     assert lines[:5] == ["# protolab run run1", "", "## Findings", "", findings.CONFIDENCE_LINE]
     assert "- **gRPC vs REST**" in lines and "## Scenarios" in lines
     assert lines.index("- **gRPC vs REST**") < lines.index("## Scenarios") < lines.index("## Across repeats")
-    [sentence] = [line for line in lines if line.startswith("  - grpc served")]
-    assert "of quart-h1" in sentence
+    [sentence] = [line for line in lines if line.startswith("  - grpc vs quart-h1")]
+    assert "the req/s" in sentence
 
 
 def test_report_opens_with_the_findings_and_ends_with_provenance(tmp_path: Path) -> None:
@@ -260,9 +295,9 @@ def test_report_opens_with_the_findings_and_ends_with_provenance(tmp_path: Path)
     first = md.split("## Findings", 1)[1].split("\n## ", 1)[0]
     assert findings.CONFIDENCE_LINE in first
     assert "Intel(R) Xeon(R) CPU" in first and "2031-01-02T03:04:05+00:00" in first
-    assert "**gRPC vs REST**" in first and "grpc served" in first
+    assert "**gRPC vs REST**" in first and "grpc vs quart-h1" in first
     page = (run / "report.html").read_text()
-    assert page.index("Findings") < page.index("grpc served") < page.index("Provenance")
+    assert page.index("Findings") < page.index("grpc vs quart-h1") < page.index("Provenance")
 
 
 def test_the_end_of_a_run_prints_the_findings(tmp_path: Path) -> None:
@@ -273,10 +308,10 @@ def test_the_end_of_a_run_prints_the_findings(tmp_path: Path) -> None:
     assert said[1:] == [
         f"  {line}" for line in findings.plain(answers.for_run(group_results(_run(_RESULTS)), "default"))
     ]
-    assert "  gRPC vs REST" in said and any(line.startswith("    grpc served") for line in said)
+    assert "  gRPC vs REST" in said and any(line.startswith("    grpc vs quart-h1") for line in said)
 
 
 def test_a_finding_on_a_group_with_unexplained_spread_says_so_and_how_many_repeats_would_settle_it() -> None:
     results = _run({"grpc": [606, 497, 526]}) + _run({"quart-h1": [400, 405, 395]})
-    finding = _one(_find(results), "gRPC vs REST", "of quart-h1")
-    assert finding.caveat.startswith("grpc: unexplained spread (CV 10.4%): about 78 repeats instead of 3")
+    finding = _one(_find(results), "gRPC vs REST", "vs quart-h1")
+    assert finding.caveat.startswith("grpc: unexplained spread (CV 10.4%): about 155 repeats instead of 3")

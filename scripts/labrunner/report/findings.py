@@ -1,17 +1,18 @@
 """Findings: one sentence per answered question, with its ratio, 95% interval and what was held fixed.
 
 Throughput and CPU per request come from saturating (closed-model) groups, latency from groups
-under an equal offered load (open model) that every compared target carried. A ratio whose
-interval includes 1 is "no difference detectable"; lower bounds and suspect groups are named.
+under an offered load (open model) both compared targets carried: the highest such rate. A ratio
+is "significant" after Holm's correction over the run's tests, "equivalent within ±10%" by TOST,
+and otherwise "inconclusive" with its interval; lower bounds and suspect groups are named.
 """
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from labrunner.report.compare import THROUGHPUT, Comparison, Group, compare_groups, is_streaming
-from labrunner.report.stats import CONFIDENCE, Ratio
-from labrunner.results.trust import unexplained_spread
+from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, Ratio, holm
+from labrunner.results.trust import LIMITED_BY_K6, unexplained_spread, verdict_of
 
 # The questions a run can answer, in the order findings are printed, and the preset that asks each.
 QUESTIONS = {
@@ -50,15 +51,29 @@ class Finding:
     sentence: str
     effect: float = 0.0
     caveat: str = ""
+    held_fixed: str = ""  # said once for a question whose findings all hold the same fixed
 
 
-def by_question(findings: Sequence[Finding]) -> list[tuple[str, list[str]]]:
-    """(question, its sentences with their caveats) in ranked order."""
-    questions: dict[str, list[str]] = {}
+def by_question(findings: Sequence[Finding], limit: int | None = None) -> list[tuple[str, list[str]]]:
+    """(question, its sentences with their caveats) in ranked order; what a question's findings all
+    hold fixed comes first, once. limit: at most that many findings per question, then a line
+    saying how many more summary.md holds."""
+    members: dict[str, list[Finding]] = {}
     for finding in ranked(findings):
-        caveat = f" ({finding.caveat})" if finding.caveat else ""
-        questions.setdefault(finding.question, []).append(f"{finding.sentence}{caveat}")
-    return list(questions.items())
+        members.setdefault(finding.question, []).append(finding)
+    questions = []
+    for question, found in members.items():
+        held = {f.held_fixed for f in found}
+        shared = held.pop() if len(held) == 1 else ""
+        lines = [f"Held fixed: {shared}."] if shared else []
+        for finding in found[:limit]:
+            own = f" Held fixed: {finding.held_fixed}." if finding.held_fixed and not shared else ""
+            caveat = f" ({finding.caveat})" if finding.caveat else ""
+            lines.append(f"{finding.sentence}{own}{caveat}")
+        if limit is not None and len(found) > limit:
+            lines.append(f"... and {len(found) - limit} more in summary.md")
+        questions.append((question, lines))
+    return questions
 
 
 def markdown_section(findings: Sequence[Finding]) -> list[str]:
@@ -72,33 +87,63 @@ def ranked(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (order.get(f.question, len(order)), -f.effect))
 
 
-def markdown(findings: Sequence[Finding]) -> list[str]:
+def markdown(findings: Sequence[Finding], limit: int | None = None) -> list[str]:
     """The findings as markdown lines: a bold question, then its sentences."""
     lines: list[str] = []
-    for question, sentences in by_question(findings):
+    for question, sentences in by_question(findings, limit):
         lines.append(f"- **{question}**")
         lines += [f"  - {sentence}" for sentence in sentences]
     return lines
 
 
+# The terminal shows each question's strongest findings (by effect); summary.md has them all.
+TERMINAL_PER_QUESTION = 3
+
+
 def plain(findings: Sequence[Finding]) -> list[str]:
-    """The findings for a terminal: the question, then its sentences indented."""
-    return [line.replace("**", "").replace("- ", "", 1) for line in markdown(findings)]
+    """The findings for a terminal: the question, then its strongest sentences indented."""
+    return [line.replace("**", "").replace("- ", "", 1) for line in markdown(findings, TERMINAL_PER_QUESTION)]
 
 
 def comparisons_findings(groups: Sequence[Group]) -> list[Finding]:
-    """Findings from every comparison the groups hold, plus what could not be compared and why."""
+    """Findings from every comparison the groups hold, plus what could not be compared and why.
+
+    Each pair's saturation throughput and its latency at the highest offered rate both targets
+    carried are tested; every such test of the run is corrected together (Holm).
+    """
     throughput = [g for g in groups if g.kind == THROUGHPUT and g.results]
     closed = [g for g in throughput if executor(g) in CLOSED_EXECUTORS]
     open_groups = [g for g in throughput if executor(g) in OPEN_EXECUTORS and g.network == "loopback"]
-    latency = {_pair_key(c): c for c in compare_groups(open_groups) if c.kind in _RULE_QUESTION}
-    found = []
-    for comparison in compare_groups([g for g in closed if g.network == "loopback"]):
-        question = _RULE_QUESTION.get(comparison.kind)
-        if question is not None:
-            found.append(_finding(question, comparison, latency.get(_pair_key(comparison))))
-    found += _not_compared(closed, open_groups)
-    return found
+    loaded: dict[tuple[str, str, str, int, str, str], Comparison] = {}
+    for c in compare_groups(open_groups):
+        key = _pair_key(c)
+        if c.kind in _RULE_QUESTION and (key not in loaded or _rate(c) > _rate(loaded[key])):
+            loaded[key] = c
+    pairs = [
+        (_RULE_QUESTION[c.kind], c, loaded.get(_pair_key(c)))
+        for c in compare_groups([g for g in closed if g.network == "loopback"])
+        if c.kind in _RULE_QUESTION
+    ]
+    judged = corrected([r for _, c, at_load in pairs for r in _tested(c, at_load) if r.p_value is not None])
+    found = [_finding(question, c, at_load, judged) for question, c, at_load in pairs]
+    return found + _not_compared(closed, open_groups)
+
+
+def corrected(ratios: Sequence[Ratio]) -> dict[int, Ratio]:
+    """Each ratio (by id) with its significance after Holm's correction over all of them."""
+    adjusted = holm([r.p_value for r in ratios if r.p_value is not None])
+    return {
+        id(r): replace(r, significant=bool(p < 1 - CONFIDENCE)) for r, p in zip(ratios, adjusted, strict=True)
+    }
+
+
+def _tested(closed: Comparison, at_load: Comparison | None) -> list[Ratio]:
+    """The ratios a pair's finding judges: saturation req/s (CPU per request at saturation is its
+    reciprocal again, so it is shown, not tested again) and latency at load."""
+    tested = [closed.ratios.get("rps")]
+    if at_load is not None:
+        tested += [at_load.ratios.get("p50"), at_load.ratios.get("p99")]
+    return [r for r in tested if r is not None]
 
 
 def cannot_compare(groups: Sequence[Group]) -> list[Finding]:
@@ -106,7 +151,7 @@ def cannot_compare(groups: Sequence[Group]) -> list[Finding]:
     closed = [g for g in groups if g.kind == THROUGHPUT and g.results and executor(g) in CLOSED_EXECUTORS]
     if not closed or any(not g.lower_bound for g in closed):
         return []
-    saturated = [g for g in closed if "k6 used" in (g.lower_bound or "")]
+    saturated = [g for g in closed if any(verdict_of(r).limited_by == LIMITED_BY_K6 for r in g.results)]
     remedy = (
         "give k6 CPUs of its own (--load-engine) or run a smaller profile (--profile quarter)"
         if saturated
@@ -137,40 +182,66 @@ def executor(group: Group) -> str:
     return str(group.results[0]["scenario"]["load_model"]["executor"]) if group.results else ""
 
 
-# An interval wider than this factor (high / low) says nothing a reader could use: two repeats of a
-# tail percentile give [0.03, 66.96].
-TOO_WIDE = 10.0
-
-
 def describe_ratio(r: Ratio | None, what: str, digits: int = 2) -> str:
-    """'1.21x [0.96, 1.53] the req/s', with 'no difference detectable' when the interval holds 1, and
-    'too uncertain to tell' when it also spans more than a factor of TOO_WIDE."""
+    """'1.21x [0.96, 1.53] the req/s' when significant; '... (equivalent within ±10%)' when TOST
+    says so; else 'req/s inconclusive (1.21x, 95% interval [0.51, 3.57])'."""
     if r is None:
         return f"no {what} figure"
     value = f"{r.estimate:.{digits}f}x"
     if r.low is None or r.high is None:
         return f"{value} the {what} ({r.note or 'no interval'})"
     interval = f"[{r.low:.{digits}f}, {r.high:.{digits}f}]"
-    if not r.significant and r.high > TOO_WIDE * r.low:
-        return f"{value} the {what}, too uncertain to tell (95% interval {interval}: more repeats needed)"
-    verdict = "" if r.significant else ", no difference detectable"
-    return f"{value} {interval} the {what}{verdict}"
+    if r.significant:
+        return f"{value} {interval} the {what}"
+    if r.equivalent:
+        return f"{value} {interval} the {what} (equivalent within ±{EQUIVALENCE_MARGIN:.0%})"
+    return f"{what} inconclusive ({value}, {CONFIDENCE:.0%} interval {interval})"
 
 
-def _finding(question: str, closed: Comparison, at_equal_load: Comparison | None) -> Finding:
+def _figure(r: Ratio | None, what: str) -> str:
+    """A ratio shown without a verdict of its own: '2.63x [2.40, 2.90] the CPU per request'."""
+    if r is None:
+        return f"no {what} figure"
+    interval = f" [{r.low:.2f}, {r.high:.2f}]" if r.low is not None and r.high is not None else ""
+    return f"{r.estimate:.2f}x{interval} the {what}"
+
+
+def _finding(
+    question: str, closed: Comparison, at_load: Comparison | None, judged: dict[int, Ratio]
+) -> Finding:
     c, b = closed.candidate, closed.baseline
-    rps, cpu = closed.ratios.get("rps"), closed.ratios.get("cpu_per_1k")
+
+    def verdict(r: Ratio | None) -> Ratio | None:
+        return None if r is None else judged.get(id(r), r)
+
+    rps = verdict(closed.ratios.get("rps"))
     candidate, baseline = _names(c, b)
-    sentence = f"{candidate} served {describe_ratio(rps, f'req/s of {baseline}')}"
-    sentence += f" at {describe_ratio(cpu, 'CPU per request')}"
-    if at_equal_load is not None:
-        rate = _offered_rate(at_equal_load.candidate)
-        p50, p99 = at_equal_load.ratios.get("p50"), at_equal_load.ratios.get("p99")
-        sentence += f"; at an equal {rate} req/s offered, {describe_ratio(p50, 'p50')}"
-        sentence += f" and {describe_ratio(p99, 'p99')}"
-    sentence += f"; held fixed: {_held_fixed(closed)}."
+    sentence = f"{candidate} vs {baseline}: {describe_ratio(rps, 'req/s')}"
+    sentence += f", at {_figure(closed.ratios.get('cpu_per_1k'), 'CPU per request')}"
+    if at_load is not None:
+        p50, p99 = verdict(at_load.ratios.get("p50")), verdict(at_load.ratios.get("p99"))
+        sentence += f"; at {_rate(at_load)} req/s offered ({_utilisation(at_load)}), "
+        sentence += describe_ratio(p50, "p50")
+        sentence += ", " + (describe_ratio(p99, "p99") if p99 else _unsupported(at_load, "p99"))
     effect = abs(math.log(rps.estimate)) if rps is not None and rps.significant else 0.0
-    return Finding(question, sentence, effect, _caveat(c, b, at_equal_load))
+    return Finding(question, sentence + ".", effect, _caveat(c, b, at_load), _held_fixed(closed))
+
+
+def _utilisation(c: Comparison) -> str:
+    """Both sides' service CPU at the offered rate, as shares of their quotas."""
+    shares = []
+    for g in (c.candidate, c.baseline):
+        s = g.summary("service_cpu")
+        shares.append(f"{g.target} {s.centre:.0%}" if s is not None else f"{g.target} ?")
+    return " and ".join(shares) + " of their CPU"
+
+
+def _unsupported(c: Comparison, metric: str) -> str:
+    """Why a percentile of a latency comparison has no ratio: too few samples on a side."""
+    short = [g for g in (c.candidate, c.baseline) if not g.supports(metric)]
+    if not short:
+        return f"no {metric} figure"
+    return f"no {metric} ({short[0].target}: {short[0].samples:,} samples, too few)"
 
 
 def _names(candidate: Group, baseline: Group) -> tuple[str, str]:
@@ -198,11 +269,11 @@ def _held_fixed(comparison: Comparison) -> str:
     return ", ".join(parts)
 
 
-def _caveat(candidate: Group, baseline: Group, at_equal_load: Comparison | None) -> str:
+def _caveat(candidate: Group, baseline: Group, at_load: Comparison | None) -> str:
     notes = [_suspect(g) for g in (candidate, baseline)]
     notes += [_spread(g) for g in (candidate, baseline)]
-    if at_equal_load is not None:
-        notes += [_not_carried(g) for g in (at_equal_load.candidate, at_equal_load.baseline)]
+    if at_load is not None:
+        notes += [_not_carried(g) for g in (at_load.candidate, at_load.baseline)]
     return "; ".join(n for n in notes if n)
 
 
@@ -231,6 +302,10 @@ def _not_carried(group: Group) -> str:
 def _offered_rate(group: Group) -> int | None:
     rate = group.results[0]["scenario"]["load_model"].get("rate") if group.results else None
     return int(rate) if rate else None
+
+
+def _rate(c: Comparison) -> int:
+    return _offered_rate(c.candidate) or 0
 
 
 def _pair_key(c: Comparison) -> tuple[str, str, str, int, str, str]:
@@ -268,7 +343,7 @@ def _not_compared(closed: Sequence[Group], open_groups: Sequence[Group]) -> list
         found.append(
             Finding(
                 "run",
-                "Latency is not compared: no target ran under an equal offered load (open model); "
+                "Latency is not compared: no target ran under an offered load (open model); "
                 "latency at saturation says more about the CPU quota than the protocol.",
             )
         )
@@ -277,6 +352,7 @@ def _not_compared(closed: Sequence[Group], open_groups: Sequence[Group]) -> list
 
 CONFIDENCE_LINE = (
     f"Ratios are of geometric means over repeats with their {CONFIDENCE:.0%} interval (Welch's t on the "
-    "logarithms, so no interval of a positive quantity reaches zero)."
+    "logarithms); significant after Holm's correction over the run's tests, equivalent within "
+    f"±{EQUIVALENCE_MARGIN:.0%} by two one-sided tests, else inconclusive; latency on k6's own clock."
 )
 NONE_YET = "- No finding: the run has no successful throughput group yet."

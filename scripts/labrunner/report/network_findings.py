@@ -140,14 +140,16 @@ def _lead(c: Comparison, r: Ratio, metric: str) -> tuple[str, Ratio]:
 def _inverse(r: Ratio) -> Ratio:
     low = 1 / r.high if r.high is not None else None
     high = 1 / r.low if r.low is not None else None
-    return Ratio(1 / r.estimate, low, high, r.p_value, r.significant, r.note)
+    return Ratio(1 / r.estimate, low, high, r.p_value, r.significant, r.note, r.equivalent)
 
 
 def _lead_text(r: Ratio) -> str:
     if r.low is None or r.high is None:
         return f"{_times(r.estimate)}x ({r.note})"
     text = f"{_times(r.estimate)}x [{_times(r.low)}, {_times(r.high)}]"
-    return text if r.significant else f"{text} (no difference detectable)"
+    if r.significant:
+        return text
+    return f"{text} (equivalent within ±10%)" if r.equivalent else f"{text} (inconclusive)"
 
 
 def _ratio_text(r: Ratio | None, unit: str) -> str:

@@ -10,6 +10,10 @@ from dataclasses import dataclass
 from scipy import stats as scipy_stats
 
 CONFIDENCE = 0.95  # intervals in tables and charts, and the level of every significance test
+# "Equivalent" means within ±10% by two one-sided tests (TOST) at the same level: the ratio's
+# 1 - 2 x (1 - CONFIDENCE) interval (90%) lies inside [0.9, 1.1]. Without that, a ratio that is
+# not significant is inconclusive, never "the same".
+EQUIVALENCE_MARGIN = 0.10
 ONE_REPEAT = "n/a: one repeat"
 NOT_POSITIVE = "n/a: values not positive"
 CENTRE = "geometric mean"  # the centre of a group of repeats, wherever one is shown
@@ -53,6 +57,7 @@ class Ratio:
     p_value: float | None
     significant: bool | None
     note: str = ""
+    equivalent: bool | None = None  # within ±EQUIVALENCE_MARGIN by TOST; None when not testable
 
 
 def t_quantile(confidence: float, df: float) -> float:
@@ -125,12 +130,14 @@ def ratio(candidate: Sequence[float], baseline: Sequence[float], confidence: flo
         # No spread on either side (e.g. bytes per response): any difference is real.
         same = difference == 0
         point = math.exp(difference)
-        return Ratio(point, point, point, 1.0 if same else 0.0, not same)
+        p_value = 1.0 if same else 0.0
+        return Ratio(point, point, point, p_value, not same, equivalent=_within_margin(point, point))
     with warnings.catch_warnings():
         # One side without spread is exact (variance 0), not the precision loss scipy warns of.
         warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
         welch = scipy_stats.ttest_ind(log_c, log_b, equal_var=False)
         interval = welch.confidence_interval(confidence_level=confidence)
+        tost = welch.confidence_interval(confidence_level=1 - 2 * (1 - confidence))
     p_value = float(welch.pvalue)
     point = math.exp(difference)
     # Clamped to the estimate: scipy's own mean difference may differ from ours in the last bit.
@@ -140,7 +147,27 @@ def ratio(candidate: Sequence[float], baseline: Sequence[float], confidence: flo
         high=max(point, math.exp(float(interval.high))),
         p_value=p_value,
         significant=p_value < 1 - confidence,
+        equivalent=_within_margin(math.exp(float(tost.low)), math.exp(float(tost.high))),
     )
+
+
+def _within_margin(low: float, high: float) -> bool:
+    return low >= 1 - EQUIVALENCE_MARGIN and high <= 1 + EQUIVALENCE_MARGIN
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of p-values for testing them all at once: the i-th smallest is
+    multiplied by (m - i), then made non-decreasing; an adjusted value below the level keeps the chance
+    of any false "significant" across the m tests at that level. (Hand-written: scipy has only
+    Benjamini-Hochberg, and six lines do not justify statsmodels.)"""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
 
 
 # A percentile is shown only where at least this many pooled samples lie beyond it: p99 needs

@@ -46,6 +46,10 @@ FLAG_INTERFERENCE = "others"  # the line's "others" figure: processes outside th
 FLAG_STEAL = "steal"
 FLAG_SEARCH_K6_BOUND = "search-k6-bound"
 
+# What limited a closed-model result whose throughput is only a lower bound.
+LIMITED_BY_K6 = "k6"  # the load generator ran out of CPU
+LIMITED_BY_OTHER = "other"  # the service left its quota unused: something else held it back
+
 
 @dataclass(frozen=True)
 class K6Instance:
@@ -131,12 +135,14 @@ class Verdict:
     suspect: tuple[str, ...]
     lower_bound: str | None
     flags: tuple[str, ...] = field(default=(), compare=False)
+    limited_by: str | None = field(default=None, compare=False)  # LIMITED_BY_*, with lower_bound
 
 
 @dataclass(frozen=True)
 class Spread:
     """A group whose repeats spread more than its window explains: its CV of req/s, and about how
-    many repeats would bring its interval to ±SETTLED_HALF_WIDTH."""
+    many repeats of it (and of a group it is compared with, spreading alike) would bring the
+    ratio's interval to ±SETTLED_HALF_WIDTH."""
 
     cv: float
     repeats: int
@@ -182,15 +188,19 @@ def unexplained_spread(results: Sequence[Mapping[str, Any]]) -> Spread | None:
     n = len(rates)
     log_sd = statistics.stdev(math.log(v) for v in rates)
     half_width = float(scipy_stats.t.ppf((1 + SPREAD_CONFIDENCE) / 2, n - 1)) * log_sd / math.sqrt(n)
-    return Spread(cv, n, math.ceil(n * (half_width / SETTLED_HALF_WIDTH) ** 2))
+    # A ratio's log is a difference of two groups' mean logs: with n repeats on each side spreading
+    # alike, its standard error is √2 times one group's, so it needs twice the repeats.
+    return Spread(cv, n, math.ceil(2 * n * (half_width / SETTLED_HALF_WIDTH) ** 2))
 
 
 def judge(figures: Figures) -> Verdict:
     reasons = (*_load_reasons(figures), *_host_reasons(figures.host), *_capacity_reasons(figures.steps))
+    limited_by, lower_bound = _lower_bound(figures) or (None, None)
     return Verdict(
         suspect=tuple(r.text for r in reasons),
-        lower_bound=_lower_bound(figures),
+        lower_bound=lower_bound,
         flags=tuple(dict.fromkeys(r.flag for r in reasons)),
+        limited_by=limited_by,
     )
 
 
@@ -220,11 +230,14 @@ def judge_outcome(outcome: ScenarioOutcome) -> Verdict:
 
 
 def verdict_of(result: Mapping[str, Any]) -> Verdict:
-    """A saved result's verdict: as stored, or judged from its figures when it predates the
-    stored verdict (results written before the lower_bound key existed)."""
-    if "lower_bound" in result:
-        return Verdict(tuple(result.get("suspect") or ()), result["lower_bound"])
-    return judge(_figures_of_result(result))
+    """A saved result's verdict: its stored sentences (what the run judged, even if the thresholds
+    moved since), with what limited a lower bound judged from its figures; all of it judged from
+    the figures when it predates the stored verdict (results written before the lower_bound key)."""
+    judged = judge(_figures_of_result(result))
+    if "lower_bound" not in result:
+        return judged
+    limited_by = (judged.limited_by or LIMITED_BY_OTHER) if result["lower_bound"] else None
+    return Verdict(tuple(result.get("suspect") or ()), result["lower_bound"], limited_by=limited_by)
 
 
 def _figures_of_result(result: Mapping[str, Any]) -> Figures:
@@ -386,16 +399,20 @@ def _capacity_reasons(steps: Sequence[Step]) -> list[Reason]:
     return []
 
 
-def _lower_bound(f: Figures) -> str | None:
-    """Why a closed-model result's throughput is only a lower bound, or None when it is the service's."""
+def _lower_bound(f: Figures) -> tuple[str, str] | None:
+    """What limited a closed-model result whose throughput is only a lower bound (LIMITED_BY_*) and
+    why in words, or None when the throughput is the service's."""
     if f.executor not in CLOSED_EXECUTORS:
         return None
     for index, instance in _saturated_instances(f.k6_instances):
-        return f"k6 instance {index} of {len(f.k6_instances)} used {instance.cpu_utilisation:.0%} of its CPU"
+        return (
+            LIMITED_BY_K6,
+            f"k6 instance {index} of {len(f.k6_instances)} used {instance.cpu_utilisation:.0%} of its CPU",
+        )
     if not f.k6_instances and _saturated(f.k6_cpu_utilisation):
-        return f"k6 used {f.k6_cpu_utilisation:.0%} of its CPUs"
+        return LIMITED_BY_K6, f"k6 used {f.k6_cpu_utilisation:.0%} of its CPUs"
     if f.service_cpu_utilisation is not None and f.service_cpu_utilisation < SERVICE_CPU_BOUND:
-        return f"the service used {f.service_cpu_utilisation:.0%} of its quota"
+        return LIMITED_BY_OTHER, f"the service used {f.service_cpu_utilisation:.0%} of its quota"
     return None
 
 
