@@ -119,3 +119,19 @@ def test_provenance_rows_of_a_fingerprint() -> None:
     assert rows["fingerprint: frequency governor"] == "unknown"
     assert rows["fingerprint: cores / threads"] == "2 / 2"
     assert host_conditions.fingerprint_rows(None) == []
+
+
+def test_runs_measured_by_different_methods_say_so_first_and_judge_only_what_still_compares() -> None:
+    now, then = _run("now", EPYC, 1.0, 1.07), _run("then", EPYC, 1.0, 1.07)
+    now.manifest["methodology"] = 2  # then: written before the manifest carried one (version 1)
+    for result in now.results:
+        result["k6"]["metrics"]["latency_ms"]["p99"] = 40.0  # twice the baseline's, on a new clock
+    blocks = baseline.section(now, then)
+    first = _text(blocks)[0]
+    assert first.startswith("**Measured by different methods**: this run by methodology v2, then by v1 (v2: ")
+    assert "Still compared: req/s, " in first and "p99" not in first.split("Still compared:")[1]
+    rows = next(b for b in blocks if isinstance(b, Table)).rows
+    # The doubled p99 would be a significant regression under one method; here it is left out.
+    assert rows and not any("regression" in row[-1] for row in rows)
+    same = baseline.section(_run("now", EPYC, 1.0, 1.07), then)
+    assert not any("different methods" in t for t in _text(same))

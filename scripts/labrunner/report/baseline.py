@@ -2,6 +2,7 @@
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
 from labrunner.report import host_conditions
 from labrunner.report.cells import fmt, metric_format
@@ -29,6 +30,7 @@ from labrunner.report.compare import (
 from labrunner.report.document import Block, Heading, Paragraph, table
 from labrunner.report.runs import Run
 from labrunner.report.stats import CONFIDENCE, ONE_REPEAT, Ratio
+from labrunner.results import methodology
 
 # The verdict on an absolute change (req/s, latency, CPU per request) between two hosts' runs.
 DIFFERENT_HOST = "different host: not judged"
@@ -38,6 +40,10 @@ def section(run: Run, baseline: Run) -> list[Block]:
     changes = baseline_changes(run.groups, baseline.groups)
     differences = host_conditions.host_differences(run.manifest, baseline.manifest)
     blocks: list[Block] = [Heading(2, f"Against baseline run {baseline.run_id}")]
+    now, then = methodology.version_of(run.manifest), methodology.version_of(baseline.manifest)
+    if now != then:
+        changes = _comparable(changes, now, then)
+        blocks.append(Paragraph(_methods_differ(now, then, baseline.run_id)))
     if differences:
         blocks.append(
             Paragraph(
@@ -182,6 +188,33 @@ def _ratios_side_by_side(run: Run, baseline: Run) -> list[Block]:
             "a ratio holds the host fixed, so these are comparable across the two hosts."
         ),
         table(headers, rows, (False, False, True, True, True, True)),
+    ]
+
+
+def _methods_differ(now: int, then: int, name: str) -> str:
+    """The first thing said when two runs were measured by different methods."""
+    changed = "; ".join(f"v{c.version}: {c.changed}" for c in methodology.between(now, then))
+    kept = methodology.still_compare(now, then, frozenset(METRICS))
+    labels = ", ".join(METRICS[m].label for m in METRICS if m in kept) or "none"
+    return (
+        f"**Measured by different methods**: this run by methodology v{now}, {name} by v{then} "
+        f"({changed}). Still compared: {labels}; every other figure is left out of the verdicts."
+    )
+
+
+def _comparable(changes: Sequence[BaselineChange], now: int, then: int) -> list[BaselineChange]:
+    """The changes with only the ratios whose metric means the same under both methods."""
+    kept = methodology.still_compare(now, then, frozenset(METRICS))
+    return [
+        replace(
+            c,
+            comparison=replace(
+                c.comparison, ratios={m: r for m, r in c.comparison.ratios.items() if m in kept}
+            ),
+        )
+        if c.comparison is not None
+        else c
+        for c in changes
     ]
 
 
