@@ -5,20 +5,23 @@ import { Stream } from 'k6/net/grpc';
 import {
   COUNT, buildOptions, connectOnce, grpcClient, logFirstFailure, nowMs, record, recordChecks,
   sampled, summaryHandler,
+  DECODED, UNDECODED,
 } from './lib/common.js';
 
-export const handleSummary = summaryHandler('grpc_req_duration');
+// The latency clock: k6's own timer of the undecoded requests (k6/lib/common.js).
+const CLOCK = 'grpc_req_duration{decoded:no}';
+export const handleSummary = summaryHandler(CLOCK);
 
 const METHOD = 'protolab.cars.v1.RecordService/StreamRecords';
 const REQUEST = { count: COUNT };
 // Throughput streams drop each message in Go (k6 still emits an empty 'data' event per
 // message, so counting works); sampled streams decode them for checking.
-const FAST = { discardResponseMessage: true };
-const DECODE = {};
+const FAST = { discardResponseMessage: true, tags: UNDECODED };
+const DECODE = { tags: DECODED };
 
 const client = grpcClient();
 
-export const options = buildOptions();
+export const options = buildOptions(CLOCK);
 
 export default function () {
   connectOnce(client);

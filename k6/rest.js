@@ -5,9 +5,12 @@ import http from 'k6/http';
 import {
   COUNT, buildOptions, envString, logFirstFailure, record, recordChecks, sampled,
   summaryHandler,
+  DECODED, UNDECODED,
 } from './lib/common.js';
 
-export const handleSummary = summaryHandler('protolab_req_duration');
+// The latency clock: k6's own timer of the undecoded requests (k6/lib/common.js).
+const CLOCK = 'http_req_duration{decoded:no,expected_response:true}';
+export const handleSummary = summaryHandler(CLOCK);
 
 const PROTOCOLS = ['HTTP/1.1', 'HTTP/2.0'];
 const EXPECT_PROTO = envString('EXPECT_PROTO', 'HTTP/1.1');
@@ -17,10 +20,10 @@ if (!PROTOCOLS.includes(EXPECT_PROTO)) {
 const URL = `${envString('BASE_URL').replace(/\/+$/, '')}/records?count=${COUNT}`;
 
 // Throughput requests skip the body entirely; sampled ones keep it for checking.
-const FAST = { responseType: 'none' };
-const DECODE = { responseType: 'text' };
+const FAST = { responseType: 'none', tags: UNDECODED };
+const DECODE = { responseType: 'text', tags: DECODED };
 
-export const options = buildOptions();
+export const options = buildOptions(CLOCK);
 
 function parseRecords(res) {
   try {

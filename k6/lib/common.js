@@ -7,8 +7,8 @@ import grpc from 'k6/net/grpc';
 // Uniform metrics for every protocol, so requests/s compare like for like. protolab_reqs and
 // protolab_req_duration hold successful requests only (a failed request is never throughput);
 // protolab_req_failed has one sample per attempt. The lab's latency is each script's clock
-// (summaryHandler below); protolab_req_duration is REST's clock and, for gRPC, a JavaScript
-// window kept for the dashboards.
+// (summaryHandler below); protolab_req_duration, which also times decoded requests and, for gRPC,
+// the JavaScript around a call, is kept for the dashboards.
 export const reqs = new Counter('protolab_reqs');
 export const reqDuration = new Trend('protolab_req_duration', true);
 export const reqFailed = new Rate('protolab_req_failed');
@@ -122,13 +122,21 @@ function scenarioFromEnv() {
   throw new Error(`protolab: unknown LOAD_MODEL=${model} (want ${LOAD_MODELS.join(', ')})`);
 }
 
-// k6 options shared by every script: one scenario "main" from the env load model.
-export function buildOptions() {
+// Tags of a request: whether k6 decoded its reply (a sampled request, checked). Each script's
+// latency clock counts undecoded requests only, so no decode is ever inside the timed window.
+export const UNDECODED = { decoded: 'no' };
+export const DECODED = { decoded: 'yes' };
+
+// k6 options shared by every script: one scenario "main" from the env load model. `clock`: the
+// script's latency metric (a submetric such as grpc_req_duration{decoded:no}); a threshold that
+// always holds makes k6 keep it in the summary, which has submetrics only for thresholds.
+export function buildOptions(clock) {
   return {
     scenarios: { main: scenarioFromEnv() },
     thresholds: {
       protolab_req_failed: [{ threshold: 'rate<0.01', abortOnFail: false }],
       checks: [{ threshold: 'rate==1.0', abortOnFail: false }],
+      [clock]: ['max>=0'],
     },
     summaryTrendStats: TREND_STATS,
     systemTags: SYSTEM_TAGS,
@@ -176,9 +184,9 @@ function thresholdsOk(data) {
 
 // handleSummary for a script whose latency clock is `latencyMetric`: one stdout line, and the
 // full summary JSON at SUMMARY_FILE (when set) with protolab.latency_metric naming the clock.
-// The clock is k6's own timer of each request on every protocol, never a JavaScript window:
-// REST's protolab_req_duration is res.timings.duration (http_req_duration of that request), gRPC's
-// is grpc_req_duration (the call on the wire, before k6 turns a decoded reply into JavaScript).
+// The clock is k6's own timer of each undecoded request on every protocol, never a JavaScript
+// window: REST's http_req_duration (sending + waiting + receiving), gRPC's grpc_req_duration (the
+// call, or the whole stream, on the wire).
 export function summaryHandler(latencyMetric) {
   return function handleSummary(data) {
     const line =

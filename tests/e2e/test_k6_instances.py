@@ -160,11 +160,14 @@ def test_merged_percentiles_are_over_every_instances_samples(split_run: dict[str
     out, result = split_run["out"], split_run["results"][model]
     instances = result["k6"]["instances"]
     samples = [_samples(out, result, i["index"]) for i in instances]
-    # The samples are k6's own: one per successful request, and they give back each instance's
-    # k6 percentiles (the raw CSV keeps 6 decimals of a millisecond).
+    # The samples are k6's own: one per successful undecoded request (the clock's), and they give
+    # back each instance's k6 percentiles (the raw CSV keeps 6 decimals of a millisecond).
     for instance, values in zip(instances, samples, strict=True):
-        assert len(values) == instance["metrics"]["requests"] == instance["latency_samples"]
-        own = instance["summary_metrics"]["protolab_req_duration"]["values"]
+        clock = instance["metrics"]["latency_metric"]
+        assert clock == "http_req_duration{decoded:no,expected_response:true}"
+        assert len(values) == instance["metrics"]["latency_count"] == instance["latency_samples"]
+        assert 0 < len(values) < instance["metrics"]["requests"]  # the decoded ones are not timed
+        own = instance["summary_metrics"][clock]["values"]
         for key, q in (("p(50)", 50), ("p(90)", 90), ("p(95)", 95), ("p(99)", 99), ("p(99.9)", 99.9)):
             assert np.percentile(values, q) == pytest.approx(own[key], abs=1e-5), (instance["index"], key)
         assert values.max() == pytest.approx(own["max"], abs=1e-5)

@@ -138,13 +138,16 @@ def tls_material(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, 
 class RecordsServer:
     """GET /records?count=N -> N fake records (minus `short` of them, to fake a broken server)."""
 
-    def __init__(self, short: int = 0, tls: tuple[Path, Path] | None = None) -> None:
+    def __init__(self, short: int = 0, tls: tuple[Path, Path] | None = None, delay_s: float = 0.0) -> None:
         body_for = functools.cache(
             lambda n: json.dumps({"records": [fake_record(i) for i in range(max(0, n - short))]}).encode()
         )
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, like the real services
+            # Headers and body go out in two writes: without TCP_NODELAY the body waits for the
+            # client's delayed ACK (40 ms on Linux), as the real servers never make it wait.
+            disable_nagle_algorithm = True
 
             def do_GET(self) -> None:
                 url = urllib.parse.urlsplit(self.path)
@@ -153,6 +156,7 @@ class RecordsServer:
                     return
                 count = int(urllib.parse.parse_qs(url.query).get("count", ["100"])[0])
                 body = body_for(count)
+                time.sleep(delay_s)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -217,7 +221,14 @@ def k6_options(script: str, env: dict[str, str]) -> dict[str, Any]:
 @pytest.mark.parametrize("script", ["rest.js", "grpc_unary.js", "grpc_stream.js"])
 def test_scripts_parse(script: str) -> None:
     options = k6_options(script, {"BASE_URL": "http://127.0.0.1:1", "GRPC_ADDR": "127.0.0.1:1"})
-    assert options["thresholds"].keys() == {"protolab_req_failed", "checks"}
+    # The clock's submetric has a threshold that always holds: k6 keeps it in the summary then.
+    clock = "http_req_duration" if script == "rest.js" else "grpc_req_duration"
+    clock += "{decoded:no,expected_response:true}" if script == "rest.js" else "{decoded:no}"
+    assert options["thresholds"] == {
+        "protolab_req_failed": [{"threshold": "rate<0.01", "abortOnFail": False}],
+        "checks": [{"threshold": "rate==1.0", "abortOnFail": False}],
+        clock: ["max>=0"],
+    }
     stats = options["summaryTrendStats"]
     assert {"p(50)", "p(90)", "p(95)", "p(99)", "p(99.9)", "max", "avg", "min"} <= set(stats)
     assert stats == SUMMARY_TREND_STATS.split(",")  # the runner's: both read k6/lib/trend_stats.json
@@ -425,24 +436,50 @@ class GrpcServer:
     """RecordService on 127.0.0.1: ListRecords and StreamRecords return count - short records."""
 
     def __init__(
-        self, pb: tuple[ModuleType, ModuleType], short: int = 0, tls: tuple[Path, Path] | None = None
+        self,
+        pb: tuple[ModuleType, ModuleType],
+        short: int = 0,
+        tls: tuple[Path, Path] | None = None,
+        delay_s: float = 0.0,
     ) -> None:
-        cars_pb2, cars_pb2_grpc = pb
+        cars_pb2, _ = pb
 
-        def records(request: Any) -> list[Any]:
-            n = (request.count if request.HasField("count") else 100) - short
+        @functools.cache
+        def records_of(n: int) -> list[Any]:
             # The REST JSON shape parses into the gRPC message (the data contract).
             return [json_format.ParseDict(fake_record(i), cars_pb2.Record()) for i in range(n)]
 
-        class Servicer(cars_pb2_grpc.RecordServiceServicer):
-            def ListRecords(self, request: Any, context: grpc.ServicerContext) -> Any:
-                return cars_pb2.ListRecordsResponse(records=records(request))
+        def records(request: Any) -> list[Any]:
+            return records_of((request.count if request.HasField("count") else 100) - short)
 
-            def StreamRecords(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-                yield from records(request)
+        @functools.cache
+        def reply_of(n: int) -> bytes:
+            return cars_pb2.ListRecordsResponse(records=records_of(n)).SerializeToString()
+
+        def list_records(request: Any, context: grpc.ServicerContext) -> bytes:
+            # Serialized once per count, like the REST server's body: equal work on both sides.
+            time.sleep(delay_s)
+            return reply_of((request.count if request.HasField("count") else 100) - short)
+
+        def stream_records(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            yield from records(request)
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-        cars_pb2_grpc.add_RecordServiceServicer_to_server(Servicer(), self.server)
+        handlers = {
+            "ListRecords": grpc.unary_unary_rpc_method_handler(
+                list_records,
+                request_deserializer=cars_pb2.ListRecordsRequest.FromString,
+                response_serializer=bytes,
+            ),
+            "StreamRecords": grpc.unary_stream_rpc_method_handler(
+                stream_records,
+                request_deserializer=cars_pb2.ListRecordsRequest.FromString,
+                response_serializer=cars_pb2.Record.SerializeToString,
+            ),
+        }
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("protolab.cars.v1.RecordService", handlers),)
+        )
         if tls is None:
             port = self.server.add_insecure_port("127.0.0.1:0")
         else:
@@ -486,9 +523,12 @@ def test_the_summary_and_the_runners_metrics_carry_p99_9(
         env = rest_env(server) if isinstance(server, RecordsServer) else grpc_env(server)
         result = run_k6(script, env, summary=summary, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    # The lab's latency is k6's own timer of each request: REST's res.timings.duration (recorded
-    # as protolab_req_duration), gRPC's grpc_req_duration, never a JavaScript window.
-    clock = "protolab_req_duration" if script == "rest.js" else "grpc_req_duration"
+    # The lab's latency is k6's own timer of each undecoded request, never a JavaScript window.
+    clock = (
+        "http_req_duration{decoded:no,expected_response:true}"
+        if script == "rest.js"
+        else "grpc_req_duration{decoded:no}"
+    )
     durations = load_summary(summary)[clock]["values"]
     assert durations["p(99)"] <= durations["p(99.9)"] <= durations["max"]
     metrics = parse_summary(json.loads(summary.read_text()))
@@ -496,6 +536,39 @@ def test_the_summary_and_the_runners_metrics_carry_p99_9(
     assert metrics.latency_metric == clock and metrics.latency_count == durations["count"]
     assert latency["p99.9"] == durations["p(99.9)"] and latency["p99"] <= latency["p99.9"] <= latency["max"]
     assert dict(metrics.latency_quantiles_ms)[0.999] == durations["p(99.9)"]
+
+
+def test_the_rest_and_grpc_clocks_agree_on_equal_work(
+    tmp_path: Path, pb: tuple[ModuleType, ModuleType]
+) -> None:
+    """Both servers answer after 20 ms with 600 records serialized once; k6 decodes and checks
+    every other reply (CHECK_EVERY=2). The lab's clock times the undecoded requests on k6's own
+    timer, so both medians are the 20 ms and the wire. gRPC's JavaScript window, which the lab
+    used to read, also held k6 turning decoded records into JavaScript: milliseconds more
+    (printed in the assertion message)."""
+    delay, records = 0.020, "600"  # under 64 KiB of protobuf: one HTTP/2 flow-control window
+    latency, window = {}, {}
+    with RecordsServer(delay_s=delay) as rest, GrpcServer(pb, delay_s=delay) as grpc_server:
+        for script, env in (
+            ("rest.js", rest_env(rest, COUNT=records, CHECK_EVERY="2")),
+            ("grpc_unary.js", grpc_env(grpc_server, COUNT=records, CHECK_EVERY="2")),
+        ):
+            summary = tmp_path / f"{script}.json"
+            result = run_k6(script, {**env, "VUS": "1"}, summary=summary)
+            assert result.returncode == 0, result.stderr
+            data = json.loads(summary.read_text())
+            latency[script] = parse_summary(data).latency_ms
+            window[script] = data["metrics"]["protolab_req_duration"]["values"]["p(90)"]
+    rest_ms, grpc_ms = latency["rest.js"]["p50"], latency["grpc_unary.js"]["p50"]
+    assert rest_ms is not None and grpc_ms is not None
+    note = (
+        f"p50 on the clock: REST {rest_ms:.2f} ms, gRPC {grpc_ms:.2f} ms; p90 of the JavaScript "
+        f"window, decoded replies included: REST {window['rest.js']:.2f}, gRPC {window['grpc_unary.js']:.2f}"
+    )
+    assert delay * 1000 <= min(rest_ms, grpc_ms) and abs(grpc_ms - rest_ms) < 1.5, note
+    # The decoded half is outside the clock: its p90 is an undecoded call's, well below the window's.
+    grpc_p90 = latency["grpc_unary.js"]["p90"]
+    assert grpc_p90 is not None and grpc_p90 + 5 < window["grpc_unary.js"], note
 
 
 @pytest.mark.parametrize("script", ["grpc_unary.js", "grpc_stream.js"])

@@ -332,17 +332,19 @@ def test_merged_exit_code() -> None:
 def test_raw_csv_gives_its_latency_samples_and_is_replaced(tmp_path: Path) -> None:
     raw = tmp_path / "s.k6-1.csv"
     raw.write_text(
-        "metric_name,timestamp,metric_value,check,error\n"
-        "http_req_duration,1,9.000000,,\n"
-        "protolab_req_duration,1,1.250000,,\n"
-        "protolab_reqs,1,1.000000,,\n"
-        "protolab_req_duration,2,0.125001,,\n"
-        "grpc_req_duration,2,0.5,,\n"
+        "metric_name,timestamp,metric_value,check,error,error_code,expected_response,method,proto,"
+        "status,extra_tags,metadata\n"
+        "http_req_duration,1,1.250000,,,,true,GET,HTTP/1.1,200,decoded=no,\n"
+        "http_req_duration,1,9.000000,,,,true,GET,HTTP/1.1,200,decoded=yes,\n"
+        "http_req_duration,1,7.000000,,,,false,GET,HTTP/1.1,500,decoded=no,\n"
+        "protolab_req_duration,1,1.300000,,,,,,,,,\n"
+        "http_req_duration,2,0.125001,,,,true,GET,HTTP/1.1,200,decoded=no&k6_instance=1,\n"
     )
-    assert take_latency_samples(raw, "protolab_req_duration") == [1.25, 0.125001]
+    clock = "http_req_duration{decoded:no,expected_response:true}"
+    assert take_latency_samples(raw, clock) == [1.25, 0.125001]
     assert not raw.exists()
     assert tmp_path.joinpath("s.k6-1.latency_ms.txt").read_text().split() == ["1.25", "0.125001"]
-    assert take_latency_samples(tmp_path / "missing.csv", "protolab_req_duration") == []
+    assert take_latency_samples(tmp_path / "missing.csv", clock) == []
 
 
 # --- the result JSON -----------------------------------------------------------------------

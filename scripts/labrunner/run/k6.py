@@ -4,6 +4,7 @@ About 500 lines as one module: the invocation (arguments, environment, execution
 the summary parser agree on one set of names (trend statistics, metrics, tags), kept side by side.
 """
 
+import csv
 import itertools
 import json
 import math
@@ -239,21 +240,36 @@ def instances_for(setting: K6Instances, k6_cpus: Sequence[int], model: LoadModel
 
 
 def take_latency_samples(raw_file: Path, clock: str) -> list[float]:
-    """The samples of metric `clock` in an instance's raw CSV output; they replace it, one value per
-    line in <raw>.latency_ms.txt (the CSV holds every metric's samples and grows fast)."""
-    prefix = clock + ","
+    """The samples of the clock (a metric or a submetric such as grpc_req_duration{decoded:no}) in an
+    instance's raw CSV output; they replace it, one value per line in <raw>.latency_ms.txt (the CSV
+    holds every metric's samples and grows fast)."""
+    name, tags = parse_submetric(clock)
     samples: list[float] = []
     try:
-        with raw_file.open() as f:
-            for line in f:
-                if line.startswith(prefix):
-                    samples.append(float(line.split(",", 3)[2]))  # metric_name,timestamp,metric_value,...
+        with raw_file.open(newline="") as f:
+            for row in csv.DictReader(f):
+                if row["metric_name"] == name and _has_tags(row, tags):
+                    samples.append(float(row["metric_value"]))
     except OSError:
         return []  # no raw output: merge() names the instance whose samples are missing
     kept = raw_file.with_suffix(".latency_ms.txt")
     kept.write_text("".join(f"{value!r}\n" for value in samples))
     raw_file.unlink()
     return samples
+
+
+def parse_submetric(selector: str) -> tuple[str, dict[str, str]]:
+    """k6's "metric{tag:value,...}" as the metric's name and the tags it selects."""
+    name, _, rest = selector.partition("{")
+    pairs = (item.split(":", 1) for item in rest.rstrip("}").split(",") if item)
+    return name, {key.strip(): value.strip() for key, value in pairs}
+
+
+def _has_tags(row: Mapping[str, str], tags: Mapping[str, str]) -> bool:
+    """Whether a CSV sample carries the tags: a system tag has its own column, any other tag is in
+    extra_tags as "key=value&key=value"."""
+    extra = dict(pair.split("=", 1) for pair in (row.get("extra_tags") or "").split("&") if "=" in pair)
+    return all(row.get(key, extra.get(key)) == value for key, value in tags.items())
 
 
 def percentile(ordered: Sequence[float], fraction: float) -> float:
