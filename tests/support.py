@@ -1,6 +1,7 @@
 """What the tests share: the repository's paths, the lab's targets, services started on ephemeral ports."""
 
 import contextlib
+import itertools
 import json
 import os
 import select
@@ -9,12 +10,14 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from labrunner.model.scenario import Scenario
+from labrunner.model.matrix import expand, parse_matrix
+from labrunner.model.scenario import Plan, Scenario
 from labrunner.results.store import scenario_dict
 
 from services.common.config import DEFAULT_PORTS
@@ -48,7 +51,8 @@ tls = false
 expect_proto = "HTTP/1.1"
 env = { SHUTDOWN_DRAIN_SECONDS = "3" }
 
-# Scenarios follow the targets' order in the file: this one runs after the slow stop.
+# Scenarios follow the targets' order in the file (with --seed slow_stop_seed()): this one runs after
+# the slow stop.
 [targets.grpc-after-slow-stop]
 service = "grpc_aio"
 script = "k6/grpc_unary.js"
@@ -63,6 +67,21 @@ warmup = "0"
 """
 SLOW = "aiohttp-slow-stop.small.c100.closed.r1"
 AFTER_SLOW = "grpc-after-slow-stop.small.c100.closed.r1"
+
+
+def seed_keeping_matrix_order(plan: Plan) -> str:
+    """A --seed under which the plan runs in the matrix's order: for the tests that interrupt a run at a
+    scenario they name by that order (the first, the second)."""
+    keeping = (seed for seed in itertools.count() if replace(plan, seed=seed).run_order == plan.scenarios)
+    return str(next(keeping))
+
+
+def slow_stop_seed() -> str:
+    """seed_keeping_matrix_order of the slow-stop preset: the slow stop first, then the one after it."""
+    matrix = ROOT / "matrix.toml"
+    parsed = parse_matrix(tomllib.loads(matrix.read_text() + SLOW_STOP_TARGETS), matrix)
+    return seed_keeping_matrix_order(expand(parsed, "local", "slow-stop"))
+
 
 # Every server implementation, by protocol, from the one table of services: a server added
 # there is covered by every test parametrized over these.

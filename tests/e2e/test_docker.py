@@ -36,11 +36,20 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from labrunner.backends import docker_names, docker_network_helper
 from labrunner.files import write_json_atomic
-from labrunner.model.matrix import load_matrix
+from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.scenario import Overrides
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 
-from tests.support import AFTER_SLOW, ALL_TARGETS, ROOT, SLOW, SLOW_STOP_TARGETS
+from tests.support import (
+    AFTER_SLOW,
+    ALL_TARGETS,
+    ROOT,
+    SLOW,
+    SLOW_STOP_TARGETS,
+    seed_keeping_matrix_order,
+    slow_stop_seed,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -69,7 +78,13 @@ ONE_SHOTS = {"certs"}  # must have exited 0
 MAIN_SELECTION = ("--preset", "ci", "--duration", "2s", "--warmup", "1s")
 # The interrupted runs: two fast scenarios, no warm-up, nothing sent to Prometheus or InfluxDB.
 FIRST, SECOND = "aiohttp-h1.small.c100.closed.r1", "grpc.small.c100.closed.r1"
-SHORT_SELECTION = ("--preset", "ci", "--target", "aiohttp-h1,grpc", "--duration", "2s", "--warmup", "0")
+# FIRST first: a seed that keeps the matrix's order.
+IN_ORDER = seed_keeping_matrix_order(
+    expand(load_matrix(ROOT / "matrix.toml"), "docker", "ci", Overrides(targets=("aiohttp-h1", "grpc")))
+)
+SHORT_SELECTION = (
+    "--preset", "ci", "--target", "aiohttp-h1,grpc", "--duration", "2s", "--warmup", "0", "--seed", IN_ORDER,
+)  # fmt: skip
 QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 MANAGED = f"{docker_names.MANAGED_LABEL}=true"
@@ -703,7 +718,7 @@ def test_ctrl_c_while_one_scenario_finishes_and_the_next_starts_then_again_leave
     matrix = tmp_path / "matrix.toml"
     matrix.write_text((ROOT / "matrix.toml").read_text() + SLOW_STOP_TARGETS)
     out = tmp_path / unique_run_id("overlap")
-    selection = ("--matrix", str(matrix), "--preset", "slow-stop")
+    selection = ("--matrix", str(matrix), "--preset", "slow-stop", "--seed", slow_stop_seed())
     events = EngineEvents(out.name)
     try:
         run = start_run(out, *selection, *QUIET)

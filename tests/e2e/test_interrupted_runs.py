@@ -21,17 +21,23 @@ from pathlib import Path
 
 import pytest
 from labrunner.files import write_json_atomic
+from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.scenario import Overrides
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 
 from services.common.cgroup import own_cgroup
-from tests.support import AFTER_SLOW, ROOT, SLOW, SLOW_STOP_TARGETS
+from tests.support import AFTER_SLOW, ROOT, SLOW, SLOW_STOP_TARGETS, seed_keeping_matrix_order, slow_stop_seed
 
 MARKER = "PROTOLAB_TEST_RUN"
 FIRST = "aiohttp-h1.small.c100.closed.r1"
 SECOND = "grpc.small.c100.closed.r1"
-# Two fast scenarios, measured for 1 s each without warm-up; no InfluxDB, no Prometheus.
-SELECTION = ("--preset", "ci", "--target", "aiohttp-h1,grpc", "--duration", "1s", "--warmup", "0")
+# Two fast scenarios, measured for 1 s each without warm-up, FIRST first; no InfluxDB, no Prometheus.
+TWO = Overrides(targets=("aiohttp-h1", "grpc"))
+IN_ORDER = seed_keeping_matrix_order(expand(load_matrix(ROOT / "matrix.toml"), "local", "ci", TWO))
+SELECTION = (
+    "--preset", "ci", "--target", "aiohttp-h1,grpc", "--duration", "1s", "--warmup", "0", "--seed", IN_ORDER,
+)  # fmt: skip
 QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -310,7 +316,10 @@ def slow_stop_run(tmp_path: Path, *args: str) -> tuple[Run, Path]:
     targets = tmp_path / "targets"
     out = tmp_path / "run"
     quick_benchmark(out)
-    selection = ("--matrix", str(matrix), "--preset", "slow-stop", "--prometheus-targets", str(targets))
+    selection = (
+        "--matrix", str(matrix), "--preset", "slow-stop", "--prometheus-targets", str(targets),
+        "--seed", slow_stop_seed(),
+    )  # fmt: skip
     return start_run(out, *selection, *args), targets
 
 

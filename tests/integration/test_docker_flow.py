@@ -19,6 +19,7 @@ from docker.types import Ulimit
 from labrunner.backends.docker_backend import DockerBackend
 from labrunner.cli import session
 from labrunner.network import docker_probe
+from labrunner.run.k6 import SUMMARY_TREND_STATS
 
 from tests.docker_fake import (
     MEMORY_PEAK,
@@ -71,7 +72,7 @@ def test_k6_container_parameters(tmp_path: Path, published_service: FakeDocker) 
             "--address",
             "",
             "--summary-trend-stats",
-            "avg,min,med,max,p(50),p(90),p(95),p(99),p(99.9),count",
+            SUMMARY_TREND_STATS,  # k6/lib/trend_stats.json, as the script's summaryTrendStats
             "--tag",
             "run=run1",
             "--tag",

@@ -61,19 +61,20 @@ def test_default_preset_depends_on_backend() -> None:
     matrix = load_matrix(MATRIX)
     local = expand(matrix, "local")
     docker = expand(matrix, "docker")
-    # Interleaved repeats: every target once per repeat, repeats outermost; the equal-load
-    # follow-up in the first two rounds.
+    # Interleaved repeats: every target once per round, repeats outermost; the ladders' rounds
+    # after every closed round (tests/unit/test_ladder.py holds the ladders).
     closed = [s for s in local.scenarios if s.load_model.name == "closed"]
-    equal_load = [s for s in local.scenarios if s.load_model.name == "equal-load"]
     assert [s.target.name for s in closed] == list(ALL_TARGETS) * 3
-    assert [s.target.name for s in equal_load] == list(ALL_TARGETS) * 2
     assert [s.repeat for s in closed[:: len(ALL_TARGETS)]] == [1, 2, 3]
+    assert local.scenarios[: len(closed)] == tuple(closed)
+    assert {s.load_model.rung.ladder for s in local.scenarios[len(closed) :] if s.load_model.rung} == {
+        "loaded",
+        "loaded-stream",
+    }
     assert {s.profile.name for s in local.scenarios} == {"quarter"}
     assert {s.profile.name for s in docker.scenarios} == {"p1"}
-    assert {(s.count, s.duration_s, s.warmup_s, s.repeats) for s in closed} == {(100, 10.0, 3.0, 3)}
-    assert {s.repeats for s in equal_load} == {2}
-    # Under 10 minutes on a 2-CPU host, start-up and stop included (measured: docs/results.md).
-    assert local.estimated_seconds < 10 * 60
+    assert {(s.count, s.duration_s, s.warmup_s) for s in local.scenarios} == {(100, 10.0, 3.0)}
+    assert {s.repeats for s in closed} == {3} and {s.repeats for s in local.scenarios} == {2, 3}
 
 
 def test_ci_preset_is_short_and_small() -> None:
@@ -135,7 +136,8 @@ def test_response_models_multiply_and_a_target_can_pin_one(matrix_data: dict[str
 
 
 def test_a_load_model_with_fewer_repeats_is_a_follow_up_of_the_first_rounds() -> None:
-    plan = expand(load_matrix(MATRIX), "local", "default", Overrides(targets=("grpc",)))
+    selection = Overrides(targets=("grpc",), load_models=("closed", "equal-load"), repeats=3)
+    plan = expand(load_matrix(MATRIX), "local", "default", selection)
     runs = [(s.load_model.name, s.repeat, s.repeats) for s in plan.scenarios]
     assert runs == [
         ("closed", 1, 3),
@@ -145,7 +147,7 @@ def test_a_load_model_with_fewer_repeats_is_a_follow_up_of_the_first_rounds() ->
         ("closed", 3, 3),
     ]
     # Never more than the preset's: --repeats 1 runs each model once.
-    once = expand(load_matrix(MATRIX), "local", "default", Overrides(targets=("grpc",), repeats=1))
+    once = expand(load_matrix(MATRIX), "local", "default", replace(selection, repeats=1))
     assert [(s.load_model.name, s.repeats) for s in once.scenarios] == [("closed", 1), ("equal-load", 1)]
 
 
@@ -350,16 +352,26 @@ def test_k6_invocation_for_grpc_and_ramp_warmup(tmp_path: Path) -> None:
     assert (warm["LOAD_MODEL"], warm["VUS"], warm["DURATION"]) == ("constant-vus", "10", "1s")
 
 
-def test_dry_run_prints_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["--dry-run", "--preset", "ci", "--backend", "local", "--count", "10,100"]) == 0
+def test_dry_run_prints_every_scenario_in_the_order_its_seed_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    selection = ["--dry-run", "--preset", "ci", "--backend", "local", "--count", "10,100", "--seed", "5"]
+    assert cli.main(selection) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("backend: local")
     assert out[1].split()[:3] == ["#", "scenario", "service"]
-    rows = out[2:-1]
-    assert len(rows) == 16
-    assert rows[0].split()[:2] == ["1", "aiohttp-h1.small.c10.closed.r1"]
-    assert "quart-h2-tls.small.c100.closed.r1" in out[-5]
-    assert out[-1].startswith("16 scenarios from matrix.toml preset 'ci'; k6 time 1m04s")
+    rows = out[2:-2]
+    plan = expand(load_matrix(MATRIX), "local", "ci", Overrides(counts=(10, 100)))
+    assert [row.split()[1] for row in rows] == [s.id for s in replace(plan, seed=5).run_order]
+    assert [row.split()[0] for row in rows] == [str(i) for i in range(1, 17)]
+    assert out[-2].startswith("16 scenarios from matrix.toml preset 'ci'; k6 time 1m04s")
+    assert out[-1] == "each round shuffled by seed 5: --seed 5 runs this order"
+    # The same seed, the same order; without one, a fresh seed is said.
+    assert cli.main(selection) == 0
+    assert capsys.readouterr().out.splitlines()[2:-2] == rows
+    assert cli.main(selection[:-2]) == 0
+    assert re.fullmatch(
+        r"each round shuffled by seed \d+: --seed \d+ runs this order",
+        capsys.readouterr().out.splitlines()[-1],
+    )
 
 
 def test_cli_reports_bad_selection(capsys: pytest.CaptureFixture[str]) -> None:
@@ -388,6 +400,7 @@ def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None
         "--duration",
         "--warmup",
         "--repeats",
+        "--seed",
         "--out",
         "--dry-run",
         "--resume",

@@ -7,7 +7,7 @@ from labrunner.network.profiles import NetworkProfile
 
 
 def describe_plan(plan: Plan) -> str:
-    """The dry-run table: one line per scenario in execution order, then the k6 time."""
+    """The dry-run table: one line per scenario in the order it would run, then the k6 time."""
     header: tuple[str, ...] = (
         "#",
         "scenario",
@@ -23,7 +23,7 @@ def describe_plan(plan: Plan) -> str:
     if split:
         header = (*header, "k6 instances")
     rows = [header]
-    for index, s in enumerate(plan.scenarios, start=1):
+    for index, s in enumerate(plan.run_order, start=1):
         rows.append(
             (
                 str(index),
@@ -43,6 +43,14 @@ def describe_plan(plan: Plan) -> str:
         f"{len(plan.scenarios)} scenarios from {plan.matrix_path.name} preset {plan.preset!r}; "
         f"k6 time {_minutes(plan.estimated_seconds)} plus start/verify/stop overhead per scenario"
     )
+    if plan.seed is not None:
+        lines.append(f"each round shuffled by seed {plan.seed}: --seed {plan.seed} runs this order")
+    rungs = sum(1 for s in plan.scenarios if s.load_model.rung is not None)
+    if rungs:
+        lines.append(
+            f"{rungs} of them ladder rungs, each run only if its rate is within its share of the "
+            "target's closed-model req/s measured earlier in the run (the k6 time counts them all)"
+        )
     return "\n".join(lines)
 
 
@@ -126,4 +134,10 @@ def _describe_load(model: LoadModel) -> str:
         return f"{model.name} ({model.iterations} requests, {model.vus} VU)"
     if model.search is not None:
         return f"{model.name} (search from {model.rate}/s, p99 <= {model.search.slo_p99_ms:g} ms)"
+    if model.rung is not None:
+        rung = model.rung
+        return (
+            f"{model.name} ({model.rate}/s, {model.pre_allocated_vus}-{model.max_vus} VUs; rung of "
+            f"{rung.ladder}, where <= {rung.max_share:.0%} of the {rung.capacity_model} req/s)"
+        )
     return f"{model.name} ({model.rate}/s, {model.pre_allocated_vus}-{model.max_vus} VUs)"

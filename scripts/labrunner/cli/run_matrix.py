@@ -3,8 +3,10 @@
 import argparse
 import contextlib
 import re
+import secrets
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,7 +41,15 @@ EPILOG = f"""\
 selection:
   The preset (--preset, else [defaults].preset in the matrix file) gives targets, profiles,
   counts, load models, duration, warm-up and repeats; the options above override them.
-  List options are repeatable or comma-separated and accept globs ("quart-*").
+  List options are repeatable or comma-separated and accept globs ("quart-*"); a ladder's name
+  (--load-model loaded) selects each of its rungs (loaded-100, loaded-450).
+
+order:
+  Rounds run in turn, each one repeat of every scenario of its kind, every ladder round after the
+  others; inside a round the order is shuffled by --seed (printed at the start, kept in
+  manifest.json, reused by --resume). A ladder rung runs on a target only while its rate is within
+  its share of the target's closed-model req/s earlier in the run; else it is not run, and the run
+  and summary.md say why.
 
 output (--out, default results/<run id>/):
   scenarios/<scenario>.json   one result per scenario, written atomically
@@ -148,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument("--duration", help="measured k6 time, e.g. 30s (ramping models use their stages)")
     pick.add_argument("--warmup", help="unmeasured k6 time before measuring, e.g. 10s; 0 skips it")
     pick.add_argument("--repeats", type=int, help="independent runs per scenario")
+    pick.add_argument(
+        "--seed",
+        type=int,
+        help="shuffles the order inside each round (one repeat of every scenario of a kind); the run "
+        "prints it and keeps it in its manifest, and --resume takes it from there (default: a fresh one)",
+    )
 
     out = parser.add_argument_group("run and output")
     out.add_argument("--run-id", help="run identifier (default: UTC time, YYYYmmdd-HHMMSS)")
@@ -205,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise _Usage("the selection has no scenarios")
         if args.dry_run:
             print(_backend_line(backend_name, reason))
-            print(describe_plan(plan))
+            print(describe_plan(seed_plan(plan, args.seed)[0]))
             return EXIT_OK
         return _run(args, plan, roles=roles, backend_name=backend_name, reason=reason, argv=argv)
     except (MatrixError, HostsError, K6NotFound, BackendUnavailable, _Usage) as exc:
@@ -225,6 +241,7 @@ def _run(
     run_id, out_dir = _run_location(args)
     if not args.resume and load_results(out_dir):
         raise _Usage(f"{out_dir} already holds results; pass --resume or choose another --run-id")
+    plan, seed_origin = seed_plan(plan, args.seed, out_dir if args.resume else None)
     k6_binary = find_k6(args.k6)
     _preflight(plan)
     if any(s.target.tls for s in plan.scenarios) and certs.ensure_certs(args.certs):
@@ -271,6 +288,7 @@ def _run(
     )
     print(_backend_line(backend_name, reason))
     print(f"run {run_id}: {len(plan.scenarios)} scenarios, out {out_dir}")
+    print(f"order: each round shuffled by seed {plan.seed} ({seed_origin})")
     try:
         with interrupts.first_one_ends_the_run(), cleanup:
             ok = session.run_plan(plan, config, backend, settings, say=_say)
@@ -281,6 +299,21 @@ def _run(
         return EXIT_INTERRUPTED
     session.finish(out_dir, benchmark=True, say=_say)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def seed_plan(plan: Plan, seed: int | None, resumed_run: Path | None = None) -> tuple[Plan, str]:
+    """The plan with the seed of its order (--seed, else a fresh one), and where the seed came from.
+    A resumed run keeps the seed in its manifest, so what is left runs in the order first planned."""
+    manifest = read_manifest(resumed_run) if resumed_run is not None else {}
+    if "seed" in manifest.get("matrix", {}):
+        planned = manifest["matrix"]["seed"]
+        if seed is not None and seed != planned:
+            raise _Usage(f"--seed {seed}: the run to resume was planned with seed {planned}; leave it out")
+        return replace(plan, seed=planned), "the run's, from its manifest"
+    if seed is not None:
+        return replace(plan, seed=seed), "--seed"
+    fresh = secrets.randbelow(1_000_000)
+    return replace(plan, seed=fresh), f"a fresh one: --seed {fresh} repeats the order"
 
 
 def _backend_line(name: str, reason: str) -> str:

@@ -18,7 +18,7 @@ from labrunner.report import answers, findings, payload, serialization
 from labrunner.report.build import PAYLOAD_FILE, SERIALIZATION_FILE, write_report
 from labrunner.report.compare import group_results
 from labrunner.report.summary import write_summaries
-from labrunner.results import record, trust
+from labrunner.results import ladder, record, trust
 from labrunner.results.store import (
     MANIFEST_FILE,
     build_manifest,
@@ -60,16 +60,19 @@ class Kept:
 def run_plan(
     plan: Plan, config: SessionConfig, backend: Backend, settings: BackendSettings, say: Say
 ) -> bool:
-    """Run every scenario not already done; True when all of them succeeded.
+    """Run every scenario not already done, in the plan's run order; True when none failed.
 
     One rule for every scenario: a failure, whether in its start, its measured window, its finish or
     the writing of its result, is that scenario's own (recorded with its cause, and reported on its
     line), and the run goes on. Each scenario's finish runs on the finisher thread; the next scenario
-    starts beside it when it may overlap, else once it is done.
+    starts beside it when it may overlap, else once it is done. A ladder rung over its target's
+    closed-model capacity (labrunner.results.ladder) is not run: said, named in the manifest and the
+    summary, and no failure.
     """
     run = config.run
     out = run.out_dir
-    order = [s.id for s in plan.scenarios]
+    order = [s.id for s in plan.scenarios]  # the matrix's order, which the summaries read
+    run_order = plan.run_order
     done = completed_ok(out) if config.resume else set()
     started_at, resumed = _sessions(out, config.resume)
     manifest_args: dict[str, Any] = {
@@ -86,18 +89,24 @@ def run_plan(
             "prometheus_targets_dir": str(run.targets_dir) if run.targets_dir else None,
         },
     }
-    to_run = [s for s in plan.scenarios if s.id not in done]
+    to_run = [s for s in run_order if s.id not in done]
     # The same fixed workload before the first scenario and after the last, where the first
     # scenario's service runs: how fast this host's CPU was, and whether that changed.
-    calibration_cpus = calibration.cpus_for(plan.scenarios[0]) if plan.scenarios else ()
+    calibration_cpus = calibration.cpus_for(run_order[0]) if run_order else ()
     calibrations: dict[str, Any] = {}
-    if plan.scenarios:
+    if run_order:
         calibrations["before"] = calibration.calibrate(calibration_cpus, "before", say)
     manifest_args["calibration"] = calibrations
-    write_json_atomic(
-        out / MANIFEST_FILE, build_manifest(**manifest_args, finished_at=None, complete=False, all_ok=None)
-    )
-    progress = _Progress(plan.scenarios, done, say)
+    not_run: dict[str, str] = {}  # scenario id -> why, in run order
+
+    def write_manifest_so_far() -> None:
+        manifest = build_manifest(
+            **manifest_args, not_run=not_run, finished_at=None, complete=False, all_ok=None
+        )
+        write_json_atomic(out / MANIFEST_FILE, manifest)
+
+    write_manifest_so_far()
+    progress = _Progress(run_order, done, say)
     if len(to_run) > 1:
         say("each scenario's service stops while the next one starts: its result line may follow that start")
     failed: list[str] = []
@@ -118,12 +127,24 @@ def run_plan(
             finishing.pop(0)
 
     interrupted = True
+    closed_results: list[dict[str, Any]] | None = None  # read once, when the first rung comes
     finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish")
     try:
-        for index, scenario in enumerate(plan.scenarios, start=1):
+        for index, scenario in enumerate(run_order, start=1):
             if scenario.id in done:
-                say(f"[{index}/{len(plan.scenarios)}] {scenario.id}: ok in an earlier session, skipped")
+                say(f"[{index}/{len(run_order)}] {scenario.id}: ok in an earlier session, skipped")
                 continue
+            if scenario.load_model.rung is not None:
+                if closed_results is None:
+                    # The rungs are judged by the closed rounds' results, all run before them: once
+                    # the last one is written, they are what the judge reads for every rung.
+                    settle()
+                    closed_results = load_results(out)
+                if (reason := ladder.not_run_reason(scenario, closed_results)) is not None:
+                    not_run[scenario.id] = reason
+                    progress.not_run(index, scenario, reason)
+                    write_manifest_so_far()
+                    continue
             progress.starting(index, scenario)
             measured = measure_scenario(scenario, run, backend, settings, say, before_measure=settle)
             progress.measured(scenario)
@@ -150,6 +171,7 @@ def run_plan(
             out / MANIFEST_FILE,
             build_manifest(
                 **manifest_args,
+                not_run=not_run,
                 finished_at=datetime.now(UTC),
                 complete=not interrupted,
                 all_ok=all_ok if not interrupted else None,
@@ -160,7 +182,8 @@ def run_plan(
         except Exception as exc:  # the results are written; scripts/report.py makes these again
             say(f"summaries not written: {type(exc).__name__}: {exc}")
     say(
-        f"{len(plan.scenarios) - len(failed)} of {len(plan.scenarios)} scenarios ok"
+        f"{len(plan.scenarios) - len(failed) - len(not_run)} of {len(plan.scenarios)} scenarios ok"
+        + (f"; {len(not_run)} not run (summary.md says why)" if not_run else "")
         + (f"; failed: {', '.join(failed)}" if failed else "")
         + f"\nresults: {out}/summary.md"
     )
@@ -261,6 +284,10 @@ class _Progress:
     def measured(self, scenario: Scenario) -> None:
         if scenario in self._pending:
             self._pending.remove(scenario)
+
+    def not_run(self, index: int, scenario: Scenario, reason: str) -> None:
+        self.measured(scenario)  # out of the ETA
+        self._say(f"[{index}/{self._total}] {scenario.id}: not run: {reason}")
 
     def finished(self, index: int, kept: Kept) -> None:
         outcome = kept.outcome

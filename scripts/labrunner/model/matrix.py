@@ -13,6 +13,7 @@ from labrunner.model.schema import (
     SELECTION_KEYS,
     MatrixError,
     Settings,
+    load_models_of,
     validate_matrix_file,
     validate_positive_int,
     validate_settings,
@@ -47,7 +48,7 @@ def parse_matrix(data: Mapping[str, Any], path: Path) -> Matrix:
         path,
         profiles={n: p.build(n) for n, p in spec.profiles.items()},
         targets={n: t.build(n) for n, t in spec.targets.items()},
-        load_models={n: m.build(n) for n, m in spec.load_models.items()},
+        load_models=load_models_of(spec, path),
         defaults=defaults,
         presets=data.get("presets", {}),
         default_preset=spec.defaults.preset,
@@ -64,10 +65,12 @@ def parse_matrix(data: Mapping[str, Any], path: Path) -> Matrix:
 def expand(
     matrix: Matrix, backend: str, preset: str | None = None, overrides: Overrides = _NO_OVERRIDES
 ) -> Plan:
-    """The scenarios of a preset for a backend, with command-line overrides applied.
+    """The scenarios of a preset for a backend, with command-line overrides applied, in rounds.
 
-    Repeats are the outermost loop, so slow drift of the machine (thermal, background
-    load) spreads over every target instead of biasing the ones measured last.
+    A round is one repeat of every scenario of a kind: repeats are the outermost loop, so slow drift
+    of the machine (thermal, background load) spreads over every target instead of biasing the ones
+    measured last. Every other round comes before the first round of ladder rungs, which run only
+    where the closed model's results of the same run allow (labrunner.results.ladder).
     """
     if backend not in BACKENDS:
         raise MatrixError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
@@ -77,8 +80,7 @@ def expand(
     where = f"preset {name!r} ({backend} backend)"
     settings = _settings(matrix, name, backend, overrides, where)
     models = [
-        _with_overrides(matrix.load_models[n], overrides)
-        for n in _names(settings.load_models, matrix.load_models, "load model", where)
+        _with_overrides(model, overrides) for model in _load_models(settings.load_models, matrix, where)
     ]
     targets = _names(settings.targets, matrix.targets, "target", where)
     profiles = _names(settings.profiles, matrix.profiles, "profile", where)
@@ -97,16 +99,20 @@ def expand(
             network=matrix.networks[network],
             k6_instances=settings.k6_instances,
         )
+        for rungs in (False, True)
         for repeat in range(1, settings.repeats + 1)
         for network in networks
         for profile in profiles
         for count in sorted(set(settings.counts))
         for model in models
+        if (model.rung is not None) == rungs
         for response_model in dict.fromkeys(settings.response_models)
         for target in targets
         # A target pinned to one model runs only in that model.
         if matrix.targets[target].response_model in (None, response_model)
         and repeat <= _repeats(model, settings.repeats)
+        # A rung runs on the targets of its ladder's k6 scripts only.
+        and (model.rung is None or matrix.targets[target].script in model.rung.scripts)
     )
     return Plan(
         matrix_path=matrix.path,
@@ -146,12 +152,24 @@ def _settings(matrix: Matrix, preset: str, backend: str, overrides: Overrides, w
 
 
 def _with_overrides(model: LoadModel, overrides: Overrides) -> LoadModel:
-    """--vus sets the VUs of constant-vus models, --rate the rate of arrival-rate models."""
+    """--vus sets the VUs of constant-vus models, --rate the rate of arrival-rate models but a ladder's
+    rungs (each rung is its rate)."""
     if overrides.vus is not None and model.executor == "constant-vus":
         model = replace(model, vus=validate_positive_int(overrides.vus, "--vus"))
-    if overrides.rate is not None and model.executor == "constant-arrival-rate":
+    if overrides.rate is not None and model.executor == "constant-arrival-rate" and model.rung is None:
         model = replace(model, rate=validate_positive_int(overrides.rate, "--rate"))
     return model
+
+
+def _load_models(patterns: list[str], matrix: Matrix, where: str) -> list[LoadModel]:
+    """Load models by name or glob, in file order; a ladder's name selects every one of its rungs."""
+    selectable: dict[str, list[LoadModel]] = {}
+    for model in matrix.load_models.values():
+        if model.rung is not None:
+            selectable.setdefault(model.rung.ladder, []).append(model)
+        selectable[model.name] = [model]
+    chosen = {m.name for n in _names(patterns, selectable, "load model", where) for m in selectable[n]}
+    return [model for model in matrix.load_models.values() if model.name in chosen]
 
 
 def _names(patterns: list[str], known: Mapping[str, object], kind: str, where: str) -> list[str]:

@@ -1,6 +1,8 @@
 """The run's domain: targets, profiles, load models, scenarios and the plan they make, all frozen."""
 
+import itertools
 import math
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +83,29 @@ class CapacitySearch:
     growth: float  # rate multiplier while every step passes
 
 
+# VUs of an open model at a rate = rate x a latency bound x VU_HEADROOM: every request may take twice
+# the bound before k6 runs out of VUs, so dropped iterations mean the service fell far behind, not k6.
+VU_HEADROOM = 2.0
+
+
+def vus_for_rate(rate: int, latency_bound_s: float, at_least: int, at_most: int) -> int:
+    """The VUs an open model pre-allocates at `rate`: all of them up front, since a VU started
+    mid-run would pay its init (and gRPC connect) inside the measured window."""
+    return min(at_most, max(at_least, math.ceil(rate * latency_bound_s * VU_HEADROOM)))
+
+
+@dataclass(frozen=True)
+class Rung:
+    """What makes an open-model load model one rung of a ladder ([load_models.<ladder>.ladder]): it runs
+    on the targets of the ladder's k6 scripts, and only while its rate is at most max_share of the
+    target's req/s under capacity_model earlier in the same run (labrunner.results.ladder)."""
+
+    ladder: str  # the ladder's name, which selects all its rungs
+    scripts: tuple[str, ...]  # the k6 scripts of the targets it runs on
+    max_share: float
+    capacity_model: str  # a constant-vus load model
+
+
 @dataclass(frozen=True)
 class LoadModel:
     """A k6 executor and its parameters."""
@@ -95,6 +120,7 @@ class LoadModel:
     iterations: int | None = None  # shared-iterations: requests in all, one at a time per VU
     search: CapacitySearch | None = None  # constant-arrival-rate: a capacity search from `rate`
     repeats: int | None = None  # fewer repeats than the preset's for this model; None: the preset's
+    rung: Rung | None = None  # constant-arrival-rate: a rung of a ladder at `rate`
 
     def measured_seconds(self, duration_s: float) -> float:
         """How long k6 runs: the stages for ramping-vus, every step of a search, else the duration
@@ -131,7 +157,11 @@ class Scenario:
         The default response model adds nothing, so groups keep the ids runs made before the
         models existed had.
         """
-        group = f"{self.target.name}.{self.profile.name}.c{self.count}.{self.load_model.name}"
+        return self.group_under(self.load_model.name)
+
+    def group_under(self, load_model: str) -> str:
+        """The group id this scenario would have under another load model, all else the same."""
+        group = f"{self.target.name}.{self.profile.name}.c{self.count}.{load_model}"
         if self.response_model != DEFAULT_RESPONSE_MODEL:
             group = f"{group}.{self.response_model}"
         return group if self.network.name == LOOPBACK.name else f"{group}.{self.network.name}"
@@ -178,9 +208,20 @@ class Overrides:
     repeats: int | None = None
 
 
+def round_of(scenario: Scenario) -> tuple[bool, int]:
+    """The round a scenario belongs to: its repeat, ladder rungs apart, since their rounds follow every
+    other round (a rung is judged by the closed model's results: labrunner.results.ladder)."""
+    return scenario.load_model.rung is not None, scenario.repeat
+
+
 @dataclass(frozen=True)
 class Plan:
-    """The expanded run: scenarios in execution order plus run-wide settings."""
+    """The expanded run: scenarios in the matrix's order plus run-wide settings.
+
+    The matrix's order is the rounds in order (round_of), each round in the file's order of its
+    networks, profiles, counts, load models, response models and targets: the order the summaries
+    and the report read a run in, whatever order it ran in.
+    """
 
     matrix_path: Path
     preset: str
@@ -188,6 +229,21 @@ class Plan:
     scenarios: tuple[Scenario, ...]
     start_timeout_s: float
     stop_timeout_s: float
+    seed: int | None = None  # shuffles the scenarios inside each round (run_order); None: no shuffle
+
+    @property
+    def run_order(self) -> tuple[Scenario, ...]:
+        """The scenarios in the order they run: the rounds in order, each shuffled by `seed`, so no
+        target always runs first after calibration or right after a given other one."""
+        if self.seed is None:
+            return self.scenarios
+        shuffler = random.Random(self.seed)
+        ordered: list[Scenario] = []
+        for _, members in itertools.groupby(self.scenarios, key=round_of):
+            round_members = list(members)
+            shuffler.shuffle(round_members)
+            ordered += round_members
+        return tuple(ordered)
 
     @property
     def estimated_seconds(self) -> float:

@@ -32,8 +32,10 @@ from labrunner.model.scenario import (
     K6Instances,
     LoadModel,
     Profile,
+    Rung,
     Stage,
     Target,
+    vus_for_rate,
 )
 from labrunner.network.profiles import NetworkProfile
 
@@ -300,17 +302,40 @@ class _RampingVus(_LoadModelTable):
         return LoadModel(name, self.executor, stages=stages, repeats=self.repeats)
 
 
+class _LadderSpec(_Table):
+    """[load_models.<name>.ladder]: the rungs of an arrival-rate model, one per rate."""
+
+    rates: Annotated[
+        list[PositiveInt],
+        _must(len, "must list at least one rate"),
+        _must(lambda rates: len(set(rates)) == len(rates), "{value} lists a rate twice"),
+    ]
+    scripts: Annotated[list[str], _must(len, "must list at least one k6 script")]
+    max_share: Annotated[float, _must(lambda s: 0 < s <= 1, "{value} must be a fraction in (0, 1]")]
+    capacity_model: Name
+    latency_bound: PositiveDuration  # VUs per rung: rate x latency_bound x 2, within the model's VUs
+
+
 class _ConstantArrivalRate(_LoadModelTable):
     executor: Literal["constant-arrival-rate"]
-    rate: PositiveInt
+    rate: PositiveInt | None = None  # None only for a ladder, whose rungs have their rates
     pre_allocated_vus: PositiveInt
     max_vus: PositiveInt
     search: _SearchSpec | None = None  # a capacity search from `rate`
+    ladder: _LadderSpec | None = None  # one load model per rate instead of one at `rate`
 
     @model_validator(mode="after")
     def _max_covers_preallocated(self) -> Self:
         if self.max_vus < self.pre_allocated_vus:
             raise _problem("max_vus must be >= pre_allocated_vus", self.max_vus)
+        return self
+
+    @model_validator(mode="after")
+    def _rate_or_ladder(self) -> Self:
+        if self.ladder is None and self.rate is None:
+            raise _problem("missing key 'rate' (or a ladder table of rates)", None)
+        if self.ladder is not None and (self.rate is not None or self.search is not None):
+            raise _problem("a ladder's rungs have their own rates: no rate or search beside it", self.rate)
         return self
 
     def build(self, name: str) -> LoadModel:
@@ -323,6 +348,29 @@ class _ConstantArrivalRate(_LoadModelTable):
             search=self.search.build() if self.search else None,
             repeats=self.repeats,
         )
+
+    def rungs(self, name: str) -> tuple[LoadModel, ...]:
+        """A ladder's load models, <name>-<rate> in the order of its rates, each with VUs enough
+        for its rate (vus_for_rate) within the table's pre_allocated_vus and max_vus."""
+        if self.ladder is None:
+            return ()
+        ladder = self.ladder
+        rung = Rung(name, tuple(ladder.scripts), ladder.max_share, ladder.capacity_model)
+        models = []
+        for rate in ladder.rates:
+            vus = vus_for_rate(rate, ladder.latency_bound, self.pre_allocated_vus, self.max_vus)
+            models.append(
+                LoadModel(
+                    f"{name}-{rate}",
+                    self.executor,
+                    rate=rate,
+                    pre_allocated_vus=vus,
+                    max_vus=self.max_vus,
+                    repeats=self.repeats,
+                    rung=rung,
+                )
+            )
+        return tuple(models)
 
 
 class _SharedIterations(_LoadModelTable):
@@ -457,6 +505,27 @@ def validate_matrix_file(data: Mapping[str, Any], path: Path) -> MatrixFile:
         return MatrixFile.model_validate(data)
     except ValidationError as exc:
         raise _matrix_error(exc, str(path), in_file=True) from exc
+
+
+def load_models_of(spec: MatrixFile, path: Path) -> dict[str, LoadModel]:
+    """Every load model of the file by name, a ladder's rungs in its place. A rung's name must not be
+    another table's, and its capacity model must be a closed (constant-vus) one."""
+    models: dict[str, LoadModel] = {}
+    for name, table in spec.load_models.items():
+        if not isinstance(table, _ConstantArrivalRate) or table.ladder is None:
+            models[name] = table.build(name)
+            continue
+        where = f"{path} [load_models.{name}] ladder"
+        capacity_model = spec.load_models.get(table.ladder.capacity_model)
+        if not isinstance(capacity_model, _ConstantVus):
+            raise MatrixError(
+                f"{where} capacity_model: {table.ladder.capacity_model!r} is not a constant-vus load model"
+            )
+        for rung in table.rungs(name):
+            if rung.name in spec.load_models:
+                raise MatrixError(f"{where} rates: its rung {rung.name!r} is also a [load_models.*] table")
+            models[rung.name] = rung
+    return models
 
 
 def validate_settings(values: Mapping[str, object], where: str) -> Settings:

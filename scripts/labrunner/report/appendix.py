@@ -4,15 +4,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from labrunner.report import charts, payload, payload_charts, serialization
+from labrunner.report import charts, latency_curve, payload, payload_charts, serialization
 from labrunner.report.document import Block, Heading, Image, Paragraph, table
 from labrunner.report.runs import Run
 from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE
 
 NO_LATENCY_CHART = (
-    "No latency chart: this run held no open-model (equal-load) runs. Latency at saturation is set "
-    "by the CPU quota more than by the protocol, so it is compared only at an offered load every "
-    "target carried: add `--load-model equal-load`."
+    "No latency chart: this run held no open-model runs (a ladder's rungs, or equal-load). Latency at "
+    "saturation is set by the CPU quota more than by the protocol, so it is compared only at an offered "
+    "load every target carried: add `--load-model loaded,loaded-stream` after the closed model."
 )
 
 
@@ -34,6 +34,7 @@ def charts_section(
             "Latency percentiles p50 to p99.9 under an equal offered load (open model), by target",
             f"lines: {CENTRE} of the repeats at each percentile; blue REST, orange gRPC, dashed TLS",
         ),
+        *latency_curve.drawn(run.groups, out),
         (
             charts.efficiency(run.groups, out / "cpu_per_1k_requests.png"),
             "Service CPU seconds per 1,000 requests at saturation (lower is more efficient); streaming "

@@ -5,7 +5,16 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.files import write_text_atomic
-from labrunner.report import appendix, floor, host_conditions, payload, payload_sweep, sections, serialization
+from labrunner.report import (
+    appendix,
+    floor,
+    host_conditions,
+    latency_curve,
+    payload,
+    payload_sweep,
+    sections,
+    serialization,
+)
 from labrunner.report import baseline as baseline_section
 from labrunner.report import network as network_figures
 from labrunner.report.compare import against_baseline
@@ -13,7 +22,7 @@ from labrunner.report.document import Block, Heading, to_html, to_markdown
 from labrunner.report.runs import Run, load_run, read_json
 
 PAYLOAD_FILE = "payload.json"
-SERIALIZATION_FILE = "serialization.json"
+SERIALIZATION_FILE = serialization.FILE
 CHARTS_DIR = "charts"
 
 
@@ -52,16 +61,18 @@ def build(
     blocks += host_conditions.calibration_warnings(run.manifest)
     blocks += sections.summary(run, changes, baseline)
     blocks += sections.latency(run)
+    blocks += latency_curve.section(run.groups, run.manifest)  # with two offered rates or a rung not run
     blocks += sections.sequential(run)
     blocks += sections.capacity(run)
     blocks += sections.comparisons(run)
     blocks += floor.section(run.groups)  # only with floor-* targets
     blocks += network_figures.section(run.groups)  # only with more than one network profile
-    blocks += payload_sweep.section(run.groups, payload_rows)  # only with two or more counts
+    cases = serialization.cases_from_document(bench)
+    blocks += payload_sweep.section(run.groups, payload_rows, cases)  # only with two or more counts
     blocks += host_conditions.section(run.manifest, run.results)
     if baseline is not None:
         blocks += baseline_section.section(run, baseline)
-    blocks += appendix.charts_section(run, payload_rows, serialization.cases_from_document(bench), charts_dir)
+    blocks += appendix.charts_section(run, payload_rows, cases, charts_dir)
     blocks += appendix.payload_section(payload_rows, payload_note)
     blocks += appendix.serialization_section(bench)
     blocks += sections.problems(run)

@@ -1,10 +1,12 @@
-"""The payload sweep's charts: req/s and CPU per request against response size, and gRPC / REST."""
+"""The payload sweep's charts: req/s and CPU per request against response size, and gRPC / REST
+against records with the cost model's ratio and crossover."""
 
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullLocator
@@ -12,16 +14,7 @@ from matplotlib.ticker import FuncFormatter, NullLocator
 from labrunner.report.charts import DPI, FAMILY_COLOURS, family
 from labrunner.report.compare import Group
 from labrunner.report.payload import PayloadRow
-from labrunner.report.payload_sweep import (
-    SWEPT,
-    Point,
-    Sweep,
-    crossings,
-    detectable,
-    size,
-    sweep_groups,
-    sweeps,
-)
+from labrunner.report.payload_sweep import SWEPT, Point, Sweep, size, sweep_groups, sweeps
 from labrunner.report.stats import CONFIDENCE
 
 # One colour per protocol family; within a family the marker names the server, dashes mean TLS.
@@ -48,10 +41,10 @@ def drawn(
             "TLS; hollow: a lower bound, in no ratio",
         ),
         (
-            crossover(sweeps(groups, rows), out / "payload_crossover.png"),
-            "Payload crossover: gRPC / REST against response size",
-            f"ratio of geometric means, band its {CONFIDENCE:.0%} Welch interval; "
-            "x: a crossing of 1 with its interval (where some count tells the two apart)",
+            crossover(sweeps(groups, rows), rows, out / "payload_crossover.png"),
+            "Payload crossover: gRPC / REST against records",
+            f"points: measured ratio of geometric means, band its {CONFIDENCE:.0%} Welch interval; "
+            "dotted: the cost model's ratio of CPU per request; x: its crossover with Fieller's interval",
         ),
     ]
 
@@ -81,7 +74,7 @@ def sweep(groups: Sequence[Group], rows: Sequence[PayloadRow], path: Path) -> Pa
                     metric,
                     sizes,
                 )
-            _log_axes(ax, counts, sizes)
+            _log_axes(ax, {sizes[c]: _tick(c, sizes) for c in counts}, "JSON body of the same records (log)")
             ax.set_ylabel(_AXIS[metric])
             ax.set_title(title, fontsize="medium")
     handles, labels = axes[0][0].get_legend_handles_labels()
@@ -124,20 +117,23 @@ def _target_line(ax: Axes, members: Sequence[Group], metric: str, sizes: Mapping
         ax.scatter(bound_x, bound_y, s=90, facecolors="white", edgecolors=colour, zorder=3)
 
 
-def crossover(sweeps: Sequence[Sweep], path: Path) -> Path | None:
-    """gRPC / REST per pair against the JSON body size, with the ratios' intervals as a band and
-    each crossing of 1 with its interval."""
-    shown = [s for s in sweeps if all(len(s.points[m]) >= 2 for m in SWEPT)]
+def crossover(sweeps: Sequence[Sweep], rows: Sequence[PayloadRow], path: Path) -> Path | None:
+    """gRPC / REST per pair against records: the measured ratios with their intervals as a band and,
+    for CPU per request, the cost model's ratio and its crossover with Fieller's interval."""
+    shown = [s for s in sweeps if s.crossover is not None or any(len(s.points[m]) >= 2 for m in SWEPT)]
     if not shown:
         return None
+    sizes = {r.count: r.json_bytes for r in rows}
+    counts = sorted({g.count for s in shown for g in s.grpc})
     fig = Figure(figsize=(_WIDTH, _HEIGHT + 0.8), layout="constrained")
     axes = fig.subplots(1, len(SWEPT), squeeze=False)[0]
     for ax, metric in zip(axes, SWEPT, strict=True):
-        sizes = {p.count: p.json_bytes for s in shown for p in s.points[metric]}
         for s in shown:
             _ratio_line(ax, s, metric)
+            if metric == "cpu_per_1k":
+                _model_ratio(ax, s)
         ax.axhline(1.0, color="black", linewidth=1)
-        _log_axes(ax, sorted(sizes), sizes)
+        _log_axes(ax, {c: _tick(c, sizes) for c in counts}, "records per response (log), JSON body above")
         ax.set_ylabel(_RATIO_AXIS[metric])
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small")
@@ -147,7 +143,7 @@ def crossover(sweeps: Sequence[Sweep], path: Path) -> Path | None:
 def _ratio_line(ax: Axes, s: Sweep, metric: str) -> None:
     points: Sequence[Point] = s.points[metric]
     rest = s.rest[0]
-    xs = [p.json_bytes for p in points]
+    xs = [p.count for p in points]
     # Each line is gRPC against a REST server: drawn in the REST colour, marked as that server.
     ax.plot(
         xs,
@@ -166,22 +162,47 @@ def _ratio_line(ax: Axes, s: Sweep, metric: str) -> None:
             alpha=0.06,
             linewidth=0,
         )
-    for c in crossings(points) if detectable(points) else []:
-        error = None
-        if c.interval is not None:
-            error = [[c.json_bytes - c.interval[0]], [c.interval[1] - c.json_bytes]]
-        ax.errorbar([c.json_bytes], [1.0], xerr=error, color="black", marker="x", markersize=8, capsize=4)
 
 
-def _log_axes(ax: Axes, counts: Sequence[int], sizes: Mapping[int, int]) -> None:
-    """Log axes in plain numbers; x ticked at each count with its JSON body size and records."""
+def _model_ratio(ax: Axes, s: Sweep) -> None:
+    """The two cost lines' ratio from the fewest records to the most (or to the crossover, when it
+    lies beyond them), and the crossover where it is at a positive count with a bounded interval."""
+    c = s.crossover
+    if c is None or s.grpc_model is None or s.rest_model is None:
+        return
+    grpc, rest = s.grpc_model.line, s.rest_model.line
+    at = c.resolved
+    ends = [*c.span] if at is None else [*c.span, at]
+    model = [
+        (n, grpc.at(n) / rest.at(n))
+        for n in np.geomspace(min(ends), max(ends), 200)
+        if grpc.at(n) > 0 and rest.at(n) > 0  # a log axis has no place for a cost at or below 0
+    ]
+    if model:
+        records, ratios = zip(*model, strict=True)
+        ax.plot(records, ratios, color=FAMILY_COLOURS["REST"], linestyle=":", linewidth=1.5)
+    if at is None:
+        return
+    error = None
+    if c.interval is not None and c.interval[0] > 0:
+        error = [[at - c.interval[0]], [c.interval[1] - at]]
+    ax.errorbar([at], [1.0], xerr=error, color="black", marker="x", markersize=8, capsize=4)
+
+
+def _tick(count: int, sizes: Mapping[int, int]) -> str:
+    """A count's tick: its JSON body size (when the payload table has it) over its records."""
+    return f"{size(sizes[count])}\n{count:,} rec" if count in sizes else f"{count:,} rec"
+
+
+def _log_axes(ax: Axes, ticks: Mapping[float, str], xlabel: str) -> None:
+    """Log axes in plain numbers, x ticked at each count."""
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xticks([sizes[c] for c in counts], [f"{size(sizes[c])}\n{c:,} rec" for c in counts])
+    ax.set_xticks(list(ticks), list(ticks.values()))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: _minor_label(ax, value)))
-    ax.set_xlabel("JSON body of the same records (log)")
+    ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3, which="both")
 
 

@@ -1,29 +1,35 @@
-"""The payload sweep: gRPC unary against each REST server from 1 to 1,000 records, and where they cross."""
+"""The payload sweep: gRPC unary against each REST server from 1 to 1,000 records, and where the CPU
+per request of the two crosses.
 
+The answer comes from a cost model (report/payload_model.py): each target's CPU per request fitted
+as a + b·n over all its counts and repeats, the crossover solved from the two lines with Fieller's
+interval, and checked by predicting a count the fit did not see. It replaced a crossing interpolated
+between adjacent counts in (log bytes, log ratio), which placed the crossover 15-30% low on exact
+affine costs (the ratio of two affine costs is S-shaped in log n) and judged it from whether one
+count alone told the two apart. The measured ratios by count stay in the section as the evidence.
+"""
+
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from labrunner.report import payload
-from labrunner.report.compare import METRICS, THROUGHPUT, Group
+from labrunner.report import payload, payload_model
+from labrunner.report.compare import THROUGHPUT, Group
 from labrunner.report.document import Block, Heading, Paragraph, table
 from labrunner.report.findings import Finding
 from labrunner.report.network import CLOSED, load_kind
+from labrunner.report.payload_model import CostModel, Crossover, Estimate, Line
+from labrunner.report.serialization import Case
 from labrunner.report.stats import CONFIDENCE, Ratio, ratio
+from labrunner.results.trust import SERVICE_CPU_BOUND
 
 QUESTION = "payload"
 SWEPT = ("cpu_per_1k", "rps")
-_LABELS = {"cpu_per_1k": "CPU per request", "rps": "req/s"}
 STREAM_SCRIPT = "k6/grpc_stream.js"
 # What a sweep holds fixed besides TLS: a gRPC and a REST group pair only within one scenario.
 _SAME = ("tls", "profile", "load_model", "response_model", "network", "instrumented")
-METHOD = (
-    "Sizes are the JSON body of the same records (report/payload.py: exact, no headers, framing or TLS); "
-    "the protobuf body at the crossing is interpolated the same way. A crossing is where the ratio "
-    "gRPC / REST, interpolated linearly between adjacent counts in log ratio against log bytes, equals "
-    f"1; its interval is where the {CONFIDENCE:.0%} Welch intervals of the ratios, carried through "
-    "the same interpolation, contain 1 (< or > when it reaches the end of the measured sizes)."
-)
+NO_BENCHMARK = "No serialization benchmark in this run (serialization.json): no encoding-alone figures."
 
 
 @dataclass(frozen=True)
@@ -37,27 +43,15 @@ class Point:
 
 
 @dataclass(frozen=True)
-class Crossing:
-    """Where a ratio crosses 1, in JSON body bytes. interval is None without repeats on both sides;
-    open_below / open_above: the interval reaches the smallest / largest size measured."""
-
-    json_bytes: float
-    records: float
-    protobuf_bytes: float
-    rising: bool  # gRPC / REST goes from below 1 to above it as responses grow
-    interval: tuple[float, float] | None
-    open_below: bool = False
-    open_above: bool = False
-
-
-@dataclass(frozen=True)
 class Sweep:
     """One gRPC unary target against one REST target at equal TLS and scenario, count by count."""
 
     grpc: tuple[Group, ...]  # by count, every count both targets ran (usable or not)
     rest: tuple[Group, ...]
-    points: Mapping[str, tuple[Point, ...]]  # metric -> points in count order
+    points: Mapping[str, tuple[Point, ...]]  # metric -> measured ratios in count order
     left_out: tuple[tuple[str, str], ...]  # ("target cN", why) for groups that enter no ratio
+    grpc_model: CostModel | None  # None with fewer than two counts to fit
+    rest_model: CostModel | None
 
     @property
     def grpc_target(self) -> str:
@@ -68,16 +62,24 @@ class Sweep:
         return self.rest[0].target
 
     @property
-    def held(self) -> str:
-        """What the pair held fixed, in words."""
+    def scenario(self) -> str:
+        """What the pair held fixed besides TLS, in words."""
         g = next((g for g in self.rest if g.results), self.rest[0])
         vus = g.results[0]["scenario"]["load_model"].get("vus") if g.results else None
         load = f"{g.load_model} ({vus} VUs)" if vus else g.load_model
-        tls = "TLS" if g.tls else "no TLS"
-        return f"{g.profile} profile, {g.response_model or 'build'}, {load}, {g.network}, {tls}"
+        return f"{g.profile} profile, {g.response_model or 'build'}, {load}, {g.network}"
 
-    def crossings(self, metric: str) -> list[Crossing]:
-        return crossings(self.points.get(metric, ()))
+    @property
+    def held(self) -> str:
+        """What the pair held fixed, in words."""
+        return f"{self.scenario}, {'TLS' if self.rest[0].tls else 'no TLS'}"
+
+    @property
+    def crossover(self) -> Crossover | None:
+        """Where the two cost lines meet; None without both."""
+        if self.grpc_model is None or self.rest_model is None:
+            return None
+        return payload_model.crossover(self.grpc_model, self.rest_model)
 
 
 def is_unary_grpc(group: Group) -> bool:
@@ -100,7 +102,7 @@ def sweeps(groups: Sequence[Group], rows: Sequence[payload.PayloadRow]) -> list[
     """Every (gRPC unary, REST) target pair at equal TLS and scenario that ran at two or more counts.
 
     Groups without a successful repeat, or whose throughput is only a lower bound, enter no ratio
-    (they are listed in left_out); a pair with fewer than two usable counts has no points.
+    (they are listed in left_out); the cost models fit every group with a CPU per request.
     """
     by_target: dict[tuple[str, tuple[object, ...]], dict[int, Group]] = {}
     for g in sweep_groups(groups):
@@ -141,11 +143,15 @@ def _pair(
                 row = sizes[count]
                 series.append(Point(count, row.json_bytes, row.protobuf_bytes, ratio(c, b)))
         points[metric] = tuple(series)
+    grpc = tuple(grpc_by_count[c] for c in counts)
+    rest = tuple(rest_by_count[c] for c in counts)
     return Sweep(
-        grpc=tuple(grpc_by_count[c] for c in counts),
-        rest=tuple(rest_by_count[c] for c in counts),
+        grpc=grpc,
+        rest=rest,
         points=points,
         left_out=tuple(left_out),
+        grpc_model=payload_model.fit_target(grpc),
+        rest_model=payload_model.fit_target(rest),
     )
 
 
@@ -158,170 +164,101 @@ def _sizes(rows: Sequence[payload.PayloadRow], counts: set[int]) -> dict[int, pa
     return sizes
 
 
-def detectable(points: Sequence[Point]) -> bool:
-    """Whether any count tells the two apart. When every interval includes 1, wherever the estimates
-    cross is noise: no difference is detectable (without repeats nothing is judged, so True)."""
-    return any(p.ratio.significant is not False for p in points)
-
-
-def crossings(points: Sequence[Point]) -> list[Crossing]:
-    """Where the ratio's estimate crosses 1 between adjacent points, with its interval.
-
-    On each segment log(ratio) and the logs of its interval's endpoints are linear in log(bytes);
-    the interval of a crossing is the connected stretch around it where the interpolated interval
-    contains 1. A pointwise band, not a simultaneous one: it says how far the crossing could move
-    with each ratio's own uncertainty.
-    """
-    xs = [math.log(p.json_bytes) for p in points]
-    ys = [math.log(p.ratio.estimate) for p in points]
-    banded = all(p.ratio.low is not None and p.ratio.high is not None for p in points)
-    found = []
-    for i in range(len(points) - 1):
-        if (ys[i] < 0) == (ys[i + 1] < 0):
-            continue
-        t = ys[i] / (ys[i] - ys[i + 1])
-        x = xs[i] + t * (xs[i + 1] - xs[i])
-        interval, below, above = _band_around(points, xs, i, t) if banded else (None, False, False)
-        found.append(
-            Crossing(
-                json_bytes=math.exp(x),
-                records=_interpolate(x, xs, [math.log(p.count) for p in points]),
-                protobuf_bytes=_interpolate(x, xs, [math.log(p.protobuf_bytes) for p in points]),
-                rising=ys[i] < 0,
-                interval=interval,
-                open_below=below,
-                open_above=above,
-            )
-        )
-    return found
-
-
-def _band_around(
-    points: Sequence[Point], xs: Sequence[float], segment: int, t: float
-) -> tuple[tuple[float, float], bool, bool]:
-    """The stretch around (segment, t) where the interpolated interval contains 1, in bytes."""
-    spans = [_contains_one(points[i].ratio, points[i + 1].ratio) for i in range(len(points) - 1)]
-    span = spans[segment]
-    # The estimate lies inside its interval, so the crossing's own segment contains it.
-    assert span is not None and span[0] <= t <= span[1]
-    first, start = segment, span[0]
-    while start == 0.0 and first > 0 and (previous := spans[first - 1]) is not None and previous[1] == 1.0:
-        first, start = first - 1, previous[0]
-    last, end = segment, span[1]
-    while (
-        end == 1.0
-        and last < len(spans) - 1
-        and (following := spans[last + 1]) is not None
-        and following[0] == 0.0
-    ):
-        last, end = last + 1, following[1]
-    low = xs[first] + start * (xs[first + 1] - xs[first])
-    high = xs[last] + end * (xs[last + 1] - xs[last])
-    below = first == 0 and start == 0.0
-    above = last == len(spans) - 1 and end == 1.0
-    return (math.exp(low), math.exp(high)), below, above
-
-
-def _contains_one(a: Ratio, b: Ratio) -> tuple[float, float] | None:
-    """The share t in [0, 1] of a segment where the interpolated interval contains 1."""
-    assert a.low is not None and a.high is not None and b.low is not None and b.high is not None
-    # log low <= 0 and log high >= 0, each linear in t.
-    low_side = _where(math.log(a.low), math.log(b.low), below=True)
-    high_side = _where(math.log(a.high), math.log(b.high), below=False)
-    if low_side is None or high_side is None:
-        return None
-    start, end = max(low_side[0], high_side[0]), min(low_side[1], high_side[1])
-    return (start, end) if start <= end else None
-
-
-def _where(y0: float, y1: float, below: bool) -> tuple[float, float] | None:
-    """Where (1 - t) y0 + t y1 is <= 0 (below) or >= 0 (not below), for t in [0, 1]."""
-    inside0, inside1 = (y0 <= 0, y1 <= 0) if below else (y0 >= 0, y1 >= 0)
-    if inside0 and inside1:
-        return (0.0, 1.0)
-    if not inside0 and not inside1:
-        return None
-    root = y0 / (y0 - y1)
-    return (0.0, root) if inside0 else (root, 1.0)
-
-
-def _interpolate(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
-    """exp of ys linearly interpolated at x (all in logs)."""
-    for i in range(len(xs) - 1):
-        if xs[i] <= x <= xs[i + 1]:
-            t = (x - xs[i]) / (xs[i + 1] - xs[i])
-            return math.exp(ys[i] + t * (ys[i + 1] - ys[i]))
-    raise ValueError("x outside the points")
-
-
-def findings(groups: Sequence[Group], rows: Sequence[payload.PayloadRow]) -> list[Finding]:
-    """One finding per (gRPC, REST) pair, then the body sizes; [] for a run with one count."""
+def findings(
+    groups: Sequence[Group], rows: Sequence[payload.PayloadRow], cases: Sequence[Case] = ()
+) -> list[Finding]:
+    """Per (gRPC, REST) pair its crossover and, with the serialization benchmark's cases, how much of
+    the per-record difference is the format; then the model's check and the body sizes. [] for a run
+    with one count."""
     pairs = sweeps(groups, rows)
     if not pairs:
         return []
+    encodings = payload_model.encoding_lines(cases)
+    found = [_pair_finding(s) for s in pairs]
+    found += [f for s in pairs if (f := _format_finding(s, encodings)) is not None]
+    models = _models(pairs)
+    if models:
+        found.append(Finding(QUESTION, payload_model.held_out_sentence(models) + "."))
     counts = sorted({g.count for s in pairs for g in (*s.grpc, *s.rest)})
-    return [_pair_finding(s) for s in pairs] + size_findings([r for r in rows if r.count in counts])
+    return found + size_findings([r for r in rows if r.count in counts])
 
 
 def _pair_finding(s: Sweep) -> Finding:
+    """E.g. "grpc vs aiohttp-h1, CPU per request: crosses at 40 records [31, 52], gRPC cheaper above;
+    gRPC +0.20 ms/request, -5.0 µs/record."; what the pair held fixed beside it."""
     label = f"{s.grpc_target} vs {s.rest_target}"
-    if not all(len(s.points[m]) >= 2 for m in SWEPT):
-        usable = sorted({p.count for m in SWEPT for p in s.points[m]})
+    crossover = s.crossover
+    if s.grpc_model is None or s.rest_model is None or crossover is None:
         return Finding(
             QUESTION,
-            f"{label}: no crossover computed, fewer than two counts usable "
-            f"({', '.join(f'c{c}' for c in usable) or 'none'}); {s.held}",
-            caveat=_left_out(s),
+            f"{label}, CPU per request: no cost model, fewer than two counts have one.",
+            caveat=_caveat(s),
+            held_fixed=s.held,
         )
-    parts = [_metric_clause(m, s.points[m], crossings(s.points[m])) for m in SWEPT]
+    grpc, rest = s.grpc_model.line, s.rest_model.line
+    fixed = grpc.fixed.value - rest.fixed.value
+    per_record = grpc.per_record.value - rest.per_record.value
     significant = [abs(math.log(p.ratio.estimate)) for m in SWEPT for p in s.points[m] if p.ratio.significant]
-    caveats = [_left_out(s)] if s.left_out else []
-    if any(p.ratio.significant is None for m in SWEPT for p in s.points[m]):
-        caveats.append("one repeat on a side: no interval")
-    suspect = [g for g in (*s.grpc, *s.rest) if any(r.get("suspect") for r in g.results)]
-    if suspect:
-        caveats.append(f"{len(suspect)} of {len(s.grpc) + len(s.rest)} groups with suspect repeats")
     return Finding(
         QUESTION,
-        f"{label}: " + "; ".join(parts) + f"; {s.held}",
+        f"{label}, CPU per request: {payload_model.crossover_text(crossover)}; "
+        f"gRPC {fixed:+.2f} ms/request, {per_record * 1000:+.1f} µs/record.",
         effect=max(significant, default=0.0),
-        caveat="; ".join(caveats),
+        caveat=_caveat(s),
+        held_fixed=s.held,
     )
 
 
-def _metric_clause(metric: str, points: Sequence[Point], found: Sequence[Crossing]) -> str:
-    """E.g. "CPU per request crosses at 2.1 KB of JSON [1.2 KB, 3.5 KB] (about 11 records, protobuf
-    0.9 KB), gRPC / REST 1.40x at 1, 0.62x at 1,000"."""
-    span = f"between {points[0].count:,} and {points[-1].count:,} records"
-    if not detectable(points):
-        return f"{_LABELS[metric]}: no difference detectable {span} ({_ends(points, intervals=True)})"
-    if not found:
-        return f"{_LABELS[metric]}: no crossing {span} ({_ends(points, intervals=True)})"
-    where = " and again at ".join(_crossing(c) for c in found)
-    return f"{_LABELS[metric]} crosses at {where}, {_ends(points, intervals=False)}"
+def _caveat(s: Sweep) -> str:
+    models = [m for m in (s.grpc_model, s.rest_model) if m is not None]
+    caveats = []
+    idle = [f"{m.target} c{i.count} at {i.utilisation:.0%}" for m in models for i in m.idle]
+    if idle:
+        caveats.append(f"below {SERVICE_CPU_BOUND:.0%} of the quota, idle CPU in the cost: {', '.join(idle)}")
+    missing = [f"{m.target} c{count}" for m in models for count in m.missing]
+    if missing:
+        caveats.append(f"no CPU per request: {', '.join(missing)}")
+    suspect = [g for g in (*s.grpc, *s.rest) if any(r.get("suspect") for r in g.results)]
+    if suspect:
+        caveats.append(f"{len(suspect)} of {len(s.grpc) + len(s.rest)} groups with suspect repeats")
+    return "; ".join(caveats)
 
 
-def _ends(points: Sequence[Point], intervals: bool) -> str:
-    """The ratio at the first and the last count, with its interval if asked and there is one."""
-    parts = []
-    for p in (points[0], points[-1]):
-        r = p.ratio
-        text = f"{r.estimate:.2f}x"
-        if intervals and r.low is not None and r.high is not None:
-            text += f" [{r.low:.2f}, {r.high:.2f}]"
-        parts.append(f"{text} at {p.count:,}")
-    return "gRPC / REST " + ", ".join(parts)
-
-
-def _crossing(c: Crossing) -> str:
-    text = f"{size(c.json_bytes)} of JSON"
-    if c.interval is None:
-        text += " (no interval: one repeat)"
+def _format_finding(s: Sweep, encodings: Mapping[str, Line]) -> Finding | None:
+    """E.g. "grpc vs aiohttp-h1, per record: gRPC -5.00 [-5.40, -4.60] µs against REST; encoding alone
+    -0.60 µs (protobuf 0.30, orjson 0.90): 12% of it the format, the rest the server."."""
+    if s.grpc_model is None or s.rest_model is None:
+        return None
+    split = payload_model.per_record_split(s.grpc_model.line, s.rest_model.line, encodings)
+    if split is None:
+        return None
+    share = split.format_share
+    if share is None:
+        verdict = "the servers' per-record costs are not told apart"
     else:
-        low = f"<{size(c.interval[0])}" if c.open_below else size(c.interval[0])
-        high = f">{size(c.interval[1])}" if c.open_above else size(c.interval[1])
-        text += f" [{low}, {high}]"
-    return text + f" (about {c.records:.0f} records, protobuf {size(c.protobuf_bytes)})"
+        verdict = f"{share:.0%} of it the format, the rest the server"
+    protobuf, orjson = (_per_record(encodings[codec]) for codec in ("protobuf", "orjson"))
+    return Finding(
+        QUESTION,
+        f"{s.grpc_target} vs {s.rest_target}, per record: gRPC {_interval(split.servers, '+')} µs against "
+        f"REST; encoding alone {split.encoding * 1000:+.2f} µs (protobuf {protobuf}, orjson {orjson}): "
+        f"{verdict}.",
+        held_fixed=s.held,
+    )
+
+
+def _models(pairs: Sequence[Sweep]) -> list[CostModel]:
+    """Every target's cost model once per scenario, gRPC first, in pair order."""
+    models: dict[tuple[str, str], CostModel] = {}
+    for s in pairs:
+        for model in (s.grpc_model, s.rest_model):
+            if model is not None:
+                models.setdefault((model.target, s.held), model)
+    return list(models.values())
+
+
+def _per_record(line: Line) -> str:
+    return f"{line.per_record.value * 1000:.2f}"
 
 
 # (how the two bodies are encoded, protobuf's size, JSON's size): PayloadRow attributes.
@@ -330,6 +267,36 @@ _SIZE_PAIRS = (
     ("gzip", "protobuf_gzip_bytes", "json_gzip_bytes"),
     ("raw protobuf against gzip JSON", "protobuf_bytes", "json_gzip_bytes"),
 )
+
+
+@dataclass(frozen=True)
+class SizeCrossing:
+    """Where protobuf's body size equals JSON's between two counts."""
+
+    records: float
+    json_bytes: float  # the raw JSON body there
+    protobuf_larger_above: bool
+
+
+def size_crossings(
+    rows: Sequence[payload.PayloadRow], protobuf_field: str, json_field: str
+) -> list[SizeCrossing]:
+    """Where the two sizes cross, linear in records between adjacent counts: sizes are exact and
+    near affine in records, as the costs are."""
+    found = []
+    for low, high in itertools.pairwise(rows):
+        before = getattr(low, protobuf_field) - getattr(low, json_field)
+        after = getattr(high, protobuf_field) - getattr(high, json_field)
+        if (before < 0) != (after < 0):
+            t = before / (before - after)
+            found.append(
+                SizeCrossing(
+                    records=low.count + t * (high.count - low.count),
+                    json_bytes=low.json_bytes + t * (high.json_bytes - low.json_bytes),
+                    protobuf_larger_above=before < 0,
+                )
+            )
+    return found
 
 
 def size_findings(rows: Sequence[payload.PayloadRow]) -> list[Finding]:
@@ -342,25 +309,16 @@ def size_findings(rows: Sequence[payload.PayloadRow]) -> list[Finding]:
     held = f"body bytes of the same records, gzip level {payload.GZIP_LEVEL}, no headers, framing or TLS"
     out = []
     for name, protobuf_field, json_field in _SIZE_PAIRS:
-        points = [
-            Point(
-                r.count,
-                r.json_bytes,
-                r.protobuf_bytes,
-                _exact(getattr(r, protobuf_field) / getattr(r, json_field)),
-            )
-            for r in rows
-        ]
-        ratios = [p.ratio.estimate for p in points]
+        ratios = [getattr(r, protobuf_field) / getattr(r, json_field) for r in rows]
         span = " to ".join(
             f"{size(getattr(r, protobuf_field))} against {size(getattr(r, json_field))}"
             for r in (rows[0], rows[-1])
         )
-        found = crossings(points)
+        found = size_crossings(rows, protobuf_field, json_field)
         if found:
             where = " and ".join(
                 f"{size(c.json_bytes)} of JSON (about {c.records:.0f} records; protobuf "
-                + ("larger" if c.rising else "smaller")
+                + ("larger" if c.protobuf_larger_above else "smaller")
                 + " above)"
                 for c in found
             )
@@ -379,17 +337,106 @@ def size_findings(rows: Sequence[payload.PayloadRow]) -> list[Finding]:
     return out
 
 
-def section(groups: Sequence[Group], rows: Sequence[payload.PayloadRow]) -> list[Block]:
+def section(
+    groups: Sequence[Group], rows: Sequence[payload.PayloadRow], cases: Sequence[Case] = ()
+) -> list[Block]:
     """The report's "Payload sweep" section; [] unless a pair ran at two or more counts."""
     pairs = sweeps(groups, rows)
     if not pairs:
         return []
-    rows_out = []
+    encodings = payload_model.encoding_lines(cases)
+    blocks: list[Block] = [
+        Heading(2, "Payload sweep: where protobuf pays off"),
+        Paragraph(
+            "gRPC unary against each REST server at equal TLS, profile, response model and load model, "
+            "from the fewest to the most records the run measured. "
+            + payload_model.METHOD
+            + " "
+            + (payload_model.ENCODING_METHOD if encodings else NO_BENCHMARK)
+            + " Where both services fill their quota, req/s is the quota over CPU per request: the same "
+            "crossover holds for req/s."
+        ),
+    ]
+    for scenario in dict.fromkeys(s.scenario for s in pairs):
+        members = [s for s in pairs if s.scenario == scenario]
+        blocks += [
+            Paragraph(f"Cost model, {scenario}:"),
+            table(
+                (
+                    "target",
+                    "counts",
+                    "a: ms per request",
+                    "b: µs per record",
+                    "encoding alone: µs per record",
+                    "held out: predicted / measured ms",
+                    f"below {SERVICE_CPU_BOUND:.0%} of the quota",
+                ),
+                [_model_row(m, encodings) for m in _models(members)],
+                (False, False, True, True, True, True, False),
+            ),
+            table(
+                ("gRPC", "REST", "crossover [interval]", "gRPC - REST per record", "encoding alone"),
+                [_crossover_row(s, encodings) for s in members],
+                (False,) * 5,
+            ),
+        ]
+    blocks += [
+        Paragraph(
+            f"Measured gRPC / REST at each count (geometric means of the repeats, Welch {CONFIDENCE:.0%} "
+            "intervals): below 1 gRPC uses less CPU per request, above 1 it serves more req/s. The ratio "
+            "of two affine costs is S-shaped in log records: the crossover comes from the lines above, "
+            "not from these ratios."
+        ),
+        table(
+            ("gRPC", "REST", "records", "JSON body", "protobuf body", "CPU / req ratio", "req/s ratio"),
+            _ratio_rows(pairs),
+            (False, False, True, True, True, True, True),
+        ),
+    ]
+    left_out = sorted({f"{label}: {why}" for s in pairs for label, why in s.left_out})
+    if left_out:
+        blocks.append(Paragraph("Left out of the ratios: " + "; ".join(f"`{r}`" for r in left_out) + "."))
+    return blocks
+
+
+def _model_row(m: CostModel, encodings: Mapping[str, Line]) -> list[str]:
+    codec = payload_model.encoder(m.protocol)
+    encoding = f"{_interval(encodings[codec].per_record)} ({codec})" if codec in encodings else "-"
+    held = "- (fewer than three counts)"
+    if m.held_out is not None:
+        h = m.held_out
+        held = f"{h.count:,}: {h.predicted:.3f} / {h.measured:.3f} ({h.error:+.1%})"
+    return [
+        m.target,
+        ", ".join(f"{c:,}" for c in m.counts),
+        _interval(m.line.fixed, scale=1, digits=3),
+        _interval(m.line.per_record),
+        encoding,
+        held,
+        ", ".join(f"c{i.count} {i.utilisation:.0%}" for i in m.idle) or "-",
+    ]
+
+
+def _crossover_row(s: Sweep, encodings: Mapping[str, Line]) -> list[str]:
+    crossover = s.crossover
+    if s.grpc_model is None or s.rest_model is None or crossover is None:
+        return [s.grpc_target, s.rest_target, "no cost model: fewer than two counts", "-", "-"]
+    grpc, rest = s.grpc_model.line, s.rest_model.line
+    servers = f"{_interval(payload_model.per_record_difference(grpc, rest), '+')} µs"
+    encoding = "-"
+    if (split := payload_model.per_record_split(grpc, rest, encodings)) is not None:
+        share = split.format_share
+        encoding = f"{split.encoding * 1000:+.2f} µs" + (f" ({share:.0%} of it)" if share is not None else "")
+    return [s.grpc_target, s.rest_target, payload_model.crossover_text(crossover), servers, encoding]
+
+
+def _ratio_rows(pairs: Sequence[Sweep]) -> list[list[str]]:
+    rows = []
     for s in pairs:
         by_count = {m: {p.count: p for p in s.points[m]} for m in SWEPT}
         for count in sorted({p.count for m in SWEPT for p in s.points[m]}):
             point = next(by_count[m][count] for m in SWEPT if count in by_count[m])
-            rows_out.append(
+            rows.append(
                 [
                     s.grpc_target,
                     s.rest_target,
@@ -399,44 +446,15 @@ def section(groups: Sequence[Group], rows: Sequence[payload.PayloadRow]) -> list
                     *(_cell(by_count[m].get(count)) for m in SWEPT),
                 ]
             )
-    crossing_rows = []
-    for s in pairs:
-        for m in SWEPT:
-            if len(s.points[m]) < 2:
-                crossing_rows.append([s.grpc_target, s.rest_target, _LABELS[m], "not computed", "-"])
-                continue
-            found = s.crossings(m)
-            span = f"between {s.points[m][0].count:,} and {s.points[m][-1].count:,} records"
-            if not detectable(s.points[m]):
-                found, text = [], f"no difference detectable {span}"
-            else:
-                text = "; ".join(_crossing(c) for c in found) or f"none {span}"
-            # Below 1 is gRPC's side for CPU per request, above 1 for req/s.
-            direction = "; ".join(
-                "gRPC ahead below" if c.rising != METRICS[m].higher_is_better else "gRPC ahead above"
-                for c in found
-            )
-            crossing_rows.append([s.grpc_target, s.rest_target, _LABELS[m], text, direction or "-"])
-    left_out = sorted({f"{label}: {why}" for s in pairs for label, why in s.left_out})
-    blocks: list[Block] = [
-        Heading(2, "Payload sweep: where protobuf pays off"),
-        Paragraph(
-            "gRPC unary against each REST server at equal TLS, profile, response model and load model, "
-            "from the fewest to the most records the run measured. Ratios are gRPC / REST (geometric means "
-            f"of the repeats, Welch {CONFIDENCE:.0%} intervals): below 1 gRPC uses less CPU per request, "
-            "above 1 it serves more req/s. " + METHOD
-        ),
-        table(
-            ("gRPC", "REST", "records", "JSON body", "protobuf body", "CPU / req ratio", "req/s ratio"),
-            rows_out,
-            (False, False, True, True, True, True, True),
-        ),
-        Paragraph("Crossings (JSON body bytes of the same records):"),
-        table(("gRPC", "REST", "metric", "crossing [interval]", "side"), crossing_rows, (False,) * 5),
-    ]
-    if left_out:
-        blocks.append(Paragraph("Left out of the ratios: " + "; ".join(f"`{r}`" for r in left_out) + "."))
-    return blocks
+    return rows
+
+
+def _interval(e: Estimate, sign: str = "", scale: float = 1000, digits: int = 2) -> str:
+    """value [low, high] times scale (by default ms to µs), or the value alone without an interval."""
+    text = f"{e.value * scale:{sign}.{digits}f}"
+    if e.low is None or e.high is None:
+        return text
+    return f"{text} [{e.low * scale:{sign}.{digits}f}, {e.high * scale:{sign}.{digits}f}]"
 
 
 def size(value: float) -> str:
@@ -455,12 +473,3 @@ def _cell(p: Point | None) -> str:
         return f"{r.estimate:.2f}x ({r.note})"
     mark = "" if r.significant else " not significant"
     return f"{r.estimate:.2f}x [{r.low:.2f}, {r.high:.2f}]{mark}"
-
-
-def _exact(value: float) -> Ratio:
-    """A ratio of exact sizes: its interval is the point."""
-    return Ratio(value, value, value, 1.0 if value == 1 else 0.0, value != 1)
-
-
-def _left_out(s: Sweep) -> str:
-    return "left out (lower bound or no successful repeat): " + ", ".join(label for label, _ in s.left_out)

@@ -4,7 +4,7 @@ the failed and suspect results, and provenance."""
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from labrunner.report import answers, floor, host_conditions
+from labrunner.report import answers, floor, host_conditions, serialization
 from labrunner.report import findings as run_findings
 from labrunner.report.cells import (
     LATENCY_FORMAT,
@@ -28,7 +28,7 @@ from labrunner.report.compare import (
     is_regression,
 )
 from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
-from labrunner.report.runs import Run
+from labrunner.report.runs import Run, read_json
 from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE, MIN_SAMPLES_BEYOND, samples_needed
 from labrunner.results.trust import verdict_of
 from labrunner.run.k6 import PERCENTILES
@@ -45,7 +45,8 @@ def findings(run: Run) -> list[Block]:
         f"({host.get('cpus_available', '?')} of {host.get('cpu_count', '?')} CPUs available), "
         f"started {m.get('started_at') or 'at an unrecorded time'}, preset `{preset}`; provenance at the end."
     )
-    found = answers.for_run(run.groups, preset)
+    bench = read_json(run.path / serialization.FILE)
+    found = answers.for_run(run.groups, preset, cases=serialization.cases_from_document(bench))
     blocks: list[Block] = [Heading(2, "Findings"), Paragraph(run_findings.CONFIDENCE_LINE), Paragraph(on)]
     for question, sentences in run_findings.by_question(found):
         blocks += [Paragraph(f"**{question}**"), Bullets(tuple(sentences))]

@@ -18,6 +18,7 @@ from services.common.pb import cars_pb2
 
 # /2: geometric mean and log-scale interval; /1 held BenchmarkDotNet's mean and Error.
 SCHEMA = "protolab.serialization/2"
+FILE = "serialization.json"  # in a run's directory
 CODECS = ("orjson", "json", "protobuf")
 OPERATIONS = ("encode", "decode")
 

@@ -12,7 +12,7 @@ from labrunner.report import answers, findings
 from labrunner.report.compare import group_results
 from labrunner.report.host_conditions import user_share
 from labrunner.report.repeats import across_repeats_markdown
-from labrunner.results.store import load_results, read_manifest
+from labrunner.results.store import load_results, not_run_of, read_manifest
 from labrunner.results.trust import SUSPECT_SHARE, unexplained_spread, verdict_of
 from labrunner.run import calibration
 
@@ -62,6 +62,11 @@ SUMMARY_COLUMNS = (
     "overhead_s",
     "suspect",
     "failure",
+)
+# summary.md's Not run section, before its list.
+NOT_RUN_LINE = (
+    "Ladder rungs run only on a target whose closed-model req/s earlier in the run leaves room for "
+    "their rate (matrix.toml, [load_models.*.ladder]): no failure, and no result."
 )
 
 
@@ -141,7 +146,9 @@ def write_summaries(out_dir: Path, run_id: str, order: Sequence[str] = ()) -> No
     write_text_atomic(out_dir / "summary.csv", summary_csv(rows))
     found = answers.for_run(group_results(results), manifest.get("matrix", {}).get("preset"))
     across = "".join(f"\n{line}" for line in across_repeats_markdown(results))
-    markdown = summary_markdown(run_id, rows, findings.markdown_section(found), spread_notes(results))
+    markdown = summary_markdown(
+        run_id, rows, findings.markdown_section(found), spread_notes(results), not_run_of(manifest)
+    )
     write_text_atomic(out_dir / "summary.md", markdown + across)
 
 
@@ -164,18 +171,24 @@ def summary_csv(rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 def summary_markdown(
-    run_id: str, rows: Sequence[Mapping[str, Any]], first: Sequence[str] = (), spreads: Sequence[str] = ()
+    run_id: str,
+    rows: Sequence[Mapping[str, Any]],
+    first: Sequence[str] = (),
+    spreads: Sequence[str] = (),
+    not_run: Mapping[str, str] | None = None,
 ) -> str:
     """A readable table: throughput, latency, and what the service and k6 cost; first: markdown lines
-    between the title and the table (the findings); spreads: groups whose repeats spread unexplained."""
+    between the title and the table (the findings); spreads: groups whose repeats spread unexplained;
+    not_run: the scenarios the run did not run (ladder rungs over capacity), each with why."""
     ok = sum(1 for r in rows if r["status"] == "ok")
+    skipped = f" {len(not_run)} not run (see Not run)." if not_run else ""
     lines = [
         f"# protolab run {run_id}",
         "",
         *first,
         "## Scenarios",
         "",
-        f"{ok} of {len(rows)} scenarios ok. Latency of successful requests in ms; CPU "
+        f"{ok} of {len(rows)} scenarios ok.{skipped} Latency of successful requests in ms; CPU "
         "utilisation is the share of the profile's quota (service) or of k6's own CPUs. Others: "
         "the share of the service's / k6's CPUs that processes outside the scenario used during "
         f"the measured window (suspect above {SUSPECT_SHARE:.0%}; relay: the "
@@ -213,6 +226,9 @@ def summary_markdown(
         lines += ["", "## Failures and suspect results", ""]
         lines += [f"- `{r['scenario']}`: {r['failure'] or r['suspect']}" for r in problems]
         lines += [f"- {note}" for note in spreads]
+    if not_run:
+        lines += ["", "## Not run", "", NOT_RUN_LINE, ""]
+        lines += [f"- `{scenario}`: {reason}" for scenario, reason in not_run.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -102,8 +102,10 @@ def build_manifest(
     settings: Mapping[str, Any],
     resumed_at: Sequence[str] = (),
     calibration: Mapping[str, Any] | None = None,
+    not_run: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """manifest.json: what was run, from which code, with which tools, on which host."""
+    """manifest.json: what was run, from which code, with which tools, on which host; not_run: the
+    scenarios this session did not run (ladder rungs over their target's capacity), each with why."""
     return {
         "schema": MANIFEST_SCHEMA,
         "run_id": run_id,
@@ -118,15 +120,25 @@ def build_manifest(
         "settings": dict(settings),
         # labrunner.run.calibration before the first scenario and after the last (this session's).
         "calibration": dict(calibration or {}),
+        "not_run": dict(not_run or {}),
         "matrix": {
             "path": str(plan.matrix_path),
             "text": plan.matrix_path.read_text(),
             "preset": plan.preset,
             "start_timeout_s": plan.start_timeout_s,
             "stop_timeout_s": plan.stop_timeout_s,
+            # The order runs with: each round shuffled by the seed (--resume takes it from here).
+            "seed": plan.seed,
+            "run_order": [s.id for s in plan.run_order],
+            # In the matrix's order, the order the summaries and the report read the run in.
             "scenarios": [scenario_dict(s) for s in plan.scenarios],
         },
     }
+
+
+def not_run_of(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """The scenarios a run did not run, with why (empty for runs written before ladders)."""
+    return dict(manifest.get("not_run") or {})
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:

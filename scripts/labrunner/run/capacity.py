@@ -10,15 +10,12 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from labrunner.backends.base import Backend, K6Invocation, ScenarioFailed, ServiceHandle
-from labrunner.model.scenario import CapacitySearch, LoadModel, Scenario
+from labrunner.model.scenario import CapacitySearch, LoadModel, Scenario, vus_for_rate
 from labrunner.run import k6
 from labrunner.run.k6 import K6Run
 from labrunner.say import Say
 
 COOLDOWN_S = 1.0  # between steps, so the service finishes what the last k6 run abandoned
-# VUs per step = rate x SLO x VU_HEADROOM: every request may take twice the SLO before
-# k6 runs out of VUs, so dropped iterations mean the service fell far behind, not k6.
-VU_HEADROOM = 2.0
 RESOLUTION = 0.05  # stop bisecting once failing - passing rate is below this share of the passing one
 _CPU_SAMPLE = "protolab_cgroup_cpu_usage_seconds_total"
 _LIMIT_SAMPLE = "protolab_cgroup_cpu_limit_cores"
@@ -129,10 +126,9 @@ def search(
 
 
 def _step_model(model: LoadModel, rate: int, settings: CapacitySearch) -> LoadModel:
+    """The step's open model: VUs for its rate with the SLO as the latency bound."""
     max_vus = model.max_vus or 1
-    wanted = math.ceil(rate * settings.slo_p99_ms / 1000 * VU_HEADROOM)
-    # All VUs up front: a VU started mid-run would pay its init (and gRPC connect) inside the step.
-    vus = min(max_vus, max(model.pre_allocated_vus or 1, wanted))
+    vus = vus_for_rate(rate, settings.slo_p99_ms / 1000, model.pre_allocated_vus or 1, max_vus)
     return replace(model, rate=rate, pre_allocated_vus=vus, max_vus=max(vus, max_vus))
 
 

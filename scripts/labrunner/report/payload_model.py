@@ -1,0 +1,364 @@
+"""The payload cost model: CPU per request = a + b·n for each target, and where gRPC and REST cross.
+
+A request costs its server a fixed amount a (protocol and framework) plus b per record, so the
+ratio of two targets' costs, (a1 + b1·n) / (a2 + b2·n), is S-shaped in log n: interpolating it
+between the measured counts places its crossing of 1 too low (15-30% on exact affine costs).
+Fitting the two lines and solving a1 + b1·n = a2 + b2·n does not, and its interval says how well
+the sweep pins the crossover down. Costs are in ms per request (CPU seconds per 1,000 requests).
+"""
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from labrunner.report.compare import Group
+from labrunner.report.serialization import Case
+from labrunner.report.stats import CONFIDENCE, t_quantile
+from labrunner.results.trust import SERVICE_CPU_BOUND
+
+CPU = "cpu_per_1k"  # CPU seconds per 1,000 requests: ms per request
+UTILISATION = "service_cpu"  # the service's share of its CPU quota over the window
+METHOD = (
+    "CPU per request (ms) is fitted for each target as a + b·n over every repeat at every count n: a is "
+    "what one request costs (protocol and framework), b what one record adds. Weighted least squares, "
+    "weights 1/m² with m the mean at that count: the repeats' spread grows with the level, and "
+    "unweighted the 1,000-record repeats, whose spread exceeds a whole one-record request, would set a. "
+    f"Intervals are {CONFIDENCE:.0%} Student t from the residuals (points - 2 degrees of freedom). The "
+    "crossover n* = (a gRPC - a REST) / (b REST - b gRPC) has Fieller's interval (the two fits "
+    "independent, the fewer of their degrees of freedom): exact for a ratio of normal estimates and "
+    "unbounded exactly when the per-record costs are not told apart, which the delta method's "
+    "symmetric interval hides and a bootstrap over 2-5 repeats has too few resamples to show. Check: "
+    "each target fitted without its largest count predicts that count's mean. Groups whose throughput is "
+    "only a lower bound stay in the fit (what a request cost is still measured); counts whose service "
+    f"used less than {SERVICE_CPU_BOUND:.0%} of its quota are named, since idle CPU then weighs in."
+)
+ENCODING_METHOD = (
+    "Encoding alone: the serialization benchmark's encode time (orjson from the pool's dicts, protobuf "
+    "from prebuilt messages, one thread) fitted the same way over its counts; its b beside each "
+    "server's says how much of a per-record difference is the format and how much the server."
+)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A fitted value with its CONFIDENCE interval; low and high are None without residual degrees
+    of freedom (two points: the line goes through both)."""
+
+    value: float
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
+class Covariance:
+    """The sampling covariance of a line's two coefficients."""
+
+    fixed: float  # variance of a
+    per_record: float  # variance of b
+    both: float  # covariance of a and b
+
+
+@dataclass(frozen=True)
+class Line:
+    """cost = fixed + per_record · records, in ms, from weighted least squares."""
+
+    fixed: Estimate
+    per_record: Estimate
+    covariance: Covariance | None  # None with no residual degrees of freedom
+    df: int  # residual degrees of freedom: points - 2
+
+    def at(self, records: float) -> float:
+        return self.fixed.value + self.per_record.value * records
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The line fitted without one count, predicting the mean of that count's repeats."""
+
+    count: int
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        """Relative prediction error: predicted / measured - 1."""
+        return self.predicted / self.measured - 1
+
+
+@dataclass(frozen=True)
+class Idle:
+    """A count whose service used less than SERVICE_CPU_BOUND of its quota (mean over its repeats)."""
+
+    count: int
+    utilisation: float
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """One target's CPU per request against records, over the counts it ran."""
+
+    target: str
+    protocol: str
+    points: tuple[tuple[int, float], ...]  # (records, ms per request) of every repeat
+    line: Line
+    held_out: HeldOut | None  # None with fewer than three counts
+    idle: tuple[Idle, ...]
+    missing: tuple[int, ...]  # counts the target ran without a CPU per request to fit
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        return tuple(sorted({records for records, _ in self.points}))
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where gRPC's line meets a REST server's: n* = (a gRPC - a REST) / (b REST - b gRPC)."""
+
+    records: float | None  # None when the per-record costs are exactly equal
+    interval: tuple[float, float] | None  # Fieller's, when bounded and the fits have residuals
+    unbounded: bool  # Fieller's set is unbounded: the per-record costs are not told apart
+    grpc_cheaper_above: bool  # gRPC's per-record cost is the lower: it wins above n*
+    span: tuple[int, int]  # the fewest and most records the fits saw
+
+    @property
+    def resolved(self) -> float | None:
+        """n* when the lines cross at a positive count and the interval is not unbounded, else None."""
+        if self.records is None or self.records <= 0 or self.unbounded:
+            return None
+        return self.records
+
+    @property
+    def reason(self) -> str:
+        """Why there is no crossover at a positive count, or "" when there is one."""
+        if self.records is None:
+            return "the lines are parallel (equal cost per record)"
+        if self.records <= 0:
+            side = "less" if self.grpc_cheaper_above else "more"
+            return f"gRPC costs {side} per record and per request"
+        return ""
+
+
+@dataclass(frozen=True)
+class PerRecordSplit:
+    """gRPC - REST per record, for the servers and for the encoding alone (ms per record)."""
+
+    servers: Estimate
+    encoding: float
+
+    @property
+    def format_share(self) -> float | None:
+        """The part of the servers' difference the encoding accounts for; None when the servers'
+        difference is not told apart from 0 (or has no interval)."""
+        low, high = self.servers.low, self.servers.high
+        if low is None or high is None or low <= 0 <= high:
+            return None
+        return self.encoding / self.servers.value
+
+
+def fit_line(records: Sequence[int], costs: Sequence[float]) -> Line:
+    """costs = a + b·records by weighted least squares, weights 1/m² (m: the mean cost at that count).
+
+    numpy's weights multiply the unweighted residuals, so they are 1/m; the covariance it returns is
+    scaled by the weighted residuals over points - 2, the usual estimate when the scale is unknown.
+    """
+    if len(set(records)) < 2:
+        raise ValueError("a line needs two or more counts")
+    by_count: dict[int, list[float]] = {}
+    for n, cost in zip(records, costs, strict=True):
+        by_count.setdefault(n, []).append(cost)
+    x = np.asarray(records, dtype=float)
+    y = np.asarray(costs, dtype=float)
+    weights = np.asarray([1 / statistics.fmean(by_count[n]) for n in records])
+    df = len(costs) - 2
+    if df == 0:
+        slope, intercept = np.polyfit(x, y, 1, w=weights)
+        return Line(Estimate(float(intercept), None, None), Estimate(float(slope), None, None), None, 0)
+    (slope, intercept), covariance = np.polyfit(x, y, 1, w=weights, cov=True)
+    t = t_quantile(CONFIDENCE, df)
+    spread = Covariance(
+        fixed=float(covariance[1, 1]), per_record=float(covariance[0, 0]), both=float(covariance[0, 1])
+    )
+    return Line(
+        fixed=_estimate(float(intercept), t * math.sqrt(spread.fixed)),
+        per_record=_estimate(float(slope), t * math.sqrt(spread.per_record)),
+        covariance=spread,
+        df=df,
+    )
+
+
+def _estimate(value: float, margin: float) -> Estimate:
+    return Estimate(value, value - margin, value + margin)
+
+
+def fit_target(groups: Sequence[Group]) -> CostModel | None:
+    """One target's groups (one per count) fitted; None when fewer than two counts have a positive
+    CPU per request. Lower bounds are fitted too: CPU per request does not need a saturated service."""
+    points = tuple((g.count, cost) for g in groups for cost in g.values(CPU) if cost > 0)
+    fitted = {records for records, _ in points}
+    if len(fitted) < 2:
+        return None
+    idle = []
+    for g in groups:
+        shares = g.values(UTILISATION)
+        if shares and (mean := statistics.fmean(shares)) < SERVICE_CPU_BOUND:
+            idle.append(Idle(g.count, mean))
+    return CostModel(
+        target=groups[0].target,
+        protocol=groups[0].protocol,
+        points=points,
+        line=fit_line(*_columns(points)),
+        held_out=held_out(points),
+        idle=tuple(idle),
+        missing=tuple(sorted({g.count for g in groups} - fitted)),
+    )
+
+
+def held_out(points: Sequence[tuple[int, float]]) -> HeldOut | None:
+    """The fit without the largest count predicting it: extrapolating beyond the counts it saw is where
+    a cost that is not affine in records (allocation, cache, garbage collection) shows most. None
+    below three counts."""
+    largest = max(records for records, _ in points)
+    rest = [p for p in points if p[0] != largest]
+    if len({records for records, _ in rest}) < 2:
+        return None
+    measured = statistics.fmean(cost for records, cost in points if records == largest)
+    return HeldOut(largest, measured, fit_line(*_columns(rest)).at(largest))
+
+
+def _columns(points: Sequence[tuple[int, float]]) -> tuple[list[int], list[float]]:
+    return [records for records, _ in points], [cost for _, cost in points]
+
+
+def crossover(grpc: CostModel, rest: CostModel) -> Crossover:
+    """Where the two lines meet, with Fieller's interval when both fits have residuals."""
+    g, r = grpc.line, rest.line
+    numerator = g.fixed.value - r.fixed.value
+    denominator = r.per_record.value - g.per_record.value
+    counts = (*grpc.counts, *rest.counts)
+    interval, unbounded = None, False
+    if g.covariance is not None and r.covariance is not None:
+        interval = fieller(
+            numerator,
+            denominator,
+            var_numerator=g.covariance.fixed + r.covariance.fixed,
+            var_denominator=g.covariance.per_record + r.covariance.per_record,
+            # a gRPC - a REST against b REST - b gRPC: each fit's own covariance, sign flipped.
+            covariance=-(g.covariance.both + r.covariance.both),
+            t=t_quantile(CONFIDENCE, min(g.df, r.df)),
+        )
+        unbounded = interval is None
+    return Crossover(
+        records=numerator / denominator if denominator else None,
+        interval=interval,
+        unbounded=unbounded,
+        grpc_cheaper_above=denominator > 0,
+        span=(min(counts), max(counts)),
+    )
+
+
+def fieller(
+    numerator: float,
+    denominator: float,
+    *,
+    var_numerator: float,
+    var_denominator: float,
+    covariance: float,
+    t: float,
+) -> tuple[float, float] | None:
+    """Fieller's interval for numerator / denominator; None when it is unbounded.
+
+    The set of θ with (N - θD)² <= t² (v_NN - 2θ v_ND + θ² v_DD) is a finite interval when the
+    denominator differs from 0 at this level (D² > t² v_DD); otherwise it is the whole line or its
+    complement around an interval, unbounded either way.
+    """
+    a = denominator**2 - t**2 * var_denominator
+    if a <= 0:
+        return None
+    b = numerator * denominator - t**2 * covariance
+    c = numerator**2 - t**2 * var_numerator
+    # b² - ac >= 0 whenever a > 0: the estimate N / D itself lies in the set.
+    root = math.sqrt(max(b**2 - a * c, 0.0))
+    return ((b - root) / a, (b + root) / a)
+
+
+def encoder(protocol: str) -> str:
+    """The codec of the benchmark that encodes a target's responses."""
+    return "protobuf" if protocol == "grpc" else "orjson"
+
+
+def encoding_lines(cases: Sequence[Case]) -> dict[str, Line]:
+    """codec -> its encode time per response as a + b·n in ms, for each codec benchmarked at two or
+    more counts (the benchmark's microseconds / 1,000, its geometric mean per count)."""
+    lines = {}
+    for codec in ("orjson", "protobuf"):
+        encodes = [c for c in cases if c.codec == codec and c.operation == "encode"]
+        if len({c.count for c in encodes}) >= 2:
+            lines[codec] = fit_line([c.count for c in encodes], [c.geomean_us / 1000 for c in encodes])
+    return lines
+
+
+def per_record_difference(grpc: Line, rest: Line) -> Estimate:
+    """gRPC's b - REST's b, with an interval when both fits have residuals (the fits independent,
+    the fewer of their degrees of freedom)."""
+    difference = grpc.per_record.value - rest.per_record.value
+    if grpc.covariance is None or rest.covariance is None:
+        return Estimate(difference, None, None)
+    variance = grpc.covariance.per_record + rest.covariance.per_record
+    return _estimate(difference, t_quantile(CONFIDENCE, min(grpc.df, rest.df)) * math.sqrt(variance))
+
+
+def per_record_split(grpc: Line, rest: Line, encodings: Mapping[str, Line]) -> PerRecordSplit | None:
+    """gRPC - REST per record for the servers and for the encoding alone; None without both codecs
+    benchmarked."""
+    if "protobuf" not in encodings or "orjson" not in encodings:
+        return None
+    encoding = encodings["protobuf"].per_record.value - encodings["orjson"].per_record.value
+    return PerRecordSplit(per_record_difference(grpc, rest), encoding)
+
+
+def crossover_text(c: Crossover) -> str:
+    """E.g. "crosses at 40 records [31, 52], gRPC cheaper above", or why it does not."""
+    if c.records is None:
+        return f"no crossover, {c.reason}"
+    meet = f"{records(c.records)} records{_interval(c)}"
+    if c.unbounded:
+        unbounded = "interval unbounded; lines meet at"
+        return f"no crossover resolved, per-record costs not told apart ({unbounded} {meet})"
+    if c.reason:
+        return f"no crossover, {c.reason} (lines meet at {meet})"
+    text = f"crosses at {meet}, gRPC cheaper {'above' if c.grpc_cheaper_above else 'below'}"
+    if c.records > c.span[1]:
+        return text + f" (extrapolated beyond {c.span[1]:,})"
+    if c.records < c.span[0]:
+        return text + f" (extrapolated below {c.span[0]:,})"
+    return text
+
+
+def _interval(c: Crossover) -> str:
+    if c.interval is not None:
+        return f" [{records(c.interval[0])}, {records(c.interval[1])}]"
+    return "" if c.unbounded else " (no interval: a line through two points)"
+
+
+def records(value: float) -> str:
+    """A number of records: one decimal below 10, whole numbers with thousands separators above."""
+    return f"{value:.1f}" if abs(value) < 10 else f"{value:,.0f}"
+
+
+def held_out_sentence(models: Sequence[CostModel]) -> str:
+    """E.g. "cost model check: each target's fit without its largest count predicts it within 4.2%
+    (8 targets; largest error aiohttp-h1-tls -4.2% at 1,000 records)"."""
+    checked = [(m.target, m.held_out) for m in models if m.held_out is not None]
+    if not checked:
+        return "cost model not checked: a held-out count needs three or more counts"
+    target, worst = max(checked, key=lambda pair: abs(pair[1].error))
+    sentence = (
+        f"cost model check: each target's fit without its largest count predicts it within "
+        f"{abs(worst.error):.1%} ({len(checked)} targets; largest error {target} {worst.error:+.1%} "
+        f"at {worst.count:,} records)"
+    )
+    unchecked = len(models) - len(checked)
+    return sentence + (f"; {unchecked} with too few counts to check" if unchecked else "")

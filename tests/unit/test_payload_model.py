@@ -1,0 +1,340 @@
+"""Unit tests: the payload cost model (CPU per request = a + b·n per target, where gRPC and REST
+cross, the held-out check, the encoding alone) on synthetic results."""
+
+import math
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
+from labrunner.report import payload_model as pm
+from labrunner.report.compare import Group, group_results
+from labrunner.report.serialization import Case
+from scipy import stats as scipy_stats
+
+from tests.support import ROOT, ok_result
+
+COUNTS = (1, 10, 100, 1000)
+DURATION_S = 8.0
+QUOTA_USED = 0.9
+SAME = (1.0, 1.0, 1.0)  # three repeats without spread
+# Factors on each repeat by count, different on the two sides so both have spread of their own.
+JITTER = {
+    "grpc": {1: (1.0, 1.04, 0.96), 10: (0.97, 1.02, 1.01), 100: (1.03, 0.98, 0.99), 1000: (0.98, 1.01, 1.02)},
+    "aiohttp-h1": {
+        1: (0.97, 1.0, 1.03),
+        10: (1.02, 0.96, 1.0),
+        100: (0.99, 1.03, 0.98),
+        1000: (1.01, 0.97, 1.0),
+    },
+}
+
+Costs = Mapping[str, Mapping[int, Sequence[float]]]  # target -> count -> ms per request of each repeat
+
+
+@cache
+def _scenarios(repeats: int) -> tuple[Scenario, ...]:
+    overrides = Overrides(targets=("aiohttp-h1", "grpc"), repeats=repeats)
+    return expand(load_matrix(ROOT / "matrix.toml"), "local", "payload", overrides).scenarios
+
+
+def _result(scenario: Scenario, cost_ms: float, quota_used: float) -> dict[str, Any]:
+    """A CPU-bound repeat whose CPU per request is exactly cost_ms."""
+    requests = round(scenario.profile.cpus * quota_used * DURATION_S * 1000 / cost_ms)
+    return ok_result(
+        scenario,
+        requests=requests,
+        rps=requests / DURATION_S,
+        latency_ms={"avg": 10.0, "p50": 9.0, "p90": 12.0, "p95": 14.0, "p99": 20.0},
+        received_bytes=requests * 1000,
+        window_s=DURATION_S,
+        cpu_seconds=cost_ms * requests / 1000,
+        quota_used=quota_used,
+    )
+
+
+def _groups(costs: Costs, idle: Mapping[tuple[str, int], float] | None = None) -> dict[str, list[Group]]:
+    """target -> its groups by count; idle: (target, count) -> the service's share of its quota."""
+    repeats = len(next(iter(next(iter(costs.values())).values())))
+    shares = idle or {}
+    results = [
+        _result(
+            s, costs[s.target.name][s.count][s.repeat - 1], shares.get((s.target.name, s.count), QUOTA_USED)
+        )
+        for s in _scenarios(repeats)
+        if s.count in costs.get(s.target.name, {}) and not s.target.tls
+    ]
+    by_target: dict[str, list[Group]] = {}
+    for g in group_results(results):
+        by_target.setdefault(g.target, []).append(g)
+    return {target: sorted(groups, key=lambda g: g.count) for target, groups in by_target.items()}
+
+
+def _affine(
+    fixed: float, per_record: float, factors: Mapping[int, Sequence[float]] | None = None
+) -> dict[int, list[float]]:
+    """Three repeats at each count of fixed + per_record · n, times factors[n] (none: exact)."""
+    return {n: [(fixed + per_record * n) * f for f in (factors or {}).get(n, SAME)] for n in COUNTS}
+
+
+def _models(
+    grpc: Mapping[int, Sequence[float]], rest: Mapping[int, Sequence[float]]
+) -> tuple[pm.CostModel, pm.CostModel]:
+    groups = _groups({"grpc": grpc, "aiohttp-h1": rest})
+    grpc_model, rest_model = pm.fit_target(groups["grpc"]), pm.fit_target(groups["aiohttp-h1"])
+    assert grpc_model is not None and rest_model is not None
+    return grpc_model, rest_model
+
+
+def _crossover(grpc: Mapping[int, Sequence[float]], rest: Mapping[int, Sequence[float]]) -> pm.Crossover:
+    return pm.crossover(*_models(grpc, rest))
+
+
+def test_exact_affine_costs_give_back_a_and_b() -> None:
+    model = pm.fit_target(_groups({"grpc": _affine(0.3, 0.005)})["grpc"])
+    assert model is not None
+    assert model.counts == COUNTS and len(model.points) == 12
+    line = model.line
+    assert line.fixed.value == pytest.approx(0.3, rel=1e-9)
+    assert line.per_record.value == pytest.approx(0.005, rel=1e-9)
+    assert line.df == 10
+    # No residuals: the intervals shrink to the values.
+    assert (line.fixed.low, line.fixed.high) == pytest.approx((0.3, 0.3), rel=1e-6)
+    assert (line.per_record.low, line.per_record.high) == pytest.approx((0.005, 0.005), rel=1e-6)
+    assert model.held_out is not None and model.held_out.error == pytest.approx(0.0, abs=1e-9)
+    assert model.idle == () and model.missing == ()
+
+
+class HandFit:
+    """Weighted least squares in closed form, weights 1/m² (m: the mean of the count's repeats)."""
+
+    def __init__(self, records: Sequence[int], costs: Sequence[float]) -> None:
+        x, y = np.array(records, dtype=float), np.array(costs)
+        means = {n: y[x == n].mean() for n in set(records)}
+        w = np.array([1 / means[n] ** 2 for n in records])
+        self.total, self.x_bar = w.sum(), (w * x).sum() / w.sum()
+        self.sxx = (w * (x - self.x_bar) ** 2).sum()
+        self.b = (w * (x - self.x_bar) * (y - (w * y).sum() / w.sum())).sum() / self.sxx
+        self.a = (w * y).sum() / w.sum() - self.b * self.x_bar
+        self.df = len(y) - 2
+        self.s2 = (w * (y - self.a - self.b * x) ** 2).sum() / self.df
+
+    def prediction_variance(self, records: float) -> float:
+        """The variance of the fitted mean a + b·records."""
+        return float(self.s2 * (1 / self.total + (records - self.x_bar) ** 2 / self.sxx))
+
+
+def test_a_noisy_fit_is_weighted_least_squares_by_hand() -> None:
+    records = [1, 1, 10, 10, 100, 100]
+    costs = [0.30, 0.32, 0.36, 0.34, 0.83, 0.79]
+    line = pm.fit_line(records, costs)
+    hand = HandFit(records, costs)
+    t = scipy_stats.t.ppf(0.975, 4)
+    se_a, se_b = math.sqrt(hand.prediction_variance(0)), math.sqrt(hand.s2 / hand.sxx)
+    assert line.fixed.value == pytest.approx(hand.a, rel=1e-9)
+    assert line.per_record.value == pytest.approx(hand.b, rel=1e-9)
+    assert (line.fixed.low, line.fixed.high) == pytest.approx(
+        (hand.a - t * se_a, hand.a + t * se_a), rel=1e-9
+    )
+    assert (line.per_record.low, line.per_record.high) == pytest.approx(
+        (hand.b - t * se_b, hand.b + t * se_b), rel=1e-9
+    )
+    assert line.covariance is not None
+    assert line.covariance.both == pytest.approx(-hand.x_bar * hand.s2 / hand.sxx, rel=1e-9)
+    # Unweighted least squares gives another a: the test tells the two apart.
+    assert np.polyfit(records, costs, 1)[1] != pytest.approx(hand.a, rel=1e-6)
+
+
+def test_two_points_give_a_line_without_intervals() -> None:
+    line = pm.fit_line([10, 100], [0.4, 1.3])
+    assert (line.fixed.value, line.per_record.value) == pytest.approx((0.3, 0.01))
+    assert line.fixed.low is None and line.covariance is None and line.df == 0
+    with pytest.raises(ValueError, match="two or more counts"):
+        pm.fit_line([10, 10], [0.4, 0.5])
+
+
+@pytest.mark.parametrize(
+    ("rest_fixed", "rest_per_record", "expected"), [(0.3, 0.007, 40.0), (0.272, 0.006, 57.0)]
+)
+def test_the_crossover_of_exact_lines_is_where_they_meet(
+    rest_fixed: float, rest_per_record: float, expected: float
+) -> None:
+    # The per-count interpolation in (log bytes, log ratio) put these at 29.2 and 48.5 records.
+    c = _crossover(_affine(0.5, 0.002), _affine(rest_fixed, rest_per_record))
+    assert c.records == pytest.approx(expected, rel=1e-9)
+    assert c.interval == pytest.approx((expected, expected), rel=1e-6)
+    assert c.grpc_cheaper_above and not c.unbounded and c.reason == "" and c.resolved == c.records
+    assert c.span == (1, 1000)
+    assert (
+        pm.crossover_text(c)
+        == f"crosses at {expected:.0f} records [{expected:.0f}, {expected:.0f}], gRPC cheaper above"
+    )
+
+
+def _jittered() -> tuple[dict[int, list[float]], dict[int, list[float]]]:
+    """gRPC at 0.5 ms + 2 µs per record, REST at 0.3 ms + 7 µs, with spread: they meet at 40."""
+    return _affine(0.5, 0.002, JITTER["grpc"]), _affine(0.3, 0.007, JITTER["aiohttp-h1"])
+
+
+def test_a_noisy_crossover_inside_the_sweep_has_an_interval_around_it() -> None:
+    c = _crossover(*_jittered())
+    assert c.records is not None and c.interval is not None
+    low, high = c.interval
+    assert 10 < low < c.records < high < 100
+    assert c.records == pytest.approx(40, rel=0.15)
+    text = pm.crossover_text(c)
+    assert text.startswith(f"crosses at {c.records:.0f} records [{low:.0f}, {high:.0f}], gRPC cheaper above")
+    assert "extrapolated" not in text
+    # Fieller's ends are where the lines' difference stops being significant: at each, by hand,
+    # |gRPC - REST| = t · its standard error, the two fits independent.
+    grpc, rest = (HandFit(*zip(*m.points, strict=True)) for m in _models(*_jittered()))
+    t = scipy_stats.t.ppf(0.975, min(grpc.df, rest.df))
+    for end in c.interval:
+        difference = (grpc.a + grpc.b * end) - (rest.a + rest.b * end)
+        spread = math.sqrt(grpc.prediction_variance(end) + rest.prediction_variance(end))
+        assert abs(difference) == pytest.approx(t * spread, rel=1e-6)
+
+
+def test_a_crossover_beyond_the_sweep_is_extrapolated_and_said_so() -> None:
+    above = _crossover(_affine(0.5, 0.004), _affine(0.3, 0.0041))
+    assert above.records == pytest.approx(2000, rel=1e-6)
+    assert pm.crossover_text(above).endswith("gRPC cheaper above (extrapolated beyond 1,000)")
+    below = _crossover(_affine(0.305, 0.002), _affine(0.3, 0.012))
+    assert below.records == pytest.approx(0.5, rel=1e-6)
+    assert (
+        pm.crossover_text(below)
+        == "crosses at 0.5 records [0.5, 0.5], gRPC cheaper above (extrapolated below 1)"
+    )
+
+
+def test_no_crossover_when_grpc_costs_more_or_less_both_per_record_and_per_request() -> None:
+    more = _crossover(_affine(0.5, 0.006), _affine(0.3, 0.005))
+    assert more.records == pytest.approx(-200, rel=1e-6) and more.resolved is None
+    assert more.reason == "gRPC costs more per record and per request"
+    assert pm.crossover_text(more).startswith(
+        "no crossover, gRPC costs more per record and per request (lines meet at -200"
+    )
+    less = _crossover(_affine(0.2, 0.004), _affine(0.3, 0.005))
+    assert less.reason == "gRPC costs less per record and per request"
+
+
+def _given(fixed: float, per_record: float) -> pm.CostModel:
+    """A cost model given by its line alone, without residuals, over 1 to 1,000 records."""
+    line = pm.Line(pm.Estimate(fixed, None, None), pm.Estimate(per_record, None, None), None, 0)
+    ends = tuple((n, fixed + per_record * n) for n in (1, 1000))
+    return pm.CostModel("target", "http1.1", ends, line, None, (), ())
+
+
+def test_parallel_lines_have_no_crossover() -> None:
+    exact = pm.crossover(_given(0.5, 0.005), _given(0.3, 0.005))
+    assert exact.records is None and exact.resolved is None
+    assert pm.crossover_text(exact) == "no crossover, the lines are parallel (equal cost per record)"
+    # Equal per record within the repeats' spread: Fieller's set is unbounded.
+    noisy = _crossover(_affine(0.5, 0.005, JITTER["grpc"]), _affine(0.3, 0.005, JITTER["aiohttp-h1"]))
+    assert noisy.unbounded and noisy.interval is None and noisy.resolved is None
+    assert pm.crossover_text(noisy).startswith(
+        "no crossover resolved, per-record costs not told apart (interval unbounded; lines meet at "
+    )
+
+
+def test_fieller_by_hand() -> None:
+    # (2 - 1θ)² <= 4 (0.04 + 0.01θ²): 0.96θ² - 4θ + 3.84 <= 0, roots (2 ± 0.56) / 0.96.
+    low, high = pm.fieller(2, 1, var_numerator=0.04, var_denominator=0.01, covariance=0, t=2) or (0, 0)
+    assert (low, high) == pytest.approx((1.5, 2.56 / 0.96))
+    # A denominator within t standard errors of 0: unbounded.
+    assert pm.fieller(2, 0.1, var_numerator=0.04, var_denominator=0.01, covariance=0, t=2) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(-10, 10),
+    st.floats(-10, 10).filter(lambda d: abs(d) > 1e-3),
+    st.floats(0, 4),
+    st.floats(0, 4),
+    st.floats(-1, 1),
+    st.floats(0.5, 5),
+)
+def test_a_bounded_fieller_interval_holds_the_estimate_and_solves_its_equation(
+    numerator: float, denominator: float, sd_n: float, sd_d: float, correlation: float, t: float
+) -> None:
+    v_nn, v_dd, v_nd = sd_n**2, sd_d**2, correlation * sd_n * sd_d
+    interval = pm.fieller(
+        numerator, denominator, var_numerator=v_nn, var_denominator=v_dd, covariance=v_nd, t=t
+    )
+    if interval is None:
+        assert denominator**2 <= t**2 * v_dd
+        return
+    low, high = interval
+    estimate = numerator / denominator
+    scale = max(1.0, abs(estimate))
+    assert low - 1e-9 * scale <= estimate <= high + 1e-9 * scale
+    for theta in interval:  # each end is a root of (N - θD)² = t² (v_NN - 2θ v_ND + θ² v_DD)
+        lhs = (numerator - theta * denominator) ** 2
+        rhs = t**2 * (v_nn - 2 * theta * v_nd + theta**2 * v_dd)
+        assert lhs == pytest.approx(rhs, rel=1e-6, abs=1e-6 * (1 + theta**2))
+
+
+def test_the_held_out_count_is_predicted_by_the_fit_without_it() -> None:
+    curved = _affine(0.3, 0.005)
+    curved[1000] = [(0.3 + 0.005 * 1000) * 1.25] * 3  # the largest count costs 25% more than the line
+    model = pm.fit_target(_groups({"grpc": curved})["grpc"])
+    assert model is not None and model.held_out is not None
+    held = model.held_out
+    assert held.count == 1000
+    assert held.predicted == pytest.approx(5.3, rel=1e-9)  # the line through 1, 10 and 100
+    assert held.measured == pytest.approx(5.3 * 1.25, rel=1e-9)
+    assert held.error == pytest.approx(1 / 1.25 - 1, rel=1e-9)
+    assert pm.held_out_sentence([model]) == (
+        "cost model check: each target's fit without its largest count predicts it within 20.0% "
+        "(1 targets; largest error grpc -20.0% at 1,000 records)"
+    )
+
+
+def test_two_counts_are_fitted_but_not_checked() -> None:
+    two = {n: costs for n, costs in _affine(0.3, 0.005).items() if n in (10, 100)}
+    model = pm.fit_target(_groups({"grpc": two})["grpc"])
+    assert model is not None and model.held_out is None
+    assert (
+        pm.held_out_sentence([model]) == "cost model not checked: a held-out count needs three or more counts"
+    )
+    one = {100: _affine(0.3, 0.005)[100]}
+    assert pm.fit_target(_groups({"grpc": one})["grpc"]) is None
+
+
+def test_a_service_below_half_its_quota_stays_in_the_fit_and_is_named() -> None:
+    groups = _groups({"grpc": _affine(0.3, 0.005)}, idle={("grpc", 1): 0.3})["grpc"]
+    assert groups[0].count == 1 and groups[0].lower_bound is not None  # a lower bound for throughput
+    model = pm.fit_target(groups)
+    assert model is not None
+    assert model.counts == COUNTS and model.idle == (pm.Idle(1, pytest.approx(0.3)),)
+    assert model.line.fixed.value == pytest.approx(0.3, rel=1e-9)
+
+
+def _cases(codec: str, fixed_us: float, per_record_us: float) -> list[Case]:
+    return [
+        Case(codec, "encode", n, 100 * n, 100, 15, fixed_us + per_record_us * n, None, None, 0.0, 0.0)
+        for n in COUNTS
+    ]
+
+
+def test_the_encoding_alone_per_record_and_its_share_of_the_servers_difference() -> None:
+    decode = Case("orjson", "decode", 10, 1000, 100, 15, 99.0, None, None, 0.0, 0.0)
+    encodings = pm.encoding_lines([*_cases("protobuf", 1.0, 0.3), *_cases("orjson", 0.5, 0.9), decode])
+    assert encodings["protobuf"].per_record.value == pytest.approx(0.0003, rel=1e-9)  # ms per record
+    assert encodings["orjson"].per_record.value == pytest.approx(0.0009, rel=1e-9)
+    grpc, rest = _models(_affine(0.5, 0.002, JITTER["grpc"]), _affine(0.3, 0.007, JITTER["aiohttp-h1"]))
+    split = pm.per_record_split(grpc.line, rest.line, encodings)
+    assert split is not None
+    assert split.servers.value == pytest.approx(grpc.line.per_record.value - rest.line.per_record.value)
+    assert split.servers.value == pytest.approx(-0.005, rel=0.1)
+    assert split.encoding == pytest.approx(-0.0006, rel=1e-9)
+    assert split.format_share == pytest.approx(-0.0006 / split.servers.value)
+    assert pm.per_record_split(grpc.line, rest.line, {"orjson": encodings["orjson"]}) is None
+    # Per-record costs not told apart: no share of them to give.
+    grpc, rest = _models(_affine(0.5, 0.005, JITTER["grpc"]), _affine(0.3, 0.005, JITTER["aiohttp-h1"]))
+    split = pm.per_record_split(grpc.line, rest.line, encodings)
+    assert split is not None and split.format_share is None
