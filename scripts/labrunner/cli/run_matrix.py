@@ -17,7 +17,7 @@ from labrunner.cli.listing import describe_matrix, describe_plan
 from labrunner.model.engine_roles import Hosts, HostsError, hosts
 from labrunner.model.matrix import expand, load_matrix, split_list
 from labrunner.model.scenario import AUTO_INSTANCES, Matrix, Overrides, Plan
-from labrunner.model.schema import MatrixError
+from labrunner.model.schema import MatrixError, duration_seconds
 from labrunner.observe import local_stack
 from labrunner.observe.labels import INFLUXDB_DATABASE
 from labrunner.paths import REPO
@@ -165,6 +165,22 @@ def build_parser() -> argparse.ArgumentParser:
         "prints it and keeps it in its manifest, and --resume takes it from there (default: a fresh one)",
     )
 
+    sharp = parser.add_argument_group("answers as sharp as asked")
+    sharp.add_argument(
+        "--precision",
+        type=_share,
+        help="after the planned rounds, add rounds of one more repeat of each closed-model group in a "
+        "compared pair until every pair's req/s ratio has a 95%% interval within this share of its "
+        "estimate, e.g. 5%% (the end of the run says which pairs reached it)",
+    )
+    sharp.add_argument(
+        "--budget",
+        type=_duration,
+        default=_duration("20m"),
+        help="how long --precision may add rounds, e.g. 30m; a round that would outlast it is not "
+        "started (default: 20m)",
+    )
+
     out = parser.add_argument_group("run and output")
     out.add_argument("--run-id", help="run identifier (default: UTC time, YYYYmmdd-HHMMSS)")
     out.add_argument("--out", type=Path, help="output directory (default: results/<run id>)")
@@ -285,6 +301,8 @@ def _run(
         argv=tuple(sys.argv if argv is None else ["run_matrix.py", *argv]),
         backend_reason=reason,
         provenance=provenance.collect(REPO, k6_binary),
+        precision=args.precision,
+        budget_s=args.budget,
     )
     print(_backend_line(backend_name, reason))
     print(f"run {run_id}: {len(plan.scenarios)} scenarios, out {out_dir}")
@@ -314,6 +332,25 @@ def seed_plan(plan: Plan, seed: int | None, resumed_run: Path | None = None) -> 
         return replace(plan, seed=seed), "--seed"
     fresh = secrets.randbelow(1_000_000)
     return replace(plan, seed=fresh), f"a fresh one: --seed {fresh} repeats the order"
+
+
+def _share(text: str) -> float:
+    """--precision: "5%" or 0.05, above 0 and below 1."""
+    try:
+        value = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share (e.g. 5% or 0.05)") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a share above 0 and below 100%")
+    return value
+
+
+def _duration(text: str) -> float:
+    """--budget: a k6-style duration, in seconds."""
+    try:
+        return duration_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _backend_line(name: str, reason: str) -> str:

@@ -1,8 +1,11 @@
 """A run of the plan: resume, calibrate, each scenario run, judged and written, progress, summaries,
 the manifest, and at the end the serialization benchmark and the report."""
 
+import itertools
+import random
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -14,7 +17,7 @@ from labrunner.cli import grafana
 from labrunner.files import write_json_atomic
 from labrunner.model.scenario import Plan, Scenario
 from labrunner.observe import interference, prometheus_sd
-from labrunner.report import answers, findings, payload, serialization
+from labrunner.report import answers, findings, payload, precision, serialization
 from labrunner.report.build import PAYLOAD_FILE, SERIALIZATION_FILE, write_report
 from labrunner.report.compare import group_results
 from labrunner.report.summary import write_summaries
@@ -45,6 +48,10 @@ class SessionConfig:
     argv: tuple[str, ...]
     backend_reason: str
     provenance: dict[str, Any]  # git, versions, host (see labrunner.results.provenance)
+    # --precision: add rounds of the closed groups until every compared req/s ratio's interval is
+    # within this share of its estimate, while --budget (seconds of rounds added) lasts.
+    precision: float | None = None
+    budget_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,18 @@ def run_plan(
                 failed.append(kept.outcome.scenario.id)
             finishing.pop(0)
 
+    def run_one(index: int, scenario: Scenario, last: bool) -> None:
+        """Measure a scenario and hand its finish to the finisher (overlapping the next one's start
+        unless it is the last to run)."""
+        progress.starting(index, scenario)
+        measured = measure_scenario(scenario, run, backend, settings, say, before_measure=settle)
+        progress.measured(scenario)
+        settle()  # when this scenario ended before its measured window
+        overlapped = measured.may_overlap and not last
+        finishing.append((index, finisher.submit(keep, measured, overlapped)))
+        if not overlapped:
+            settle()
+
     interrupted = True
     closed_results: list[dict[str, Any]] | None = None  # read once, when the first rung comes
     finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish")
@@ -145,15 +164,13 @@ def run_plan(
                     progress.not_run(index, scenario, reason)
                     write_manifest_so_far()
                     continue
-            progress.starting(index, scenario)
-            measured = measure_scenario(scenario, run, backend, settings, say, before_measure=settle)
-            progress.measured(scenario)
-            settle()  # when this scenario ended before its measured window
-            overlapped = measured.may_overlap and scenario is not to_run[-1]
-            finishing.append((index, finisher.submit(keep, measured, overlapped)))
-            if not overlapped:
-                settle()
+            run_one(index, scenario, last=scenario is to_run[-1] and config.precision is None)
         settle()
+        if config.precision is not None:
+            added = _sharpen(
+                plan, config, order, run_one=run_one, settle=settle, extend=progress.extend, say=say
+            )
+            manifest_args["precision"] = _precision_record(out, config, order, len(added))
         if plan.scenarios:
             calibrations["after"] = calibration.calibrate(calibration_cpus, "after", say)
         interrupted = False
@@ -187,10 +204,83 @@ def run_plan(
         + (f"; failed: {', '.join(failed)}" if failed else "")
         + f"\nresults: {out}/summary.md"
     )
+    if config.precision is not None:
+        say(precision.outcome(precision.sharpness(group_results(load_results(out, order))), config.precision))
     say_findings(out, order, plan.preset, say)
     if grafana_url := grafana.dashboard_url(read_manifest(out)):
         say(f"grafana: {grafana_url}")
     return not failed
+
+
+# What a scenario adds beyond k6's time when a round's length is estimated against the budget.
+_ROUND_OVERHEAD_S = 2.0
+
+
+def _sharpen(
+    plan: Plan,
+    config: SessionConfig,
+    order: list[str],
+    *,
+    run_one: Callable[[int, Scenario, bool], None],
+    settle: Callable[[], None],
+    extend: Callable[[Sequence[Scenario]], int],
+    say: Say,
+) -> list[str]:
+    """--precision: rounds of one more repeat of every closed group in a pair whose req/s ratio is
+    not yet within the precision, while the budget holds the next round (each shuffled by the run's
+    seed and its number). The ids it adds join `order` (the matrix's, in which pairs are read, so
+    which side of a pair is the candidate never depends on the order they ran in); returns them."""
+    assert config.precision is not None
+    out, deadline = config.run.out_dir, time.monotonic() + config.budget_s
+    closed = {s.group: s for s in plan.scenarios if s.load_model.rung is None}
+    added: list[str] = []
+    for number in itertools.count(1):
+        results = load_results(out, order)
+        groups = precision.to_repeat(precision.sharpness(group_results(results)), config.precision)
+        last_repeat = {r["scenario"]["group"]: _repeat(r) for r in sorted(results, key=_repeat)}
+        round_ = [replace(closed[g.id], repeat=last_repeat[g.id] + 1) for g in groups if g.id in closed]
+        if not round_:
+            return added
+        needed = sum(s.warmup_s + s.measured_seconds + _ROUND_OVERHEAD_S for s in round_)
+        if time.monotonic() + needed > deadline:
+            say(f"precision: round {number} ({len(round_)} scenarios, {needed:.0f} s) would outlast --budget")
+            return added
+        random.Random(f"{plan.seed}-precision-{number}").shuffle(round_)
+        say(
+            f"precision: round {number}: one more repeat of the {len(round_)} groups of the pairs "
+            f"not yet within ±{config.precision:.0%}"
+        )
+        first = extend(round_)
+        for index, scenario in enumerate(round_, start=first):
+            run_one(index, scenario, scenario is round_[-1])
+            added.append(scenario.id)
+            order.append(scenario.id)
+        settle()
+    raise AssertionError("unreachable: itertools.count never ends")
+
+
+def _repeat(result: dict[str, Any]) -> int:
+    return int(result["scenario"]["repeat"])
+
+
+def _precision_record(out: Path, config: SessionConfig, order: list[str], added: int) -> dict[str, Any]:
+    """The manifest's account of --precision: what was asked, what it added, which pairs reached it."""
+    assert config.precision is not None
+    pairs = precision.sharpness(group_results(load_results(out, order)))
+    return {
+        "target": config.precision,
+        "budget_s": config.budget_s,
+        "scenarios_added": added,
+        "pairs": [
+            {
+                "pair": p.pair,
+                "question": p.question,
+                "half_width": p.half_width,
+                "reached": p.reached(config.precision),
+            }
+            for p in pairs
+        ],
+    }
 
 
 def _keep(outcome: ScenarioOutcome, out: Path, run_id: str, order: list[str]) -> Kept:
@@ -284,6 +374,12 @@ class _Progress:
     def measured(self, scenario: Scenario) -> None:
         if scenario in self._pending:
             self._pending.remove(scenario)
+
+    def extend(self, scenarios: Sequence[Scenario]) -> int:
+        """Scenarios added to the run (a --precision round); returns the first one's index."""
+        self._pending += scenarios
+        self._total += len(scenarios)
+        return self._total - len(scenarios) + 1
 
     def not_run(self, index: int, scenario: Scenario, reason: str) -> None:
         self.measured(scenario)  # out of the ETA

@@ -79,6 +79,14 @@ def _seconds(value: object) -> float:
     raise _problem("{value} is not a duration (e.g. '500ms', '30s', '1m30s')", value)
 
 
+def duration_seconds(text: str) -> float:
+    """A k6-style duration as seconds; ValueError when it is none."""
+    try:
+        return _seconds(text)
+    except PydanticCustomError as exc:
+        raise ValueError(exc.message()) from None
+
+
 def _bytes(value: object) -> int:
     """Bytes from a docker-style size ("512m", "2g") or a number of bytes."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:

@@ -119,14 +119,20 @@ def comparisons_findings(groups: Sequence[Group]) -> list[Finding]:
         key = _pair_key(c)
         if c.kind in _RULE_QUESTION and (key not in loaded or _rate(c) > _rate(loaded[key])):
             loaded[key] = c
-    pairs = [
-        (_RULE_QUESTION[c.kind], c, loaded.get(_pair_key(c)))
-        for c in compare_groups([g for g in closed if g.network == "loopback"])
-        if c.kind in _RULE_QUESTION
-    ]
+    pairs = [(question, c, loaded.get(_pair_key(c))) for question, c in saturation_comparisons(groups)]
     judged = corrected([r for _, c, at_load in pairs for r in _tested(c, at_load) if r.p_value is not None])
     found = [_finding(question, c, at_load, judged) for question, c, at_load in pairs]
     return found + _not_compared(closed, open_groups)
+
+
+def saturation_comparisons(groups: Sequence[Group]) -> list[tuple[str, Comparison]]:
+    """(question, comparison) of every pair of closed-model groups on loopback a question compares."""
+    closed = [g for g in groups if g.kind == THROUGHPUT and g.results and executor(g) in CLOSED_EXECUTORS]
+    return [
+        (_RULE_QUESTION[c.kind], c)
+        for c in compare_groups([g for g in closed if g.network == "loopback"])
+        if c.kind in _RULE_QUESTION
+    ]
 
 
 def corrected(ratios: Sequence[Ratio]) -> dict[int, Ratio]:

@@ -103,6 +103,7 @@ def build_manifest(
     resumed_at: Sequence[str] = (),
     calibration: Mapping[str, Any] | None = None,
     not_run: Mapping[str, str] | None = None,
+    precision: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """manifest.json: what was run, from which code, with which tools, on which host; not_run: the
     scenarios this session did not run (ladder rungs over their target's capacity), each with why."""
@@ -121,6 +122,8 @@ def build_manifest(
         # labrunner.run.calibration before the first scenario and after the last (this session's).
         "calibration": dict(calibration or {}),
         "not_run": dict(not_run or {}),
+        # --precision: its target, budget, the scenarios it added and each compared pair's interval.
+        "precision": dict(precision) if precision is not None else None,
         "matrix": {
             "path": str(plan.matrix_path),
             "text": plan.matrix_path.read_text(),

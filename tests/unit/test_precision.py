@@ -1,0 +1,39 @@
+"""--precision's rules on synthetic results: how far a ratio's interval reaches, which groups another
+repeat would sharpen, and the line that ends the run."""
+
+import pytest
+from labrunner.report import precision
+from labrunner.report.compare import group_results
+from labrunner.report.stats import Ratio
+
+from tests.unit.test_findings import _run
+
+
+def test_half_width_is_the_wider_side_as_a_share_of_the_estimate() -> None:
+    assert precision.half_width(Ratio(1.0, 0.95, 1.05, 0.5, False)) == pytest.approx(0.0526, abs=1e-4)
+    assert precision.half_width(Ratio(2.0, 1.8, 2.1, 0.01, True)) == pytest.approx(2.0 / 1.8 - 1)
+    assert precision.half_width(Ratio(2.0, None, None, None, None, "n/a: one repeat")) is None
+
+
+def test_only_the_groups_of_pairs_not_yet_sharp_are_repeated() -> None:
+    # grpc vs aiohttp-h1 and aiohttp-h1 vs quart-h1 are tight; grpc vs quart-h1 too, but
+    # quart-h1-tls vs quart-h2-tls (HTTP/2 vs HTTP/1.1) spreads.
+    groups = group_results(
+        _run({"grpc": [600, 601, 599], "aiohttp-h1": [1500, 1501, 1499], "quart-h1": [400, 401, 399]})
+        + _run({"quart-h1-tls": [300, 360, 250], "quart-h2-tls": [200, 201, 199]})
+    )
+    pairs = precision.sharpness(groups)
+    assert {p.pair for p in pairs if not p.reached(0.05)} == {"quart-h2-tls vs quart-h1-tls"}
+    assert [g.target for g in precision.to_repeat(pairs, 0.05)] == ["quart-h1-tls", "quart-h2-tls"]
+    assert precision.to_repeat(pairs, 0.9) == []  # every pair within ±90%
+    line = precision.outcome(pairs, 0.05)
+    assert line.startswith(f"precision ±5% (95% interval of each compared req/s ratio): {len(pairs) - 1} of ")
+    assert "; not: quart-h2-tls vs quart-h1-tls ±" in line
+    assert precision.outcome(pairs, 0.9).endswith(f"{len(pairs)} of {len(pairs)} pairs reached it")
+
+
+def test_one_repeat_has_no_interval_and_is_repeated() -> None:
+    groups = group_results(_run({"grpc": [600], "quart-h1": [400]}))
+    [pair] = precision.sharpness(groups)
+    assert pair.half_width is None and not pair.reached(0.5)
+    assert "not: grpc vs quart-h1 no interval" in precision.outcome([pair], 0.05)
