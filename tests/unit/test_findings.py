@@ -89,8 +89,8 @@ def _one(found: list[findings.Finding], question: str, text: str) -> findings.Fi
 def test_a_significant_difference_names_its_ratio_interval_and_what_was_held_fixed() -> None:
     results = _run({"grpc": [600, 610, 590]}, cpu_per_request_s=0.0008) + _run({"quart-h1": [400, 405, 395]})
     finding = _one(_find(results), "gRPC vs REST", "grpc vs")
-    assert finding.sentence.startswith("grpc vs quart-h1: 1.50x [")
-    assert "the req/s, at 0.80x [0.80, 0.80] the CPU per request." in finding.sentence
+    assert finding.sentence.startswith("grpc vs quart-h1: req/s 1.50x [")
+    assert "], CPU per request 0.80x [0.80, 0.80]." in finding.sentence
     assert "inconclusive" not in finding.sentence
     assert finding.held_fixed == "quarter profile (0.25 CPU), 100 records, build, closed model, no TLS"
     assert finding.effect > 0.4
@@ -101,7 +101,7 @@ def test_an_interval_that_holds_one_is_inconclusive_and_ranks_last() -> None:
         _run({"grpc": [500, 620, 420], "quart-h1": [480, 560, 450], "aiohttp-h1": [1500, 1510, 1490]})
     )
     close = _one(found, "gRPC vs REST", "vs quart-h1")
-    assert "req/s inconclusive (1.0" in close.sentence and "95% interval [" in close.sentence
+    assert "req/s inconclusive (1.0" in close.sentence
     assert close.effect == 0.0
     ranked = [f for f in findings.ranked(found) if f.question == "gRPC vs REST"]
     assert ranked[-1] is close
@@ -110,18 +110,22 @@ def test_an_interval_that_holds_one_is_inconclusive_and_ranks_last() -> None:
 def test_only_an_equivalence_test_says_equivalent_else_inconclusive() -> None:
     # Two repeats of a tail percentile on the README's run: 1.40x [0.03, 66.96] tells nothing.
     wide = Ratio(1.40, 0.03, 66.96, 0.9, False)
-    assert findings.describe_ratio(wide, "p99") == "p99 inconclusive (1.40x, 95% interval [0.03, 66.96])"
+    assert findings.describe_ratio(wide, "p99") == "p99 inconclusive (1.40x [0.03, 66.96])"
     narrow = Ratio(1.18, 0.93, 1.50, 0.2, False, equivalent=False)
-    assert findings.describe_ratio(narrow, "req/s") == "req/s inconclusive (1.18x, 95% interval [0.93, 1.50])"
+    assert findings.describe_ratio(narrow, "req/s") == "req/s inconclusive (1.18x [0.93, 1.50])"
     same = Ratio(1.01, 0.97, 1.05, 0.6, False, equivalent=True)
-    assert findings.describe_ratio(same, "req/s") == "1.01x [0.97, 1.05] the req/s (equivalent within ±10%)"
+    assert findings.describe_ratio(same, "req/s") == "req/s 1.01x [0.97, 1.05], equivalent within ±10%"
     clear = Ratio(13.3, 1.2, 150.0, 0.01, True)  # wide but excluding 1: a difference, kept as it is
-    assert findings.describe_ratio(clear, "p50") == "13.30x [1.20, 150.00] the p50"
+    assert findings.describe_ratio(clear, "p50") == "p50 13.30x [1.20, 150.00]"
+    away = Ratio(1.08, 1.01, 1.15, 0.03, False, findings.CORRECTED_AWAY)
+    assert (
+        findings.describe_ratio(away, "req/s") == "req/s inconclusive after correction (1.08x [1.01, 1.15])"
+    )
 
 
 def test_tight_repeats_within_ten_percent_are_equivalent_by_tost() -> None:
     found = _find(_run({"grpc": [500, 506, 494, 503], "quart-h1": [501, 497, 505, 499]}))
-    assert "(equivalent within ±10%)" in _one(found, "gRPC vs REST", "vs quart-h1").sentence
+    assert ", equivalent within ±10%" in _one(found, "gRPC vs REST", "vs quart-h1").sentence
 
 
 def test_a_difference_significant_alone_is_inconclusive_after_holms_correction() -> None:
@@ -132,8 +136,14 @@ def test_a_difference_significant_alone_is_inconclusive_after_holms_correction()
     [finding] = [f for f in _find(_run(alone)) if f.question == "gRPC vs REST"]
     assert "inconclusive" not in finding.sentence and finding.effect > 0
     found = _find(_run({**alone, "aiohttp-h1": [600, 640, 620]}))
-    assert "req/s inconclusive (1.08x" in _one(found, "gRPC vs REST", "grpc vs quart-h1").sentence
-    assert "req/s inconclusive (0.93x" in _one(found, "server vs server", "quart-h1 vs aiohttp-h1").sentence
+    assert (
+        "req/s inconclusive after correction (1.08x"
+        in _one(found, "gRPC vs REST", "grpc vs quart-h1").sentence
+    )
+    assert (
+        "req/s inconclusive after correction (0.93x"
+        in _one(found, "server vs server", "quart-h1 vs aiohttp-h1").sentence
+    )
     assert _one(found, "gRPC vs REST", "grpc vs quart-h1").effect == 0.0
 
 
@@ -152,7 +162,7 @@ def test_a_response_model_finding_names_each_side_by_its_model() -> None:
     [finding] = [
         f for f in _find(_run({"aiohttp-h1": [800, 810, 790]}) + prebuilt) if f.question == "response model"
     ]
-    assert finding.sentence.startswith("aiohttp-h1 (build) vs aiohttp-h1 (prebuilt): 0.80x [")
+    assert finding.sentence.startswith("aiohttp-h1 (build) vs aiohttp-h1 (prebuilt): req/s 0.80x [")
 
 
 def test_a_lower_bound_enters_no_ratio_and_is_named() -> None:
@@ -174,9 +184,7 @@ def test_a_suspect_group_is_named_in_the_finding() -> None:
         {"quart-h1": [400, 405, 395]}, suspect=("other processes used 7.0% of the service's CPUs",)
     )
     finding = _one(_find(results), "gRPC vs REST", "vs quart-h1")
-    assert (
-        finding.caveat == "quart-h1: 3 of 3 repeats suspect (other processes used 7.0% of the service's CPUs)"
-    )
+    assert finding.caveat == "quart-h1: 3 of 3 repeats suspect, summary.md says why"
 
 
 def test_streaming_is_compared_with_unary_grpc_never_with_rest() -> None:
@@ -188,7 +196,7 @@ def test_streaming_is_compared_with_unary_grpc_never_with_rest() -> None:
             assert c.kind == "gRPC streaming vs unary"
             assert c.candidate.protocol == c.baseline.protocol == "grpc"
     stream = _one(_find(results), "gRPC streaming vs unary", "grpc-stream vs grpc:")
-    assert "the CPU per request" in stream.sentence
+    assert ", CPU per request " in stream.sentence
 
 
 def test_a_missing_baseline_is_said_and_the_preset_that_asks_is_named() -> None:
@@ -209,8 +217,8 @@ def test_latency_comes_from_the_highest_offered_rate_both_carried_with_their_uti
                 result["scenario"]["load_model"].update(executor="constant-arrival-rate", rate=rate)
                 loaded.append(result)
     finding = _one(_find(closed + loaded), "gRPC vs REST", "vs quart-h1")
-    assert "; at 200 req/s offered (grpc 98% and quart-h1 98% of their CPU), 0.5" in finding.sentence
-    assert "the p50" in finding.sentence and "at 50 req/s" not in finding.sentence
+    assert "; at 200 req/s offered (service CPU 98% and 98%): p50 0.5" in finding.sentence
+    assert "at 50 req/s" not in finding.sentence
     # Without open-model runs latency is not compared, and the findings say so.
     _one(_find(closed), "run", "Latency is not compared")
 
@@ -282,7 +290,7 @@ def test_summary_md_opens_with_the_findings(tmp_path: Path) -> None:
     assert "- **gRPC vs REST**" in lines and "## Scenarios" in lines
     assert lines.index("- **gRPC vs REST**") < lines.index("## Scenarios") < lines.index("## Across repeats")
     [sentence] = [line for line in lines if line.startswith("  - grpc vs quart-h1")]
-    assert "the req/s" in sentence
+    assert ": req/s " in sentence
 
 
 def test_report_opens_with_the_findings_and_ends_with_provenance(tmp_path: Path) -> None:

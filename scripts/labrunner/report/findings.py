@@ -120,7 +120,11 @@ def comparisons_findings(groups: Sequence[Group]) -> list[Finding]:
         if c.kind in _RULE_QUESTION and (key not in loaded or _rate(c) > _rate(loaded[key])):
             loaded[key] = c
     pairs = [(question, c, loaded.get(_pair_key(c))) for question, c in saturation_comparisons(groups)]
-    judged = corrected([r for _, c, at_load in pairs for r in _tested(c, at_load) if r.p_value is not None])
+    families: dict[str, list[Ratio]] = {}  # metric -> the run's tests of it
+    for _, c, at_load in pairs:
+        for metric, r in _tested(c, at_load):
+            families.setdefault(metric, []).append(r)
+    judged = {key: r for family in families.values() for key, r in corrected(family).items()}
     found = [_finding(question, c, at_load, judged) for question, c, at_load in pairs]
     return found + _not_compared(closed, open_groups)
 
@@ -135,21 +139,30 @@ def saturation_comparisons(groups: Sequence[Group]) -> list[tuple[str, Compariso
     ]
 
 
+# The note of a ratio whose own test passed and Holm's correction did not.
+CORRECTED_AWAY = "not significant after Holm's correction"
+
+
 def corrected(ratios: Sequence[Ratio]) -> dict[int, Ratio]:
-    """Each ratio (by id) with its significance after Holm's correction over all of them."""
+    """Each ratio (by id) with its significance after Holm's correction over all of them (each with a
+    p-value); one significant alone but not after is noted CORRECTED_AWAY."""
     adjusted = holm([r.p_value for r in ratios if r.p_value is not None])
-    return {
-        id(r): replace(r, significant=bool(p < 1 - CONFIDENCE)) for r, p in zip(ratios, adjusted, strict=True)
-    }
+    judged = {}
+    for r, p in zip(ratios, adjusted, strict=True):
+        significant = bool(p < 1 - CONFIDENCE)
+        note = CORRECTED_AWAY if r.significant and not significant else r.note
+        judged[id(r)] = replace(r, significant=significant, note=note)
+    return judged
 
 
-def _tested(closed: Comparison, at_load: Comparison | None) -> list[Ratio]:
-    """The ratios a pair's finding judges: saturation req/s (CPU per request at saturation is its
-    reciprocal again, so it is shown, not tested again) and latency at load."""
-    tested = [closed.ratios.get("rps")]
+def _tested(closed: Comparison, at_load: Comparison | None) -> list[tuple[str, Ratio]]:
+    """(metric, ratio) a pair's finding judges: saturation req/s (CPU per request at saturation is its
+    reciprocal again, so it is shown, not tested again) and latency at load. Each metric is a family
+    of its own, corrected over the run's pairs: req/s, p50 and p99 answer three questions."""
+    tested = [("rps", closed.ratios.get("rps"))]
     if at_load is not None:
-        tested += [at_load.ratios.get("p50"), at_load.ratios.get("p99")]
-    return [r for r in tested if r is not None]
+        tested += [(metric, at_load.ratios.get(metric)) for metric in ("p50", "p99")]
+    return [(metric, r) for metric, r in tested if r is not None and r.p_value is not None]
 
 
 def cannot_compare(groups: Sequence[Group]) -> list[Finding]:
@@ -189,27 +202,29 @@ def executor(group: Group) -> str:
 
 
 def describe_ratio(r: Ratio | None, what: str, digits: int = 2) -> str:
-    """'1.21x [0.96, 1.53] the req/s' when significant; '... (equivalent within ±10%)' when TOST
-    says so; else 'req/s inconclusive (1.21x, 95% interval [0.51, 3.57])'."""
+    """'req/s 1.21x [1.06, 1.38]' when significant, with ', equivalent within ±10%' when TOST says
+    so; else 'req/s inconclusive (1.21x [0.51, 3.57])', 'inconclusive after correction' when only
+    Holm's correction over the run's tests took the significance away."""
     if r is None:
         return f"no {what} figure"
     value = f"{r.estimate:.{digits}f}x"
     if r.low is None or r.high is None:
-        return f"{value} the {what} ({r.note or 'no interval'})"
-    interval = f"[{r.low:.{digits}f}, {r.high:.{digits}f}]"
+        return f"{what} {value} ({r.note or 'no interval'})"
+    figure = f"{value} [{r.low:.{digits}f}, {r.high:.{digits}f}]"
     if r.significant:
-        return f"{value} {interval} the {what}"
+        return f"{what} {figure}"
     if r.equivalent:
-        return f"{value} {interval} the {what} (equivalent within ±{EQUIVALENCE_MARGIN:.0%})"
-    return f"{what} inconclusive ({value}, {CONFIDENCE:.0%} interval {interval})"
+        return f"{what} {figure}, equivalent within ±{EQUIVALENCE_MARGIN:.0%}"
+    after = " after correction" if r.note == CORRECTED_AWAY else ""
+    return f"{what} inconclusive{after} ({figure})"
 
 
 def _figure(r: Ratio | None, what: str) -> str:
-    """A ratio shown without a verdict of its own: '2.63x [2.40, 2.90] the CPU per request'."""
+    """A ratio shown without a verdict of its own: 'CPU per request 2.63x [2.40, 2.90]'."""
     if r is None:
         return f"no {what} figure"
     interval = f" [{r.low:.2f}, {r.high:.2f}]" if r.low is not None and r.high is not None else ""
-    return f"{r.estimate:.2f}x{interval} the {what}"
+    return f"{what} {r.estimate:.2f}x{interval}"
 
 
 def _finding(
@@ -223,10 +238,10 @@ def _finding(
     rps = verdict(closed.ratios.get("rps"))
     candidate, baseline = _names(c, b)
     sentence = f"{candidate} vs {baseline}: {describe_ratio(rps, 'req/s')}"
-    sentence += f", at {_figure(closed.ratios.get('cpu_per_1k'), 'CPU per request')}"
+    sentence += f", {_figure(closed.ratios.get('cpu_per_1k'), 'CPU per request')}"
     if at_load is not None:
         p50, p99 = verdict(at_load.ratios.get("p50")), verdict(at_load.ratios.get("p99"))
-        sentence += f"; at {_rate(at_load)} req/s offered ({_utilisation(at_load)}), "
+        sentence += f"; at {_rate(at_load)} req/s offered ({_utilisation(at_load)}): "
         sentence += describe_ratio(p50, "p50")
         sentence += ", " + (describe_ratio(p99, "p99") if p99 else _unsupported(at_load, "p99"))
     effect = abs(math.log(rps.estimate)) if rps is not None and rps.significant else 0.0
@@ -238,8 +253,8 @@ def _utilisation(c: Comparison) -> str:
     shares = []
     for g in (c.candidate, c.baseline):
         s = g.summary("service_cpu")
-        shares.append(f"{g.target} {s.centre:.0%}" if s is not None else f"{g.target} ?")
-    return " and ".join(shares) + " of their CPU"
+        shares.append(f"{s.centre:.0%}" if s is not None else "?")
+    return "service CPU " + " and ".join(shares)
 
 
 def _unsupported(c: Comparison, metric: str) -> str:
@@ -287,9 +302,7 @@ def _suspect(group: Group) -> str:
     flagged = [r for r in group.results if r.get("suspect")]
     if not flagged:
         return ""
-    return (
-        f"{group.target}: {len(flagged)} of {len(group.results)} repeats suspect ({flagged[0]['suspect'][0]})"
-    )
+    return f"{group.target}: {len(flagged)} of {len(group.results)} repeats suspect, summary.md says why"
 
 
 def _spread(group: Group) -> str:
@@ -358,7 +371,8 @@ def _not_compared(closed: Sequence[Group], open_groups: Sequence[Group]) -> list
 
 CONFIDENCE_LINE = (
     f"Ratios are of geometric means over repeats with their {CONFIDENCE:.0%} interval (Welch's t on the "
-    "logarithms); significant after Holm's correction over the run's tests, equivalent within "
-    f"±{EQUIVALENCE_MARGIN:.0%} by two one-sided tests, else inconclusive; latency on k6's own clock."
+    "logarithms); significant after Holm's correction over the run's tests of each metric, "
+    f"equivalent within ±{EQUIVALENCE_MARGIN:.0%} by two one-sided tests, else inconclusive; latency "
+    "on k6's own timer of each request."
 )
 NONE_YET = "- No finding: the run has no successful throughput group yet."
