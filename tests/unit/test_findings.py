@@ -129,22 +129,25 @@ def test_tight_repeats_within_ten_percent_are_equivalent_by_tost() -> None:
 
 
 def test_a_difference_significant_alone_is_inconclusive_after_holms_correction() -> None:
-    # grpc vs quart-h1 alone: p = 0.037 (< 0.05). With aiohttp-h1 measured like grpc, the run holds
-    # two such tests (aiohttp-h1 vs quart-h1 too) and one of p = 1: Holm multiplies the two smallest
-    # by 3 and 2 (0.11), so neither passes any more.
-    alone = {"grpc": [600, 640, 620], "quart-h1": [560, 590, 575]}
+    # grpc vs quart-h1 alone: p = 0.033 (< 0.05, paired by round). With aiohttp-h1 measured like
+    # grpc, the run holds two such req/s tests (aiohttp-h1 vs quart-h1 too) and one of p = 1: Holm
+    # multiplies the two smallest by 3 and 2 (0.10), so neither passes any more.
+    alone = {"grpc": [600, 640, 620], "quart-h1": [560, 569, 578]}
     [finding] = [f for f in _find(_run(alone)) if f.question == "gRPC vs REST"]
     assert "inconclusive" not in finding.sentence and finding.effect > 0
     found = _find(_run({**alone, "aiohttp-h1": [600, 640, 620]}))
-    assert (
-        "req/s inconclusive after correction (1.08x"
-        in _one(found, "gRPC vs REST", "grpc vs quart-h1").sentence
-    )
-    assert (
-        "req/s inconclusive after correction (0.93x"
-        in _one(found, "server vs server", "quart-h1 vs aiohttp-h1").sentence
-    )
-    assert _one(found, "gRPC vs REST", "grpc vs quart-h1").effect == 0.0
+    grpc = _one(found, "gRPC vs REST", "grpc vs quart-h1")
+    assert "req/s inconclusive after correction (1.09x" in grpc.sentence and grpc.effect == 0.0
+    servers = _one(found, "server vs server", "quart-h1 vs aiohttp-h1")
+    assert "req/s inconclusive after correction (0.92x" in servers.sentence
+
+
+def test_a_round_that_slowed_every_target_cancels_in_the_paired_ratio() -> None:
+    # Round 3 ran 30% slower for both (the host, as in a default run on 2026-12-02): each round's
+    # ratio is 3.0, so the ratio is exact, where two independent groups would spread ±25%.
+    found = _find(_run({"aiohttp-h1": [1500, 1410, 1000], "quart-h1": [500, 470, 333.3333333333]}))
+    finding = _one(found, "server vs server", "aiohttp-h1 vs quart-h1")
+    assert finding.sentence.startswith("aiohttp-h1 vs quart-h1: req/s 3.00x [3.00, 3.00]")
 
 
 def test_holm_adjusts_as_hand_computed() -> None:
@@ -319,7 +322,11 @@ def test_the_end_of_a_run_prints_the_findings(tmp_path: Path) -> None:
     assert "  gRPC vs REST" in said and any(line.startswith("    grpc vs quart-h1") for line in said)
 
 
-def test_a_finding_on_a_group_with_unexplained_spread_says_so_and_how_many_repeats_would_settle_it() -> None:
+def test_a_wide_ratio_says_how_many_repeats_would_bring_it_to_five_percent() -> None:
     results = _run({"grpc": [606, 497, 526]}) + _run({"quart-h1": [400, 405, 395]})
     finding = _one(_find(results), "gRPC vs REST", "vs quart-h1")
-    assert finding.caveat.startswith("grpc: unexplained spread (CV 10.4%): about 155 repeats instead of 3")
+    # 1.35x [1.04, 1.76]: its wider side reaches 1.302x the estimate; the standard error falls as
+    # 1/√n, so 3 x (ln 1.302 / ln 1.05)^2 = 87.8 repeats, rounded up.
+    assert finding.caveat == "req/s ±30%: about 88 repeats for ±5% (--precision)"
+    tight = _one(_find(_run({"grpc": [600, 601, 599], "quart-h1": [400, 401, 399]})), "gRPC vs REST", "vs")
+    assert tight.caveat == ""

@@ -5,7 +5,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from labrunner.report.stats import Quantiles, Ratio, Summary, pooled_quantile, ratio, summarize, supports
+from labrunner.report.stats import (
+    Quantiles,
+    Ratio,
+    Summary,
+    paired_ratio,
+    pooled_quantile,
+    ratio,
+    summarize,
+    supports,
+)
 from labrunner.results.trust import verdict_of
 from labrunner.run.k6 import LATENCY_STATS, PERCENTILES
 
@@ -104,6 +113,12 @@ class Group:
     def values(self, metric: str) -> list[float]:
         read = METRICS[metric].read
         return [v for v in (read(r) for r in self.results) if v is not None]
+
+    def by_repeat(self, metric: str) -> dict[int, float]:
+        """Each successful repeat's value of `metric`, by repeat number (its round in the run)."""
+        read = METRICS[metric].read
+        found = ((int(r["scenario"]["repeat"]), read(r)) for r in self.results)
+        return {repeat: value for repeat, value in found if value is not None}
 
     def summary(self, metric: str) -> Summary | None:
         """The repeats' summary; a percentile's centre is the pooled one (pooled()), its interval
@@ -302,7 +317,9 @@ def against_baseline(current: Sequence[Group], baseline: Sequence[Group]) -> dic
     """Each group of this run against the same group of another run, by group id."""
     previous = {g.id: g for g in baseline if g.results}
     return {
-        g.id: _compare("vs baseline", g, previous[g.id]) for g in current if g.results and g.id in previous
+        g.id: _compare("vs baseline", g, previous[g.id], same_run=False)
+        for g in current
+        if g.results and g.id in previous
     }
 
 
@@ -408,18 +425,29 @@ def baseline_changes(current: Sequence[Group], baseline: Sequence[Group]) -> lis
         then = previous.get(g.id)
         if then is None:
             continue
-        comparison = _compare("vs baseline", g, then) if g.results and then.results else None
+        comparison = _compare("vs baseline", g, then, same_run=False) if g.results and then.results else None
         changes.append(BaselineChange(g, then, comparison))
     return changes
 
 
-def _compare(kind: str, candidate: Group, baseline: Group) -> Comparison:
-    """The compared metrics' ratios; a percentile only where both sides' samples support it."""
+def _compare(kind: str, candidate: Group, baseline: Group, same_run: bool = True) -> Comparison:
+    """The compared metrics' ratios; a percentile only where both sides' samples support it.
+
+    Within a run, repeat i of every group ran in round i: the ratio pairs the rounds both sides
+    have (stats.paired_ratio) when there are two or more, so a round the host slowed for every
+    target cancels. Across runs (a baseline) no repeat has a partner: Welch's test (stats.ratio).
+    """
     ratios = {}
     compared = OPEN_COMPARED if candidate.open_model else COMPARED[candidate.kind]
     for name in compared:
         c, b = candidate.values(name), baseline.values(name)
-        if c and b and candidate.supports(name) and baseline.supports(name):
+        if not (c and b and candidate.supports(name) and baseline.supports(name)):
+            continue
+        ours, theirs = candidate.by_repeat(name), baseline.by_repeat(name)
+        rounds = sorted(ours.keys() & theirs.keys())
+        if same_run and len(rounds) >= 2:
+            ratios[name] = paired_ratio([ours[i] for i in rounds], [theirs[i] for i in rounds])
+        else:
             ratios[name] = ratio(c, b)
     return Comparison(kind, candidate, baseline, ratios)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from labrunner.report.compare import THROUGHPUT, Comparison, Group, compare_groups, is_streaming
 from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, Ratio, holm
-from labrunner.results.trust import LIMITED_BY_K6, unexplained_spread, verdict_of
+from labrunner.results.trust import LIMITED_BY_K6, SETTLED_HALF_WIDTH, verdict_of
 
 # The questions a run can answer, in the order findings are printed, and the preset that asks each.
 QUESTIONS = {
@@ -245,7 +245,7 @@ def _finding(
         sentence += describe_ratio(p50, "p50")
         sentence += ", " + (describe_ratio(p99, "p99") if p99 else _unsupported(at_load, "p99"))
     effect = abs(math.log(rps.estimate)) if rps is not None and rps.significant else 0.0
-    return Finding(question, sentence + ".", effect, _caveat(c, b, at_load), _held_fixed(closed))
+    return Finding(question, sentence + ".", effect, _caveat(c, b, at_load, rps), _held_fixed(closed))
 
 
 def _utilisation(c: Comparison) -> str:
@@ -290,12 +290,27 @@ def _held_fixed(comparison: Comparison) -> str:
     return ", ".join(parts)
 
 
-def _caveat(candidate: Group, baseline: Group, at_load: Comparison | None) -> str:
+def _caveat(candidate: Group, baseline: Group, at_load: Comparison | None, rps: Ratio | None) -> str:
     notes = [_suspect(g) for g in (candidate, baseline)]
-    notes += [_spread(g) for g in (candidate, baseline)]
+    notes.append(_repeats_needed(rps, len(candidate.results)))
     if at_load is not None:
         notes += [_not_carried(g) for g in (at_load.candidate, at_load.baseline)]
     return "; ".join(n for n in notes if n)
+
+
+def _repeats_needed(rps: Ratio | None, repeats: int) -> str:
+    """About how many repeats would bring the req/s ratio's interval to ±SETTLED_HALF_WIDTH, sized
+    from the ratio's own interval (its standard error falls as 1/√n; t's fall with n is ignored,
+    so the figure errs high), when it is wider now."""
+    width = (
+        None
+        if rps is None or rps.low is None or rps.high is None
+        else max(rps.high / rps.estimate, rps.estimate / rps.low)
+    )
+    if width is None or width - 1 <= SETTLED_HALF_WIDTH:
+        return ""
+    needed = math.ceil(repeats * (math.log(width) / math.log(1 + SETTLED_HALF_WIDTH)) ** 2)
+    return f"req/s ±{width - 1:.0%}: about {needed} repeats for ±{SETTLED_HALF_WIDTH:.0%} (--precision)"
 
 
 def _suspect(group: Group) -> str:
@@ -303,11 +318,6 @@ def _suspect(group: Group) -> str:
     if not flagged:
         return ""
     return f"{group.target}: {len(flagged)} of {len(group.results)} repeats suspect, summary.md says why"
-
-
-def _spread(group: Group) -> str:
-    spread = unexplained_spread(group.results)
-    return "" if spread is None else f"{group.target}: {spread.reason}"
 
 
 def _not_carried(group: Group) -> str:
@@ -370,8 +380,9 @@ def _not_compared(closed: Sequence[Group], open_groups: Sequence[Group]) -> list
 
 
 CONFIDENCE_LINE = (
-    f"Ratios are of geometric means over repeats with their {CONFIDENCE:.0%} interval (Welch's t on the "
-    "logarithms); significant after Holm's correction over the run's tests of each metric, "
+    f"Ratios pair the repeats of each round (a paired t-test on the logarithms, {CONFIDENCE:.0%} "
+    "interval: a round the host slowed for every target cancels); significant after Holm's "
+    "correction over the run's tests of each metric, "
     f"equivalent within ±{EQUIVALENCE_MARGIN:.0%} by two one-sided tests, else inconclusive; latency "
     "on k6's own timer of each request."
 )

@@ -151,6 +151,43 @@ def ratio(candidate: Sequence[float], baseline: Sequence[float], confidence: flo
     )
 
 
+def paired_ratio(
+    candidate: Sequence[float], baseline: Sequence[float], confidence: float = CONFIDENCE
+) -> Ratio:
+    """How candidate compares with baseline when their i-th values were measured together (the same
+    round of a run): a paired t-test on the logarithms, so what slowed or sped a whole round (the
+    host, the hypervisor) cancels in each round's ratio instead of widening both groups' spread.
+
+    The ratio is exp(mean of the rounds' log ratios), its interval exp(mean ± t·sd/√n) with n - 1
+    degrees of freedom (scipy's ttest_rel), TOST at 1 - 2(1 - confidence) as for ratio().
+    """
+    if len(candidate) != len(baseline) or not candidate:
+        raise ValueError("paired_ratio needs the same number of values on both sides")
+    if min(*candidate, *baseline) <= 0:
+        return ratio(candidate, baseline, confidence)
+    if len(candidate) < 2:
+        return Ratio(candidate[0] / baseline[0], None, None, None, None, ONE_REPEAT)
+    differences = [math.log(c) - math.log(b) for c, b in zip(candidate, baseline, strict=True)]
+    point = math.exp(statistics.fmean(differences))
+    if max(differences) - min(differences) < 1e-12:  # every round the same ratio, to rounding: exact
+        same = abs(differences[0]) < 1e-12
+        return Ratio(
+            point, point, point, 1.0 if same else 0.0, not same, equivalent=_within_margin(point, point)
+        )
+    test = scipy_stats.ttest_rel([math.log(c) for c in candidate], [math.log(b) for b in baseline])
+    interval = test.confidence_interval(confidence_level=confidence)
+    tost = test.confidence_interval(confidence_level=1 - 2 * (1 - confidence))
+    p_value = float(test.pvalue)
+    return Ratio(
+        estimate=point,
+        low=min(point, math.exp(float(interval.low))),
+        high=max(point, math.exp(float(interval.high))),
+        p_value=p_value,
+        significant=p_value < 1 - confidence,
+        equivalent=_within_margin(math.exp(float(tost.low)), math.exp(float(tost.high))),
+    )
+
+
 def _within_margin(low: float, high: float) -> bool:
     return low >= 1 - EQUIVALENCE_MARGIN and high <= 1 + EQUIVALENCE_MARGIN
 

@@ -24,7 +24,8 @@ HISTORY = (
         2,
         "latency on k6's own timer for gRPC (grpc_req_duration, no JavaScript or decode in the window), "
         "percentiles pooled over repeats and shown only where 10 samples lie beyond them, latency "
-        "compared at loaded offered rates instead of 15 req/s, significance after Holm's correction",
+        "compared at loaded offered rates instead of 15 req/s, ratios within a run paired by round, "
+        "significance after Holm's correction",
         frozenset({"rps", "cpu_per_1k", "bytes", "service_cpu", "k6_cpu", "seconds", "sustainable"}),
     ),
 )
