@@ -32,7 +32,8 @@ def charts_section(
         (
             latency_chart,
             "Latency percentiles p50 to p99.9 under an equal offered load (open model), by target",
-            f"lines: {CENTRE} of the repeats at each percentile; blue REST, orange gRPC, dashed TLS",
+            "lines: each percentile over every repeat's samples (shown where 10 lie beyond it); blue REST, "
+            "orange gRPC, dashed TLS",
         ),
         *latency_curve.drawn(run.groups, out),
         (

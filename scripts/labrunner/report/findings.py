@@ -52,6 +52,7 @@ class Finding:
     effect: float = 0.0
     caveat: str = ""
     held_fixed: str = ""  # said once for a question whose findings all hold the same fixed
+    answer: bool = False  # the question's answer itself (the payload cost model): before the evidence
 
 
 def by_question(findings: Sequence[Finding], limit: int | None = None) -> list[tuple[str, list[str]]]:
@@ -82,9 +83,9 @@ def markdown_section(findings: Sequence[Finding]) -> list[str]:
 
 
 def ranked(findings: Iterable[Finding]) -> list[Finding]:
-    """Grouped by question in QUESTIONS order, largest effect first within a question."""
+    """Grouped by question in QUESTIONS order, its answers first, then largest effect first."""
     order = {q: i for i, q in enumerate(QUESTIONS)}
-    return sorted(findings, key=lambda f: (order.get(f.question, len(order)), -f.effect))
+    return sorted(findings, key=lambda f: (order.get(f.question, len(order)), not f.answer, -f.effect))
 
 
 def markdown(findings: Sequence[Finding], limit: int | None = None) -> list[str]:

@@ -80,7 +80,8 @@ def drawn(groups: Sequence[Group], out: Path) -> list[tuple[Path | None, str, st
     """The curves' charts in out/ as the report lists them: (path or None, title, caption)."""
     found = curves(groups)
     caption = (
-        f"points: the {CENTRE} of the repeats at each offered rate (log scale), one line per target; "
+        "points: the percentile over every repeat's samples at each offered rate (log scale), one line "
+        "per target; "
         "dashed: TLS"
     )
     return [
@@ -162,8 +163,9 @@ def section(groups: Sequence[Group], manifest: Mapping[str, Any]) -> list[Block]
         Heading(2, "Latency under load"),
         Paragraph(
             "Each target at each offered rate of an open model (constant arrival rate: a ladder's rungs), "
-            f"the {CENTRE} of its repeats: served req/s, the service's CPU as a share of its quota, and "
-            "latency in ms. Latency climbs as the offered rate nears what the service can serve (its "
+            f"the {CENTRE} of its repeats: served req/s, the service's CPU as a share of its quota; and "
+            "latency in ms, each percentile over every repeat's samples. Latency climbs as the offered "
+            "rate nears what the service can serve (its "
             "closed-model req/s); served below offered means k6 dropped iterations, and the latency is a "
             "queue's. Streaming rows count streams, each of `count` messages."
         ),

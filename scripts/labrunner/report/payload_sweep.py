@@ -204,6 +204,7 @@ def _pair_finding(s: Sweep) -> Finding:
         f"{label}, CPU per request: {payload_model.crossover_text(crossover)}; "
         f"gRPC {fixed:+.2f} ms/request, {per_record * 1000:+.1f} µs/record.",
         effect=max(significant, default=0.0),
+        answer=True,
         caveat=_caveat(s),
         held_fixed=s.held,
     )
@@ -237,6 +238,9 @@ def _format_finding(s: Sweep, encodings: Mapping[str, Line]) -> Finding | None:
         verdict = "the servers' per-record costs are not told apart"
     else:
         verdict = f"{share:.0%} of it the format, the rest the server"
+    if share is not None and share < 0:  # the format pulls the other way: the servers are the rest
+        server = (split.servers.value - split.encoding) * 1000
+        verdict = f"the format favours the other side, so the servers differ by {server:+.2f} µs"
     protobuf, orjson = (_per_record(encodings[codec]) for codec in ("protobuf", "orjson"))
     return Finding(
         QUESTION,
@@ -244,6 +248,7 @@ def _format_finding(s: Sweep, encodings: Mapping[str, Line]) -> Finding | None:
         f"REST; encoding alone {split.encoding * 1000:+.2f} µs (protobuf {protobuf}, orjson {orjson}): "
         f"{verdict}.",
         held_fixed=s.held,
+        answer=True,
     )
 
 
