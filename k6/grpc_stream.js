@@ -3,7 +3,7 @@
 import { check } from 'k6';
 import { Stream } from 'k6/net/grpc';
 import {
-  COUNT, buildOptions, connectOnce, grpcClient, logFirstFailure, nowMs, record, recordChecks,
+  COUNT, buildOptions, connectOnce, grpcClient, logFirstFailure, record, recordChecks,
   sampled, summaryHandler,
   DECODED, UNDECODED,
 } from './lib/common.js';
@@ -29,12 +29,11 @@ export default function () {
   const received = [];
   let count = 0;
   let finished = false;
-  const start = nowMs();
   // k6 emits 'error' before 'end' on a failed stream; record exactly one outcome either way.
   const finish = (ok) => {
     if (finished) return;
     finished = true;
-    record(ok, nowMs() - start);
+    record(ok);
   };
 
   const stream = new Stream(client, METHOD, decode ? DECODE : FAST);

@@ -2,7 +2,7 @@
 import { check } from 'k6';
 import grpc from 'k6/net/grpc';
 import {
-  COUNT, buildOptions, connectOnce, grpcClient, logFirstFailure, nowMs, record, recordChecks,
+  COUNT, buildOptions, connectOnce, grpcClient, logFirstFailure, record, recordChecks,
   sampled, summaryHandler,
   DECODED, UNDECODED,
 } from './lib/common.js';
@@ -24,14 +24,12 @@ export const options = buildOptions(CLOCK);
 export default function () {
   connectOnce(client);
   const decode = sampled();
-  const start = nowMs();
   const res = client.invoke(METHOD, REQUEST, decode ? DECODE : FAST);
-  const duration = nowMs() - start;
   let ok = res.status === grpc.StatusOK;
   if (!ok) logFirstFailure(`${METHOD} status ${res.status}: ${JSON.stringify(res.error)}`);
   if (decode) {
     const records = res.message ? res.message.records : null;
     ok = check(res, Object.assign({ 'status is OK': () => ok }, recordChecks(records, true)));
   }
-  record(ok, duration);
+  record(ok);
 }

@@ -52,6 +52,10 @@ INFLUX_FILTER = (
 )
 PROM_FILTER = 'run="$run", target=~"$target", profile=~"$profile", scenario=~"$scenario"'
 SCENARIO_TAGS = ("scenario", "target", "profile")
+# The lab's latency clock, as the runner reads it (k6/lib/common.js summaryHandler): k6's own timer
+# of each undecoded request, http_req_duration for REST (successful ones), grpc_req_duration for gRPC.
+CLOCK_FROM = '"http_req_duration", "grpc_req_duration"'
+CLOCK_FILTER = "\"decoded\" = 'no' AND \"expected_response\" != 'false'"
 # k6 writes a point per increment of a Counter (1 per request, or bytes): their sum per bucket
 # divided by the bucket length is a per-second rate at any zoom level.
 PER_SECOND = 'sum("value") * 1000 / $__interval_ms'
@@ -106,6 +110,23 @@ def influx_per_scenario(select: str, measurement: str) -> str:
     """InfluxQL over the whole time range, one row per scenario."""
     group = ", ".join(f'"{tag}"' for tag in SCENARIO_TAGS)
     return f'SELECT {select} FROM "{measurement}" WHERE $timeFilter AND {INFLUX_FILTER} GROUP BY {group}'
+
+
+def clock_buckets(select: str) -> str:
+    """influx_buckets over the latency clock: each scenario's series comes from its protocol's metric."""
+    return (
+        f"SELECT {select} FROM {CLOCK_FROM} WHERE $timeFilter AND {INFLUX_FILTER} AND {CLOCK_FILTER}"
+        ' GROUP BY time($__interval), "scenario" fill(null)'
+    )
+
+
+def clock_per_scenario(select: str) -> str:
+    """influx_per_scenario over the latency clock."""
+    group = ", ".join(f'"{tag}"' for tag in SCENARIO_TAGS)
+    return (
+        f"SELECT {select} FROM {CLOCK_FROM} WHERE $timeFilter AND {INFLUX_FILTER} AND {CLOCK_FILTER}"
+        f" GROUP BY {group}"
+    )
 
 
 def influx_throughput() -> str:
@@ -561,9 +582,10 @@ def k6_grpc() -> Json:
         k6_checks(),
         row("Latency"),
         timeseries(
-            "Latency percentiles (protolab_req_duration)",
-            "Unary call, or whole stream from start to the last message, on a connected channel.",
-            [influx(influx_buckets(percentile_columns(), "protolab_req_duration"), "$tag_scenario $col")],
+            "Latency percentiles (the lab's clock)",
+            "grpc_req_duration of the calls k6 did not decode: the unary call, or the whole stream to "
+            "its last message, on the wire; what the runner's results and findings use.",
+            [influx(clock_buckets(percentile_columns()), "$tag_scenario $col")],
             "ms",
         ),
         timeseries(
@@ -812,16 +834,12 @@ def matrix() -> Json:
         table(
             "Scenarios",
             "One row per scenario of the run. req/s: successful requests over the time from the first "
-            "to the last one; latency percentiles and failures from the uniform protolab_* metrics.",
+            "to the last one; requests and failures from the uniform protolab_* metrics; latency on "
+            "the lab's clock (k6's own timer of each undecoded request, as in the results).",
             [
                 influx(influx_throughput(), table=True),
-                influx(
-                    influx_per_scenario(
-                        f'count("value") AS "requests", {percentile_columns()}, max("value") AS "max"',
-                        "protolab_req_duration",
-                    ),
-                    table=True,
-                ),
+                influx(influx_per_scenario('sum("value") AS "requests"', "protolab_reqs"), table=True),
+                influx(clock_per_scenario(f'{percentile_columns()}, max("value") AS "max"'), table=True),
                 influx(influx_per_scenario('mean("value") AS "failed"', "protolab_req_failed"), table=True),
             ],
             # One table per query, joined on the scenario columns.
@@ -840,10 +858,8 @@ def matrix() -> Json:
         ),
         bargauge(
             "p99 latency per scenario",
-            "99th percentile of protolab_req_duration over each scenario.",
-            influx(
-                influx_per_scenario('percentile("value", 99) AS "p99"', "protolab_req_duration"), table=True
-            ),
+            "99th percentile of each scenario's latency on the lab's clock.",
+            influx(clock_per_scenario('percentile("value", 99) AS "p99"'), table=True),
             "ms",
         ),
         row("Over time"),
@@ -855,8 +871,8 @@ def matrix() -> Json:
         ),
         timeseries(
             "Client p99 latency",
-            "99th percentile of protolab_req_duration per bucket.",
-            [influx(influx_buckets('percentile("value", 99)', "protolab_req_duration"), "$tag_scenario")],
+            "99th percentile per bucket, on the lab's clock.",
+            [influx(clock_buckets('percentile("value", 99)'), "$tag_scenario")],
             "ms",
         ),
         row("Server side (Prometheus)"),

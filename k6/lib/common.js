@@ -1,16 +1,13 @@
 // Shared k6 pieces for every protolab script: env parsing, load models, the uniform
 // protolab_* metrics, record checks and handleSummary. See docs/CONTRACTS.md.
 import exec from 'k6/execution';
-import { Counter, Gauge, Rate, Trend } from 'k6/metrics';
+import { Counter, Gauge, Rate } from 'k6/metrics';
 import grpc from 'k6/net/grpc';
 
-// Uniform metrics for every protocol, so requests/s compare like for like. protolab_reqs and
-// protolab_req_duration hold successful requests only (a failed request is never throughput);
-// protolab_req_failed has one sample per attempt. The lab's latency is each script's clock
-// (summaryHandler below); protolab_req_duration, which also times decoded requests and, for gRPC,
-// the JavaScript around a call, is kept for the dashboards.
+// Uniform metrics for every protocol, so requests/s compare like for like: protolab_reqs holds
+// successful requests only (a failed request is never throughput), protolab_req_failed one
+// sample per attempt. Latency is k6's own: each script's clock (summaryHandler below).
 export const reqs = new Counter('protolab_reqs');
-export const reqDuration = new Trend('protolab_req_duration', true);
 export const reqFailed = new Rate('protolab_req_failed');
 // k6's count of this k6 instance's initialized VUs, once per VU at its first request: the
 // builtin vus_max is sampled once a second, so a shorter run (a quick shared-iterations model)
@@ -54,11 +51,6 @@ export function sampled() {
   return __ITER % CHECK_EVERY === 0;
 }
 
-// Monotonic clock in ms with sub-ms resolution (Date.now() only has whole ms).
-export function nowMs() {
-  return exec.instance.currentTestRunDuration;
-}
-
 let failureLogged = false;
 
 // Logs the first failure of each VU only, so an outage does not flood the output.
@@ -69,16 +61,13 @@ export function logFirstFailure(message) {
 }
 
 // Records one finished request in the uniform metrics.
-export function record(ok, durationMs) {
+export function record(ok) {
   if (!vusNoted) {
     vusNoted = true;
     vusInitialized.add(exec.instance.vusInitialized);
   }
   reqFailed.add(!ok);
-  if (ok) {
-    reqs.add(1);
-    reqDuration.add(durationMs);
-  }
+  if (ok) reqs.add(1);
 }
 
 // Parses STAGES "5s:10,20s:10,5s:0" into k6 stages.
@@ -224,7 +213,7 @@ export function connectOnce(client) {
   try {
     client.connect(envString('GRPC_ADDR'), { plaintext: !TLS, timeout: '10s' });
   } catch (e) {
-    record(false, 0);
+    record(false);
     throw e;
   }
   connected = true;

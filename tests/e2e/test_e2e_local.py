@@ -127,7 +127,7 @@ def test_influxdb_holds_the_uniform_metrics_tagged_by_scenario(
     obs: dict[str, Any], ci_run: dict[str, Any]
 ) -> None:
     run_id = ci_run["run_id"]
-    for measurement in ("protolab_reqs", "protolab_req_duration", "protolab_req_failed"):
+    for measurement in ("protolab_reqs", "protolab_req_failed"):
         series = _influx(
             obs["influxdb"],
             f'SELECT count("value") FROM "{measurement}" WHERE "run" = \'{run_id}\' GROUP BY "target"',
