@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from docker.errors import ImageNotFound, NotFound
 from labrunner.backends.base import BackendSettings
+from labrunner.backends.docker_backend import DockerBackend
 from labrunner.cli import session
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Plan, Scenario
@@ -352,6 +353,19 @@ def run_config(tmp_path: Path) -> session.SessionConfig:
         backend_reason="test",
         provenance={},
     )
+
+
+def run_session(tmp_path: Path, engine: "FakeDocker", plan: Plan, **config: Any) -> tuple[bool, list[str]]:
+    """A whole session of `plan` on the docker backend over `engine` (the finisher on a client that
+    shares its records), with run_config's settings changed by `config`: whether all went well, and
+    every line it said."""
+    lines: list[str] = []
+    client = FakeDocker()
+    client.created, client.removed = engine.created, engine.removed
+    backend = DockerBackend(settings(tmp_path), engine, say=lambda line: None, finisher_client=client)
+    session_config = dataclasses.replace(run_config(tmp_path), **config)
+    ok = session.run_plan(plan, session_config, backend, settings(tmp_path), say=lines.append)
+    return ok, lines
 
 
 def flow_plan(repeats: int = 1) -> Plan:

@@ -15,8 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from labrunner.backends.docker_backend import DockerBackend
-from labrunner.cli import session
 from labrunner.cli.run_matrix import seed_plan
 from labrunner.model.matrix import expand, parse_matrix
 from labrunner.model.scenario import Overrides, Plan
@@ -27,8 +25,7 @@ from tests.docker_fake import (
     k6_writes_its_summary,
     quick_polls_and_compose_defaults,
     records_published,
-    run_config,
-    settings,
+    run_session,
 )
 from tests.support import ROOT
 
@@ -63,13 +60,7 @@ def fake() -> Iterator[FakeDocker]:
 
 
 def _run(tmp_path: Path, fake: FakeDocker, plan: Plan, resume: bool = False) -> tuple[bool, list[str]]:
-    lines: list[str] = []
-    client = FakeDocker()
-    client.created, client.removed = fake.created, fake.removed
-    backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None, finisher_client=client)
-    config = replace(run_config(tmp_path), resume=resume)
-    ok = session.run_plan(plan, config, backend, settings(tmp_path), say=lines.append)
-    return ok, lines
+    return run_session(tmp_path, fake, plan, resume=resume)
 
 
 def _said(lines: list[str], what: str) -> list[str]:

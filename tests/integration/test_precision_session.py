@@ -14,8 +14,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from labrunner.backends.docker_backend import DockerBackend
-from labrunner.cli import session
 from labrunner.model.matrix import expand, parse_matrix
 from labrunner.model.scenario import Overrides, Plan
 
@@ -26,8 +24,7 @@ from tests.docker_fake import (
     k6_writes_its_summary,
     quick_polls_and_compose_defaults,
     records_published,
-    run_config,
-    settings,
+    run_session,
 )
 from tests.support import ROOT
 
@@ -68,12 +65,8 @@ def fake() -> Iterator[FakeDocker]:
 
 
 def _run(tmp_path: Path, fake: FakeDocker, precision: float, budget_s: float) -> list[str]:
-    lines: list[str] = []
-    client = FakeDocker()
-    client.created, client.removed = fake.created, fake.removed
-    backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None, finisher_client=client)
-    config = replace(run_config(tmp_path), precision=precision, budget_s=budget_s)
-    assert session.run_plan(_plan(), config, backend, settings(tmp_path), say=lines.append), lines
+    ok, lines = run_session(tmp_path, fake, _plan(), precision=precision, budget_s=budget_s)
+    assert ok, lines
     return lines
 
 
@@ -92,6 +85,7 @@ def test_rounds_are_added_until_the_ratio_is_within_the_precision(tmp_path: Path
     ]
     [end] = [line for line in lines if line.startswith("precision ±5%")]
     assert end == "precision ±5% (95% interval of each compared req/s ratio): 1 of 1 pairs reached it"
+    assert any(line.startswith("10 of 10 scenarios ok\n") for line in lines), lines  # the added ones too
     record = json.loads((tmp_path / "out" / "manifest.json").read_text())["precision"]
     assert record["target"] == 0.05 and record["scenarios_added"] == 6
     [pair] = record["pairs"]

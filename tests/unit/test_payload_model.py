@@ -17,21 +17,9 @@ from labrunner.report.serialization import Case
 from scipy import stats as scipy_stats
 
 from tests.support import ROOT, ok_result
+from tests.unit.test_payload_sweep import COUNTS, DURATION_S, JITTER, QUOTA_USED
 
-COUNTS = (1, 10, 100, 1000)
-DURATION_S = 8.0
-QUOTA_USED = 0.9
 SAME = (1.0, 1.0, 1.0)  # three repeats without spread
-# Factors on each repeat by count, different on the two sides so both have spread of their own.
-JITTER = {
-    "grpc": {1: (1.0, 1.04, 0.96), 10: (0.97, 1.02, 1.01), 100: (1.03, 0.98, 0.99), 1000: (0.98, 1.01, 1.02)},
-    "aiohttp-h1": {
-        1: (0.97, 1.0, 1.03),
-        10: (1.02, 0.96, 1.0),
-        100: (0.99, 1.03, 0.98),
-        1000: (1.01, 0.97, 1.0),
-    },
-}
 
 Costs = Mapping[str, Mapping[int, Sequence[float]]]  # target -> count -> ms per request of each repeat
 

@@ -147,6 +147,7 @@ def run_plan(
 
     interrupted = True
     closed_results: list[dict[str, Any]] | None = None  # read once, when the first rung comes
+    sharpness: list[precision.Sharpness] = []  # --precision: each compared pair, once its rounds are done
     finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish")
     try:
         for index, scenario in enumerate(run_order, start=1):
@@ -170,7 +171,8 @@ def run_plan(
             added = _sharpen(
                 plan, config, order, run_one=run_one, settle=settle, extend=progress.extend, say=say
             )
-            manifest_args["precision"] = _precision_record(out, config, order, len(added))
+            sharpness = precision.sharpness(group_results(load_results(out, order)))
+            manifest_args["precision"] = _precision_record(config, sharpness, len(added))
         if plan.scenarios:
             calibrations["after"] = calibration.calibrate(calibration_cpus, "after", say)
         interrupted = False
@@ -199,13 +201,14 @@ def run_plan(
         except Exception as exc:  # the results are written; scripts/report.py makes these again
             say(f"summaries not written: {type(exc).__name__}: {exc}")
     say(
-        f"{len(plan.scenarios) - len(failed) - len(not_run)} of {len(plan.scenarios)} scenarios ok"
+        # order: the planned scenarios and those --precision added
+        f"{len(order) - len(failed) - len(not_run)} of {len(order)} scenarios ok"
         + (f"; {len(not_run)} not run (summary.md says why)" if not_run else "")
         + (f"; failed: {', '.join(failed)}" if failed else "")
         + f"\nresults: {out}/summary.md"
     )
     if config.precision is not None:
-        say(precision.outcome(precision.sharpness(group_results(load_results(out, order))), config.precision))
+        say(precision.outcome(sharpness, config.precision))
     say_findings(out, order, plan.preset, say)
     if grafana_url := grafana.dashboard_url(read_manifest(out)):
         say(f"grafana: {grafana_url}")
@@ -263,10 +266,11 @@ def _repeat(result: dict[str, Any]) -> int:
     return int(result["scenario"]["repeat"])
 
 
-def _precision_record(out: Path, config: SessionConfig, order: list[str], added: int) -> dict[str, Any]:
+def _precision_record(
+    config: SessionConfig, pairs: Sequence[precision.Sharpness], added: int
+) -> dict[str, Any]:
     """The manifest's account of --precision: what was asked, what it added, which pairs reached it."""
     assert config.precision is not None
-    pairs = precision.sharpness(group_results(load_results(out, order)))
     return {
         "target": config.precision,
         "budget_s": config.budget_s,

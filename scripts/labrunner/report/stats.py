@@ -6,6 +6,7 @@ import statistics
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scipy import stats as scipy_stats
 
@@ -128,27 +129,12 @@ def ratio(candidate: Sequence[float], baseline: Sequence[float], confidence: flo
     difference = statistics.fmean(log_c) - statistics.fmean(log_b)
     if len(set(log_c)) == 1 and len(set(log_b)) == 1:
         # No spread on either side (e.g. bytes per response): any difference is real.
-        same = difference == 0
-        point = math.exp(difference)
-        p_value = 1.0 if same else 0.0
-        return Ratio(point, point, point, p_value, not same, equivalent=_within_margin(point, point))
+        return _exact(math.exp(difference), same=difference == 0)
     with warnings.catch_warnings():
         # One side without spread is exact (variance 0), not the precision loss scipy warns of.
         warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
         welch = scipy_stats.ttest_ind(log_c, log_b, equal_var=False)
-        interval = welch.confidence_interval(confidence_level=confidence)
-        tost = welch.confidence_interval(confidence_level=1 - 2 * (1 - confidence))
-    p_value = float(welch.pvalue)
-    point = math.exp(difference)
-    # Clamped to the estimate: scipy's own mean difference may differ from ours in the last bit.
-    return Ratio(
-        estimate=point,
-        low=min(point, math.exp(float(interval.low))),
-        high=max(point, math.exp(float(interval.high))),
-        p_value=p_value,
-        significant=p_value < 1 - confidence,
-        equivalent=_within_margin(math.exp(float(tost.low)), math.exp(float(tost.high))),
-    )
+        return _tested(math.exp(difference), welch, confidence)
 
 
 def paired_ratio(
@@ -170,11 +156,20 @@ def paired_ratio(
     differences = [math.log(c) - math.log(b) for c, b in zip(candidate, baseline, strict=True)]
     point = math.exp(statistics.fmean(differences))
     if max(differences) - min(differences) < 1e-12:  # every round the same ratio, to rounding: exact
-        same = abs(differences[0]) < 1e-12
-        return Ratio(
-            point, point, point, 1.0 if same else 0.0, not same, equivalent=_within_margin(point, point)
-        )
+        return _exact(point, same=abs(differences[0]) < 1e-12)
     test = scipy_stats.ttest_rel([math.log(c) for c in candidate], [math.log(b) for b in baseline])
+    return _tested(point, test, confidence)
+
+
+def _exact(point: float, same: bool) -> Ratio:
+    """A ratio without spread on either side: its interval is the point, and any difference is real."""
+    return Ratio(point, point, point, 1.0 if same else 0.0, not same, equivalent=_within_margin(point, point))
+
+
+def _tested(point: float, test: Any, confidence: float) -> Ratio:
+    """The ratio `point` judged by a scipy t-test on the logarithms (Welch's or paired): its interval,
+    significance and TOST at 1 - 2(1 - confidence). The interval is clamped to the point: scipy's own
+    mean difference may differ from ours in the last bit."""
     interval = test.confidence_interval(confidence_level=confidence)
     tost = test.confidence_interval(confidence_level=1 - 2 * (1 - confidence))
     p_value = float(test.pvalue)

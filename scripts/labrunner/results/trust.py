@@ -233,10 +233,11 @@ def verdict_of(result: Mapping[str, Any]) -> Verdict:
     """A saved result's verdict: its stored sentences (what the run judged, even if the thresholds
     moved since), with what limited a lower bound judged from its figures; all of it judged from
     the figures when it predates the stored verdict (results written before the lower_bound key)."""
-    judged = judge(_figures_of_result(result))
     if "lower_bound" not in result:
-        return judged
-    limited_by = (judged.limited_by or LIMITED_BY_OTHER) if result["lower_bound"] else None
+        return judge(_figures_of_result(result))
+    limited_by = None
+    if result["lower_bound"]:
+        limited_by = judge(_figures_of_result(result)).limited_by or LIMITED_BY_OTHER
     return Verdict(tuple(result.get("suspect") or ()), result["lower_bound"], limited_by=limited_by)
 
 

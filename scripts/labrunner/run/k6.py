@@ -94,9 +94,7 @@ class K6Run:
     merged: K6Metrics | None = None  # a split run's merged numbers
 
     @classmethod
-    def collect(
-        cls, process: K6Process, invocation: K6Invocation, latency_samples: Sequence[float] | None = None
-    ) -> "K6Run":
+    def collect(cls, process: K6Process, invocation: K6Invocation) -> "K6Run":
         return cls(
             process.exit_code,
             read_summary(invocation.summary_file),
@@ -107,7 +105,6 @@ class K6Run:
             segment=invocation.segment,
             cpu_ids=invocation.cpus or (),
             placement=process.placement,
-            latency_samples=None if latency_samples is None else tuple(latency_samples),
         )
 
     @classmethod
@@ -189,10 +186,11 @@ def run(backend: Backend, handle: ServiceHandle, invocation: K6Invocation, measu
     processes = backend.run_k6_instances(handle, invocation.instances, measured)
     runs = []
     for process, instance in zip(processes, invocation.instances, strict=True):
-        summary = read_summary(instance.summary_file)
-        clock = parse_summary(summary).latency_metric if summary else DEFAULT_LATENCY_METRIC
-        samples = take_latency_samples(instance.raw_file, clock) if instance.raw_file else None
-        runs.append(K6Run.collect(process, instance, samples))
+        one = K6Run.collect(process, instance)
+        if instance.raw_file is not None:  # the samples of the clock its summary names
+            clock = one.metrics.latency_metric if one.metrics else DEFAULT_LATENCY_METRIC
+            one = replace(one, latency_samples=tuple(take_latency_samples(instance.raw_file, clock)))
+        runs.append(one)
     return K6Run.merge(runs)
 
 
