@@ -43,7 +43,8 @@ GRAFANA_MACROS = {
 IMPORT_INPUT = re.compile(r"^\$\{(DS_[A-Z0-9_]+)\}$")
 # The schemaVersion each Grafana writes for classic dashboards (DASHBOARD_SCHEMA_VERSION in grafana/grafana
 # public/app/features/dashboard/state/DashboardMigrator.ts). When compose moves to a Grafana not listed
-# here, look up what it writes and set scripts/gen_dashboards.py's SCHEMA_VERSION and GRAFANA_VERSION.
+# here, look up what it writes and set SCHEMA_VERSION and GRAFANA_VERSION in
+# scripts/grafana_dashboards/dashboard.py.
 SCHEMA_VERSION_OF_GRAFANA = {"12.4": 42}
 
 

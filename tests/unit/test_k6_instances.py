@@ -33,10 +33,10 @@ from labrunner.run.k6 import (
     build_invocation,
     execution_segments,
     instances_for,
-    latency_stats,
     merge_exit_codes,
     take_latency_samples,
 )
+from labrunner.run.k6_stats import latency_stats
 from labrunner.run.outcome import ScenarioOutcome
 
 from tests.support import ROOT

@@ -6,7 +6,8 @@ from typing import Any
 import pytest
 from labrunner.report.compare import compare_groups, group_results
 from labrunner.report.stats import pooled_quantile, samples_needed, supports
-from labrunner.run.k6 import DEFAULT_LATENCY_METRIC, QUANTILE_GRID, parse_summary, quantiles
+from labrunner.run.k6 import DEFAULT_LATENCY_METRIC, parse_summary
+from labrunner.run.k6_stats import QUANTILE_GRID, quantiles
 
 
 def _trend(scale: float, count: int) -> dict[str, Any]:

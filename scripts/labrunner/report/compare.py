@@ -16,7 +16,7 @@ from labrunner.report.stats import (
     supports,
 )
 from labrunner.results.trust import verdict_of
-from labrunner.run.k6 import LATENCY_STATS, PERCENTILES
+from labrunner.run.k6_stats import LATENCY_STATS, PERCENTILES
 
 Result = Mapping[str, Any]
 Reader = Callable[[Result], float | None]

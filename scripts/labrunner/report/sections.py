@@ -31,7 +31,7 @@ from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
 from labrunner.report.runs import Run, read_json
 from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE, MIN_SAMPLES_BEYOND, samples_needed
 from labrunner.results.trust import verdict_of
-from labrunner.run.k6 import PERCENTILES
+from labrunner.run.k6_stats import PERCENTILES
 
 LATENCY_STATS = ("avg", "p50", "p90", "p95", "p99", "p99.9")
 

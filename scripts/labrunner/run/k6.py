@@ -1,13 +1,13 @@
 """Build k6 invocations for a scenario and read the summary its handleSummary writes.
 
-About 500 lines as one module: the invocation (arguments, environment, execution segments) and
-the summary parser agree on one set of names (trend statistics, metrics, tags), kept side by side.
+One module: the invocation (arguments, environment, execution segments) and the summary parser
+agree on one set of names (metrics, tags), kept side by side; the trend statistics both use, and
+the same statistics over a split run's raw samples, are k6_stats's.
 """
 
 import csv
 import itertools
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -29,18 +29,11 @@ from labrunner.backends.base import (
 )
 from labrunner.model.scenario import K6Instances, LoadModel, Scenario, format_duration
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
-from labrunner.paths import REPO
 from labrunner.run import live
+from labrunner.run.k6_stats import LATENCY_STATS, QUANTILE_GRID, TREND_STATS, Quantiles, merged_latency
 
-# k6/lib/common.js reads the same list; passing it makes the summary independent of the script's options.
-TREND_STATS: tuple[str, ...] = tuple(json.loads((REPO / "k6" / "lib" / "trend_stats.json").read_text()))
 SUMMARY_TREND_STATS = ",".join(TREND_STATS)
 EXIT_THRESHOLDS_CROSSED = 99  # k6's exit code when a threshold failed (the run itself completed)
-# The percentiles a result shows, by their key in latency_ms ("p99.9") and their fraction.
-PERCENTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99, "p99.9": 0.999}
-LATENCY_STATS = {"avg": "avg", **{key: f"p({key[1:]})" for key in PERCENTILES}, "max": "max"}
-# Every percentile the summary holds: the grid a group's repeats are pooled on (report/compare.py).
-QUANTILE_GRID = {stat: round(float(stat[2:-1]) / 100, 6) for stat in TREND_STATS if stat.startswith("p(")}
 # Summaries written before each script named its clock (k6/lib/common.js summaryHandler) timed
 # latency in protolab_req_duration.
 DEFAULT_LATENCY_METRIC = "protolab_req_duration"
@@ -62,7 +55,7 @@ class K6Metrics:
     latency_ms: Mapping[str, float | None]  # LATENCY_STATS of the clock: avg, p50 ... p99.9, max
     latency_metric: str  # the clock: the k6 metric the script names (k6's own timer of each request)
     latency_count: int  # samples of the clock
-    latency_quantiles_ms: tuple[tuple[float, float], ...]  # (fraction, ms) on QUANTILE_GRID, min and max
+    latency_quantiles_ms: Quantiles  # (fraction, ms) on QUANTILE_GRID, min and max
     data_received_bytes: int
     data_received_bytes_per_second: float
     dropped_iterations: int
@@ -270,55 +263,16 @@ def _has_tags(row: Mapping[str, str], tags: Mapping[str, str]) -> bool:
     return all(row.get(key, extra.get(key)) == value for key, value in tags.items())
 
 
-def percentile(ordered: Sequence[float], fraction: float) -> float:
-    """k6's percentile of sorted values: linear interpolation between the closest ranks."""
-    rank = fraction * (len(ordered) - 1)
-    low, high = ordered[math.floor(rank)], ordered[math.ceil(rank)]
-    return low + (high - low) * (rank - math.floor(rank))
-
-
-def latency_stats(samples: Sequence[float]) -> dict[str, float | None]:
-    """LATENCY_STATS (avg, the percentiles, max) over every sample, as k6 computes them for one instance."""
-    if not samples:
-        return dict.fromkeys(LATENCY_STATS)
-    ordered = sorted(samples)
-    stats: dict[str, float | None] = {"avg": math.fsum(ordered) / len(ordered)}
-    stats |= {key: percentile(ordered, fraction) for key, fraction in PERCENTILES.items()}
-    stats["max"] = ordered[-1]
-    return stats
-
-
-def quantiles(samples: Sequence[float]) -> tuple[tuple[float, float], ...]:
-    """(fraction, value) at 0 (the minimum), on QUANTILE_GRID and at 1 (the maximum), as k6 computes them."""
-    if not samples:
-        return ()
-    ordered = sorted(samples)
-    grid = (0.0, *QUANTILE_GRID.values(), 1.0)
-    return tuple((fraction, percentile(ordered, fraction)) for fraction in grid)
-
-
 def merge_metrics(metrics: Sequence[K6Metrics], samples: Sequence[float] | None) -> K6Metrics:
-    """Instances' numbers as one run's: counts summed, rates over the longest instance's test run.
-
-    Latency comes from every instance's samples, never from averaging percentiles; without
-    samples (a warm-up) only avg (weighted by requests) and max are exact, percentiles are None.
-    """
+    """Instances' numbers as one run's: counts summed, rates over the longest instance's test run,
+    latency over every instance's samples (k6_stats.merged_latency)."""
     requests = sum(m.requests for m in metrics)
     attempts = sum(m.attempts for m in metrics)
     errors = sum(m.errors for m in metrics)
     received = sum(m.data_received_bytes for m in metrics)
     durations = [m.test_run_seconds for m in metrics if m.test_run_seconds is not None]
     seconds = max(durations) if durations else None
-    grid: tuple[tuple[float, float], ...] = ()
-    if samples is not None:
-        latency, grid = latency_stats(samples), quantiles(samples)
-    else:
-        latency = dict.fromkeys(LATENCY_STATS)
-        timed = [(m.latency_ms.get("avg"), m.requests) for m in metrics if m.requests]
-        if requests and all(avg is not None for avg, _ in timed):
-            latency["avg"] = sum(avg * n for avg, n in timed if avg is not None) / requests
-        maxima = [m.latency_ms.get("max") for m in metrics if m.requests]
-        latency["max"] = max((v for v in maxima if v is not None), default=None)
+    latency, grid = merged_latency([(m.latency_ms, m.requests) for m in metrics], samples)
     vus = [m.vus_max for m in metrics if m.vus_max is not None]
     return K6Metrics(
         requests=requests,

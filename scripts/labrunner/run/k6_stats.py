@@ -1,0 +1,65 @@
+"""The trend statistics of k6's latency: the ones its summary holds, and the same ones computed
+over raw samples as k6 computes them (a split run's instances, merged over all their samples)."""
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+
+from labrunner.paths import REPO
+
+# k6/lib/common.js reads the same list; passing it makes the summary independent of the script's options.
+TREND_STATS: tuple[str, ...] = tuple(json.loads((REPO / "k6" / "lib" / "trend_stats.json").read_text()))
+# The percentiles a result shows, by their key in latency_ms ("p99.9") and their fraction.
+PERCENTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99, "p99.9": 0.999}
+LATENCY_STATS = {"avg": "avg", **{key: f"p({key[1:]})" for key in PERCENTILES}, "max": "max"}
+# Every percentile the summary holds: the grid a group's repeats are pooled on (report/compare.py).
+QUANTILE_GRID = {stat: round(float(stat[2:-1]) / 100, 6) for stat in TREND_STATS if stat.startswith("p(")}
+
+Quantiles = tuple[tuple[float, float], ...]  # (fraction, value): the minimum, QUANTILE_GRID, the maximum
+
+
+def percentile(ordered: Sequence[float], fraction: float) -> float:
+    """k6's percentile of sorted values: linear interpolation between the closest ranks."""
+    rank = fraction * (len(ordered) - 1)
+    low, high = ordered[math.floor(rank)], ordered[math.ceil(rank)]
+    return low + (high - low) * (rank - math.floor(rank))
+
+
+def latency_stats(samples: Sequence[float]) -> dict[str, float | None]:
+    """LATENCY_STATS (avg, the percentiles, max) over every sample, as k6 computes them for one instance."""
+    if not samples:
+        return dict.fromkeys(LATENCY_STATS)
+    ordered = sorted(samples)
+    stats: dict[str, float | None] = {"avg": math.fsum(ordered) / len(ordered)}
+    stats |= {key: percentile(ordered, fraction) for key, fraction in PERCENTILES.items()}
+    stats["max"] = ordered[-1]
+    return stats
+
+
+def quantiles(samples: Sequence[float]) -> Quantiles:
+    """(fraction, value) at 0 (the minimum), on QUANTILE_GRID and at 1 (the maximum), as k6 computes them."""
+    if not samples:
+        return ()
+    ordered = sorted(samples)
+    grid = (0.0, *QUANTILE_GRID.values(), 1.0)
+    return tuple((fraction, percentile(ordered, fraction)) for fraction in grid)
+
+
+def merged_latency(
+    instances: Sequence[tuple[Mapping[str, float | None], int]], samples: Sequence[float] | None
+) -> tuple[dict[str, float | None], Quantiles]:
+    """Instances' latency as one run's, from each one's (latency_ms, requests), and its quantile grid.
+
+    From every instance's samples, never from averaging percentiles; without samples (a warm-up)
+    only avg (weighted by requests) and max are exact, the percentiles are None and there is no grid.
+    """
+    if samples is not None:
+        return latency_stats(samples), quantiles(samples)
+    latency: dict[str, float | None] = dict.fromkeys(LATENCY_STATS)
+    requests = sum(n for _, n in instances)
+    timed = [(stats.get("avg"), n) for stats, n in instances if n]
+    if requests and all(avg is not None for avg, _ in timed):
+        latency["avg"] = sum(avg * n for avg, n in timed if avg is not None) / requests
+    maxima = [stats.get("max") for stats, n in instances if n]
+    latency["max"] = max((v for v in maxima if v is not None), default=None)
+    return latency, ()
