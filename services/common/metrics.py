@@ -6,10 +6,9 @@ supervisor does no request work, so scrapes stay prompt while the workers are sa
 
 Workers batch what they record (MetricBatch): in multiprocess mode every Counter.inc, each
 of the two writes of a Histogram.observe and every labels() lookup takes a lock and calls
-into the mmap'd files. Inside a loaded aiohttp worker (one CPU, 10 k6 VUs, count=100)
-labels() took 9 us and observe() 11 us: 8% of the worker's CPU per request. Batched, a
-request adds to plain Python numbers, and the files trail the requests by at most
-FLUSH_SECONDS, a quarter of Prometheus' scrape interval.
+into the mmap'd files, a cost a loaded worker pays per request (measured: docs/services.md,
+Metrics). Batched, a request adds to plain Python numbers, and the files trail the requests
+by at most FLUSH_SECONDS, a quarter of Prometheus' scrape interval.
 """
 
 import asyncio

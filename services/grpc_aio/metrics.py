@@ -6,8 +6,8 @@ control traffic, and a health Watch stream lasts as long as its client.
 
 The servicer's methods are wrapped before registration rather than by a grpc.aio
 ServerInterceptor: with any interceptor, grpc.aio resolves every call's handler through
-a chain of coroutines, which cost 40 us per unary call at count=100 (6% of a worker's
-CPU), more than the metrics themselves.
+a chain of coroutines, which costs more than the metrics themselves (measured:
+docs/services.md, Metrics).
 
 Calls rejected before the handler runs are not counted: undecodable requests (as in
 go-grpc-prometheus), which k6 counts. RESOURCE_EXHAUSTED from GRPC_MAX_CONCURRENT_RPCS

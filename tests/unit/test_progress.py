@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -212,9 +213,9 @@ def test_version_names_the_package_version_and_the_commit(script: str) -> None:
     sha = subprocess.run(
         ["git", "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=True
     )
-    assert re.fullmatch(rf"{re.escape(script)} 0\.1\.0 \(git [0-9a-f]{{7}}(, uncommitted changes)?\)", out), (
-        out
-    )
+    release = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    pattern = rf"{re.escape(script)} {re.escape(release)} \(git [0-9a-f]{{7}}(, uncommitted changes)?\)"
+    assert re.fullmatch(pattern, out), out
     assert sha.stdout.strip() in out
 
 

@@ -1,22 +1,17 @@
-"""`--version` for both entry points: the package's version and the checkout's git commit."""
+"""`--version` for both entry points: the release (CHANGELOG.md's newest entry, pyproject.toml's
+version) and the checkout's git commit."""
 
 import argparse
 from collections.abc import Sequence
-from importlib import metadata
 from typing import Any
 
-from labrunner.paths import REPO
+from labrunner.paths import REPO, release
 from labrunner.results.provenance import git_info
-
-DISTRIBUTION = "protolab"  # pyproject.toml's [project] name
 
 
 def describe(prog: str) -> str:
-    """e.g. "run_matrix.py 0.1.0 (git 1a2b3c4, uncommitted changes)"."""
-    try:
-        version = metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        version = "unknown version (not installed)"
+    """e.g. "run_matrix.py 0.2.0 (git 1a2b3c4, uncommitted changes)"."""
+    version = release()
     git = git_info(REPO)
     if git["sha"] is None:
         return f"{prog} {version} (not a git checkout)"

@@ -1,4 +1,4 @@
-"""Measure a link before measuring through it: the RTT by TCP ping-pong, the rate by a bulk transfer."""
+"""Measure a link before measuring through it: the RTT by ICMP echo, the rate by a bulk transfer."""
 
 import contextlib
 import os
@@ -24,9 +24,9 @@ _CHUNK = 64 * 1024
 _TIMEOUT_S = 10.0
 _PING_TIMEOUT_S = 1.0  # per echo: enough for profiles up to a few hundred ms of RTT
 _ICMP_ECHO_REQUEST, _ICMP_ECHO_REPLY = 8, 0
-# A link found off is measured again, this many times in all: on a busy 2-CPU host the relay's
-# median RTT spiked once in CI runs to 0.79 ms for lan (0.5 ms) and was back within 0.25 ms on
-# the next measurement. A link that is really off (no emulator, a wrong delay) stays off.
+# A link found off is measured again, this many times in all: on a busy host the relay's median
+# RTT can spike once and be back within tolerance on the next measurement (seen in CI:
+# docs/network.md); a link that is really off (no emulator, a wrong delay) stays off.
 VERIFY_ATTEMPTS = 3
 _RETRY_PAUSE_S = 0.5
 
@@ -87,9 +87,9 @@ def measure_rtt(link: Link, samples: int = 21) -> list[float]:
     """Round trips of ICMP echo from the client's side to the service's address, in seconds.
 
     The service's kernel answers and the client's kernel timestamps each reply on arrival, so
-    no process's scheduling is in the figure (a Python TCP ping-pong on a busy 2-CPU host
-    measured up to 4 ms too much). A ping lost on a lossy link is sent again; the first answer,
-    which may include address resolution, is not counted.
+    no process's scheduling is in the figure (a Python ping-pong on a busy host measures its
+    own wake-ups too: docs/network.md, The RTT check). A ping lost on a lossy link is sent
+    again; the first answer, which may include address resolution, is not counted.
     """
     with entered(link.client.namespace):
         sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)

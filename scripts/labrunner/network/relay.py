@@ -89,9 +89,10 @@ class Relay:
         self.counters = {"received": 0, "forwarded": 0, "lost": 0, "overflow": 0, "ignored": 0}
         self._late_sum_s = 0.0
         self._late_max_s = 0.0
-        # How late the relay wakes up (~40 us on a VM, even with timer slack 1 ns). A packet is
-        # released once its due time is that close, and counted as arrived that long before it
-        # was read (it woke the relay), so it spends its delay, not delay + 2 wake-ups.
+        # How late the relay wakes up, even with timer slack 1 ns (measured: docs/network.md, The
+        # userspace relay). A packet is released once its due time is that close, and counted as
+        # arrived that long before it was read (it woke the relay), so it spends its delay, not
+        # delay + 2 wake-ups.
         self._wake_s = wake_latency()
 
     def run(self) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from google.protobuf.internal import api_implementation
 
 from labrunner.observe import fingerprint, steal_clock
+from labrunner.paths import release
 from labrunner.results import methodology
 from labrunner.run.k6 import k6_version
 from services.common import interpreter
@@ -32,10 +33,11 @@ LIBRARIES = (
 
 
 def collect(root: Path, k6_binary: Path) -> dict[str, Any]:
-    """The manifest's provenance: the methodology, git, versions, host, the host's fingerprint and
-    its steal clock."""
+    """The manifest's provenance: the release that wrote it (CHANGELOG.md), the methodology, git,
+    versions, host, the host's fingerprint and its steal clock."""
     found = versions(k6_binary)
     return {
+        "release": release(),
         "methodology": methodology.VERSION,
         "git": git_info(root),
         "versions": found,

@@ -1,7 +1,8 @@
 """Run one scenario in two halves: measure (start, health, verify, warm-up, the measured window) and
 finish (the final scrape, stop and collect), which the session may run beside the next scenario's
-measure. Neither half raises for a scenario's failure: it is in the outcome. Writes only the
-scenario's Prometheus target file (and removes it at the stop) and k6's summary files."""
+measure. Neither half raises for a scenario's failure: it is in the outcome. Writes the scenario's
+Prometheus target file (removed at the stop) and k6's summary files, and marks the measured window
+in InfluxDB; the scenario's result is written by the session (cli/session.py), not here."""
 
 import time
 import traceback
