@@ -289,11 +289,62 @@ def test_calibration_warnings_in_the_report() -> None:
     assert isinstance(none, Paragraph) and "none in the baseline" in none.text
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _pb_message(*fields: tuple[int, str | int | bytes]) -> bytes:
+    """Protobuf's wire format by hand (proto3: a zero or empty field is not written)."""
+    out = b""
+    for number, value in fields:
+        if isinstance(value, int):
+            out += _varint(number << 3) + _varint(value) if value else b""
+        else:
+            data = value.encode() if isinstance(value, str) else value
+            out += _varint(number << 3 | 2) + _varint(len(data)) + data if data else b""
+    return out
+
+
+def _bytes_of_both_encodings(records: list[calibration.Record]) -> int:
+    """What one unit produces, encoded without orjson or protobuf: the stdlib's compact JSON of the
+    REST body, and proto/cars.proto's ListRecordsResponse written field by field."""
+    body = {
+        "records": [
+            {
+                "car": dict(zip(("make", "model", "trim", "color", "year", "mileage"), car, strict=True)),
+                "driver": dict(zip(("firstname", "lastname", "driverId"), driver, strict=True)),
+            }
+            for car, driver in records
+        ]
+    }
+    json_bytes = len(json.dumps(body, separators=(",", ":")).encode())
+    message = _pb_message(
+        *(
+            (1, _pb_message((1, _pb_message(*enumerate(car, 1))), (2, _pb_message(*enumerate(driver, 1)))))
+            for car, driver in records
+        )
+    )
+    return json_bytes + len(message)
+
+
 def test_calibration_workload_is_fixed() -> None:
     records = calibration.records()
-    assert len(records) == calibration.RECORDS and records == calibration.records()
+    # One build-model response of the lab's default size, 100 records, the same on every host:
+    # record i cycles through the fixed names (7 cars, 11 colours, 10 first and 9 last names).
+    assert len(records) == 100
     assert records[0] == (("Toyota", "Corolla", "LE", "red", 1990, 0), ("Ada", "Lovelace", "D00000000"))
-    assert calibration.unit(records) == calibration.unit(records) > 10_000  # bytes of both encodings
+    # 99 % 7 = 1, 99 % 11 = 0, 1990 + 99 % 35 = 2019, 99 * 7,919 = 783,981 (33,981 after % 250,000),
+    # 99 % 10 = 9, 99 % 9 = 0, 99 * 104,729 = 10,368,171.
+    assert records[99] == (("Ford", "F-150", "XLT", "red", 2019, 33_981), ("Radia", "Lovelace", "D10368171"))
+    assert calibration.records(3) == records[:3]
+    # The unit is both encodings of those records: the bytes agree with encoders written here.
+    assert calibration.unit(records) == _bytes_of_both_encodings(records)
+    assert calibration.unit(records[:1]) == _bytes_of_both_encodings(records[:1])
 
 
 def test_calibration_runs_pinned_in_a_fresh_interpreter() -> None:

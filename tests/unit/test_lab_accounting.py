@@ -31,7 +31,9 @@ def test_cpu_seconds_of_recorded_pids_and_none_once_one_exited(tmp_path: Path) -
     for pid in (4242, 4343):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "stat").write_text(PID_STAT)
-    assert lab_cpu.cpu_seconds((4242, 4343), proc=tmp_path) == pytest.approx(18.0 * 100 / lab_cpu.USER_HZ)
+    assert lab_cpu.cpu_seconds((4242, 4343), proc=tmp_path) == pytest.approx(
+        18.0 * 100 / os.sysconf("SC_CLK_TCK")
+    )
     assert lab_cpu.cpu_seconds((4242, 9999), proc=tmp_path) is None
 
 

@@ -30,31 +30,52 @@ def matrix_data() -> dict[str, Any]:
 INSTRUMENTED = ("aiohttp-h1", "quart-h1", "grpc", "granian-h1", "grpclib")
 
 
-def test_repo_matrix_profiles_and_targets() -> None:
+# matrix.toml's units, read here by hand: memory docker-style in binary units.
+MEMORY_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30}
+
+
+def _memory_bytes(text: str) -> int:
+    return round(float(text[:-1]) * MEMORY_UNITS[text[-1].lower()])
+
+
+def test_repo_matrix_profiles_are_the_files_tables(matrix_data: dict[str, Any]) -> None:
+    """Every [profiles.*] table of the file loads, in its order, with its CPUs and memory."""
+    profiles = load_matrix(MATRIX).profiles
+    tables = matrix_data["profiles"]
+    assert tables and list(profiles) == list(tables)
+    for name, table in tables.items():
+        assert set(table) == {"cpus", "memory"}, name  # what a profile is: nothing the loader may drop
+        assert profiles[name].name == name
+        assert profiles[name].cpus == float(table["cpus"]) > 0, name
+        assert profiles[name].memory_bytes == _memory_bytes(table["memory"]) > 0, name
+
+
+def test_repo_matrix_targets_are_the_files_tables(matrix_data: dict[str, Any]) -> None:
+    """Every [targets.*] table loads, in its order, each key it sets carried onto the target."""
     matrix = load_matrix(MATRIX)
-    assert {n: (p.cpus, p.memory_bytes) for n, p in matrix.profiles.items()} == {
-        "p1": (2.0, 2 * 2**30),
-        "p2": (4.0, 4 * 2**30),
-        "small": (0.5, 512 * 2**20),
-        "quarter": (0.25, 512 * 2**20),
-    }
-    assert list(matrix.targets) == [
-        *ALL_TARGETS,
-        *IMPLEMENTATION_TARGETS,
-        *(f"{t}-nometrics" for t in INSTRUMENTED),
-        *FLOOR_TARGETS,
-    ]
-    for name in INSTRUMENTED:
-        uninstrumented = matrix.targets[f"{name}-nometrics"]
-        assert dict(uninstrumented.env) == {"METRICS_ENABLED": "0"}
-        assert uninstrumented.service == matrix.targets[name].service
-    quart_h2 = matrix.targets["quart-h2-tls"]
-    assert (quart_h2.protocol, quart_h2.tls, quart_h2.expect_proto) == ("http2", True, "HTTP/2.0")
-    assert dict(quart_h2.env) == {"ALPN_PROTOCOLS": "h2"}
-    assert dict(matrix.targets["quart-h1-tls"].env) == {"ALPN_PROTOCOLS": "http/1.1"}
-    assert matrix.targets["grpc-stream"].script == "k6/grpc_stream.js"
-    for target in matrix.targets.values():
+    tables = matrix_data["targets"]
+    assert tables and list(matrix.targets) == list(tables)
+    for name, table in tables.items():
+        target = matrix.targets[name]
+        assert target.name == name
+        for key, value in table.items():
+            loaded = getattr(target, key)
+            assert (dict(loaded) if key == "env" else loaded) == value, (name, key)
         assert (ROOT / target.script).is_file(), target.script
+        assert (target.expect_proto is None) == (target.protocol == "grpc"), name  # REST only
+        if "ALPN_PROTOCOLS" in dict(target.env):  # a REST server offering one protocol, the one expected
+            alpn = {"h2": "HTTP/2.0", "http/1.1": "HTTP/1.1"}[dict(target.env)["ALPN_PROTOCOLS"]]
+            assert target.tls and target.expect_proto == alpn, name
+    # The tests' own lists of targets (tests/support.py) are the file's.
+    assert list(ALL_TARGETS) == matrix_data["defaults"]["targets"]
+    assert list(FLOOR_TARGETS) == [name for name in tables if name.startswith("floor-")]
+    assert set(IMPLEMENTATION_TARGETS) <= set(tables)
+    assert matrix.targets["grpc-stream"].script == "k6/grpc_stream.js"
+    # Each instrumented server has a twin with metrics off and nothing else changed.
+    for name in INSTRUMENTED:
+        twin = matrix.targets[f"{name}-nometrics"]
+        assert dict(twin.env) == {"METRICS_ENABLED": "0"}
+        assert replace(twin, name=name, env=()) == replace(matrix.targets[name], env=()), name
 
 
 def test_default_preset_depends_on_backend() -> None:

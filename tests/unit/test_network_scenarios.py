@@ -1,6 +1,7 @@
 """Network scenarios without a link: the matrix's [networks], ids, --network, results, no root."""
 
 import copy
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from labrunner.cli import run_matrix as cli
 from labrunner.model.matrix import expand, load_matrix, parse_matrix
 from labrunner.model.scenario import LOOPBACK, Overrides
 from labrunner.model.schema import MatrixError
-from labrunner.network.namespaces import NEED_ROOT, NetworkError
+from labrunner.network import namespaces
 from labrunner.results.store import scenario_dict
 
 from tests.support import ROOT
@@ -25,14 +26,32 @@ def matrix_data() -> dict[str, Any]:
     return tomllib.loads(MATRIX.read_text())
 
 
-def test_repo_matrix_networks() -> None:
+# matrix.toml's units, read here by hand: durations in ms or s, rates in bit/s (decimal), loss in %.
+SECONDS = {"ms": 1e-3, "s": 1.0}
+BITS_PER_SECOND = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
+
+
+def _quantity(text: str, units: dict[str, float]) -> float:
+    number = re.fullmatch(r"([\d.]+)([a-z]+)", text)
+    assert number, text
+    return float(number[1]) * units[number[2]]
+
+
+def test_repo_matrix_networks(matrix_data: dict[str, Any]) -> None:
+    """Every [networks.*] table loads, in its order; its delay is one way, so the RTT is twice it."""
     networks = load_matrix(MATRIX).networks
-    assert list(networks) == ["loopback", "lan", "wan", "lossy", "narrow"]
-    assert not networks["loopback"].emulated
-    assert networks["lan"].rtt_s == pytest.approx(0.0005)
-    assert (networks["wan"].rtt_s, networks["wan"].jitter_s) == pytest.approx((0.050, 0.005))
-    assert (networks["lossy"].rtt_s, networks["lossy"].loss_percent) == pytest.approx((0.050, 1.0))
-    assert (networks["narrow"].rtt_s, networks["narrow"].rate_bps) == (pytest.approx(0.020), 10_000_000)
+    tables = matrix_data["networks"]
+    assert list(networks) == list(tables) and "loopback" in tables and len(tables) > 1
+    for name, table in tables.items():
+        network = networks[name]
+        assert set(table) <= {"delay", "jitter", "loss", "rate"}, name
+        delay = _quantity(table.get("delay", "0ms"), SECONDS)
+        assert network.delay_s == pytest.approx(delay) and network.rtt_s == pytest.approx(2 * delay), name
+        assert network.jitter_s == pytest.approx(_quantity(table.get("jitter", "0ms"), SECONDS)), name
+        assert network.loss_percent == pytest.approx(float(table.get("loss", "0%").rstrip("%"))), name
+        rate = table.get("rate")
+        assert network.rate_bps == (None if rate is None else _quantity(rate, BITS_PER_SECOND)), name
+        assert network.emulated == bool(table), name  # any condition needs the namespaces
 
 
 def test_loopback_is_the_default_and_keeps_the_ids() -> None:
@@ -112,17 +131,23 @@ def test_result_scenario_names_its_network() -> None:
 def test_without_root_a_network_scenario_fails_in_phase_network(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def no_root() -> None:
-        raise NetworkError(NEED_ROOT)
-
-    monkeypatch.setattr(local, "require_net_admin", no_root)
+    # The real check of the backend (network/namespaces.py's require_net_admin), in a process
+    # that is not root: the tests may run as root, so the effective uid is what is faked.
+    settings = BackendSettings("unit", ROOT, tmp_path, tmp_path / "logs", Path("/nonexistent/k6"), 5.0, 5.0)
+    backend = local.LocalBackend(settings)
+    monkeypatch.setattr(namespaces.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(namespaces.shutil, "which", lambda name: f"/usr/sbin/{name}")  # iproute2 is there
     monkeypatch.setattr(local.LocalBackend, "_cgroup", lambda self, scenario, notes: None)
     spawned: list[object] = []
     monkeypatch.setattr(local.LocalBackend, "_spawn", lambda *args, **kwargs: spawned.append(args))
-    settings = BackendSettings("unit", ROOT, tmp_path, tmp_path / "logs", Path("/nonexistent/k6"), 5.0, 5.0)
-    backend = local.LocalBackend(settings)
+
+    def create_link(link: object) -> None:
+        pytest.fail(f"a check that let a process without root through made a link: {link}")
+
+    monkeypatch.setattr(local, "create_link", create_link)
     plan = expand(load_matrix(MATRIX), "local", "ci", Overrides(targets=("grpc-tls",), networks=("wan",)))
     with pytest.raises(ScenarioFailed) as failed:
         backend.start_service(plan.scenarios[0])
-    assert failed.value.phase == "network" and "need root" in failed.value.message
+    assert failed.value.phase == "network"
+    assert re.search(r"\bneed root\b.*CAP_NET_ADMIN", failed.value.message), failed.value.message
     assert spawned == []  # the service never started

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
 from labrunner.report import payload_charts
@@ -311,8 +311,30 @@ _REPEATS = st.lists(_POSITIVE, min_size=1, max_size=5)
 _CROSSES = re.compile(r"crosses at ([\d,.]+) records \[(-?[\d,.]+), (-?[\d,.]+)\]")
 
 
+# The module's own example: CPU per request a + b·n, jittered, the lines meeting at 40 records.
+_CROSSING = [(_rates()["grpc", count], _rates()["aiohttp-h1", count]) for count in COUNTS]
+_PARALLEL = [([100.0, 110.0], [200.0, 190.0])] * 4  # the same ratio at every count: no crossover
+
+
+@st.composite
+def _linear_sides(draw: st.DrawFn) -> list[tuple[list[float], list[float]]]:
+    """Repeats of two servers whose CPU per request is a + b·n ms, each repeat within 10%: random
+    repeats hardly ever cross, these often do, so both branches below are exercised."""
+    fixed, per_record = st.floats(0.05, 1.0), st.floats(0.0005, 0.01)
+    lines = [(draw(fixed), draw(per_record)) for _ in range(2)]
+    repeats = draw(st.integers(2, 4))
+    factors = st.lists(st.floats(0.9, 1.1), min_size=repeats, max_size=repeats)
+    sides = []
+    for count in COUNTS:
+        grpc, rest = ([CPU_MS_PER_S / (a + b * count) * f for f in draw(factors)] for a, b in lines)
+        sides.append((grpc, rest))
+    return sides
+
+
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(_REPEATS, _REPEATS), min_size=4, max_size=4))
+@given(st.lists(st.tuples(_REPEATS, _REPEATS), min_size=4, max_size=4) | _linear_sides())
+@example(_CROSSING)
+@example(_PARALLEL)
 def test_any_repeats_give_a_finding_whose_crossover_lies_in_its_interval(
     sides: list[tuple[list[float], list[float]]],
 ) -> None:
@@ -326,9 +348,22 @@ def test_any_repeats_give_a_finding_whose_crossover_lies_in_its_interval(
     rates: dict[tuple[str, int], list[float]] = {}
     for count, (grpc, rest) in zip(COUNTS, sides, strict=True):
         rates["grpc", count], rates["aiohttp-h1", count] = grpc[:n], rest[:n]
-    pair = _pair_finding(rates)
-    assert "CPU per request: crosses at" in pair.sentence or "CPU per request: no crossover" in pair.sentence
-    for estimate, low, high in _CROSSES.findall(pair.sentence):
-        # Printed rounded: within a record (or a tenth of one below 10) of the interval.
-        value, ends = float(estimate.replace(",", "")), [float(v.replace(",", "")) for v in (low, high)]
-        assert ends[0] - 1 <= value <= ends[1] + 1, pair.sentence
+    crossover = _sweep(rates).crossover
+    sentence = _pair_finding(rates).sentence
+    assert crossover is not None, sentence
+    if crossover.interval is not None:  # Fieller's interval, when bounded, holds the estimate
+        assert crossover.records is not None
+        assert crossover.interval[0] <= crossover.records <= crossover.interval[1], crossover
+    crosses = _CROSSES.findall(sentence)
+    if crossover.resolved is None or crossover.reason:
+        assert "CPU per request: no crossover" in sentence and not crosses, sentence
+        return
+    assert "CPU per request: crosses at" in sentence, sentence
+    if crossover.interval is None:  # a line through two points: no interval to print
+        assert "(no interval: a line through two points)" in sentence, sentence
+        return
+    # Printed rounded: within a record (or a tenth of one below 10) of the interval.
+    ((estimate, low, high),) = crosses
+    value, ends = float(estimate.replace(",", "")), [float(v.replace(",", "")) for v in (low, high)]
+    assert ends[0] - 1 <= value <= ends[1] + 1, sentence
+    assert value == pytest.approx(crossover.records, abs=0.051 if crossover.records < 10 else 0.51)
