@@ -1,29 +1,40 @@
-"""aiohttp floor: /records and /healthz; no metrics, middleware, query regex, JSON 404/405, drain, OpenAPI."""
+"""aiohttp floor: GET /records and /healthz on aiohttp and uvloop; nothing else (see common.py)."""
 
 import asyncio
 import signal
+from collections.abc import Callable
 
 import orjson
 import uvloop
 from aiohttp import web
 
-from benchmarks.floor.common import FloorBodies, serve
-from services.common.rest import JSON, KEEP_ALIVE_TIMEOUT_SECONDS, LISTEN_BACKLOG, error_body
-from services.common.supervisor import WorkerContext
+from benchmarks.floor.bodies import BodyOf, body_maker
+from benchmarks.floor.common import (
+    KEEP_ALIVE_TIMEOUT_SECONDS,
+    BadRequest,
+    FloorSettings,
+    Records,
+    error_body,
+    floor_settings,
+    listen_socket,
+    run,
+)
 
-_SERVING = orjson.dumps({"status": "SERVING"})
+JSON = "application/json"
+SERVING = orjson.dumps({"status": "SERVING"})
 
 
-def build_app(bodies: FloorBodies) -> web.Application:
+def build_app(body_of: BodyOf) -> web.Application:
     async def list_records(request: web.Request) -> web.Response:
+        query = request.query
         try:
-            body = bodies.body(request.query.get("count"), request.query.get("offset"))
-        except ValueError as error:
-            return web.Response(status=400, body=error_body(400, str(error)), content_type=JSON)
+            body = body_of(query.get("count"), query.get("offset"))
+        except BadRequest as error:
+            return web.Response(status=400, body=error_body(str(error)), content_type=JSON)
         return web.Response(body=body, content_type=JSON)
 
     async def healthz(_request: web.Request) -> web.Response:
-        return web.Response(body=_SERVING, content_type=JSON)
+        return web.Response(body=SERVING, content_type=JSON)
 
     app = web.Application()
     app.router.add_get("/records", list_records)
@@ -31,29 +42,27 @@ def build_app(bodies: FloorBodies) -> web.Application:
     return app
 
 
-async def _serve(context: WorkerContext) -> None:
-    settings = context.settings
-    # The lab's server settings: no access log, its keep-alive and backlog.
-    runner = web.AppRunner(
-        build_app(FloorBodies(context.records, settings.response_model)),
-        access_log=None,
-        keepalive_timeout=KEEP_ALIVE_TIMEOUT_SECONDS,
-    )
+async def _serve(
+    settings: FloorSettings, app: web.Application, port: int, ready: Callable[[int], None]
+) -> None:
+    # No access log, and the lab's keep-alive and backlog (listen_socket).
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEP_ALIVE_TIMEOUT_SECONDS)
     await runner.setup()
-    site = web.TCPSite(
-        runner, settings.host, context.port, backlog=LISTEN_BACKLOG, reuse_port=context.reuse_port
-    )
+    sock = listen_socket(settings, port)
+    site = web.SockSite(runner, sock)
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
     await site.start()
-    context.report_listening(site.port)
+    ready(sock.getsockname()[1])
     await stopping.wait()
     await runner.cleanup()
 
 
-def worker_main(context: WorkerContext) -> None:
-    uvloop.run(_serve(context))
+def main() -> None:
+    settings = floor_settings("floor_rest_aiohttp")
+    app = build_app(body_maker(settings, Records(settings)))
+    run(settings, lambda port, ready: uvloop.run(_serve(settings, app, port, ready)))
 
 
 if __name__ == "__main__":
-    serve("floor_rest_aiohttp", "rest_aiohttp", worker_main)
+    main()

@@ -1,24 +1,26 @@
-"""Quart-on-Granian floor: the Quart floor app on Granian; no metrics, hooks, query regex, drain, OpenAPI."""
+"""Quart-on-Granian floor: the Quart floor app (benchmarks.floor.rest_quart) on Granian's embedded
+server, HTTP/1.1; nothing else (see common.py)."""
 
 import asyncio
 import signal
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import uvloop
 from granian._granian import SocketHolder
 from granian.constants import HTTPModes, Interfaces
 from granian.server.embed import Server
+from quart import Quart
 
-from benchmarks.floor.common import FloorBodies, serve
+from benchmarks.floor.bodies import body_maker
+from benchmarks.floor.common import LISTEN_BACKLOG, FloorSettings, Records, floor_settings, listen_socket, run
 from benchmarks.floor.rest_quart import build_app
-from services.common.rest import LISTEN_BACKLOG
-from services.common.supervisor import WorkerContext, listen_socket
 
 
 class _SocketServer(Server):
-    """Granian's embedded server on a socket opened here, as the lab's (services/rest_granian/server.py):
-    Granian binds from an address and port only, so port 0 could not be reported."""
+    """Granian's embedded server on a socket opened here: Granian binds from an address and port
+    only, so port 0 could not be reported."""
 
     def __init__(self, sock: socket.socket, **options: Any) -> None:
         host, port = sock.getsockname()[:2]
@@ -31,22 +33,20 @@ class _SocketServer(Server):
         self._shd = SocketHolder(self._socket.detach(), False, LISTEN_BACKLOG)  # type: ignore[call-arg,assignment]
 
 
-async def _serve(context: WorkerContext) -> None:
-    app = build_app(FloorBodies(context.records, context.settings.response_model))
-    sock = listen_socket(context, LISTEN_BACKLOG)
-    port = sock.getsockname()[1]
+async def _serve(settings: FloorSettings, app: Quart, port: int, ready: Callable[[int], None]) -> None:
+    sock = listen_socket(settings, port)
+    bound = sock.getsockname()[1]
 
     @app.before_serving
     async def started() -> None:
-        context.report_listening(port)
+        ready(bound)
 
-    # The lab's granian-h1 options: auto mode (what its default ALPN_PROTOCOLS choose), ASGI with
-    # the lifespan, no websockets, its backlog; logging off (the lab's logs warnings to stderr).
+    # ASGI with the lifespan, HTTP/1.1 (the lab's granian-h1), no websockets, no logging.
     server = _SocketServer(
         sock,
         target=app,
         interface=Interfaces.ASGI,
-        http=HTTPModes.auto,
+        http=HTTPModes.http1,
         websockets=False,
         backlog=LISTEN_BACKLOG,
         log_enabled=False,
@@ -60,9 +60,11 @@ async def _serve(context: WorkerContext) -> None:
     await serving
 
 
-def worker_main(context: WorkerContext) -> None:
-    uvloop.run(_serve(context))
+def main() -> None:
+    settings = floor_settings("floor_rest_granian")
+    app = build_app(body_maker(settings, Records(settings)))
+    run(settings, lambda port, ready: uvloop.run(_serve(settings, app, port, ready)))
 
 
 if __name__ == "__main__":
-    serve("floor_rest_granian", "rest_granian", worker_main)
+    main()

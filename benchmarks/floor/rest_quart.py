@@ -1,61 +1,84 @@
-"""Quart-on-Hypercorn floor: /records and /healthz; no metrics, hooks, query regex, JSON errors, drain."""
+"""Quart-on-Hypercorn floor: GET /records and /healthz on Quart, one Hypercorn server on uvloop;
+nothing else (see common.py)."""
 
 import asyncio
 import signal
+from collections.abc import Callable
 
 import orjson
 import uvloop
-from hypercorn.asyncio import serve as hypercorn_serve
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
 from quart import Quart, Response, request
 
-from benchmarks.floor.common import FloorBodies, serve
-from services.common.rest import JSON, LISTEN_BACKLOG, error_body
-from services.common.supervisor import WorkerContext, listen_socket
-from services.rest_quart.server import hypercorn_config
+from benchmarks.floor.bodies import BodyOf, body_maker
+from benchmarks.floor.common import (
+    KEEP_ALIVE_TIMEOUT_SECONDS,
+    LISTEN_BACKLOG,
+    BadRequest,
+    FloorSettings,
+    Records,
+    error_body,
+    floor_settings,
+    listen_socket,
+    run,
+)
 
-_SERVING = orjson.dumps({"status": "SERVING"})
+JSON = "application/json"
+SERVING = orjson.dumps({"status": "SERVING"})
 
 
-def build_app(bodies: FloorBodies) -> Quart:
-    """The bare Quart app, which the Granian floor (benchmarks.floor.rest_granian) serves too."""
+def build_app(body_of: BodyOf) -> Quart:
+    """The Quart app, which the Granian floor (benchmarks.floor.rest_granian) serves too."""
     app = Quart(__name__)
 
     @app.get("/records")
     async def list_records() -> Response:
+        args = request.args
         try:
-            body = bodies.body(request.args.get("count"), request.args.get("offset"))
-        except ValueError as error:
-            return Response(error_body(400, str(error)), status=400, content_type=JSON)
+            body = body_of(args.get("count"), args.get("offset"))
+        except BadRequest as error:
+            return Response(error_body(str(error)), status=400, content_type=JSON)
         return Response(body, content_type=JSON)
 
     @app.get("/healthz")
     async def healthz() -> Response:
-        return Response(_SERVING, content_type=JSON)
+        return Response(SERVING, content_type=JSON)
 
     return app
 
 
-async def _serve(context: WorkerContext) -> None:
-    settings = context.settings
-    app = build_app(FloorBodies(context.records, settings.response_model))
-    sock = listen_socket(context, LISTEN_BACKLOG)
-    port = sock.getsockname()[1]
-    # The lab's Hypercorn configuration (services/rest_quart/hypercorn.toml and the environment);
-    # serve() runs one worker's server, as each of the lab's Hypercorn workers does.
-    config = hypercorn_config(settings, 1, sock.detach())
+def hypercorn_config(fd: int) -> Config:
+    """What the lab's Hypercorn sets that a load test sees: no access log, its keep-alive and
+    backlog, and no close after Hypercorn's default 1,000 requests a connection."""
+    config = Config()
+    config.bind = [f"fd://{fd}"]
+    config.accesslog = None
+    config.backlog = LISTEN_BACKLOG
+    config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT_SECONDS
+    config.keep_alive_max_requests = 1_000_000_000
+    return config
+
+
+async def _serve(settings: FloorSettings, app: Quart, port: int, ready: Callable[[int], None]) -> None:
+    sock = listen_socket(settings, port)
+    bound = sock.getsockname()[1]
+    config = hypercorn_config(sock.detach())
 
     @app.before_serving
     async def started() -> None:
-        context.report_listening(port)
+        ready(bound)
 
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
-    await hypercorn_serve(app, config, shutdown_trigger=stopping.wait)
+    await serve(app, config, shutdown_trigger=stopping.wait)
 
 
-def worker_main(context: WorkerContext) -> None:
-    uvloop.run(_serve(context))
+def main() -> None:
+    settings = floor_settings("floor_rest_quart")
+    app = build_app(body_maker(settings, Records(settings)))
+    run(settings, lambda port, ready: uvloop.run(_serve(settings, app, port, ready)))
 
 
 if __name__ == "__main__":
-    serve("floor_rest_quart", "rest_quart", worker_main)
+    main()
