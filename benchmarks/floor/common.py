@@ -50,6 +50,7 @@ class FloorSettings:
     seed: int
     default_count: int
     max_count: int
+    max_request_bytes: int  # the largest upload body (REST) or message (gRPC)
     prebuilt: bool  # RESPONSE_MODEL=prebuilt: the protocol's objects built once at start
 
     @property
@@ -85,6 +86,7 @@ def floor_settings(service: str) -> FloorSettings:
         seed=_env_int("RECORD_SEED", 42),
         default_count=_env_int("DEFAULT_COUNT", 100),
         max_count=_env_int("MAX_COUNT", 1000),
+        max_request_bytes=_env_int("MAX_REQUEST_BYTES", 1 << 20),
         prebuilt=model == "prebuilt",
     )
 
@@ -219,3 +221,15 @@ def _print_listening(settings: FloorSettings, port: int) -> None:
 def error_body(message: str) -> bytes:
     """The lab's 400 body: {"error": message, "status": 400}."""
     return orjson.dumps({"error": message, "status": 400})
+
+
+def checksum(records: list[FlatRecord]) -> int:
+    """An upload's CreateRecordsReply.checksum: over each record, its two ints and the lengths of its
+    seven strings, summed modulo 2**32 (the contract's definition, proto/cars.proto)."""
+    total = 0
+    for make, model, trim, color, year, mileage, firstname, lastname, driver_id in records:
+        total += (
+            year + mileage + len(make) + len(model) + len(trim) + len(color)
+            + len(firstname) + len(lastname) + len(driver_id)
+        )  # fmt: skip
+    return total & 0xFFFFFFFF

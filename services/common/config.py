@@ -93,6 +93,8 @@ class Settings:
     response_model: ResponseModel
     default_count: int
     max_count: int
+    # The largest request body (REST, else 413) or message (gRPC, else RESOURCE_EXHAUSTED).
+    max_request_bytes: int
     shutdown_drain_seconds: float
     shutdown_grace_seconds: float
     grpc_max_concurrent_rpcs: int | None
@@ -151,6 +153,7 @@ def load_settings(service: str) -> Settings:
         response_model=response_model,
         default_count=default_count,
         max_count=max_count,
+        max_request_bytes=_int("MAX_REQUEST_BYTES", 1 << 20, minimum=1),
         shutdown_drain_seconds=_float("SHUTDOWN_DRAIN_SECONDS", 0.5 * SECONDS),
         shutdown_grace_seconds=_float("SHUTDOWN_GRACE_SECONDS", 10 * SECONDS),
         grpc_max_concurrent_rpcs=max_rpcs or None,

@@ -33,6 +33,10 @@ def new_record_message(record: Record) -> cars_pb2.Record:
     return fill_record(cars_pb2.Record(), record)
 
 
+def new_record_messages(records: list[Record]) -> list[cars_pb2.Record]:
+    return [fill_record(cars_pb2.Record(), record) for record in records]
+
+
 class RecordMessages:
     """ListRecords responses and StreamRecords messages under the response model (ResponseModel).
 
@@ -44,7 +48,7 @@ class RecordMessages:
 
     def __init__(self, source: RecordSource, model: ResponseModel) -> None:
         self._source = source
-        self._prebuilt = Prebuilt(source, new_record_message) if model is ResponseModel.PREBUILT else None
+        self._prebuilt = Prebuilt(source, new_record_messages) if model is ResponseModel.PREBUILT else None
 
     def validate(self, request: cars_pb2.ListRecordsRequest) -> tuple[int, int | None]:
         """The request's (count, offset) with the defaults applied; BadRequest for a bad value."""

@@ -13,7 +13,7 @@ neutral records it serves (record_from_json).
 import itertools
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -90,20 +90,55 @@ def fake_record(faker: Faker) -> Record:
     return Record(car, driver)
 
 
+def json_records(records: Sequence[Record]) -> list[JsonRecord]:
+    """The records as the REST body holds them: the protobuf canonical JSON mapping.
+
+    The tuples are unpacked in the comprehension itself: 100 records map ~12% faster than
+    through a function per record reading the fields by name (docs/results.md, "The lab against its
+    floor").
+    """
+    return [
+        {
+            "car": {
+                "make": make,
+                "model": model,
+                "trim": trim,
+                "color": color,
+                "year": year,
+                "mileage": mileage,
+            },
+            "driver": {"firstname": firstname, "lastname": lastname, "driverId": driver_id},
+        }
+        for (make, model, trim, color, year, mileage), (firstname, lastname, driver_id) in records
+    ]
+
+
 def json_record(record: Record) -> JsonRecord:
-    """The record as the REST body holds it: the protobuf canonical JSON mapping."""
-    car, driver = record
-    return {
-        "car": {
-            "make": car.make,
-            "model": car.model,
-            "trim": car.trim,
-            "color": car.color,
-            "year": car.year,
-            "mileage": car.mileage,
-        },
-        "driver": {"firstname": driver.firstname, "lastname": driver.lastname, "driverId": driver.driver_id},
-    }
+    """One record as the REST body holds it."""
+    return json_records((record,))[0]
+
+
+def checksum(records: Iterable[Record]) -> int:
+    """What an upload's reply says of the records the server decoded (CreateRecordsReply.checksum).
+
+    The sum over the records of their two ints and the lengths of their seven strings, modulo 2**32:
+    every field of every record is read, and a record lost, repeated, cut or with a number changed
+    changes it. Cheap (no hashing, no encoding), so an upload measures decoding, not the check.
+    """
+    total = 0
+    for (make, model, trim, color, year, mileage), (firstname, lastname, driver_id) in records:
+        total += (
+            year
+            + mileage
+            + len(make)
+            + len(model)
+            + len(trim)
+            + len(color)
+            + len(firstname)
+            + len(lastname)
+            + len(driver_id)
+        )
+    return total & 0xFFFFFFFF
 
 
 def record_from_json(record: JsonRecord) -> Record:
@@ -116,7 +151,7 @@ def generate_pool(size: int, seed: int) -> list[JsonRecord]:
     """The deterministic pool as JSON: the same (size, seed) gives the same records in any process."""
     faker = Faker("en_US")
     faker.seed_instance(seed)
-    return [json_record(fake_record(faker)) for _ in range(size)]
+    return json_records([fake_record(faker) for _ in range(size)])
 
 
 def load_pool(size: int, seed: int) -> list[JsonRecord]:
@@ -186,9 +221,9 @@ class Prebuilt(Generic[T]):
     """RESPONSE_MODEL=prebuilt: one protocol object per pool record, built once at start, served
     by (count, offset) as slices of those same objects (and the same rotation as the source)."""
 
-    def __init__(self, source: RecordSource, build: Callable[[Record], T]) -> None:
+    def __init__(self, source: RecordSource, build: Callable[[list[Record]], list[T]]) -> None:
         self._source = source
-        self._window = _window([build(record) for record in source.pool], source.max_count)
+        self._window = _window(build(source.pool), source.max_count)
 
     def objects(self, count: int, offset: int | None) -> list[T]:
         start = self._source.start(count, offset)

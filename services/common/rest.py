@@ -8,7 +8,7 @@ import orjson
 
 from services.common.config import ResponseModel
 from services.common.contract import RECORD_SHAPE
-from services.common.records import JsonRecord, Prebuilt, RecordSource, json_record, parse_query_int
+from services.common.records import JsonRecord, Prebuilt, RecordSource, json_records, parse_query_int
 
 JSON = "application/json"
 ROUTES = ("/records", "/healthz", "/openapi.json")
@@ -133,20 +133,20 @@ def error_body(status: int, message: str | None = None) -> bytes:
 class RecordBodies:
     """The /records bodies of both REST servers, under the response model (ResponseModel).
 
-    build: each request maps its neutral records into new dicts (json_record), then encodes
+    build: each request maps its neutral records into new dicts (json_records), then encodes
     them. prebuilt: the dicts are made once at start; a request slices and encodes them.
     Encoded per request either way, as the gRPC server serializes per request.
     """
 
     def __init__(self, source: RecordSource, model: ResponseModel) -> None:
         self._source = source
-        self._prebuilt = Prebuilt(source, json_record) if model is ResponseModel.PREBUILT else None
+        self._prebuilt = Prebuilt(source, json_records) if model is ResponseModel.PREBUILT else None
 
     def document(self, count: int, offset: int | None) -> dict[str, list[JsonRecord]]:
         """The body's objects for valid (count, offset)."""
         if self._prebuilt is not None:
             return {"records": self._prebuilt.objects(count, offset)}
-        return {"records": [json_record(record) for record in self._source.records(count, offset)]}
+        return {"records": json_records(self._source.records(count, offset))}
 
     def body(self, count: str | None, offset: str | None) -> bytes:
         """The body for the raw query values; BadRequest for a bad value."""

@@ -50,13 +50,14 @@ def settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, service: str, mode
 
 
 def counted(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
-    """Replace module.name (a record mapping function) by one that counts its calls: [calls]."""
+    """Replace module.name (a function mapping one record, or a list of them) by one that counts the
+    records it maps: [records]."""
     calls = [0]
     original = getattr(module, name)
 
-    def counting(*args: Any) -> Any:
-        calls[0] += 1
-        return original(*args)
+    def counting(records: Any, *args: Any) -> Any:
+        calls[0] += len(records) if isinstance(records, list) else 1
+        return original(records, *args)
 
     monkeypatch.setattr(module, name, counting)
     return calls
@@ -146,11 +147,11 @@ REQUESTS = {
     "grpc_aio": grpc_request,
     "grpc_grpclib": grpclib_request,
 }
-# The function each server maps one neutral record with: REST into dicts, gRPC into a message.
+# The function each server maps neutral records with: REST a list into dicts, gRPC one into a message.
 MAPPINGS = {
-    "rest_aiohttp": (rest, "json_record"),
-    "rest_quart": (rest, "json_record"),
-    "rest_granian": (rest, "json_record"),
+    "rest_aiohttp": (rest, "json_records"),
+    "rest_quart": (rest, "json_records"),
+    "rest_granian": (rest, "json_records"),
     "grpc_aio": (messages, "fill_record"),
     "grpc_grpclib": (messages, "fill_record"),
 }
