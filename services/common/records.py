@@ -160,7 +160,7 @@ def load_pool(size: int, seed: int) -> list[JsonRecord]:
     Spawned workers (Hypercorn) and repeated scenario starts then skip Faker entirely.
     The cache key holds the Faker version, whose data decides the records.
     """
-    cache = Path(tempfile.gettempdir()) / f"protolab-pool-{size}-{seed}-faker{version('faker')}.json"
+    cache = _pool_cache(size, seed)
     try:
         cached: list[JsonRecord] = orjson.loads(cache.read_bytes())
         return cached
@@ -170,6 +170,18 @@ def load_pool(size: int, seed: int) -> list[JsonRecord]:
         partial.write_bytes(orjson.dumps(pool))
         partial.replace(cache)  # atomic: a concurrent reader never sees half a file
         return pool
+
+
+def ensure_pool_cached(size: int, seed: int) -> None:
+    """Generate the pool's cache file when it is missing, without loading it when it is not: a process
+    that forks workers calls this, and each worker loads the pool itself (see WorkerContext.records in
+    services/common/supervisor.py)."""
+    if not _pool_cache(size, seed).exists():
+        load_pool(size, seed)
+
+
+def _pool_cache(size: int, seed: int) -> Path:
+    return Path(tempfile.gettempdir()) / f"protolab-pool-{size}-{seed}-faker{version('faker')}.json"
 
 
 def _window(items: list[T], extra: int) -> list[T]:
