@@ -1,10 +1,14 @@
-// gRPC server-streaming load: RecordService/StreamRecords({count: COUNT}), one Record per
-// message; one protolab_reqs per completed stream (see docs/CONTRACTS.md).
+// gRPC streaming load (see docs/CONTRACTS.md): RecordService/StreamRecords({count: COUNT}), one
+// Record per message from the server; or, with UPLOAD_FILE set, RecordService/UploadRecords, each
+// record of that file one message from the client, then the server's one reply. One protolab_reqs
+// per completed stream.
+// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, CHECK_EVERY, SUMMARY_FILE and the load model's
+// (k6/lib/common.js); UPLOAD_FILE and UPLOAD_COUNT (k6/lib/common.js grpcUpload).
 import { check } from 'k6';
 import { Stream } from 'k6/net/grpc';
 import {
-  COUNT, buildOptions, connectOnce, grpcClient, logFirstFailure, record, recordChecks,
-  sampled, summaryHandler,
+  COUNT, buildOptions, connectOnce, grpcClient, grpcUpload, logFirstFailure, record, recordChecks,
+  sampled, summaryHandler, uploadReplyChecks,
   DECODED, UNDECODED,
 } from './lib/common.js';
 
@@ -12,7 +16,10 @@ import {
 const CLOCK = 'grpc_req_duration{decoded:no}';
 export const handleSummary = summaryHandler(CLOCK);
 
-const METHOD = 'protolab.cars.v1.RecordService/StreamRecords';
+const UPLOAD = grpcUpload();
+const METHOD = UPLOAD
+  ? 'protolab.cars.v1.RecordService/UploadRecords'
+  : 'protolab.cars.v1.RecordService/StreamRecords';
 const REQUEST = { count: COUNT };
 // Throughput streams drop each message in Go (k6 still emits an empty 'data' event per
 // message, so counting works); sampled streams decode them for checking.
@@ -22,6 +29,13 @@ const DECODE = { tags: DECODED };
 const client = grpcClient();
 
 export const options = buildOptions(CLOCK);
+
+// The server's messages a stream must end with, and the checks of the decoded ones.
+const WANT = UPLOAD ? 1 : COUNT;
+function messageChecks(received) {
+  if (UPLOAD) return uploadReplyChecks(received[0], UPLOAD);
+  return recordChecks(received, true);
+}
 
 export default function () {
   connectOnce(client);
@@ -47,11 +61,16 @@ export default function () {
   });
   stream.on('end', () => {
     if (finished) return;
-    let ok = count === COUNT;
-    if (!ok) logFirstFailure(`${METHOD} ended after ${count} messages, want ${COUNT}`);
-    if (decode) ok = check(received, recordChecks(received, true));
+    let ok = count === WANT;
+    if (!ok) logFirstFailure(`${METHOD} ended after ${count} messages, want ${WANT}`);
+    if (decode) ok = check(received, messageChecks(received));
     finish(ok);
   });
-  stream.write(REQUEST);
+  if (UPLOAD) {
+    // The same parsed records every stream: k6 marshals each as it writes it.
+    for (const message of UPLOAD.records) stream.write(message);
+  } else {
+    stream.write(REQUEST);
+  }
   stream.end();
 }

@@ -1,9 +1,12 @@
-// gRPC unary load: RecordService/ListRecords({count: COUNT}) (see docs/CONTRACTS.md).
+// gRPC unary load (see docs/CONTRACTS.md): RecordService/ListRecords({count: COUNT}); or, with
+// UPLOAD_FILE set, RecordService/CreateRecords with the records of that file (an upload).
+// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, CHECK_EVERY, SUMMARY_FILE and the load model's
+// (k6/lib/common.js); UPLOAD_FILE and UPLOAD_COUNT (k6/lib/common.js grpcUpload).
 import { check } from 'k6';
 import grpc from 'k6/net/grpc';
 import {
-  COUNT, buildOptions, connectOnce, grpcClient, logFirstFailure, record, recordChecks,
-  sampled, summaryHandler,
+  COUNT, buildOptions, connectOnce, grpcClient, grpcUpload, logFirstFailure, record, recordChecks,
+  sampled, summaryHandler, uploadReplyChecks,
   DECODED, UNDECODED,
 } from './lib/common.js';
 
@@ -11,8 +14,12 @@ import {
 const CLOCK = 'grpc_req_duration{decoded:no}';
 export const handleSummary = summaryHandler(CLOCK);
 
-const METHOD = 'protolab.cars.v1.RecordService/ListRecords';
-const REQUEST = { count: COUNT };
+const UPLOAD = grpcUpload();
+const METHOD = UPLOAD
+  ? 'protolab.cars.v1.RecordService/CreateRecords'
+  : 'protolab.cars.v1.RecordService/ListRecords';
+// The one request of every call, made once here: k6 marshals it per call.
+const REQUEST = UPLOAD ? { records: UPLOAD.records } : { count: COUNT };
 // Throughput calls drop the response in Go; sampled calls decode it for checking.
 const FAST = { discardResponseMessage: true, tags: UNDECODED };
 const DECODE = { tags: DECODED };
@@ -21,15 +28,17 @@ const client = grpcClient();
 
 export const options = buildOptions(CLOCK);
 
+function replyChecks(res) {
+  if (UPLOAD) return uploadReplyChecks(res.message, UPLOAD);
+  return recordChecks(res.message ? res.message.records : null, true);
+}
+
 export default function () {
   connectOnce(client);
   const decode = sampled();
   const res = client.invoke(METHOD, REQUEST, decode ? DECODE : FAST);
   let ok = res.status === grpc.StatusOK;
   if (!ok) logFirstFailure(`${METHOD} status ${res.status}: ${JSON.stringify(res.error)}`);
-  if (decode) {
-    const records = res.message ? res.message.records : null;
-    ok = check(res, Object.assign({ 'status is OK': () => ok }, recordChecks(records, true)));
-  }
+  if (decode) ok = check(res, Object.assign({ 'status is OK': () => ok }, replyChecks(res)));
   record(ok);
 }

@@ -1,10 +1,15 @@
-// REST load: GET BASE_URL/records?count=COUNT over HTTP/1.1 or HTTP/2 (see docs/CONTRACTS.md).
+// REST load (see docs/CONTRACTS.md): GET BASE_URL/records?count=COUNT over HTTP/1.1 or HTTP/2; or,
+// with UPLOAD_FILE set, an upload: POST BASE_URL/records with that file's bytes as the body.
+// Env: BASE_URL, EXPECT_PROTO, COUNT, CHECK_EVERY, SUMMARY_FILE and the load model's
+// (k6/lib/common.js); for an upload UPLOAD_FILE (an absolute path to the exact body, written by the
+// runner before the run) and UPLOAD_COUNT (the records in it, default: as many as it holds), which
+// a checked reply's count and checksum must match (k6/lib/common.js restUpload).
 import { check } from 'k6';
 import exec from 'k6/execution';
 import http from 'k6/http';
 import {
-  COUNT, buildOptions, envString, logFirstFailure, record, recordChecks, sampled,
-  summaryHandler,
+  COUNT, buildOptions, envString, logFirstFailure, record, recordChecks, restUpload, sampled,
+  summaryHandler, uploadReplyChecks,
   DECODED, UNDECODED,
 } from './lib/common.js';
 
@@ -18,34 +23,59 @@ const EXPECT_PROTO = envString('EXPECT_PROTO', 'HTTP/1.1');
 if (!PROTOCOLS.includes(EXPECT_PROTO)) {
   throw new Error(`protolab: EXPECT_PROTO=${EXPECT_PROTO}, want one of ${PROTOCOLS.join(', ')}`);
 }
-const URL = `${envString('BASE_URL').replace(/\/+$/, '')}/records?count=${COUNT}`;
+const BASE_URL = envString('BASE_URL').replace(/\/+$/, '');
+const URL = `${BASE_URL}/records?count=${COUNT}`;
+const LIST = `GET ${URL}`;
 
 // Throughput requests skip the body entirely; sampled ones keep it for checking.
 const FAST = { responseType: 'none', tags: UNDECODED };
 const DECODE = { responseType: 'text', tags: DECODED };
 
+// An upload sends the same bytes every iteration, read once per VU here in init.
+const UPLOAD = restUpload();
+const UPLOAD_URL = `${BASE_URL}/records`;
+const POST = `POST ${UPLOAD_URL}`;
+const UPLOAD_HEADERS = { 'Content-Type': 'application/json' };
+const UPLOAD_FAST = Object.assign({ headers: UPLOAD_HEADERS }, FAST);
+const UPLOAD_DECODE = Object.assign({ headers: UPLOAD_HEADERS }, DECODE);
+
 export const options = buildOptions(CLOCK);
 
-function parseRecords(res) {
+function parsed(res) {
   try {
-    return JSON.parse(res.body).records;
+    return JSON.parse(res.body);
   } catch (_) {
     return null;
   }
 }
 
-export default function () {
-  const decode = sampled();
-  const res = http.get(URL, decode ? DECODE : FAST);
-  // A measured HTTP/2 run must never silently fall back to HTTP/1.1 (or the reverse).
+// A response's checks and metrics: the protocol (a measured HTTP/2 run must never silently fall
+// back to HTTP/1.1, or the reverse), the status, and a sampled response's content.
+function finish(res, decode, request, contentChecks) {
   if (res.status !== 0 && res.proto !== EXPECT_PROTO) {
-    exec.test.abort(`protolab: server negotiated ${res.proto} but EXPECT_PROTO=${EXPECT_PROTO} (${URL})`);
+    exec.test.abort(`protolab: server negotiated ${res.proto} but EXPECT_PROTO=${EXPECT_PROTO} (${request})`);
   }
   let ok = res.status === 200;
-  if (!ok) logFirstFailure(`GET ${URL}: status ${res.status} ${res.error}`);
+  if (!ok) logFirstFailure(`${request}: status ${res.status} ${res.error}`);
   if (decode) {
-    const checks = Object.assign({ 'status is 200': () => ok }, recordChecks(parseRecords(res)));
-    ok = check(res, checks);
+    ok = check(res, Object.assign({ 'status is 200': () => ok }, contentChecks(parsed(res))));
   }
   record(ok);
 }
+
+const listChecks = (body) => recordChecks(body && body.records);
+const uploadChecks = (reply) => uploadReplyChecks(reply, UPLOAD);
+
+function listRecords() {
+  const decode = sampled();
+  const res = http.get(URL, decode ? DECODE : FAST);
+  finish(res, decode, LIST, listChecks);
+}
+
+function uploadRecords() {
+  const decode = sampled();
+  const res = http.post(UPLOAD_URL, UPLOAD.body, decode ? UPLOAD_DECODE : UPLOAD_FAST);
+  finish(res, decode, POST, uploadChecks);
+}
+
+export default UPLOAD ? uploadRecords : listRecords;

@@ -3,10 +3,10 @@
 A floor server is the least a skilled engineer would run for the lab's contract: the same records
 and bytes on the wire and the same answers to bad input, nothing else. It reads the lab's settings
 by name (the ones that decide the work: HOST, PORT, WORKERS, RECORD_POOL_SIZE, RECORD_SEED,
-DEFAULT_COUNT, MAX_COUNT, RESPONSE_MODEL), takes the record pool's data (services.common.records'
-load_pool, the JSON every lab server starts from) and holds each record as one flat tuple. Its
-process is the server itself: no supervisor; with more than one worker (a quota above one CPU),
-the first process forks the others, which share the port through SO_REUSEPORT.
+DEFAULT_COUNT, MAX_COUNT, MAX_REQUEST_BYTES, RESPONSE_MODEL), takes the record pool's data
+(services.common.records' load_pool, the JSON every lab server starts from) and holds each record as
+one flat tuple. Its process is the server itself: no supervisor; with more than one worker (a quota
+above one CPU), the first process forks the others, which share the port through SO_REUSEPORT.
 
 From the lab it takes only what is not serving: the pool's data, the worker count the lab derives
 from the cgroup quota and the interpreter's description for the listening line (docs/CONTRACTS.md).
@@ -218,9 +218,9 @@ def _print_listening(settings: FloorSettings, port: int) -> None:
     print(json.dumps(event), flush=True)
 
 
-def error_body(message: str) -> bytes:
-    """The lab's 400 body: {"error": message, "status": 400}."""
-    return orjson.dumps({"error": message, "status": 400})
+def error_body(message: str, status: int = 400) -> bytes:
+    """The lab's error body: {"error": message, "status": status}."""
+    return orjson.dumps({"error": message, "status": status})
 
 
 def checksum(records: list[FlatRecord]) -> int:

@@ -8,10 +8,11 @@ from typing import Any
 import grpc
 import grpc.aio
 import uvloop
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from benchmarks.floor.common import BadRequest, FloorSettings, Records, floor_settings, run
-from benchmarks.floor.messages import Messages, Request
+from benchmarks.floor.common import BadRequest, FlatRecord, FloorSettings, Records, floor_settings, run
+from benchmarks.floor.messages import Messages, Request, Uploads, undecodable
 from services.common.pb import cars_pb2, cars_pb2_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -19,8 +20,9 @@ RECORD_SERVICE = cars_pb2.DESCRIPTOR.services_by_name["RecordService"].full_name
 
 
 class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
-    def __init__(self, messages: Messages) -> None:
+    def __init__(self, messages: Messages, uploads: Uploads) -> None:
         self._messages = messages
+        self._uploads = uploads
 
     async def ListRecords(self, request: Request, context: Context) -> cars_pb2.ListRecordsResponse:
         try:
@@ -36,13 +38,61 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
         for message in messages:
             yield message
 
+    async def CreateRecords(self, request: bytes, context: Context) -> cars_pb2.CreateRecordsReply:
+        # Its bytes (_add_record_service): grpc.aio answers what its deserializer refuses with UNKNOWN.
+        try:
+            return self._uploads.create(cars_pb2.CreateRecordsRequest.FromString(request))
+        except DecodeError:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(cars_pb2.CreateRecordsRequest))
+        except BadRequest as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+
+    async def UploadRecords(
+        self, requests: AsyncIterator[cars_pb2.Record], context: Context
+    ) -> cars_pb2.CreateRecordsReply:
+        records: list[FlatRecord] = []
+        try:
+            async for message in requests:
+                self._uploads.add(records, message)
+            return self._uploads.reply(records)
+        except DecodeError:  # each message is decoded as the iteration reads it
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(cars_pb2.Record))
+        except BadRequest as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+
+
+def _add_record_service(servicer: RecordServicer, server: grpc.aio.Server) -> None:
+    """The generated add_RecordServiceServicer_to_server, but CreateRecords gets its request's bytes."""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        "ListRecords": grpc.unary_unary_rpc_method_handler(
+            servicer.ListRecords,
+            cars_pb2.ListRecordsRequest.FromString,
+            cars_pb2.ListRecordsResponse.SerializeToString,
+        ),
+        "StreamRecords": grpc.unary_stream_rpc_method_handler(
+            servicer.StreamRecords, cars_pb2.ListRecordsRequest.FromString, cars_pb2.Record.SerializeToString
+        ),
+        "CreateRecords": grpc.unary_unary_rpc_method_handler(
+            servicer.CreateRecords, None, cars_pb2.CreateRecordsReply.SerializeToString
+        ),
+        "UploadRecords": grpc.stream_unary_rpc_method_handler(
+            servicer.UploadRecords, cars_pb2.Record.FromString, cars_pb2.CreateRecordsReply.SerializeToString
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(RECORD_SERVICE, handlers),))
+    server.add_registered_method_handlers(RECORD_SERVICE, handlers)
+
 
 async def _serve(
-    settings: FloorSettings, messages: Messages, port: int, ready: Callable[[int], None]
+    settings: FloorSettings, servicer: RecordServicer, port: int, ready: Callable[[int], None]
 ) -> None:
-    # SO_REUSEPORT (grpc's default) only when workers share the port, so a busy port fails loudly.
-    server = grpc.aio.server(options=[("grpc.so_reuseport", int(settings.workers > 1))])
-    cars_pb2_grpc.add_RecordServiceServicer_to_server(RecordServicer(messages), server)
+    options = [
+        # SO_REUSEPORT (grpc's default) only when workers share the port, so a busy port fails loudly.
+        ("grpc.so_reuseport", int(settings.workers > 1)),
+        ("grpc.max_receive_message_length", settings.max_request_bytes),  # else RESOURCE_EXHAUSTED
+    ]
+    server = grpc.aio.server(options=options)
+    _add_record_service(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for service in ("", RECORD_SERVICE):
@@ -59,8 +109,8 @@ async def _serve(
 
 def main() -> None:
     settings = floor_settings("floor_grpc_aio")
-    messages = Messages(settings, Records(settings))
-    run(settings, lambda port, ready: uvloop.run(_serve(settings, messages, port, ready)))
+    servicer = RecordServicer(Messages(settings, Records(settings)), Uploads(settings.max_count))
+    run(settings, lambda port, ready: uvloop.run(_serve(settings, servicer, port, ready)))
 
 
 if __name__ == "__main__":

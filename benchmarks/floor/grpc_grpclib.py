@@ -6,7 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import uvloop
+from google.protobuf.message import DecodeError
 from grpclib.const import Status
+from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 from grpclib.health.service import Health
 from grpclib.server import Server, Stream
@@ -14,19 +16,34 @@ from grpclib.server import Server, Stream
 from benchmarks.floor.common import (
     LISTEN_BACKLOG,
     BadRequest,
+    FlatRecord,
     FloorSettings,
     Records,
     floor_settings,
     listen_socket,
     run,
 )
-from benchmarks.floor.messages import Messages, Request
+from benchmarks.floor.messages import Messages, Request, Uploads, undecodable
 from services.common.pb import cars_grpc, cars_pb2
 
 
+class Codec(ProtoCodec):
+    """grpclib has no receive limit: a message over max_request_bytes is refused once read, as the lab's."""
+
+    def __init__(self, max_request_bytes: int) -> None:
+        self._max = max_request_bytes
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        if len(data) > self._max:
+            message = f"Received message larger than max ({len(data)} vs. {self._max})"
+            raise GRPCError(Status.RESOURCE_EXHAUSTED, message)
+        return super().decode(data, message_type)
+
+
 class RecordService(cars_grpc.RecordServiceBase):
-    def __init__(self, messages: Messages) -> None:
+    def __init__(self, messages: Messages, uploads: Uploads) -> None:
         self._messages = messages
+        self._uploads = uploads
 
     async def _request(self, stream: Stream[Request, Any]) -> Request:
         request = await stream.recv_message()
@@ -51,13 +68,39 @@ class RecordService(cars_grpc.RecordServiceBase):
         for message in messages:
             await stream.send_message(message)
 
+    async def CreateRecords(
+        self, stream: Stream[cars_pb2.CreateRecordsRequest, cars_pb2.CreateRecordsReply]
+    ) -> None:
+        try:
+            request = await stream.recv_message()
+        except DecodeError:
+            raise GRPCError(Status.INVALID_ARGUMENT, undecodable(cars_pb2.CreateRecordsRequest)) from None
+        if request is None:
+            raise GRPCError(Status.INVALID_ARGUMENT, "no request message")
+        try:
+            reply = self._uploads.create(request)
+        except BadRequest as error:
+            raise GRPCError(Status.INVALID_ARGUMENT, str(error)) from None
+        await stream.send_message(reply)
+
+    async def UploadRecords(self, stream: Stream[cars_pb2.Record, cars_pb2.CreateRecordsReply]) -> None:
+        records: list[FlatRecord] = []
+        try:
+            while (message := await stream.recv_message()) is not None:
+                self._uploads.add(records, message)
+            reply = self._uploads.reply(records)
+        except DecodeError:
+            raise GRPCError(Status.INVALID_ARGUMENT, undecodable(cars_pb2.Record)) from None
+        except BadRequest as error:
+            raise GRPCError(Status.INVALID_ARGUMENT, str(error)) from None
+        await stream.send_message(reply)
+
 
 async def _serve(
-    settings: FloorSettings, messages: Messages, port: int, ready: Callable[[int], None]
+    settings: FloorSettings, records: RecordService, port: int, ready: Callable[[int], None]
 ) -> None:
-    records = RecordService(messages)
     # No checks: SERVING for the server ("") and RecordService, what the runner's health wait asks.
-    server = Server([records, Health({records: []})])
+    server = Server([records, Health({records: []})], codec=Codec(settings.max_request_bytes))
     sock = listen_socket(settings, port)
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
@@ -70,8 +113,8 @@ async def _serve(
 
 def main() -> None:
     settings = floor_settings("floor_grpc_grpclib")
-    messages = Messages(settings, Records(settings))
-    run(settings, lambda port, ready: uvloop.run(_serve(settings, messages, port, ready)))
+    records = RecordService(Messages(settings, Records(settings)), Uploads(settings.max_count))
+    run(settings, lambda port, ready: uvloop.run(_serve(settings, records, port, ready)))
 
 
 if __name__ == "__main__":

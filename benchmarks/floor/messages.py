@@ -1,8 +1,9 @@
-"""The floors' RecordService messages from flat tuples, as the lab sends them."""
+"""The floors' RecordService messages from flat tuples, as the lab sends them; and an upload's Record
+messages turned into flat tuples, answered as the lab answers them."""
 
 from collections.abc import Callable, Iterator
 
-from benchmarks.floor.common import FlatRecord, FloorSettings, Records
+from benchmarks.floor.common import BadRequest, FlatRecord, FloorSettings, Records, checksum
 from services.common.pb import cars_pb2
 
 Request = cars_pb2.ListRecordsRequest
@@ -57,3 +58,49 @@ def _filled(message: cars_pb2.Record, record: FlatRecord) -> cars_pb2.Record:
     driver.lastname = lastname
     driver.driver_id = driver_id
     return message
+
+
+def flat_record(message: cars_pb2.Record) -> FlatRecord:
+    """The flat tuple of a Record message an upload sent."""
+    car, driver = message.car, message.driver
+    return (car.make, car.model, car.trim, car.color, car.year, car.mileage,
+            driver.firstname, driver.lastname, driver.driver_id)  # fmt: skip
+
+
+def undecodable(message_type: type[cars_pb2.CreateRecordsRequest | cars_pb2.Record]) -> str:
+    """The lab's INVALID_ARGUMENT message for bytes that do not parse as a message_type."""
+    return f"not a valid {message_type.DESCRIPTOR.full_name} message"
+
+
+class Uploads:
+    """CreateRecords and UploadRecords: each Record message a flat tuple, the reply their count and
+    checksum; BadRequest (the lab's words) for no record or more than max_count, a stream's at its
+    first record over max_count."""
+
+    def __init__(self, max_count: int) -> None:
+        self.max_count = max_count
+
+    def refused(self, count: int) -> BadRequest:
+        return BadRequest(f"records: expected 1 to {self.max_count} records, got {count}")
+
+    def create(self, request: cars_pb2.CreateRecordsRequest) -> cars_pb2.CreateRecordsReply:
+        count = len(request.records)
+        if count < 1 or count > self.max_count:
+            raise self.refused(count)
+        return _reply([flat_record(message) for message in request.records])
+
+    def add(self, records: list[FlatRecord], message: cars_pb2.Record) -> None:
+        """An UploadRecords message appended to the call's records."""
+        if len(records) == self.max_count:
+            raise self.refused(len(records) + 1)
+        records.append(flat_record(message))
+
+    def reply(self, records: list[FlatRecord]) -> cars_pb2.CreateRecordsReply:
+        """The reply to an UploadRecords call of these records."""
+        if not records:
+            raise self.refused(0)
+        return _reply(records)
+
+
+def _reply(records: list[FlatRecord]) -> cars_pb2.CreateRecordsReply:
+    return cars_pb2.CreateRecordsReply(count=len(records), checksum=checksum(records))

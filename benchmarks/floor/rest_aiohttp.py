@@ -1,4 +1,4 @@
-"""aiohttp floor: GET /records and /healthz on aiohttp and uvloop; nothing else (see common.py)."""
+"""aiohttp floor: GET and POST /records and /healthz on aiohttp and uvloop; nothing else (see common.py)."""
 
 import asyncio
 import signal
@@ -19,12 +19,15 @@ from benchmarks.floor.common import (
     listen_socket,
     run,
 )
+from benchmarks.floor.uploads import Uploads
 
 JSON = "application/json"
 SERVING = orjson.dumps({"status": "SERVING"})
 
 
-def build_app(body_of: BodyOf) -> web.Application:
+def build_app(settings: FloorSettings, body_of: BodyOf) -> web.Application:
+    uploads = Uploads(settings.max_count, settings.max_request_bytes)
+
     async def list_records(request: web.Request) -> web.Response:
         query = request.query
         try:
@@ -33,11 +36,20 @@ def build_app(body_of: BodyOf) -> web.Application:
             return web.Response(status=400, body=error_body(str(error)), content_type=JSON)
         return web.Response(body=body, content_type=JSON)
 
+    async def create_records(request: web.Request) -> web.Response:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return web.Response(status=413, body=uploads.too_large, content_type=JSON)
+        status, reply = uploads.answer(request.headers.get("Content-Type"), body)
+        return web.Response(status=status, body=reply, content_type=JSON)
+
     async def healthz(_request: web.Request) -> web.Response:
         return web.Response(body=SERVING, content_type=JSON)
 
-    app = web.Application()
+    app = web.Application(client_max_size=settings.max_request_bytes)
     app.router.add_get("/records", list_records)
+    app.router.add_post("/records", create_records)
     app.router.add_get("/healthz", healthz)
     return app
 
@@ -60,7 +72,7 @@ async def _serve(
 
 def main() -> None:
     settings = floor_settings("floor_rest_aiohttp")
-    app = build_app(body_maker(settings, Records(settings)))
+    app = build_app(settings, body_maker(settings, Records(settings)))
     run(settings, lambda port, ready: uvloop.run(_serve(settings, app, port, ready)))
 
 

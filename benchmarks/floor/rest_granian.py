@@ -62,7 +62,7 @@ async def _serve(settings: FloorSettings, app: Quart, port: int, ready: Callable
 
 def main() -> None:
     settings = floor_settings("floor_rest_granian")
-    app = build_app(body_maker(settings, Records(settings)))
+    app = build_app(settings, body_maker(settings, Records(settings)))
     run(settings, lambda port, ready: uvloop.run(_serve(settings, app, port, ready)))
 
 

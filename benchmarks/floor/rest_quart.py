@@ -1,4 +1,4 @@
-"""Quart-on-Hypercorn floor: GET /records and /healthz on Quart, one Hypercorn server on uvloop;
+"""Quart-on-Hypercorn floor: GET and POST /records and /healthz on Quart, one Hypercorn server on uvloop;
 nothing else (see common.py)."""
 
 import asyncio
@@ -10,6 +10,7 @@ import uvloop
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 from quart import Quart, Response, request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from benchmarks.floor.bodies import BodyOf, body_maker
 from benchmarks.floor.common import (
@@ -23,14 +24,17 @@ from benchmarks.floor.common import (
     listen_socket,
     run,
 )
+from benchmarks.floor.uploads import Uploads
 
 JSON = "application/json"
 SERVING = orjson.dumps({"status": "SERVING"})
 
 
-def build_app(body_of: BodyOf) -> Quart:
+def build_app(settings: FloorSettings, body_of: BodyOf) -> Quart:
     """The Quart app, which the Granian floor (benchmarks.floor.rest_granian) serves too."""
+    uploads = Uploads(settings.max_count, settings.max_request_bytes)
     app = Quart(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes  # reading more raises RequestEntityTooLarge
 
     @app.get("/records")
     async def list_records() -> Response:
@@ -40,6 +44,15 @@ def build_app(body_of: BodyOf) -> Quart:
         except BadRequest as error:
             return Response(error_body(str(error)), status=400, content_type=JSON)
         return Response(body, content_type=JSON)
+
+    @app.post("/records")
+    async def create_records() -> Response:
+        try:
+            body = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+        except RequestEntityTooLarge:  # the rest of the body unread: the connection closes
+            return Response(uploads.too_large, status=413, headers={"Connection": "close"}, content_type=JSON)
+        status, reply = uploads.answer(request.headers.get("Content-Type"), body)
+        return Response(reply, status=status, content_type=JSON)
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -76,7 +89,7 @@ async def _serve(settings: FloorSettings, app: Quart, port: int, ready: Callable
 
 def main() -> None:
     settings = floor_settings("floor_rest_quart")
-    app = build_app(body_maker(settings, Records(settings)))
+    app = build_app(settings, body_maker(settings, Records(settings)))
     run(settings, lambda port, ready: uvloop.run(_serve(settings, app, port, ready)))
 
 

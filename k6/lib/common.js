@@ -204,6 +204,48 @@ export function grpcClient() {
   return client;
 }
 
+// A gRPC upload's records (CreateRecords, UploadRecords), or null when UPLOAD_FILE is unset.
+// UPLOAD_FILE: an absolute path to {"records": [...]} in the proto's canonical JSON names (the REST
+// body), written by the runner before the run; UPLOAD_COUNT: how many records it holds (checked;
+// default: as many as it holds). Read and parsed once per VU, here in init: every request sends these
+// same objects, which k6 marshals per request. checksum: what the server's reply must say
+// (services/common/records.py checksum(); JavaScript's string length is Python's for the pool's
+// characters, all in the Basic Multilingual Plane).
+export function grpcUpload() {
+  const file = __ENV.UPLOAD_FILE;
+  if (!file) return null;
+  const records = JSON.parse(open(file)).records;
+  const count = envInt('UPLOAD_COUNT', records.length);
+  if (records.length !== count) {
+    throw new Error(`protolab: ${file} holds ${records.length} records, UPLOAD_COUNT=${count}`);
+  }
+  let total = 0;
+  for (const { car, driver } of records) {
+    // (|| 0: the proto's JSON mapping may leave a zero number out)
+    total += (car.year || 0) + (car.mileage || 0) + car.make.length + car.model.length + car.trim.length +
+      car.color.length + driver.firstname.length + driver.lastname.length + driver.driverId.length;
+  }
+  return { records, count, checksum: total % 2 ** 32 };
+}
+
+// Checks of a decoded CreateRecordsReply (none: {}) against the upload sent.
+export function uploadReplyChecks(reply, upload) {
+  const got = reply || {};
+  return {
+    'reply count == records sent': () => got.count === upload.count,
+    'reply checksum == records sent': () => got.checksum === upload.checksum,
+  };
+}
+
+// A REST upload (POST /records), or null when UPLOAD_FILE is unset: body, the file's exact bytes,
+// sent as they are by every request (read once per VU, here in init), and the count and checksum
+// the reply must say (grpcUpload's, from the same file).
+export function restUpload() {
+  const upload = grpcUpload();
+  if (upload === null) return null;
+  return { body: open(__ENV.UPLOAD_FILE, 'b'), count: upload.count, checksum: upload.checksum };
+}
+
 // Each VU has its own JS runtime, so this flag is per VU: one connection per VU.
 let connected = false;
 

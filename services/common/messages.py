@@ -1,11 +1,14 @@
 """RecordService's protobuf messages from the neutral records, under the response model: what every
-gRPC server (grpc.aio, grpclib) sends, as services.common.rest.RecordBodies is what the REST servers send."""
+gRPC server (grpc.aio, grpclib) sends, as services.common.rest.RecordBodies is what the REST servers send;
+and the records an upload (CreateRecords, UploadRecords) sends, turned into neutral records."""
 
 from collections.abc import Iterator
 
+from google.protobuf.message import Message
+
 from services.common.config import ResponseModel
 from services.common.pb import cars_pb2
-from services.common.records import Prebuilt, Record, RecordSource
+from services.common.records import BadRequest, Car, Driver, Prebuilt, Record, RecordSource, checksum
 
 
 def fill_record(message: cars_pb2.Record, record: Record) -> cars_pb2.Record:
@@ -73,3 +76,66 @@ class RecordMessages:
         else:
             for record in self._source.records(count, offset):
                 yield new_record_message(record)
+
+
+def record_from_message(message: cars_pb2.Record) -> Record:
+    """The neutral record of a Record message an upload sent (an unset car or driver reads as empty)."""
+    car, driver = message.car, message.driver
+    return Record(
+        Car(car.make, car.model, car.trim, car.color, car.year, car.mileage),
+        Driver(driver.firstname, driver.lastname, driver.driver_id),
+    )
+
+
+def undecodable(message_type: type[Message]) -> str:
+    """The INVALID_ARGUMENT message for bytes that do not parse as a message_type."""
+    return f"not a valid {message_type.DESCRIPTOR.full_name} message"
+
+
+class RecordUploads:
+    """CreateRecords and UploadRecords: every Record message received becomes a neutral record
+    (record_from_message); the reply holds their count and checksum. BadRequest for no record or
+    more than max_count (a stream is refused at its first record over max_count)."""
+
+    def __init__(self, max_count: int) -> None:
+        self.max_count = max_count
+
+    def refused(self, count: int) -> BadRequest:
+        """The error for an upload of count records, out of 1..max_count."""
+        return BadRequest(f"records: expected 1 to {self.max_count} records, got {count}")
+
+    def create(self, request: cars_pb2.CreateRecordsRequest) -> cars_pb2.CreateRecordsReply:
+        """The reply to a CreateRecords request."""
+        count = len(request.records)
+        if count < 1 or count > self.max_count:
+            raise self.refused(count)
+        return _reply([record_from_message(message) for message in request.records])
+
+    def start(self) -> "Upload":
+        """An UploadRecords call's records, none until its messages arrive."""
+        return Upload(self)
+
+
+class Upload:
+    """One UploadRecords call: its records so far."""
+
+    __slots__ = ("_records", "_uploads")
+
+    def __init__(self, uploads: RecordUploads) -> None:
+        self._uploads = uploads
+        self._records: list[Record] = []
+
+    def add(self, message: cars_pb2.Record) -> None:
+        if len(self._records) == self._uploads.max_count:
+            raise self._uploads.refused(len(self._records) + 1)
+        self._records.append(record_from_message(message))
+
+    def reply(self) -> cars_pb2.CreateRecordsReply:
+        """The reply once the client has sent its last message."""
+        if not self._records:
+            raise self._uploads.refused(0)
+        return _reply(self._records)
+
+
+def _reply(records: list[Record]) -> cars_pb2.CreateRecordsReply:
+    return cars_pb2.CreateRecordsReply(count=len(records), checksum=checksum(records))

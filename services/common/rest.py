@@ -1,5 +1,7 @@
-"""What both REST servers share: the OpenAPI document, JSON bodies and errors, query parsing, health."""
+"""What every REST server shares: the OpenAPI document, JSON bodies and errors, query parsing, the upload
+(POST /records), health."""
 
+from collections.abc import Mapping
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -8,7 +10,18 @@ import orjson
 
 from services.common.config import ResponseModel
 from services.common.contract import RECORD_SHAPE
-from services.common.records import JsonRecord, Prebuilt, RecordSource, json_records, parse_query_int
+from services.common.records import (
+    BadRequest,
+    Car,
+    Driver,
+    JsonRecord,
+    Prebuilt,
+    Record,
+    RecordSource,
+    checksum,
+    json_records,
+    parse_query_int,
+)
 
 JSON = "application/json"
 ROUTES = ("/records", "/healthz", "/openapi.json")
@@ -19,9 +32,13 @@ UNMATCHED_ROUTE = "unmatched"
 LISTEN_BACKLOG = 1024
 KEEP_ALIVE_TIMEOUT_SECONDS = 75.0
 
+# The proto's int32 (a record's year and mileage): what an upload may send.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
 _STRING = {"type": "string"}
 _INTEGER = {"type": "integer"}
-_SCHEMA_TYPES = {str: _STRING, int: _INTEGER}  # a JSON value's Python type -> its schema
+_INT32 = {**_INTEGER, "format": "int32", "minimum": INT32_MIN, "maximum": INT32_MAX}
+_SCHEMA_TYPES = {str: _STRING, int: _INT32}  # a JSON value's Python type -> its schema
 
 
 def _ref(schema: str) -> dict[str, str]:
@@ -51,8 +68,8 @@ def _record_schemas() -> dict[str, dict[str, Any]]:
     return schemas
 
 
-def openapi_document(max_count: int, default_count: int) -> dict[str, Any]:
-    """The OpenAPI 3 description of the REST API, with this server's count bounds."""
+def openapi_document(max_count: int, default_count: int, max_request_bytes: int) -> dict[str, Any]:
+    """The OpenAPI 3 description of the REST API, with this server's count and body bounds."""
     error_ref = _ref("Error")
     health_ref = _ref("Health")
     return {
@@ -94,7 +111,26 @@ def openapi_document(max_count: int, default_count: int) -> dict[str, Any]:
                         "200": _json_response("The records.", _ref("RecordList")),
                         "400": _json_response("count or offset not an integer, or out of range.", error_ref),
                     },
-                }
+                },
+                "post": {
+                    "operationId": "createRecords",
+                    "summary": "Upload records: the server decodes them and answers how many it received "
+                    "and their checksum",
+                    "requestBody": {
+                        "required": True,
+                        "content": {JSON: {"schema": _ref("RecordUpload")}},
+                    },
+                    "responses": {
+                        "200": _json_response("What the server decoded.", _ref("UploadReply")),
+                        "400": _json_response(
+                            "Not JSON, or not the schema: the error names the place, e.g. "
+                            "records[3].car.year.",
+                            error_ref,
+                        ),
+                        "413": _json_response(f"A body over {max_request_bytes} bytes.", error_ref),
+                        "415": _json_response(f"A Content-Type other than {JSON}.", error_ref),
+                    },
+                },
             },
             "/healthz": {
                 "get": {
@@ -118,6 +154,23 @@ def openapi_document(max_count: int, default_count: int) -> dict[str, Any]:
             "schemas": {
                 **_record_schemas(),
                 "RecordList": _object({"records": {"type": "array", "items": _ref("Record")}}),
+                "RecordUpload": _object(
+                    {
+                        "records": {
+                            "type": "array",
+                            "items": _ref("Record"),
+                            "minItems": 1,
+                            "maxItems": max_count,
+                        }
+                    }
+                ),
+                "UploadReply": _object(
+                    {
+                        "count": {**_INTEGER, "minimum": 1, "maximum": max_count},
+                        # CreateRecordsReply.checksum, a uint32 (services.common.records.checksum)
+                        "checksum": {**_INTEGER, "minimum": 0, "maximum": 2**32 - 1},
+                    }
+                ),
                 "Health": _object({"status": {"type": "string", "enum": ["SERVING", "NOT_SERVING"]}}),
                 "Error": _object({"error": _STRING, "status": {**_INTEGER, "minimum": 400, "maximum": 599}}),
             }
@@ -152,6 +205,130 @@ class RecordBodies:
         """The body for the raw query values; BadRequest for a bad value."""
         valid = self._source.validate(parse_query_int("count", count), parse_query_int("offset", offset))
         return orjson.dumps(self.document(*valid))
+
+
+def is_json(content_type: str | None) -> bool:
+    """Whether a Content-Type header is application/json, its parameters (charset) aside."""
+    return content_type is not None and content_type.partition(";")[0].strip().lower() == JSON
+
+
+_WRONG_CONTENT_TYPE = error_body(415, f"Content-Type must be {JSON}")
+
+
+class Uploads:
+    """POST /records on every REST server: the answer to an upload's body, once the server has read
+    it. Each framework holds the body to max_request_bytes itself and answers too_large (413) past it.
+
+    The checks, in order: 415 unless the Content-Type is application/json, then 400 for a body that
+    is not JSON or not the schema, with the place named ("records[3].car.year: expected an
+    integer"), else 200 {"count": N, "checksum": C} over the records as decoded into the neutral
+    form (services.common.records.checksum).
+    """
+
+    def __init__(self, max_count: int, max_request_bytes: int) -> None:
+        self._max_count = max_count
+        self.too_large = error_body(413, f"request body larger than {max_request_bytes} bytes")
+
+    def answer(self, content_type: str | None, body: bytes) -> tuple[int, bytes]:
+        """The status and body of the reply to an upload of body."""
+        if not is_json(content_type):
+            return HTTPStatus.UNSUPPORTED_MEDIA_TYPE, _WRONG_CONTENT_TYPE
+        try:
+            records = records_from_body(body, self._max_count)
+        except BadRequest as error:
+            return HTTPStatus.BAD_REQUEST, error_body(400, str(error))
+        return HTTPStatus.OK, orjson.dumps({"count": len(records), "checksum": checksum(records)})
+
+
+def records_from_body(body: bytes, max_count: int) -> list[Record]:
+    """An upload's records as neutral records; BadRequest naming the first place that is wrong.
+
+    Exactly the GET body's shape: unknown fields are refused as missing ones are, strings must be
+    strings and numbers int32 (a bool is no integer). Each record takes one pass of lookups and
+    exact type checks; only a record that fails them is walked again, by _record_problem, to say why.
+    """
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise BadRequest(f"body is not valid JSON: {error}") from None
+    if type(document) is not dict:
+        raise BadRequest("body: expected an object")
+    for key in document:
+        if key != "records":
+            raise BadRequest(f"{key}: unknown field")
+    if "records" not in document:
+        raise BadRequest("records: missing")
+    items = document["records"]
+    if type(items) is not list:
+        raise BadRequest("records: expected an array")
+    if not 1 <= len(items) <= max_count:
+        raise BadRequest(f"records: expected 1 to {max_count} records, got {len(items)}")
+    records = []
+    for index, item in enumerate(items):
+        try:  # a lookup in anything but an object (a list, a string, a number) is a TypeError
+            car, driver = item["car"], item["driver"]
+            make, model, trim, color = car["make"], car["model"], car["trim"], car["color"]
+            year, mileage = car["year"], car["mileage"]
+            firstname, lastname, driver_id = driver["firstname"], driver["lastname"], driver["driverId"]
+        except (KeyError, TypeError):
+            raise BadRequest(_record_problem(item, f"records[{index}]")) from None
+        if not (
+            len(item) == 2
+            and len(car) == 6
+            and len(driver) == 3
+            and type(make) is str
+            and type(model) is str
+            and type(trim) is str
+            and type(color) is str
+            and type(year) is int
+            and INT32_MIN <= year <= INT32_MAX
+            and type(mileage) is int
+            and INT32_MIN <= mileage <= INT32_MAX
+            and type(firstname) is str
+            and type(lastname) is str
+            and type(driver_id) is str
+        ):
+            raise BadRequest(_record_problem(item, f"records[{index}]"))
+        records.append(
+            Record(Car(make, model, trim, color, year, mileage), Driver(firstname, lastname, driver_id))
+        )
+    return records
+
+
+def _record_problem(item: Any, place: str) -> str:
+    """What is wrong with a record that failed records_from_body's checks: '<place>: <what>', the
+    first unknown or missing field or wrong value in the contract's order (RECORD_SHAPE)."""
+    problem = _fields_problem(item, place, RECORD_SHAPE)
+    if problem is not None:
+        return problem
+    for key, shape in RECORD_SHAPE.items():
+        part, part_place = item[key], f"{place}.{key}"
+        problem = _fields_problem(part, part_place, shape.fields)
+        if problem is not None:
+            return problem
+        for name, kind in shape.fields.items():
+            value = part[name]
+            if kind is str and type(value) is not str:
+                return f"{part_place}.{name}: expected a string"
+            if kind is int and type(value) is not int:
+                return f"{part_place}.{name}: expected an integer"
+            if kind is int and not INT32_MIN <= value <= INT32_MAX:
+                return f"{part_place}.{name}: expected a 32-bit integer"
+    raise AssertionError(f"{place}: refused by records_from_body, yet no problem found")
+
+
+def _fields_problem(value: Any, place: str, names: Mapping[str, Any]) -> str | None:
+    """Why value is not an object of exactly these fields (the first unknown, then the first
+    missing one), or None."""
+    if type(value) is not dict:
+        return f"{place}: expected an object"
+    for key in value:
+        if key not in names:
+            return f"{place}.{key}: unknown field"
+    for name in names:
+        if name not in value:
+            return f"{place}.{name}: missing"
+    return None
 
 
 def route_label(template: str | None, path: str) -> str:

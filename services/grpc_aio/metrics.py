@@ -9,15 +9,21 @@ ServerInterceptor: with any interceptor, grpc.aio resolves every call's handler 
 a chain of coroutines, which costs more than the metrics themselves (measured:
 docs/services.md, Metrics).
 
-Calls rejected before the handler runs are not counted: undecodable requests (as in
-go-grpc-prometheus), which k6 counts. RESOURCE_EXHAUSTED from GRPC_MAX_CONCURRENT_RPCS
-comes from the handler, so it is counted like any other code.
+Calls rejected before the handler runs are not counted: undecodable ListRecords and
+StreamRecords requests (as in go-grpc-prometheus) and requests over
+grpc.max_receive_message_length, which k6 counts. The upload methods decode inside their
+handler (server.add_record_service), so their undecodable messages count as InvalidArgument.
+RESOURCE_EXHAUSTED from GRPC_MAX_CONCURRENT_RPCS comes from the handler, so it is counted
+like any other code. A client stream's messages count as the handler reads them. A client
+stream that grpc core ends at a message over grpc.max_receive_message_length ends the handler's
+iteration as the client's last message would (grpc.aio's read() cannot tell the two apart), so it
+counts as OK, or Canceled, where the client gets RESOURCE_EXHAUSTED.
 """
 
 import asyncio
 import inspect
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from types import SimpleNamespace
 from typing import Any
@@ -27,8 +33,10 @@ import grpc.aio
 from google.protobuf.descriptor import ServiceDescriptor
 
 from services.common.grpc_metrics import GrpcServerMetrics, MethodMetrics, ended_status
-from services.common.metrics import MetricBatch
+from services.common.metrics import BatchedCounter, MetricBatch
 
+# go-grpc-prometheus's grpc_type label by (client streaming, server streaming).
+_GRPC_TYPES = {(False, False): "unary", (False, True): "server_stream", (True, False): "client_stream"}
 UnaryBehavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 StreamBehavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncGenerator[Any, None]]
 
@@ -46,6 +54,18 @@ def _error_code(context: grpc.aio.ServicerContext[Any, Any], error: BaseExceptio
     return grpc.StatusCode.UNKNOWN if code in (None, grpc.StatusCode.OK) else code
 
 
+def _finish_unary_response(
+    context: grpc.aio.ServicerContext[Any, Any], metrics: MethodMetrics, started_at: float
+) -> None:
+    """Count a call whose handler returned its one response (sent unless it set another code)."""
+    code = context.code()
+    if code is None or code is grpc.StatusCode.OK:
+        metrics.msg_sent.inc()
+        metrics.finish("OK", started_at)
+    else:
+        metrics.finish(code.name, started_at)
+
+
 def _instrument_unary(behavior: UnaryBehavior, metrics: MethodMetrics) -> UnaryBehavior:
     async def instrumented(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         started_at = time.perf_counter()
@@ -56,12 +76,29 @@ def _instrument_unary(behavior: UnaryBehavior, metrics: MethodMetrics) -> UnaryB
         except BaseException as error:
             metrics.finish(_error_code(context, error).name, started_at)
             raise
-        code = context.code()
-        if code is None or code is grpc.StatusCode.OK:
-            metrics.msg_sent.inc()
-            metrics.finish("OK", started_at)
-        else:
-            metrics.finish(code.name, started_at)
+        _finish_unary_response(context, metrics, started_at)
+        return response
+
+    return instrumented
+
+
+async def _counted(messages: AsyncIterator[Any], received: BatchedCounter) -> AsyncIterator[Any]:
+    """The messages of a client stream, each counted as the handler reads it."""
+    async for message in messages:
+        received.inc()
+        yield message
+
+
+def _instrument_client_stream(behavior: UnaryBehavior, metrics: MethodMetrics) -> UnaryBehavior:
+    async def instrumented(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        started_at = time.perf_counter()
+        metrics.started.inc()
+        try:
+            response = await behavior(_counted(requests, metrics.msg_received), context)
+        except BaseException as error:
+            metrics.finish(_error_code(context, error).name, started_at)
+            raise
+        _finish_unary_response(context, metrics, started_at)
         return response
 
     return instrumented
@@ -92,20 +129,24 @@ def _instrument_server_stream(
 
 def instrument_servicer(servicer: object, service: ServiceDescriptor, batch: MetricBatch) -> SimpleNamespace:
     """The servicer's methods of `service`, each recording its metrics into batch, as one object
-    for the generated add_<Service>Servicer_to_server.
+    for an add_<Service>Servicer_to_server (server.add_record_service for RecordService).
 
-    Handles unary and server-streaming methods (server-streaming ones must be async
-    generators); a service with client-streaming methods is refused.
+    Handles unary, server-streaming (which must be async generators) and client-streaming methods;
+    a service with bidirectional methods is refused.
     """
     metrics = GrpcServerMetrics()
     methods = {}
     for method in service.methods:
-        if method.client_streaming:
-            raise ValueError(f"{method.full_name}: client-streaming methods are not instrumented")
+        if method.client_streaming and method.server_streaming:
+            raise ValueError(
+                f"{method.full_name}: a client-streaming method with a streamed response is not instrumented"
+            )
         behavior = getattr(servicer, method.name)
-        grpc_type = "server_stream" if method.server_streaming else "unary"
+        grpc_type = _GRPC_TYPES[method.client_streaming, method.server_streaming]
         method_metrics = MethodMetrics(metrics, batch, (grpc_type, service.full_name, method.name))
-        if not method.server_streaming:
+        if method.client_streaming:
+            methods[method.name] = _instrument_client_stream(behavior, method_metrics)
+        elif not method.server_streaming:
             methods[method.name] = _instrument_unary(behavior, method_metrics)
         elif inspect.isasyncgenfunction(behavior):
             methods[method.name] = _instrument_server_stream(behavior, method_metrics)

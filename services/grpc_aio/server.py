@@ -9,11 +9,12 @@ from typing import Any
 import grpc
 import grpc.aio
 import uvloop
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from services.common.config import ResponseModel
-from services.common.messages import RecordMessages
+from services.common.messages import RecordMessages, RecordUploads, undecodable
 from services.common.metrics import MetricBatch, worker_metrics
 from services.common.pb import cars_pb2, cars_pb2_grpc
 from services.common.records import BadRequest, RecordSource
@@ -22,8 +23,6 @@ from services.grpc_aio.metrics import instrument_servicer
 
 RECORD_SERVICE = cars_pb2.DESCRIPTOR.services_by_name["RecordService"]
 _KIB = 1024
-# Requests are a few bytes; a low cap stops a client from making a worker buffer megabytes.
-_MAX_REQUEST_BYTES = 64 * _KIB
 # A pool record serializes to ~100 bytes; 1 KiB each leaves room for live mode's longer names.
 _MAX_RECORD_BYTES = 1 * _KIB
 
@@ -34,6 +33,7 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
 
     def __init__(self, source: RecordSource, model: ResponseModel) -> None:
         self._messages = RecordMessages(source, model)
+        self._uploads = RecordUploads(source.max_count)
 
     async def ListRecords(
         self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -53,6 +53,30 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))  # raises
         for message in self._messages.stream(count, offset):
             yield message
+
+    async def CreateRecords(
+        self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> cars_pb2.CreateRecordsReply:
+        # The request's bytes (add_record_service), decoded here so that bad bytes are INVALID_ARGUMENT.
+        try:
+            return self._uploads.create(cars_pb2.CreateRecordsRequest.FromString(request))
+        except DecodeError:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(cars_pb2.CreateRecordsRequest))
+        except BadRequest as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+
+    async def UploadRecords(
+        self, requests: AsyncIterator[cars_pb2.Record], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> cars_pb2.CreateRecordsReply:
+        upload = self._uploads.start()
+        try:
+            async for message in requests:
+                upload.add(message)
+            return upload.reply()
+        except DecodeError:  # grpc.aio decodes each message as the iteration reads it
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(cars_pb2.Record))
+        except BadRequest as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
 
 
 class LimitedRecordServicer(RecordServicer):
@@ -93,10 +117,55 @@ class LimitedRecordServicer(RecordServicer):
         finally:
             self._active -= 1
 
+    async def CreateRecords(
+        self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> cars_pb2.CreateRecordsReply:
+        await self._enter(context)
+        try:
+            return await super().CreateRecords(request, context)
+        finally:
+            self._active -= 1
+
+    async def UploadRecords(
+        self, requests: AsyncIterator[cars_pb2.Record], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> cars_pb2.CreateRecordsReply:
+        await self._enter(context)
+        try:
+            return await super().UploadRecords(requests, context)
+        finally:
+            self._active -= 1
+
 
 def record_servicer(source: RecordSource, model: ResponseModel, limit: int | None) -> RecordServicer:
     """The RecordService servicer, limited to `limit` concurrent calls when given one."""
     return RecordServicer(source, model) if limit is None else LimitedRecordServicer(source, model, limit)
+
+
+def add_record_service(servicer: Any, server: grpc.aio.Server) -> None:
+    """cars_pb2_grpc.add_RecordServiceServicer_to_server, except that CreateRecords gets its request's
+    bytes (no deserializer) and decodes them itself: grpc.aio answers bytes its deserializer refuses
+    with UNKNOWN, and logs a traceback for each, where the contract says INVALID_ARGUMENT.
+    UploadRecords' deserializer runs inside the handler's iteration, which catches its error."""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        "ListRecords": grpc.unary_unary_rpc_method_handler(
+            servicer.ListRecords,
+            cars_pb2.ListRecordsRequest.FromString,
+            cars_pb2.ListRecordsResponse.SerializeToString,
+        ),
+        "StreamRecords": grpc.unary_stream_rpc_method_handler(
+            servicer.StreamRecords, cars_pb2.ListRecordsRequest.FromString, cars_pb2.Record.SerializeToString
+        ),
+        "CreateRecords": grpc.unary_unary_rpc_method_handler(
+            servicer.CreateRecords, None, cars_pb2.CreateRecordsReply.SerializeToString
+        ),
+        "UploadRecords": grpc.stream_unary_rpc_method_handler(
+            servicer.UploadRecords, cars_pb2.Record.FromString, cars_pb2.CreateRecordsReply.SerializeToString
+        ),
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(RECORD_SERVICE.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(RECORD_SERVICE.full_name, handlers)
 
 
 def _server_options(context: WorkerContext) -> list[tuple[str, int]]:
@@ -104,7 +173,8 @@ def _server_options(context: WorkerContext) -> list[tuple[str, int]]:
         # grpc sets SO_REUSEPORT by default, which would let a second server bind a busy
         # port silently; it is on only when the supervisor's workers share the port.
         ("grpc.so_reuseport", 1 if context.reuse_port else 0),
-        ("grpc.max_receive_message_length", _MAX_REQUEST_BYTES),
+        # Larger messages get RESOURCE_EXHAUSTED before any handler runs.
+        ("grpc.max_receive_message_length", context.settings.max_request_bytes),
         # MAX_COUNT records plus room for the health and reflection responses.
         ("grpc.max_send_message_length", context.settings.max_count * _MAX_RECORD_BYTES + 64 * _KIB),
     ]
@@ -123,7 +193,7 @@ async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
     settings = context.settings
     server = grpc.aio.server(options=_server_options(context))
     servicer = record_servicer(context.records, settings.response_model, settings.grpc_max_concurrent_rpcs)
-    cars_pb2_grpc.add_RecordServiceServicer_to_server(
+    add_record_service(
         servicer if metrics is None else instrument_servicer(servicer, RECORD_SERVICE, metrics), server
     )
     health_servicer = health.aio.HealthServicer()

@@ -3,8 +3,9 @@
 A servicer's handlers are wrapped in its __mapping__, as grpc_aio wraps its servicer's
 methods: grpclib's event hooks would build an event object per message. Each handler sees
 its stream through a proxy that counts the messages received and sent. grpclib decodes the
-request inside the handler, so an undecodable request counts as a started call handled with
-Unknown (grpc.aio rejects it before the handler and does not count it).
+request inside the handler, so an undecodable or oversized request counts as a started call
+handled with the code servicer.Codec gives it (grpc.aio rejects ListRecords' and
+StreamRecords' before the handler, and oversized ones, and does not count them).
 """
 
 import asyncio

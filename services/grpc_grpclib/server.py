@@ -33,7 +33,7 @@ async def _serve(context: WorkerContext, batch: MetricBatch | None) -> None:
     serving = ServiceStatus()
     serving.set(True)
     health = Health({records: [serving]})  # also the whole server's ("") status
-    server = Server(ServerReflection.extend([records, health]), codec=Codec())
+    server = Server(ServerReflection.extend([records, health]), codec=Codec(settings.max_request_bytes))
 
     sock = listen_socket(context, LISTEN_BACKLOG)
     ssl = server_ssl_context(settings, ["h2"])

@@ -14,13 +14,14 @@ from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 
 from services.common.config import ResponseModel
-from services.common.messages import RecordMessages
-from services.common.pb import cars_grpc
+from services.common.messages import RecordMessages, RecordUploads, undecodable
+from services.common.pb import cars_grpc, cars_pb2
 from services.common.records import BadRequest, RecordSource
 
 log = logging.getLogger("protolab.grpc_grpclib")
-# grpc_aio's limit (services/grpc_aio/server.py): requests are a few bytes.
-_MAX_REQUEST_BYTES = 64 * 1024
+# The messages of the upload calls (CreateRecords, UploadRecords), the only ones the server
+# receives of these types.
+_UPLOAD_MESSAGES = (cars_pb2.CreateRecordsRequest, cars_pb2.Record)
 
 
 class MessageStream(Protocol):
@@ -32,17 +33,23 @@ class MessageStream(Protocol):
 
 
 class Codec(ProtoCodec):
-    """grpclib's protobuf codec, answering bad requests as grpc.aio does: larger than 64 KiB with
-    RESOURCE_EXHAUSTED (grpclib has no receive limit, so the request is refused once read; the
-    cgroup's memory limit bounds that), undecodable with UNKNOWN "Error parsing message"."""
+    """grpclib's protobuf codec, answering bad requests as grpc.aio does: larger than
+    max_request_bytes with RESOURCE_EXHAUSTED (grpclib has no receive limit, so the message is
+    refused once read; the cgroup's memory limit bounds that); undecodable with INVALID_ARGUMENT
+    for an upload's messages, else UNKNOWN "Error parsing message"."""
+
+    def __init__(self, max_request_bytes: int) -> None:
+        self._max_request_bytes = max_request_bytes
 
     def decode(self, data: bytes, message_type: Any) -> Any:
-        if len(data) > _MAX_REQUEST_BYTES:
-            message = f"Received message larger than max ({len(data)} vs. {_MAX_REQUEST_BYTES})"
+        if len(data) > self._max_request_bytes:
+            message = f"Received message larger than max ({len(data)} vs. {self._max_request_bytes})"
             raise GRPCError(Status.RESOURCE_EXHAUSTED, message)
         try:
             return super().decode(data, message_type)
         except DecodeError:
+            if message_type in _UPLOAD_MESSAGES:
+                raise GRPCError(Status.INVALID_ARGUMENT, undecodable(message_type)) from None
             raise GRPCError(Status.UNKNOWN, "Error parsing message") from None
 
 
@@ -89,6 +96,7 @@ class RecordService(cars_grpc.RecordServiceBase):
 
     def __init__(self, source: RecordSource, model: ResponseModel, calls: Calls) -> None:
         self._messages = RecordMessages(source, model)
+        self._uploads = RecordUploads(source.max_count)
         self._calls = calls
 
     async def _validated(self, stream: MessageStream) -> tuple[int, int | None]:
@@ -118,5 +126,33 @@ class RecordService(cars_grpc.RecordServiceBase):
                 # long stream would hold the worker's loop (other calls, a client's cancel) for
                 # as long. grpc.aio yields on every write; so does this.
                 await asyncio.sleep(0)
+        finally:
+            self._calls.leave()
+
+    async def CreateRecords(self, stream: MessageStream) -> None:
+        self._calls.enter()
+        try:
+            request = await stream.recv_message()
+            if request is None:
+                raise GRPCError(Status.INVALID_ARGUMENT, "no request message")
+            try:
+                reply = self._uploads.create(request)
+            except BadRequest as error:
+                raise GRPCError(Status.INVALID_ARGUMENT, str(error)) from None
+            await stream.send_message(reply)
+        finally:
+            self._calls.leave()
+
+    async def UploadRecords(self, stream: MessageStream) -> None:
+        self._calls.enter()
+        try:
+            upload = self._uploads.start()
+            try:
+                while (message := await stream.recv_message()) is not None:
+                    upload.add(message)
+                reply = upload.reply()
+            except BadRequest as error:
+                raise GRPCError(Status.INVALID_ARGUMENT, str(error)) from None
+            await stream.send_message(reply)
         finally:
             self._calls.leave()

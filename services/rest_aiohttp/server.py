@@ -1,11 +1,12 @@
-"""The aiohttp worker: /records, /healthz and /openapi.json over HTTP/1.1 on a uvloop event loop."""
+"""The aiohttp worker: /records (GET and the POST upload), /healthz and /openapi.json over HTTP/1.1 on
+a uvloop event loop."""
 
 import asyncio
 import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import orjson
 import uvloop
@@ -22,6 +23,7 @@ from services.common.rest import (
     ROUTES,
     Health,
     RecordBodies,
+    Uploads,
     error_body,
     openapi_document,
     route_label,
@@ -30,12 +32,14 @@ from services.common.supervisor import WorkerContext
 from services.common.tls import server_ssl_context
 
 log = logging.getLogger("protolab.rest_aiohttp")
-# Every route answers GET (and HEAD, which aiohttp adds to each GET route), as aiohttp's 405 says.
-_ALLOWED = "GET,HEAD"
+# The methods each route answers, as aiohttp's 405 says: GET (and HEAD, which aiohttp adds to each
+# GET route), and POST on /records.
+_ALLOWED = {"/records": "GET,HEAD,POST", "/healthz": "GET,HEAD", "/openapi.json": "GET,HEAD"}
 # The network_protocol_version label of the versions clients send, not formatted per request.
 _VERSIONS = {HttpVersion11: "1.1", HttpVersion10: "1.0"}
 
 Respond = Callable[[web.Request], web.Response]  # a route's answer; it awaits nothing
+AwaitRespond = Callable[[web.Request], Awaitable[web.Response]]  # one that awaits (reads the body)
 
 
 class _AnyPath(web.PlainResource):
@@ -59,6 +63,21 @@ def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> we
 def _internal_error(request: web.Request) -> web.Response:
     log.exception("unexpected error serving %s %s", request.method, request.path)
     return _json(500, error_body(500))
+
+
+def _observe(
+    durations: HttpServerDurations, request: web.Request, route: str | None, status: int, started: float
+) -> None:
+    """Record a request's status and time since started into durations."""
+    elapsed = time.perf_counter() - started
+    version = request.version
+    durations.observe(
+        request.method,
+        route or route_label(None, request.path),
+        status,
+        _VERSIONS.get(version) or f"{version.major}.{version.minor}",
+        elapsed,
+    )
 
 
 def _serving(respond: Respond, route: str | None, durations: HttpServerDurations | None) -> Handler:
@@ -86,15 +105,32 @@ def _serving(respond: Respond, route: str | None, durations: HttpServerDurations
             response = respond(request)
         except Exception:
             response = _internal_error(request)
-        elapsed = time.perf_counter() - started
-        version = request.version
-        durations.observe(
-            request.method,
-            route or route_label(None, request.path),
-            response.status,
-            _VERSIONS.get(version) or f"{version.major}.{version.minor}",
-            elapsed,
-        )
+        _observe(durations, request, route, response.status, started)
+        return response
+
+    return timed
+
+
+def _serving_awaited(respond: AwaitRespond, route: str, durations: HttpServerDurations | None) -> Handler:
+    """_serving for a route whose answer awaits (the upload reads its body)."""
+
+    if durations is None:
+
+        async def untimed(request: web.Request) -> web.Response:
+            try:
+                return await respond(request)
+            except Exception:
+                return _internal_error(request)
+
+        return untimed
+
+    async def timed(request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            response = await respond(request)
+        except Exception:
+            response = _internal_error(request)
+        _observe(durations, request, route, response.status, started)
         return response
 
     return timed
@@ -104,10 +140,14 @@ def build_app(
     records: RecordSource, health: Health, settings: Settings, metrics: MetricBatch | None
 ) -> web.Application:
     """The application: its routes, timed into the batch when given one (metrics on)."""
-    app = web.Application()
+    # aiohttp refuses a body over client_max_size while reading it (HTTPRequestEntityTooLarge).
+    app = web.Application(client_max_size=settings.max_request_bytes)
     durations = None if metrics is None else HttpServerDurations(metrics)
-    openapi = orjson.dumps(openapi_document(settings.max_count, settings.default_count))
+    openapi = orjson.dumps(
+        openapi_document(settings.max_count, settings.default_count, settings.max_request_bytes)
+    )
     bodies = RecordBodies(records, settings.response_model)
+    uploads = Uploads(settings.max_count, settings.max_request_bytes)
 
     def list_records(request: web.Request) -> web.Response:
         query = request.query
@@ -116,6 +156,14 @@ def build_app(
         except BadRequest as error:
             return _json(400, error_body(400, str(error)))
         return _json(200, body)
+
+    async def create_records(request: web.Request) -> web.Response:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _json(413, uploads.too_large)
+        status, reply = uploads.answer(request.headers.get("Content-Type"), body)
+        return _json(status, reply)
 
     def healthz(_request: web.Request) -> web.Response:
         status, body = health.response()
@@ -127,12 +175,13 @@ def build_app(
     def unmatched(request: web.Request) -> web.Response:
         """Routing errors as JSON bodies: 405 with Allow for a route's path, else 404."""
         if request.path in ROUTES:
-            return _json(405, error_body(405), {"Allow": _ALLOWED})
+            return _json(405, error_body(405), {"Allow": _ALLOWED[request.path]})
         return _json(404, error_body(404))
 
     routes = {"/records": list_records, "/healthz": healthz, "/openapi.json": openapi_json}
     for route, respond in routes.items():
         app.router.add_get(route, _serving(respond, route, durations))
+    app.router.add_post("/records", _serving_awaited(create_records, "/records", durations))
     unmatched_resource = _AnyPath()
     app.router.register_resource(unmatched_resource)
     unmatched_resource.add_route("*", _serving(unmatched, None, durations))

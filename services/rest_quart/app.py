@@ -2,6 +2,7 @@
 services.rest_granian), and create_app, what each Hypercorn worker calls
 (services.rest_quart.app:create_app())."""
 
+import asyncio
 import logging
 import multiprocessing
 import os
@@ -10,14 +11,22 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import orjson
-from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
+from hypercorn.typing import ASGIReceiveCallable, ASGIReceiveEvent, ASGISendCallable, ASGISendEvent, Scope
 from quart import Quart, Response, request
 from werkzeug.exceptions import HTTPException
 
 from services.common.config import Settings, load_settings
 from services.common.metrics import HttpServerDurations, MetricBatch
 from services.common.records import BadRequest, RecordSource
-from services.common.rest import JSON, Health, RecordBodies, error_body, openapi_document, route_label
+from services.common.rest import (
+    JSON,
+    Health,
+    RecordBodies,
+    Uploads,
+    error_body,
+    openapi_document,
+    route_label,
+)
 from services.common.supervisor import record_source, signal_when_parent_dies
 from services.rest_quart import DRAIN_FLAG, READY_PREFIX, runtime_dir
 
@@ -58,15 +67,52 @@ def _timed(asgi_app: ASGIApp, durations: HttpServerDurations) -> ASGIApp:
     return timed
 
 
+def _responses_after_request_bodies(asgi_app: ASGIApp) -> ASGIApp:
+    """The app, with an HTTP/2 request's response ending only once its request body has.
+
+    Hypercorn 0.18 drops the whole HTTP/2 connection when body frames arrive after the response
+    closed their stream (pgjones/hypercorn#329), so a 413, answered as soon as the body is known to
+    be too large, would take every other stream on the connection with it. Quart keeps receiving
+    (and drops) what is past MAX_CONTENT_LENGTH, so the wait ends with the client's last frame.
+    GET and HEAD pass straight through: receive_whole_request (build_app) reads their bodies first.
+    """
+
+    async def app(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        if scope["type"] != "http" or scope["http_version"] != "2" or scope["method"] in {"GET", "HEAD"}:
+            await asgi_app(scope, receive, send)
+            return
+        body_ended = asyncio.Event()
+
+        async def receive_noting_the_end() -> ASGIReceiveEvent:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_ended.set()
+            return message
+
+        async def send_after_the_body(message: ASGISendEvent) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                await body_ended.wait()
+            await send(message)
+
+        await asgi_app(scope, receive_noting_the_end, send_after_the_body)
+
+    return app
+
+
 def build_app(settings: Settings, records: RecordSource, health: Health) -> Quart:
     """The REST API as a Quart app: routes, JSON errors and, when enabled, request metrics (flushed
     while the ASGI lifespan runs). The server decides when health reports draining."""
-    openapi = orjson.dumps(openapi_document(settings.max_count, settings.default_count))
+    openapi = orjson.dumps(
+        openapi_document(settings.max_count, settings.default_count, settings.max_request_bytes)
+    )
     bodies = RecordBodies(records, settings.response_model)
+    uploads = Uploads(settings.max_count, settings.max_request_bytes)
 
     app = Quart(__name__)
-    # OPTIONS answers 405 as on aiohttp, and as the OpenAPI document (GET only) says.
+    # OPTIONS answers 405 as on aiohttp, and as the OpenAPI document (no OPTIONS) says.
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+    # Reading a body over it raises RequestEntityTooLarge (413), on Hypercorn and Granian alike.
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
 
     @app.before_request
     async def receive_whole_request() -> None:
@@ -85,6 +131,13 @@ def build_app(settings: Settings, records: RecordSource, health: Health) -> Quar
             return _json(400, error_body(400, str(error)))
         return _json(200, body)
 
+    @app.post("/records")
+    async def create_records() -> Response:
+        # Over MAX_CONTENT_LENGTH: RequestEntityTooLarge, answered by http_error.
+        body = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+        status, reply = uploads.answer(request.headers.get("Content-Type"), body)
+        return _json(status, reply)
+
     @app.get("/healthz")
     async def healthz() -> Response:
         status, body = health.response()
@@ -97,6 +150,12 @@ def build_app(settings: Settings, records: RecordSource, health: Health) -> Quar
     @app.errorhandler(HTTPException)
     async def http_error(error: HTTPException) -> Response:
         status = error.code or 500
+        if status == 413:  # a body over MAX_CONTENT_LENGTH, in the lab's words
+            # The rest of an HTTP/1.1 body is left unread, so the connection cannot carry another
+            # request reliably (Granian then dropped or stalled the next one): it closes, as a 413
+            # may. HTTP/2 has no Connection header, and its other streams are unaffected.
+            closing = None if request.http_version == "2" else {"Connection": "close"}
+            return _json(status, uploads.too_large, closing)
         allow = dict(error.get_headers()).get("Allow")
         return _json(status, error_body(status), {"Allow": allow} if allow else None)
 
@@ -105,6 +164,7 @@ def build_app(settings: Settings, records: RecordSource, health: Health) -> Quar
         log.exception("unexpected error serving %s %s", request.method, request.path)
         return _json(500, error_body(500))
 
+    app.asgi_app = _responses_after_request_bodies(app.asgi_app)  # type: ignore[method-assign,assignment]
     if settings.metrics_enabled:
         metrics = MetricBatch()
         durations = HttpServerDurations(metrics)

@@ -19,12 +19,15 @@ from tests.support import REST_SERVERS, RunningService, launch_service
 
 SERVERS = REST_SERVERS
 MAX_EXAMPLES = 100
-# Only /records takes parameters, so only it has invalid input to generate.
+# (path, method, mode): only /records takes input (GET its parameters, POST its body), so only it
+# has invalid input to generate.
 OPERATIONS = [
-    ("/records", GenerationMode.POSITIVE),
-    ("/records", GenerationMode.NEGATIVE),
-    ("/healthz", GenerationMode.POSITIVE),
-    ("/openapi.json", GenerationMode.POSITIVE),
+    ("/records", "GET", GenerationMode.POSITIVE),
+    ("/records", "GET", GenerationMode.NEGATIVE),
+    ("/records", "POST", GenerationMode.POSITIVE),
+    ("/records", "POST", GenerationMode.NEGATIVE),
+    ("/healthz", "GET", GenerationMode.POSITIVE),
+    ("/openapi.json", "GET", GenerationMode.POSITIVE),
 ]
 FUZZ_SETTINGS = settings(
     max_examples=MAX_EXAMPLES,
@@ -59,12 +62,14 @@ def service(request: pytest.FixtureRequest) -> Iterator[RunningService]:
     assert started.stop() == 0
 
 
-@pytest.mark.parametrize(("path", "mode"), OPERATIONS, ids=[f"{p}-{m.value}" for p, m in OPERATIONS])
+@pytest.mark.parametrize(
+    ("path", "method", "mode"), OPERATIONS, ids=[f"{m} {p}-{g.value}" for p, m, g in OPERATIONS]
+)
 def test_fuzzed_requests_get_conforming_responses(
-    service: RunningService, path: str, mode: GenerationMode
+    service: RunningService, path: str, method: str, mode: GenerationMode
 ) -> None:
     schema = schemathesis.openapi.from_url(f"http://127.0.0.1:{service.port}/openapi.json")
-    operation = schema[path]["GET"]
+    operation = schema[path][method]
     tally = Tally()
 
     @given(case=operation.as_strategy(generation_mode=mode))

@@ -1,7 +1,7 @@
 """Every gRPC service under malformed and out-of-range requests: every one ends in a gRPC status code,
 none crashes a worker, and the server keeps serving.
 
-tests/integration/test_grpc_service.py covers the basic cases (count 0, -5, MAX_COUNT + 1, offset -1,
+tests/integration/test_grpc_contract.py covers the basic cases (count 0, -5, MAX_COUNT + 1, offset -1,
 three undecodable bytes, an unknown method); this file adds the extremes and the wire-level
 oddities a hand-written or hostile client can send.
 """
@@ -23,9 +23,7 @@ SEED = 42
 MAX_COUNT = 1000
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
-MAX_REQUEST_BYTES = (
-    64 * 1024
-)  # _MAX_REQUEST_BYTES of services/grpc_aio/server.py and grpc_grpclib/servicer.py
+MAX_REQUEST_BYTES = 1 << 20  # MAX_REQUEST_BYTES' default (services/common/config.py)
 # Statuses a rejected request may end with; UNKNOWN is how grpc.aio reports a request its
 # deserializer refused. UNAVAILABLE or INTERNAL would mean a broken connection or a crash.
 REJECTED = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNKNOWN, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -192,6 +190,29 @@ def test_random_bytes_never_break_the_server(channel: grpc.Channel) -> None:
         assert code in REJECTED | {grpc.StatusCode.OK}, (payload, code)
         seen[code] = seen.get(code, 0) + 1
     assert seen.get(grpc.StatusCode.UNKNOWN, 0) > 50, seen  # most random bytes do not parse
+    assert_still_serving(channel)
+
+
+def test_random_bytes_to_the_upload_calls_are_refused_or_answered(channel: grpc.Channel) -> None:
+    # An upload's bytes either parse (into records, or none: refused) or do not: INVALID_ARGUMENT
+    # either way, never UNKNOWN or INTERNAL (tests/integration/test_grpc_upload.py has the cases).
+    create = channel.unary_unary(f"/{SERVICE}/CreateRecords")
+    upload = channel.stream_unary(f"/{SERVICE}/UploadRecords")
+    rng = random.Random(11)  # fixed seed: the same payloads in every run
+    seen: dict[grpc.StatusCode, int] = {}
+    for index in range(200):
+        payload = rng.randbytes(rng.choice([1, 2, 3, 8, 64, 1024]))
+        try:
+            if index % 2:
+                create(payload, timeout=10)
+            else:
+                upload(iter([payload, payload]), timeout=10)
+            code = grpc.StatusCode.OK
+        except grpc.RpcError as error:
+            code = error.code()
+        assert code in {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OK}, (payload, code)
+        seen[code] = seen.get(code, 0) + 1
+    assert seen.get(grpc.StatusCode.INVALID_ARGUMENT, 0) > 50, seen  # most random bytes do not parse
     assert_still_serving(channel)
 
 

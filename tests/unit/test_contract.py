@@ -53,7 +53,7 @@ def test_json_records_have_the_shape_and_map_back() -> None:
 
 
 def test_the_openapi_record_schema_is_the_shape() -> None:
-    document = openapi_document(max_count=10, default_count=5)
+    document = openapi_document(max_count=10, default_count=5, max_request_bytes=1000)
     schema = {"$ref": "#/components/schemas/Record", "components": document["components"]}
     record = json_records(1)[0]
     jsonschema.validate(record, schema)
@@ -62,3 +62,25 @@ def test_the_openapi_record_schema_is_the_shape() -> None:
             missing = {**record, key: {k: v for k, v in record[key].items() if k != name}}
             with pytest.raises(jsonschema.ValidationError):
                 jsonschema.validate(missing, schema)
+
+
+def test_the_openapi_upload_schema_takes_1_to_max_count_records_of_int32_numbers() -> None:
+    document = openapi_document(max_count=10, default_count=5, max_request_bytes=1000)
+    upload = {"$ref": "#/components/schemas/RecordUpload", "components": document["components"]}
+    record = json_records(1)[0]
+    for count in (1, 10):
+        jsonschema.validate({"records": [record] * count}, upload)
+    for count in (0, 11):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"records": [record] * count}, upload)
+    for year in (-(2**31), 2**31 - 1):
+        jsonschema.validate({"records": [{**record, "car": {**record["car"], "year": year}}]}, upload)
+    for year in (-(2**31) - 1, 2**31, True, "2020"):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"records": [{**record, "car": {**record["car"], "year": year}}]}, upload)
+    post = document["paths"]["/records"]["post"]
+    assert post["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/RecordUpload"
+    }
+    assert set(post["responses"]) == {"200", "400", "413", "415"}
+    assert "1000 bytes" in post["responses"]["413"]["description"]
