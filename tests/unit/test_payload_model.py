@@ -26,7 +26,7 @@ Costs = Mapping[str, Mapping[int, Sequence[float]]]  # target -> count -> ms per
 
 @cache
 def _scenarios(repeats: int) -> tuple[Scenario, ...]:
-    overrides = Overrides(targets=("aiohttp-h1", "grpc"), repeats=repeats)
+    overrides = Overrides(targets=("aiohttp-h1", "grpc"), repeats=repeats, directions=("download",))
     return expand(load_matrix(ROOT / "matrix.toml"), "local", "payload", overrides).scenarios
 
 

@@ -56,7 +56,8 @@ Rates = Mapping[tuple[str, int], Sequence[float]]  # (target, count) -> req/s of
 
 @cache
 def _scenarios(targets: tuple[str, ...], repeats: int) -> tuple[Scenario, ...]:
-    overrides = Overrides(targets=targets, repeats=repeats)
+    # The download sweep: an upload sweep is the same pairs in the other direction.
+    overrides = Overrides(targets=targets, repeats=repeats, directions=("download",))
     return expand(load_matrix(ROOT / "matrix.toml"), "local", "payload", overrides).scenarios
 
 
@@ -121,6 +122,7 @@ CASES = (*_encode_cases("protobuf", 1.0, 0.3), *_encode_cases("orjson", 0.5, 0.9
 def test_the_payload_preset_sweeps_four_counts_over_rest_and_unary_grpc_with_and_without_tls() -> None:
     plan = expand(load_matrix(ROOT / "matrix.toml"), "local", "payload")
     assert {s.count for s in plan.scenarios} == set(COUNTS)
+    assert sorted({s.direction for s in plan.scenarios}) == ["download", "upload"]
     assert {s.profile.name for s in plan.scenarios} == {"quarter"}
     assert {s.load_model.executor for s in plan.scenarios} == {"constant-vus"}
     targets = {s.target.name: s.target for s in plan.scenarios}
@@ -128,7 +130,7 @@ def test_the_payload_preset_sweeps_four_counts_over_rest_and_unary_grpc_with_and
     for service in ("rest_aiohttp", "rest_quart", "rest_granian", "grpc_aio"):
         assert {t.tls for t in targets.values() if t.service == service} == {True, False}
     assert all(t.script != ps.STREAM_SCRIPT for t in targets.values())
-    assert len(plan.scenarios) == 96
+    assert len(plan.scenarios) == 8 * 4 * 2 * 3  # targets x counts x directions x repeats
 
 
 def test_the_sweep_fits_both_targets_and_puts_the_crossover_between_10_and_100_records() -> None:
@@ -262,7 +264,11 @@ def test_a_streaming_target_is_never_swept_against_rest() -> None:
         for s in scenarios
     ]
     sweeps = ps.sweeps(group_results(results), ROWS)
-    assert [(s.grpc_target, s.rest_target) for s in sweeps] == [("grpc", "aiohttp-h1")]
+    # One sweep per direction, each unary gRPC against REST.
+    assert [(s.grpc_target, s.rest_target, s.grpc[0].direction) for s in sweeps] == [
+        ("grpc", "aiohttp-h1", "download"),
+        ("grpc", "aiohttp-h1", "upload"),
+    ]
 
 
 def test_a_run_with_one_count_has_no_payload_findings_or_section() -> None:

@@ -239,6 +239,7 @@ def test_summaries_are_regenerated_from_result_files(tmp_path: Path) -> None:
         "memory_mib",
         "count",
         "response_model",
+        "direction",
         "load_model",
         "repeat",
         "network",

@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.model.engine_roles import HostsError, hosts
-from labrunner.model.scenario import BACKENDS, LOOPBACK, LoadModel, Matrix, Overrides, Plan, Scenario
+from labrunner.model.scenario import (
+    BACKENDS,
+    DEFAULT_DIRECTION,
+    LOOPBACK,
+    LoadModel,
+    Matrix,
+    Overrides,
+    Plan,
+    Scenario,
+)
 from labrunner.model.schema import (
     SELECTION_KEYS,
     MatrixError,
@@ -97,6 +106,7 @@ def expand(
             repeats=_repeats(model, settings.repeats),
             response_model=response_model,
             network=matrix.networks[network],
+            direction=direction,
             k6_instances=settings.k6_instances,
         )
         for rungs in (False, True)
@@ -107,6 +117,9 @@ def expand(
         for model in models
         if (model.rung is not None) == rungs
         for response_model in dict.fromkeys(settings.response_models)
+        for direction in dict.fromkeys(settings.directions)
+        # What a server sends is all a response model shapes: uploads run under the first model.
+        if direction == DEFAULT_DIRECTION or response_model == settings.response_models[0]
         for target in targets
         # A target pinned to one model runs only in that model.
         if matrix.targets[target].response_model in (None, response_model)
@@ -121,6 +134,7 @@ def expand(
         scenarios=scenarios,
         start_timeout_s=settings.start_timeout,
         stop_timeout_s=settings.stop_timeout,
+        measure=settings.measure,
     )
 
 

@@ -20,6 +20,16 @@ K6Instances = int | Literal["auto"]
 # request, `prebuilt` only assembles objects made at start (the wire-only cost).
 RESPONSE_MODELS = ("build", "prebuilt")
 DEFAULT_RESPONSE_MODEL = "build"
+# Which way the records travel: `download` asks for count records (GET /records, ListRecords,
+# StreamRecords), `upload` sends count records (POST /records, CreateRecords, UploadRecords), the
+# body made once before the run. A response model shapes only what a server sends, so an upload
+# runs under the preset's first response model only.
+DEFAULT_DIRECTION, UPLOAD = "download", "upload"
+DIRECTIONS = (DEFAULT_DIRECTION, UPLOAD)
+# What a run measures: the service, driven by k6, or (preset caller, docs/caller.md) a Python caller,
+# each of the plan's scenarios read from the caller's side: its target the server called.
+SERVICE, CALLER = "service", "caller"
+MEASURES = (SERVICE, CALLER)
 # Today's network: 127.0.0.1, no namespaces, no emulator; groups on it keep their old ids.
 LOOPBACK = NetworkProfile("loopback")
 
@@ -146,6 +156,7 @@ class Scenario:
     repeats: int
     response_model: str = DEFAULT_RESPONSE_MODEL  # what each request builds (RESPONSE_MODEL)
     network: NetworkProfile = LOOPBACK  # the link between k6 and the service
+    direction: str = DEFAULT_DIRECTION  # which way the records travel (DIRECTIONS)
     # k6 processes splitting the load model by execution segments, one CPU each; "auto": one
     # per CPU of the k6 side. Not part of the id: the load model is the same, only split.
     k6_instances: K6Instances = 1
@@ -154,8 +165,8 @@ class Scenario:
     def group(self) -> str:
         """The scenario id without the repeat: repeats of one group are aggregated.
 
-        The default response model adds nothing, so groups keep the ids runs made before the
-        models existed had.
+        The default response model and direction add nothing, so groups keep the ids runs made
+        before the models and directions existed had.
         """
         return self.group_under(self.load_model.name)
 
@@ -164,6 +175,8 @@ class Scenario:
         group = f"{self.target.name}.{self.profile.name}.c{self.count}.{load_model}"
         if self.response_model != DEFAULT_RESPONSE_MODEL:
             group = f"{group}.{self.response_model}"
+        if self.direction != DEFAULT_DIRECTION:
+            group = f"{group}.{self.direction}"
         return group if self.network.name == LOOPBACK.name else f"{group}.{self.network.name}"
 
     @property
@@ -199,6 +212,7 @@ class Overrides:
     counts: tuple[int, ...] | None = None
     load_models: tuple[str, ...] | None = None
     response_models: tuple[str, ...] | None = None
+    directions: tuple[str, ...] | None = None
     networks: tuple[str, ...] | None = None
     vus: int | None = None
     rate: int | None = None
@@ -230,6 +244,7 @@ class Plan:
     start_timeout_s: float
     stop_timeout_s: float
     seed: int | None = None  # shuffles the scenarios inside each round (run_order); None: no shuffle
+    measure: str = SERVICE  # MEASURES: what the run measures
 
     @property
     def run_order(self) -> tuple[Scenario, ...]:

@@ -27,6 +27,8 @@ from labrunner.model.engine_roles import LOCAL_ENGINE, LOOPBACK_ADDRESS
 from labrunner.model.scenario import (
     AUTO_INSTANCES,
     BACKENDS,
+    DEFAULT_DIRECTION,
+    DIRECTIONS,
     RESPONSE_MODELS,
     CapacitySearch,
     K6Instances,
@@ -38,8 +40,10 @@ from labrunner.model.scenario import (
     vus_for_rate,
 )
 from labrunner.network.profiles import NetworkProfile
+from services.common.stacks import BY_PACKAGE
 
 ProtocolName = Literal["http1.1", "http2", "grpc"]
+MeasureName = Literal["service", "caller"]  # labrunner.model.scenario.MEASURES
 # What k6 reports as res.proto for each REST protocol.
 REST_PROTO = {"http1.1": "HTTP/1.1", "http2": "HTTP/2.0"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -180,6 +184,12 @@ ResponseModelName = Annotated[
     str,
     _must(RESPONSE_MODELS.__contains__, "{value} must be one of " + " or ".join(map(repr, RESPONSE_MODELS))),
 ]
+DirectionName = Annotated[
+    str, _must(DIRECTIONS.__contains__, "{value} must be one of " + " or ".join(map(repr, DIRECTIONS)))
+]
+DirectionNames = Annotated[
+    list[DirectionName], BeforeValidator(_as_list), _must(len, "must list at least one direction")
+]
 K6InstancesSetting = Annotated[K6Instances, BeforeValidator(_k6_instances)]
 ResponseModelNames = Annotated[
     list[ResponseModelName], BeforeValidator(_as_list), _must(len, "must list at least one model")
@@ -222,7 +232,9 @@ class _ProfileSpec(_Table):
 class _TargetSpec(_Table):
     """[targets.<name>]"""
 
-    service: Annotated[str, _must(str.isidentifier, "{value} must be a services/ package name")]
+    service: Annotated[
+        str, _must(BY_PACKAGE.__contains__, "{value} must be a services/ package name of a declared stack")
+    ]
     script: Annotated[str, _must(lambda path: path.endswith(".js"), "{value} must be a k6 .js path")]
     protocol: ProtocolName
     tls: bool
@@ -231,6 +243,15 @@ class _TargetSpec(_Table):
     response_model: ResponseModelName | None = None
     # A server outside services/ on the service's stack and settings (benchmarks/floor/).
     module: Annotated[str, _must(_MODULE.match, "{value} must be a dotted module name")] | None = None
+
+    @field_validator("protocol")
+    @classmethod
+    def _served_by_its_stack(cls, value: str, info: ValidationInfo) -> str:
+        stack = BY_PACKAGE.get(info.data.get("service", ""))  # absent when the service is wrong
+        if stack is not None and value not in stack.protocols:
+            served = ", ".join(stack.protocols)
+            raise _problem(f"{{value}} is not one {stack.package} serves ({served})", value)
+        return value
 
     @field_validator("expect_proto")
     @classmethod
@@ -444,6 +465,7 @@ class Settings(_Table):
     counts: Counts
     load_models: Names
     response_models: ResponseModelNames
+    directions: DirectionNames = [DEFAULT_DIRECTION]
     networks: Names = ["loopback"]
     k6_instances: K6InstancesSetting = 1
     duration: PositiveDuration
@@ -451,6 +473,7 @@ class Settings(_Table):
     repeats: PositiveInt
     start_timeout: PositiveDuration
     stop_timeout: PositiveDuration
+    measure: MeasureName = "service"  # "caller": the scenarios' targets are called by Python callers
 
 
 # Keys a [defaults], [defaults.<backend>], [presets.<name>] or [presets.<name>.<backend>] may set.
@@ -465,6 +488,7 @@ class _Selection(_Table):
     counts: Counts | None = None
     load_models: Names | None = None
     response_models: ResponseModelNames | None = None
+    directions: DirectionNames | None = None
     networks: Names | None = None
     k6_instances: K6InstancesSetting | None = None
     duration: PositiveDuration | None = None
@@ -472,6 +496,7 @@ class _Selection(_Table):
     repeats: PositiveInt | None = None
     start_timeout: PositiveDuration | None = None
     stop_timeout: PositiveDuration | None = None
+    measure: MeasureName | None = None
 
 
 class _Preset(_Selection):

@@ -5,6 +5,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from labrunner.model.scenario import DEFAULT_DIRECTION
 from labrunner.report.stats import (
     Quantiles,
     Ratio,
@@ -103,6 +104,7 @@ class Group:
     count: int
     load_model: str
     response_model: str  # "build" or "prebuilt" ("" in results written before it was recorded)
+    direction: str  # "download" or "upload" (results written before uploads existed: "download")
     network: str  # the network profile ("loopback" in results written before it was recorded)
     kind: str  # THROUGHPUT, SEQUENTIAL or CAPACITY
     iterations: int | None  # sequential: requests per repeat
@@ -165,6 +167,8 @@ class Group:
     def context(self) -> str:
         """What a comparison holds fixed: profile, payload and load."""
         held = f"{self.profile}, c{self.count}, {self.load_model}"
+        if self.direction != DEFAULT_DIRECTION:
+            held = f"{held}, {self.direction}"
         return held if self.network == "loopback" else f"{held}, {self.network}"
 
 
@@ -188,18 +192,18 @@ class _Rule:
 
 
 # Every question compares like with like: same scenario, and instrumented with instrumented.
-_SCENARIO = ("profile", "count", "load_model", "response_model", "network", "instrumented")
+_SCENARIO = ("profile", "count", "load_model", "response_model", "direction", "network", "instrumented")
 _RULES = (
     # What building each response costs over sending prebuilt objects, per server and protocol.
     _Rule(
         "build vs prebuilt",
-        ("target", "profile", "count", "load_model", "network"),
+        ("target", "profile", "count", "load_model", "direction", "network"),
         lambda c, b: c.response_model == "build" and b.response_model == "prebuilt",
     ),
     # The same script too: a stream with metrics is no "on" side for unary without.
     _Rule(
         "metrics on vs off",
-        ("service", "protocol", "script", "tls", "profile", "count", "load_model"),
+        ("service", "protocol", "script", "tls", "profile", "count", "load_model", "direction"),
         lambda c, b: c.instrumented and not b.instrumented,
     ),
     _Rule(
@@ -265,6 +269,7 @@ def group_results(results: Iterable[Result]) -> list[Group]:
                 count=scenario["count"],
                 load_model=model["name"],
                 response_model=scenario.get("response_model", ""),
+                direction=scenario.get("direction", DEFAULT_DIRECTION),
                 network=(scenario.get("network") or {}).get("name", "loopback"),
                 kind=_kind(model),
                 iterations=model.get("iterations"),
@@ -299,10 +304,11 @@ def budget_pairs(groups: Sequence[Group]) -> list[Comparison]:
 
     Sequential groups are left out: one client at a time keeps at most one CPU busy.
     """
-    by_rest: dict[tuple[str, int, str, str, str], list[Group]] = {}
+    by_rest: dict[tuple[str, int, str, str, str, str], list[Group]] = {}
     for g in groups:
         if g.results and g.kind != SEQUENTIAL and not g.lower_bound:
-            by_rest.setdefault((g.target, g.count, g.load_model, g.response_model, g.network), []).append(g)
+            key = (g.target, g.count, g.load_model, g.response_model, g.direction, g.network)
+            by_rest.setdefault(key, []).append(g)
     comparisons = []
     for members in by_rest.values():
         ordered = sorted(members, key=lambda g: g.cpus)

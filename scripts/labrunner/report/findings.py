@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from labrunner.model.scenario import UPLOAD
 from labrunner.report.compare import THROUGHPUT, Comparison, Group, compare_groups, is_streaming
 from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, Ratio, holm
 from labrunner.results.trust import LIMITED_BY_K6, SETTLED_HALF_WIDTH, verdict_of
@@ -115,7 +116,7 @@ def comparisons_findings(groups: Sequence[Group]) -> list[Finding]:
     throughput = [g for g in groups if g.kind == THROUGHPUT and g.results]
     closed = [g for g in throughput if executor(g) in CLOSED_EXECUTORS]
     open_groups = [g for g in throughput if executor(g) in OPEN_EXECUTORS and g.network == "loopback"]
-    loaded: dict[tuple[str, str, str, int, str, str], Comparison] = {}
+    loaded: dict[tuple[str, str, str, int, str, str, str], Comparison] = {}
     for c in compare_groups(open_groups):
         key = _pair_key(c)
         if c.kind in _RULE_QUESTION and (key not in loaded or _rate(c) > _rate(loaded[key])):
@@ -238,7 +239,10 @@ def _finding(
 
     rps = verdict(closed.ratios.get("rps"))
     candidate, baseline = _names(c, b)
-    sentence = f"{candidate} vs {baseline}: {describe_ratio(rps, 'req/s')}"
+    if c.direction == UPLOAD == b.direction:  # the same records per request: records/s is req/s's ratio
+        sentence = f"{candidate} vs {baseline}, uploading: {describe_ratio(rps, 'records/s accepted')}"
+    else:
+        sentence = f"{candidate} vs {baseline}: {describe_ratio(rps, 'req/s')}"
     sentence += f", {_figure(closed.ratios.get('cpu_per_1k'), 'CPU per request')}"
     if at_load is not None:
         p50, p99 = verdict(at_load.ratios.get("p50")), verdict(at_load.ratios.get("p99"))
@@ -271,7 +275,7 @@ def _names(candidate: Group, baseline: Group) -> tuple[str, str]:
     model, a profile, a network): 'aiohttp-h1 (build)' against 'aiohttp-h1 (prebuilt)'."""
     if candidate.target != baseline.target:
         return candidate.target, baseline.target
-    for side in ("response_model", "profile", "network"):
+    for side in ("response_model", "direction", "profile", "network"):
         ours, theirs = getattr(candidate, side), getattr(baseline, side)
         if ours != theirs:
             return f"{candidate.target} ({ours})", f"{baseline.target} ({theirs})"
@@ -283,6 +287,8 @@ def _held_fixed(comparison: Comparison) -> str:
     parts = [f"{g.profile} profile ({g.cpus:g} CPU)", f"{g.count} records"]
     if g.response_model and g.response_model == comparison.baseline.response_model:
         parts.append(g.response_model)
+    if g.direction == UPLOAD == comparison.baseline.direction:
+        parts.append("uploads")
     parts.append(f"{g.load_model} model")
     if g.tls == comparison.baseline.tls:
         parts.append("TLS" if g.tls else "no TLS")
@@ -338,7 +344,7 @@ def _rate(c: Comparison) -> int:
     return _offered_rate(c.candidate) or 0
 
 
-def _pair_key(c: Comparison) -> tuple[str, str, str, int, str, str]:
+def _pair_key(c: Comparison) -> tuple[str, str, str, int, str, str, str]:
     return (
         c.kind,
         c.candidate.target,
@@ -346,6 +352,7 @@ def _pair_key(c: Comparison) -> tuple[str, str, str, int, str, str]:
         c.candidate.count,
         c.candidate.profile,
         c.candidate.response_model,
+        c.candidate.direction,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from labrunner.model.scenario import UPLOAD
 from labrunner.report.cells import centre_cell
 from labrunner.report.charts import DPI
 from labrunner.report.compare import THROUGHPUT, Group, is_streaming
@@ -36,11 +37,13 @@ class Conditions:
     profile: str
     count: int
     response_model: str
+    direction: str
     network: str
 
     @property
     def title(self) -> str:
-        parts = [self.profile, f"c{self.count}", self.response_model or "build", self.network]
+        made = "uploads" if self.direction == UPLOAD else self.response_model or "build"
+        parts = [self.profile, f"c{self.count}", made, self.network]
         return ", ".join(parts) + (", streaming" if self.streaming else "")
 
 
@@ -59,7 +62,7 @@ def curves(groups: Sequence[Group]) -> dict[Conditions, dict[str, list[Point]]]:
         rate = offered_rate(g)
         if rate is None:
             continue
-        conditions = Conditions(is_streaming(g), g.profile, g.count, g.response_model, g.network)
+        conditions = Conditions(is_streaming(g), g.profile, g.count, g.response_model, g.direction, g.network)
         found.setdefault(conditions, {}).setdefault(g.target, []).append(Point(g, rate))
     return {
         conditions: {target: sorted(points, key=lambda p: p.offered) for target, points in by_target.items()}

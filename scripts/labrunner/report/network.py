@@ -24,7 +24,17 @@ LOOPBACK = "loopback"
 CLOSED, OPEN = "closed", "open"
 # Within a profile: the protocol questions of the comparison rules, and what both sides share.
 PROTOCOL_KINDS = ("HTTP/2 vs HTTP/1.1", "gRPC vs REST")
-_SAME = ("network", "tls", "profile", "count", "load_model", "response_model", "instrumented", "kind")
+_SAME = (
+    "network",
+    "tls",
+    "profile",
+    "count",
+    "load_model",
+    "response_model",
+    "direction",
+    "instrumented",
+    "kind",
+)
 COMPARED_HERE = ("rps", "p50", "p99", "bytes")
 
 Result = Mapping[str, Any]

@@ -34,10 +34,12 @@ def findings(groups: Sequence[Group]) -> list[Finding]:
 
 def _cost_findings(costs: Sequence[LinkCost]) -> list[Finding]:
     """One finding per link and load model: each target against itself on loopback."""
-    by_link: dict[tuple[str, str, str, int, str], list[LinkCost]] = {}
+    by_link: dict[tuple[str, str, str, int, str, str], list[LinkCost]] = {}
     for c in costs:
         g = c.group
-        by_link.setdefault((g.network, c.kind, g.profile, g.count, g.response_model), []).append(c)
+        by_link.setdefault((g.network, c.kind, g.profile, g.count, g.response_model, g.direction), []).append(
+            c
+        )
     out = []
     for (network, kind, *_), members in by_link.items():
         if kind == CLOSED:
@@ -125,7 +127,17 @@ def _order_findings(comparisons: Sequence[Comparison]) -> list[Finding]:
 
 def _pair_key(c: Comparison) -> tuple[object, ...]:
     g = c.candidate
-    return (c.kind, g.target, c.baseline.target, g.load_model, g.profile, g.count, g.response_model, g.tls)
+    return (
+        c.kind,
+        g.target,
+        c.baseline.target,
+        g.load_model,
+        g.profile,
+        g.count,
+        g.response_model,
+        g.direction,
+        g.tls,
+    )
 
 
 def _lead(c: Comparison, r: Ratio, metric: str) -> tuple[str, Ratio]:

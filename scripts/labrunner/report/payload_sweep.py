@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from labrunner.model.scenario import UPLOAD
 from labrunner.report import payload, payload_model
 from labrunner.report.compare import THROUGHPUT, Group
 from labrunner.report.document import Block, Heading, Paragraph, table
@@ -28,7 +29,7 @@ QUESTION = "payload"
 SWEPT = ("cpu_per_1k", "rps")
 STREAM_SCRIPT = "k6/grpc_stream.js"
 # What a sweep holds fixed besides TLS: a gRPC and a REST group pair only within one scenario.
-_SAME = ("tls", "profile", "load_model", "response_model", "network", "instrumented")
+_SAME = ("tls", "profile", "load_model", "response_model", "direction", "network", "instrumented")
 NO_BENCHMARK = "No serialization benchmark in this run (serialization.json): no encoding-alone figures."
 
 
@@ -67,7 +68,8 @@ class Sweep:
         g = next((g for g in self.rest if g.results), self.rest[0])
         vus = g.results[0]["scenario"]["load_model"].get("vus") if g.results else None
         load = f"{g.load_model} ({vus} VUs)" if vus else g.load_model
-        return f"{g.profile} profile, {g.response_model or 'build'}, {load}, {g.network}"
+        made = "uploads" if g.direction == UPLOAD else g.response_model or "build"
+        return f"{g.profile} profile, {made}, {load}, {g.network}"
 
     @property
     def held(self) -> str:

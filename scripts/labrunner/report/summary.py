@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.files import write_text_atomic
+from labrunner.model.scenario import DEFAULT_DIRECTION
 from labrunner.observe import interference
 from labrunner.report import answers, findings
 from labrunner.report.compare import group_results
@@ -28,6 +29,7 @@ SUMMARY_COLUMNS = (
     "memory_mib",
     "count",
     "response_model",
+    "direction",
     "load_model",
     "repeat",
     "network",
@@ -101,6 +103,8 @@ def summary_row(
         "count": scenario["count"],
         # Results written before the response models existed name none.
         "response_model": scenario.get("response_model", ""),
+        # Results written before uploads existed were downloads.
+        "direction": scenario.get("direction", DEFAULT_DIRECTION),
         "load_model": scenario["load_model"]["name"],
         "repeat": scenario["repeat"],
         # Results written before network profiles existed ran on loopback.

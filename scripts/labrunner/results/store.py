@@ -35,6 +35,7 @@ def scenario_dict(scenario: Scenario) -> dict[str, Any]:
         "profile": {"name": profile.name, "cpus": profile.cpus, "memory_bytes": profile.memory_bytes},
         "count": scenario.count,
         "response_model": scenario.response_model,
+        "direction": scenario.direction,
         "network": asdict(scenario.network) | {"rtt_s": scenario.network.rtt_s},
         "load_model": {
             "name": model.name,

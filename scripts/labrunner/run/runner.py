@@ -24,7 +24,7 @@ from labrunner.backends.base import (
 )
 from labrunner.model.scenario import LoadModel, Scenario
 from labrunner.observe import annotations, interference, prometheus_sd
-from labrunner.run import capacity, k6, live, service_checks
+from labrunner.run import capacity, k6, live, service_checks, uploads
 from labrunner.run.k6 import K6Run
 from labrunner.run.outcome import ScenarioOutcome
 from labrunner.say import Say
@@ -124,7 +124,8 @@ class ScenarioRun:
                     self.backend, handle, scenario.target, ca_file, settings.start_timeout_s
                 )
             with _timed(timings, "verify"):
-                self.verification = service_checks.verify(handle, scenario, ca_file)
+                upload = uploads.upload_body(config.out_dir / "k6", scenario)
+                self.verification = service_checks.verify(handle, scenario, ca_file, upload)
             if not self.verification.ok:
                 raise ScenarioFailed("verify", "; ".join(self.verification.failures))
             # k6 split into instances, one CPU of the k6 side each (k6_instances; "auto" resolves here).
@@ -133,7 +134,9 @@ class ScenarioRun:
                 places = handle.k6_places[:instances] or [f"CPU {c}" for c in handle.k6_cpus[:instances]]
                 say(f"    k6: {instances} instances by execution segments, one each on {', '.join(places)}")
             api = config.watch is not None and self.backend.name in live.BACKENDS_WITH_K6_HERE
-            invocation = _invocation_factory(scenario, config, settings, handle, instances=instances, api=api)
+            invocation = _invocation_factory(
+                scenario, config, settings, handle, instances=instances, api=api, upload=upload
+            )
             if scenario.warmup_s > 0:
                 with _timed(timings, "warmup"):
                     warmup = k6.run(self.backend, handle, invocation(True), measured=False)
@@ -246,8 +249,10 @@ def _invocation_factory(
     *,
     instances: int = 1,
     api: bool = False,
+    upload: uploads.UploadBody | None = None,
 ) -> Callable[..., K6Invocation]:
-    """api: the measured run (not a warm-up or a search step) serves k6's REST API for the live line."""
+    """api: the measured run (not a warm-up or a search step) serves k6's REST API for the live line;
+    upload: the body an upload scenario sends."""
 
     def invocation(warmup: bool, model: LoadModel | None = None, step: int | None = None) -> K6Invocation:
         """model and step: one step of a capacity search, with its own summary file."""
@@ -265,6 +270,7 @@ def _invocation_factory(
             instances=instances,
             k6_cpus=handle.k6_cpus,
             api=api and not warmup and step is None,
+            upload=upload,
         )
 
     (config.out_dir / "k6").mkdir(parents=True, exist_ok=True)

@@ -8,11 +8,13 @@ from typing import Any
 
 import grpc
 import httpx
+from google.protobuf import json_format
 from google.protobuf.json_format import MessageToDict
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from labrunner.backends.base import Backend, Endpoint, ScenarioFailed, ServiceHandle
 from labrunner.model.scenario import Scenario, Target
+from labrunner.run.uploads import UploadBody
 from services.common.contract import RECORD_SHAPE
 from services.common.pb import cars_pb2, cars_pb2_grpc
 
@@ -20,6 +22,7 @@ GRPC_SERVICE = "protolab.cars.v1.RecordService"
 TIMEOUT_S = 10.0
 _HEALTH_POLL_S = 0.02
 _MAX_SHAPE_ERRORS = 3  # enough to see the pattern without burying the message
+JSON = "application/json"
 _HTTPX_PROTO = {"HTTP/1.1": "HTTP/1.1", "HTTP/2": "HTTP/2.0"}  # k6 spells it HTTP/2.0
 
 
@@ -71,12 +74,18 @@ def wait_healthy(
     raise ScenarioFailed("health", message, backend.service_log_tail(handle))
 
 
-def verify(handle: ServiceHandle, scenario: Scenario, ca_file: Path) -> Verification:
-    """Every check a measured run relies on; failures are collected, not raised."""
+def verify(
+    handle: ServiceHandle, scenario: Scenario, ca_file: Path, upload: UploadBody | None = None
+) -> Verification:
+    """Every check a measured run relies on; failures are collected, not raised. An upload scenario's
+    server must also answer its body with the count and checksum of the records in it."""
     checker = _rest if not scenario.target.is_grpc else _grpc
     checks: list[str] = []
     failures: list[str] = []
     protocol = checker(handle, scenario, ca_file, checks, failures)
+    if upload is not None and protocol is not None:
+        uploader = _rest_upload if not scenario.target.is_grpc else _grpc_upload
+        uploader(handle, scenario.target, ca_file, upload, checks=checks, failures=failures)
     if handle.metrics_address is not None:
         _check_metrics(handle.metrics_address, checks, failures)
     return Verification(protocol, scenario.target.tls, tuple(checks), tuple(failures))
@@ -177,6 +186,77 @@ def _grpc(
         failures.append(f"gRPC call to {handle.address} failed: {_describe(exc)}")
         return None
     return "grpc"
+
+
+def _rest_upload(
+    handle: ServiceHandle,
+    target: Target,
+    ca_file: Path,
+    upload: UploadBody,
+    *,
+    checks: list[str],
+    failures: list[str],
+) -> None:
+    url = f"{_base_url(handle.address, target.tls)}/records"
+    try:
+        with _http_client(target.tls, ca_file, timeout_s=TIMEOUT_S) as client:
+            response = client.post(url, content=upload.path.read_bytes(), headers={"content-type": JSON})
+    except httpx.HTTPError as exc:
+        failures.append(f"POST {url} failed: {_describe(exc)}")
+        return
+    try:
+        reply = response.json() if response.status_code == 200 else None
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict):
+        failures.append(f"POST {url} returned {response.status_code}: {response.text[:200]}")
+        return
+    _check_reply(
+        reply.get("count"),
+        reply.get("checksum"),
+        upload,
+        "REST POST /records",
+        checks=checks,
+        failures=failures,
+    )
+
+
+def _grpc_upload(
+    handle: ServiceHandle,
+    target: Target,
+    ca_file: Path,
+    upload: UploadBody,
+    *,
+    checks: list[str],
+    failures: list[str],
+) -> None:
+    request = json_format.Parse(upload.path.read_bytes(), cars_pb2.CreateRecordsRequest())
+    try:
+        with _grpc_channel(handle.address, target.tls, ca_file) as channel:
+            stub = cars_pb2_grpc.RecordServiceStub(channel)
+            unary = stub.CreateRecords(request, timeout=TIMEOUT_S)
+            _check_reply(
+                unary.count, unary.checksum, upload, "CreateRecords", checks=checks, failures=failures
+            )
+            streamed = stub.UploadRecords(iter(request.records), timeout=TIMEOUT_S)
+            _check_reply(
+                streamed.count, streamed.checksum, upload, "UploadRecords", checks=checks, failures=failures
+            )
+    except grpc.RpcError as exc:
+        failures.append(f"gRPC upload to {handle.address} failed: {_describe(exc)}")
+
+
+def _check_reply(
+    count: object, checksum: object, upload: UploadBody, what: str, *, checks: list[str], failures: list[str]
+) -> None:
+    _expect(
+        (count, checksum) == (upload.count, upload.checksum),
+        f"{what}: {upload.count} records received, checksum {upload.checksum}",
+        f"{what}: the server answered count {count}, checksum {checksum}; "
+        f"sent {upload.count} records, checksum {upload.checksum}",
+        checks,
+        failures,
+    )
 
 
 def _check_metrics(address: Endpoint, checks: list[str], failures: list[str]) -> None:
