@@ -21,12 +21,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from labrunner.paths import REPO
+from services.common.stacks import STACKS
 
 DEFAULT_DIR = REPO / "certs"
 CA_FILE, CA_KEY_FILE = "ca.pem", "ca-key.pem"
 SERVER_FILE, SERVER_KEY_FILE = "server.pem", "server-key.pem"
-# Every name a client may dial: local processes and the docker compose service names.
-DNS_NAMES = ("localhost", "rest-aiohttp", "rest-quart", "grpc-aio", "rest-granian", "grpc-grpclib")
+# Every name a client may dial: local processes and each stack's docker compose service.
+DNS_NAMES = ("localhost", *(stack.compose_name for stack in STACKS))
 IP_ADDRESSES = ("127.0.0.1", "::1", "198.18.0.1")  # the last: the service on a network scenario's link
 CA_LIFETIME = datetime.timedelta(days=3650)
 SERVER_LIFETIME = datetime.timedelta(days=825)

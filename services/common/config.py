@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from services.common.stacks import STACKS
+
 SECONDS = 1.0
 
 
@@ -104,15 +106,9 @@ class Settings:
         return self.tls_cert_file is not None
 
 
-# Each implementation's (port, metrics port) when PORT / METRICS_PORT are unset; docker-compose.yml
-# builds its images with the same numbers (tests/integration/test_compose.py checks they agree).
-DEFAULT_PORTS: dict[str, tuple[int, int]] = {
-    "rest_aiohttp": (8081, 9101),
-    "rest_quart": (8082, 9102),
-    "grpc_aio": (50051, 9103),
-    "rest_granian": (8083, 9104),
-    "grpc_grpclib": (50052, 9105),
-}
+# Each implementation's (port, metrics port) when PORT / METRICS_PORT are unset, as its stack declares
+# them; docker-compose.yml builds its images with the same numbers (tests/unit/test_stacks.py checks).
+DEFAULT_PORTS: dict[str, tuple[int, int]] = {s.package: (s.port, s.metrics_port) for s in STACKS}
 
 
 def load_settings(service: str) -> Settings:

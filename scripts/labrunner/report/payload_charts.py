@@ -16,9 +16,8 @@ from labrunner.report.compare import Group
 from labrunner.report.payload import PayloadRow
 from labrunner.report.payload_sweep import SWEPT, Point, Sweep, size, sweep_groups, sweeps
 from labrunner.report.stats import CONFIDENCE
+from services.common.stacks import BY_PACKAGE
 
-# One colour per protocol family; within a family the marker names the server, dashes mean TLS.
-SERVER_MARKERS = {"rest_aiohttp": "o", "rest_quart": "s", "rest_granian": "^", "grpc_aio": "D"}
 _AXIS = {"rps": "requests/s (log)", "cpu_per_1k": "CPU seconds per 1,000 requests (log)"}
 _RATIO_AXIS = {"rps": "gRPC / REST req/s (log)", "cpu_per_1k": "gRPC / REST CPU per request (log)"}
 _WIDTH, _HEIGHT = 11.0, 4.4
@@ -99,8 +98,9 @@ def _target_line(ax: Axes, members: Sequence[Group], metric: str, sizes: Mapping
     if not xs:
         return
     first = members[0]
+    # One colour per protocol family; within a family the marker (its stack's) names the server, dashes TLS.
     colour = FAMILY_COLOURS[family(first)]
-    marker = SERVER_MARKERS.get(first.service, "o")
+    marker = BY_PACKAGE[first.service].marker
     ax.errorbar(
         xs,
         centres,
@@ -149,7 +149,7 @@ def _ratio_line(ax: Axes, s: Sweep, metric: str) -> None:
         xs,
         [p.ratio.estimate for p in points],
         color=FAMILY_COLOURS["REST"],
-        marker=SERVER_MARKERS.get(rest.service, "o"),
+        marker=BY_PACKAGE[rest.service].marker,
         linestyle="--" if rest.tls else "-",
         label=f"{s.grpc_target} / {s.rest_target}",
     )

@@ -15,21 +15,13 @@ from labrunner.paths import release
 from labrunner.results import methodology
 from labrunner.run.k6 import k6_version
 from services.common import interpreter
+from services.common.stacks import STACKS
 
-# Distributions whose versions change what is measured (servers, gRPC, serialization).
-LIBRARIES = (
-    "grpcio",
-    "protobuf",
-    "aiohttp",
-    "quart",
-    "hypercorn",
-    "granian",
-    "grpclib",
-    "h2",
-    "uvloop",
-    "orjson",
-    "httpx",
-)
+# What the services or the runner's clients share besides each stack's own: serialization, the event
+# loop, HTTP.
+SHARED_LIBRARIES = ("protobuf", "uvloop", "orjson", "httpx")
+# Distributions whose versions change what is measured: each stack's (services.common.stacks), the shared.
+LIBRARIES = tuple(dict.fromkeys([*(name for s in STACKS for name in s.distributions), *SHARED_LIBRARIES]))
 
 
 def collect(root: Path, k6_binary: Path) -> dict[str, Any]:
