@@ -3,9 +3,13 @@
 import os
 import signal
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from labrunner import grpc_fork
+
+if TYPE_CHECKING:
+    from tests.docker_fake import FakeDocker
 
 # The tests probe gRPC health from threads while forking k6 and services (preexec_fn), as the
 # runner does; pytest imports this before any test module imports grpc.
@@ -34,7 +38,25 @@ def start_service() -> Iterator[Callable[..., RunningService]]:
         service.kill()
 
 
-# The `docker` tests (tests/e2e/test_docker.py) need a Docker engine and the lab's images: they run
+@pytest.fixture
+def fake() -> "FakeDocker":
+    """A fresh fake Docker engine (tests/docker_fake.py) for the docker backend's tests; a module that
+    needs another one defines its own `fake`."""
+    from tests.docker_fake import FakeDocker  # noqa: PLC0415  (the docker SDK only where it is used)
+
+    return FakeDocker()
+
+
+@pytest.fixture
+def docker_quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docker backend's polls without delay and compose's variables at their defaults; a module
+    takes it for every test with `pytestmark = pytest.mark.usefixtures("docker_quick_polls")`."""
+    from tests.docker_fake import quick_polls_and_compose_defaults  # noqa: PLC0415
+
+    quick_polls_and_compose_defaults(monkeypatch)
+
+
+# The `docker` tests (tests/e2e/test_docker_*.py) need a Docker engine and the lab's images: they run
 # only when asked for, as CI does (.ci/run). Deselected, not skipped: without the variable they are
 # not part of the run; with it, a missing engine fails them.
 DOCKER_TESTS_VARIABLE = "PROTOLAB_DOCKER_TESTS"

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from docker.errors import ImageNotFound, NotFound
 from labrunner.backends.base import BackendSettings
-from labrunner.backends.docker_backend import DockerBackend
+from labrunner.backends.docker import DockerBackend
 from labrunner.cli import session
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Plan, Scenario
@@ -288,8 +288,8 @@ def network_scenario(network: str | NetworkProfile, target: str = "aiohttp-h1") 
 def quick_polls_and_compose_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     """No polling delay, and the defaults a user gets: CI exports tests/docker/substitutes.env
     (K6_IMAGE, SERVICE_NOFILE)."""
-    monkeypatch.setattr("labrunner.backends.docker_stats._K6_POLL_S", 0.0)
-    monkeypatch.setattr("labrunner.backends.docker_services._POLL_S", 0.01)
+    monkeypatch.setattr("labrunner.backends.docker.stats._K6_POLL_S", 0.0)
+    monkeypatch.setattr("labrunner.backends.docker.services._POLL_S", 0.01)
     for variable in ("K6_IMAGE", "SERVICE_NOFILE"):
         monkeypatch.delenv(variable, raising=False)
 

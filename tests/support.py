@@ -154,10 +154,12 @@ def launch_service(
     env: dict[str, str] | None = None,
     timeout: float = 60,
     preexec_fn: Callable[[], None] | None = None,
+    package: str = "services",
 ) -> RunningService:
-    """Start `python -m services.<module>` on ports 0 and wait for its listening line.
+    """Start `python -m <package>.<module>` on ports 0 and wait for its listening line.
 
-    preexec_fn runs in the child before exec (e.g. to join a cgroup).
+    preexec_fn runs in the child before exec (e.g. to join a cgroup); package "benchmarks.floor"
+    starts a floor server.
     """
     full_env = {
         **os.environ,
@@ -169,7 +171,7 @@ def launch_service(
         **(env or {}),
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", f"services.{module}"],
+        [sys.executable, "-m", f"{package}.{module}"],
         cwd=ROOT,
         env=full_env,
         stdout=subprocess.PIPE,
@@ -193,7 +195,7 @@ def launch_service(
                 )
         elif process.poll() is not None:
             break
-    raise AssertionError(f"services.{module} did not print its listening line (exit {_kill_group(process)})")
+    raise AssertionError(f"{package}.{module} did not print its listening line (exit {_kill_group(process)})")
 
 
 def ok_result(

@@ -175,14 +175,15 @@ def test_a_target_that_fails_verification_fails_alone(tmp_path: Path) -> None:
     matrix = tmp_path / "matrix.toml"
     matrix.write_text(
         (ROOT / "matrix.toml").read_text()
-        + '\n[targets.aiohttp-claims-h2]\nservice = "rest_aiohttp"\nscript = "k6/rest.js"\n'
-        'protocol = "http2"\ntls = true\nexpect_proto = "HTTP/2.0"\n'
+        # Hypercorn told to offer HTTP/1.1 only, under a target that expects HTTP/2.
+        + '\n[targets.quart-claims-h2]\nservice = "rest_quart"\nscript = "k6/rest.js"\n'
+        'protocol = "http2"\ntls = true\nexpect_proto = "HTTP/2.0"\nenv = { ALPN_PROTOCOLS = "http/1.1" }\n'
     )
     out = tmp_path / "broken"
     completed = _run_matrix(
         "--matrix", str(matrix),
         "--preset", "ci",
-        "--target", "aiohttp-claims-h2,aiohttp-h1",
+        "--target", "quart-claims-h2,aiohttp-h1",
         "--duration", "2s",
         "--out", str(out),
         "--influxdb", "none",
@@ -195,7 +196,7 @@ def test_a_target_that_fails_verification_fails_alone(tmp_path: Path) -> None:
         for r in (json.loads(p.read_text()) for p in (out / "scenarios").glob("*.json"))
     }
     assert results["aiohttp-h1"]["status"] == "ok"
-    broken = results["aiohttp-claims-h2"]
+    broken = results["quart-claims-h2"]
     assert broken["status"] == "failed"
     assert broken["failure"]["phase"] == "verify"
     assert "HTTP/1.1" in broken["failure"]["message"], broken["failure"]

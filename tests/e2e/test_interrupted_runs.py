@@ -236,9 +236,10 @@ tls = false
 expect_proto = "HTTP/1.1"
 env = { MAX_COUNT = "abc" }
 
-# An HTTP/1.1 server declared as gRPC: the runner's gRPC health check never gets SERVING.
+# An HTTP/1.1 server run for a gRPC target: the runner's gRPC health check never gets SERVING.
 [targets.aiohttp-never-healthy]
-service = "rest_aiohttp"
+service = "grpc_aio"
+module = "services.rest_aiohttp"
 script = "k6/grpc_unary.js"
 protocol = "grpc"
 tls = false

@@ -12,7 +12,7 @@ from labrunner.cli import live as live_line
 from labrunner.run import live
 from labrunner.run.live import Window
 
-from tests.e2e.test_k6_scripts import K6_DIR, RecordsServer, k6_binary, rest_env
+from tests.e2e.k6_servers import K6_DIR, RecordsServer, k6_binary, rest_env
 
 pytestmark = pytest.mark.timeout(120)
 SECONDS = 3

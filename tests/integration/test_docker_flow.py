@@ -16,10 +16,10 @@ import docker
 import pytest
 from docker.errors import DockerException, NotFound
 from docker.types import Ulimit
-from labrunner.backends.docker_backend import DockerBackend
+from labrunner.backends.docker import DockerBackend
 from labrunner.cli import session
 from labrunner.network import docker_probe
-from labrunner.run.k6 import SUMMARY_TREND_STATS
+from labrunner.run.k6 import summary_trend_stats
 
 from tests.docker_fake import (
     MEMORY_PEAK,
@@ -72,7 +72,7 @@ def test_k6_container_parameters(tmp_path: Path, published_service: FakeDocker) 
             "--address",
             "",
             "--summary-trend-stats",
-            SUMMARY_TREND_STATS,  # k6/lib/trend_stats.json, as the script's summaryTrendStats
+            summary_trend_stats(),  # k6/lib/trend_stats.json, as the script's summaryTrendStats
             "--tag",
             "run=run1",
             "--tag",

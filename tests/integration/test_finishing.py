@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from docker.errors import DockerException
-from labrunner.backends.docker_backend import DockerBackend
+from labrunner.backends.docker import DockerBackend
 from labrunner.cli import session
 from labrunner.observe import interference
 from labrunner.results.store import result_path

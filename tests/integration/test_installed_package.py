@@ -1,6 +1,7 @@
 """The package as a user installs it: `pip install <clone>` (not editable) into a fresh venv resolves
 the declared dependencies, and its `protolab` command answers --help, --version and --list, in a
-checkout, through PROTOLAB_HOME, and outside one (where it says what it needs)."""
+checkout, through PROTOLAB_HOME, and outside one (where --help and --version answer and the rest
+says what it needs)."""
 
 import os
 import shutil
@@ -97,13 +98,24 @@ def test_help_version_and_list_in_a_checkout(installed: tuple[Path, Path]) -> No
     venv, clone = installed
     helped = protolab(venv, clone, "--help")
     assert helped.returncode == 0, helped.stderr
-    assert helped.stdout.startswith("usage: "), helped.stdout[:200]
+    assert helped.stdout.startswith("usage: protolab "), helped.stdout[:200]
     assert "--preset" in helped.stdout and "--backend" in helped.stdout
 
     versioned = protolab(venv, clone, "--version")
     assert versioned.returncode == 0, versioned.stderr
     # The copy is no git checkout: the version says so instead of a commit.
-    assert versioned.stdout.strip().endswith(f" {RELEASE} (not a git checkout)"), versioned.stdout
+    assert versioned.stdout.strip() == f"protolab {RELEASE} (not a git checkout)", versioned.stdout
+    # Each entry point names itself: the clone's scripts/run_matrix.py, with the venv's Python.
+    script = subprocess.run(
+        [str(venv / "bin" / "python"), str(clone / "scripts" / "run_matrix.py"), "--version"],
+        cwd=clone,
+        env=_environment(venv),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert script.stdout.strip() == f"run_matrix.py {RELEASE} (not a git checkout)", script.stderr
 
     listed = protolab(venv, clone, "--list")
     assert listed.returncode == 0, listed.stderr
@@ -125,11 +137,19 @@ def test_a_parent_of_the_working_directory_and_protolab_home_find_the_checkout(
     assert elsewhere.stdout == below.stdout
 
 
-def test_outside_a_checkout_only_the_version_answers(installed: tuple[Path, Path], tmp_path: Path) -> None:
+def test_outside_a_checkout_only_the_version_and_the_help_answer(
+    installed: tuple[Path, Path], tmp_path: Path
+) -> None:
     venv, _ = installed
     versioned = protolab(venv, tmp_path, "--version")
     assert versioned.returncode == 0, versioned.stderr
     assert versioned.stdout.strip() == f"protolab {RELEASE} (no protolab checkout found)"
+
+    # Nothing the help needs is read from a checkout (k6/lib/trend_stats.json is read at first use).
+    helped = protolab(venv, tmp_path, "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert helped.stdout.startswith("usage: protolab "), helped.stdout[:200]
+    assert "--preset" in helped.stdout and "--backend" in helped.stdout
 
     listed = protolab(venv, tmp_path, "--list")
     assert listed.returncode != 0
@@ -137,6 +157,6 @@ def test_outside_a_checkout_only_the_version_answers(installed: tuple[Path, Path
     assert "no protolab checkout in the current directory or its parents" in listed.stderr
     assert "PROTOLAB_HOME" in listed.stderr
 
-    wrong = protolab(venv, tmp_path, "--help", PROTOLAB_HOME=str(tmp_path))
+    wrong = protolab(venv, tmp_path, "--list", PROTOLAB_HOME=str(tmp_path))
     assert wrong.returncode != 0
     assert f"PROTOLAB_HOME={tmp_path} is not a protolab checkout" in wrong.stderr, wrong.stderr

@@ -1,7 +1,7 @@
 """Shutdown of every service under load: SIGTERM during a real k6 run, a second SIGTERM, and the
 end of the grace period.
 
-tests/integration/test_rest_services.py and test_grpc_service.py already show in-flight requests
+tests/integration/test_rest_services.py and test_grpc_processes.py already show in-flight requests
 completing through a SIGTERM with Python clients; here k6 (as the runner drives it) keeps
 sending through the whole stop, and clients that never finish reading hold requests in flight
 so that only a second signal or the grace period can end the process.

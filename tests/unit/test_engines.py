@@ -1,7 +1,7 @@
 """Roles mapped to Docker engines (issue 15): [hosts] and the engine options, how an engine is
 reached (the real Docker SDK against sockets nobody listens on), the extra certificate name, and
 the docker backend's placement of k6 on load engines (on the thin fake client of
-tests/docker_fake.py). The live two-engine run is tests/e2e/test_docker.py's."""
+tests/docker_fake.py). The live two-engine run is tests/e2e/test_docker_engines.py's."""
 
 import copy
 import dataclasses
@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from docker.context import ContextAPI
 from labrunner import certs
-from labrunner.backends import docker_backend, docker_k6
 from labrunner.backends.base import BackendUnavailable, ScenarioFailed
-from labrunner.backends.docker_backend import DockerBackend
+from labrunner.backends.docker import DockerBackend
+from labrunner.backends.docker import backend as docker_backend
+from labrunner.backends.docker import k6 as docker_k6
 from labrunner.backends.engines import Engine, connect
 from labrunner.cli import run_matrix as cli
 from labrunner.model.engine_roles import Hosts

@@ -7,13 +7,13 @@ import pytest
 from labrunner.report.compare import compare_groups, group_results
 from labrunner.report.stats import pooled_quantile, samples_needed, supports
 from labrunner.run.k6 import DEFAULT_LATENCY_METRIC, parse_summary
-from labrunner.run.k6_stats import QUANTILE_GRID, quantiles
+from labrunner.run.k6_stats import quantile_grid, quantiles
 
 
 def _trend(scale: float, count: int) -> dict[str, Any]:
     """k6 trend values on the summary's grid for a uniform distribution on [0, scale]."""
     values: dict[str, Any] = {"min": 0.0, "max": scale, "avg": scale / 2, "count": count}
-    return values | {stat: fraction * scale for stat, fraction in QUANTILE_GRID.items()}
+    return values | {stat: fraction * scale for stat, fraction in quantile_grid().items()}
 
 
 def test_the_latency_clock_is_the_metric_the_script_names() -> None:

@@ -37,15 +37,20 @@ def _labrunner_imports(path: str) -> set[str]:
     return {name for name in names if name.startswith(("labrunner", "services"))}
 
 
-DOCKER_MODULES = sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "backends").glob("docker_*.py"))
+# Each concrete backend is a package: backends/local/, backends/docker/.
+BACKEND_MODULES = sorted(
+    str(p.relative_to(PACKAGE))
+    for name in ("local", "docker")
+    for p in (PACKAGE / "backends" / name).glob("*.py")
+)
 
 
-@pytest.mark.parametrize("backend", ["backends/local.py", *DOCKER_MODULES])
+@pytest.mark.parametrize("backend", BACKEND_MODULES)
 def test_a_backend_imports_neither_the_other_nor_the_runner(backend: str) -> None:
     imports = _labrunner_imports(backend)
     assert imports, "the test must see the backend's imports"
-    # The docker backend's modules (docker_*.py) may import each other.
-    own = ("labrunner.backends.docker_",) if backend in DOCKER_MODULES else ()
+    # A backend's modules (backends/<name>/*.py) may import each other.
+    own = ("labrunner.backends." + backend.split("/")[1] + ".",)
     assert {name for name in imports if not name.startswith(BACKEND_MAY_IMPORT + own)} == set()
 
 
@@ -53,7 +58,7 @@ def test_a_backend_imports_neither_the_other_nor_the_runner(backend: str) -> Non
     "module", sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "run").glob("*.py"))
 )
 def test_the_runner_imports_no_concrete_backend(module: str) -> None:
-    concrete = ("labrunner.backends.local", "labrunner.backends.docker_")
+    concrete = ("labrunner.backends.local", "labrunner.backends.docker")
     assert {name for name in _labrunner_imports(module) if name.startswith(concrete)} == set()
 
 
@@ -61,9 +66,20 @@ def test_every_backend_the_matrix_knows_has_one_module_and_a_place_in_auto() -> 
     assert sorted(backends.MODULES) == sorted(BACKENDS) == sorted(backends.AUTO_ORDER)
     for module in backends.MODULES.values():
         assert module.startswith("labrunner.backends."), module
-        source = ast.parse((PACKAGE / "backends" / f"{module.rsplit('.', 1)[1]}.py").read_text())
-        functions = {node.name for node in source.body if isinstance(node, ast.FunctionDef)}
-        assert {"probe", "create"} <= functions, module
+        # A package: its face (__init__.py) hands on probe and create from the module defining them.
+        face = ast.parse((PACKAGE / "backends" / module.rsplit(".", 1)[1] / "__init__.py").read_text())
+        handed_on = {
+            alias.name: node.module
+            for node in face.body
+            if isinstance(node, ast.ImportFrom) and node.module
+            for alias in node.names
+        }
+        assert {"probe", "create"} <= set(handed_on), module
+        for name in ("probe", "create"):
+            source = ast.parse(
+                (PACKAGE / f"{handed_on[name].removeprefix('labrunner.').replace('.', '/')}.py").read_text()
+            )
+            assert name in {node.name for node in source.body if isinstance(node, ast.FunctionDef)}, module
 
 
 def test_a_local_run_never_loads_the_docker_sdk_and_importing_sets_nothing() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from labrunner.backends import local
 from labrunner.backends.base import BackendSettings, ScenarioFailed
+from labrunner.backends.local import network as local_network
 from labrunner.cli import run_matrix as cli
 from labrunner.model.matrix import expand, load_matrix, parse_matrix
 from labrunner.model.scenario import LOOPBACK, Overrides
@@ -144,7 +145,7 @@ def test_without_root_a_network_scenario_fails_in_phase_network(
     def create_link(link: object) -> None:
         pytest.fail(f"a check that let a process without root through made a link: {link}")
 
-    monkeypatch.setattr(local, "create_link", create_link)
+    monkeypatch.setattr(local_network, "create_link", create_link)
     plan = expand(load_matrix(MATRIX), "local", "ci", Overrides(targets=("grpc-tls",), networks=("wan",)))
     with pytest.raises(ScenarioFailed) as failed:
         backend.start_service(plan.scenarios[0])

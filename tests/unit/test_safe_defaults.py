@@ -1,9 +1,10 @@
-"""Safe defaults that tests/integration/test_compose.py does not already hold: no private key in the
+"""Safe defaults that tests/integration/test_compose_*.py do not already hold: no private key in the
 repository, and no client that skips TLS verification.
 
-tests/integration/test_compose.py covers the rest of the list: test_every_published_port_is_bound_to_loopback,
-test_grafana_has_no_default_admin_password, test_no_container_gets_the_docker_socket_or_privileges,
-test_service_images_do_not_run_as_root and test_generated_and_private_files_stay_out_of_the_build_context;
+tests/integration/test_compose_safety.py covers the rest of the list:
+test_every_published_port_is_bound_to_loopback, test_grafana_has_no_default_admin_password,
+test_no_container_gets_the_docker_socket_or_privileges, test_service_images_do_not_run_as_root and
+test_generated_and_private_files_stay_out_of_the_build_context;
 tests/unit/test_certs.py shows the lab CA verifies the server and a foreign CA does not.
 """
 

@@ -13,7 +13,7 @@ from labrunner.model.scenario import BACKENDS
 from labrunner.say import Say
 
 # One module per name in the matrix's BACKENDS (a test holds them equal).
-MODULES = {"docker": "labrunner.backends.docker_backend", "local": "labrunner.backends.local"}
+MODULES = {"docker": "labrunner.backends.docker", "local": "labrunner.backends.local"}
 AUTO = "auto"
 # `auto` takes the first backend that can run here: the users' default first.
 AUTO_ORDER = ("docker", "local")

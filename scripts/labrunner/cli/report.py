@@ -9,6 +9,7 @@ from pathlib import Path
 from labrunner.cli import version
 from labrunner.report.build import write_report
 from labrunner.report.summary import write_summaries
+from labrunner.results.callers import is_caller_run
 from labrunner.results.store import read_manifest
 
 
@@ -29,7 +30,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="OTHER_RUN_DIR",
         help="add the change of every scenario group against this run and flag significant regressions",
     )
+    parser.add_argument(
+        "--server-run",
+        type=Path,
+        metavar="MAIN_RUN_DIR",
+        help="a caller run (preset caller) only: put the same calls' server side from this main run beside "
+        "the callers' CPU per call",
+    )
     args = parser.parse_args(argv)
+    if is_caller_run(args.run_dir):  # preset caller: its own report, no summaries, no baseline
+        # Imported for a caller run only.
+        from labrunner.report import callers  # noqa: PLC0415
+
+        md, html = callers.write_report(args.run_dir, args.server_run)
+        print(f"{md}\n{html}")
+        return 0
     for directory in (args.run_dir, args.baseline):
         if directory is not None and not (directory / "scenarios").is_dir():
             print(f"report.py: error: {directory} is not a run directory (no scenarios/)", file=sys.stderr)

@@ -16,7 +16,7 @@ from labrunner.cli import live, version
 from labrunner.cli.listing import describe_matrix, describe_plan
 from labrunner.model.engine_roles import Hosts, HostsError, hosts
 from labrunner.model.matrix import expand, load_matrix, split_list
-from labrunner.model.scenario import AUTO_INSTANCES, Matrix, Overrides, Plan
+from labrunner.model.scenario import AUTO_INSTANCES, CALLER, Matrix, Overrides, Plan
 from labrunner.model.schema import MatrixError, duration_seconds
 from labrunner.observe import local_stack
 from labrunner.observe.labels import INFLUXDB_DATABASE
@@ -82,9 +82,10 @@ class _Usage(Exception):
     """A command-line or setup problem, reported without a traceback."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "run_matrix.py") -> argparse.ArgumentParser:
+    """The options; `prog` is the command the user ran, as --help, --version and errors name it."""
     parser = argparse.ArgumentParser(
-        prog="run_matrix.py",
+        prog=prog,
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -163,6 +164,13 @@ def _add_scenarios(pick: argparse._ArgumentGroup) -> None:
         action="append",
         metavar="MODEL[,MODEL]",
         help="what each request builds: build (default) and/or prebuilt",
+    )
+    pick.add_argument(
+        "--direction",
+        action="append",
+        metavar="DIRECTION[,DIRECTION]",
+        help="which way the records travel: download (default: the server sends them) and/or upload "
+        "(the client sends them: POST /records, CreateRecords, UploadRecords)",
     )
     pick.add_argument(
         "--network",
@@ -267,8 +275,9 @@ def _add_observability(out: argparse._ArgumentGroup) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "run_matrix.py") -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
     try:
         matrix = load_matrix(args.matrix)
         if args.list:
@@ -279,13 +288,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = expand(matrix, backend_name, args.preset, _overrides(args))
         if not plan.scenarios:
             raise _Usage("the selection has no scenarios")
+        if plan.measure == CALLER:
+            return _callers(args, matrix, argv)
         if args.dry_run:
             print(_backend_line(backend_name, reason))
             print(describe_plan(seed_plan(plan, args.seed)[0]))
             return EXIT_OK
         return _run(args, plan, roles=roles, backend_name=backend_name, reason=reason, argv=argv)
     except (MatrixError, HostsError, K6NotFound, BackendUnavailable, _Usage) as exc:
-        print(f"run_matrix.py: error: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 
@@ -347,6 +358,36 @@ def _run(
         return EXIT_INTERRUPTED
     session.finish(out_dir, benchmark=True, say=_say)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _callers(args: argparse.Namespace, matrix: Matrix, argv: Sequence[str] | None) -> int:
+    """A preset that measures Python callers (docs/caller.md): on the local backend only, not resumed."""
+    if args.backend == "docker":
+        raise _Usage(
+            f"preset {args.preset!r} measures Python callers on the local backend only: --backend local"
+        )
+    from labrunner.cli import callers  # noqa: PLC0415  a caller run's modules, only for one
+
+    plan, _ = seed_plan(expand(matrix, "local", args.preset, _overrides(args)), args.seed)
+    assert plan.seed is not None
+    if args.dry_run:
+        print("backend: local (a caller preset runs there)")
+        print(callers.describe(plan, plan.seed))
+        return EXIT_OK
+    if args.resume:
+        raise _Usage("a caller run is not resumed: run it again under a new --run-id")
+    run_id, out_dir = _run_location(args)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise _Usage(f"{out_dir} already holds a run; choose another --run-id")
+    return callers.run_callers(
+        plan,
+        run_id=run_id,
+        out_dir=out_dir,
+        certs_dir=args.certs,
+        k6_binary=find_k6(args.k6),
+        argv=tuple(sys.argv if argv is None else ["run_matrix.py", *argv]),
+        say=_say,
+    )
 
 
 def _backend_settings(
@@ -459,6 +500,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         counts=parsed_counts,
         load_models=split_list(args.load_model),
         response_models=split_list(args.response_model),
+        directions=split_list(args.direction),
         networks=split_list(args.network),
         vus=args.vus,
         rate=args.rate,

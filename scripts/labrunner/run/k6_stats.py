@@ -1,21 +1,33 @@
 """The trend statistics of k6's latency: the ones its summary holds, and the same ones computed
 over raw samples as k6 computes them (a split run's instances, merged over all their samples)."""
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
 
 from labrunner.paths import REPO
 
-# k6/lib/common.js reads the same list; passing it makes the summary independent of the script's options.
-TREND_STATS: tuple[str, ...] = tuple(json.loads((REPO / "k6" / "lib" / "trend_stats.json").read_text()))
 # The percentiles a result shows, by their key in latency_ms ("p99.9") and their fraction.
 PERCENTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99, "p99.9": 0.999}
 LATENCY_STATS = {"avg": "avg", **{key: f"p({key[1:]})" for key in PERCENTILES}, "max": "max"}
-# Every percentile the summary holds: the grid a group's repeats are pooled on (report/compare.py).
-QUANTILE_GRID = {stat: round(float(stat[2:-1]) / 100, 6) for stat in TREND_STATS if stat.startswith("p(")}
 
-Quantiles = tuple[tuple[float, float], ...]  # (fraction, value): the minimum, QUANTILE_GRID, the maximum
+Quantiles = tuple[tuple[float, float], ...]  # (fraction, value): the minimum, quantile_grid(), the maximum
+
+
+@functools.cache
+def trend_stats() -> tuple[str, ...]:
+    """The checkout's k6/lib/trend_stats.json, which k6/lib/common.js reads too; passing it makes the
+    summary independent of the script's options. Read at first use, not at import, so that
+    `protolab --help` and `--version` answer without a checkout."""
+    return tuple(json.loads((REPO / "k6" / "lib" / "trend_stats.json").read_text()))
+
+
+@functools.cache
+def quantile_grid() -> Mapping[str, float]:
+    """Every percentile the summary holds ("p(99.9)": 0.999): the grid a group's repeats are pooled on
+    (report/compare.py)."""
+    return {stat: round(float(stat[2:-1]) / 100, 6) for stat in trend_stats() if stat.startswith("p(")}
 
 
 def percentile(ordered: Sequence[float], fraction: float) -> float:
@@ -37,11 +49,11 @@ def latency_stats(samples: Sequence[float]) -> dict[str, float | None]:
 
 
 def quantiles(samples: Sequence[float]) -> Quantiles:
-    """(fraction, value) at 0 (the minimum), on QUANTILE_GRID and at 1 (the maximum), as k6 computes them."""
+    """(fraction, value) at 0 (the minimum), on quantile_grid(), at 1 (the maximum), as k6 computes them."""
     if not samples:
         return ()
     ordered = sorted(samples)
-    grid = (0.0, *QUANTILE_GRID.values(), 1.0)
+    grid = (0.0, *quantile_grid().values(), 1.0)
     return tuple((fraction, percentile(ordered, fraction)) for fraction in grid)
 
 

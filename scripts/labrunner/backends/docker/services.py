@@ -23,9 +23,9 @@ from labrunner.backends.base import (
     tail,
 )
 from labrunner.backends.cgroups import CFS_PERIOD_US, quota_us
-from labrunner.backends.docker_containers import docker_errors, logs_tail, remove
-from labrunner.backends.docker_names import CERTS_DIR, CERTS_VOLUME, NETWORK, SERVICE_HARDENING, labels
-from labrunner.backends.docker_stats import UsageWindow
+from labrunner.backends.docker.containers import docker_errors, logs_tail, remove
+from labrunner.backends.docker.names import CERTS_DIR, CERTS_VOLUME, NETWORK, SERVICE_HARDENING, labels
+from labrunner.backends.docker.stats import UsageWindow
 from labrunner.model.scenario import Scenario
 
 _POLL_S = 0.2

@@ -17,9 +17,9 @@ from docker.models.containers import Container
 from requests.exceptions import RequestException
 
 from labrunner.backends.base import BackendSettings, ScenarioFailed, cpu_list, tail
-from labrunner.backends.docker_containers import create_container, docker_errors, remove
-from labrunner.backends.docker_names import NETWORK, labels
-from labrunner.backends.docker_services import ServiceContainer
+from labrunner.backends.docker.containers import create_container, docker_errors, remove
+from labrunner.backends.docker.names import NETWORK, labels
+from labrunner.backends.docker.services import ServiceContainer
 from labrunner.network.emulators import netem_qdisc_commands, tbf_qdisc_commands
 from labrunner.network.link_checks import LinkMeasurement
 from labrunner.network.profiles import NetworkProfile

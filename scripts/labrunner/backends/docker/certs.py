@@ -7,8 +7,8 @@ from docker.models.containers import Container
 
 from labrunner import certs
 from labrunner.backends.base import ScenarioFailed
-from labrunner.backends.docker_archives import read_files
-from labrunner.backends.docker_names import CERTS_DIR, CERTS_VOLUME
+from labrunner.backends.docker.archives import read_files
+from labrunner.backends.docker.names import CERTS_DIR, CERTS_VOLUME
 
 _CERT_MODES = {
     certs.CA_FILE: certs.CERT_MODE,

@@ -27,11 +27,11 @@ from labrunner.backends.base import (
     tail,
 )
 from labrunner.backends.cgroups import CpuSplit, split_cpus
-from labrunner.backends.docker_archives import copy_results, k6_files
-from labrunner.backends.docker_certs import adopt_certs
-from labrunner.backends.docker_containers import create_container, docker_errors, logs_tail, remove
-from labrunner.backends.docker_k6 import K6Containers
-from labrunner.backends.docker_names import (
+from labrunner.backends.docker.archives import copy_results, k6_files
+from labrunner.backends.docker.certs import adopt_certs
+from labrunner.backends.docker.containers import create_container, docker_errors, logs_tail, remove
+from labrunner.backends.docker.k6 import K6Containers
+from labrunner.backends.docker.names import (
     K6_IMAGE,
     NETWORK,
     NOFILE,
@@ -39,8 +39,8 @@ from labrunner.backends.docker_names import (
     container_name,
     image_name,
 )
-from labrunner.backends.docker_network_helper import NetworkHelpers
-from labrunner.backends.docker_preflight import (
+from labrunner.backends.docker.network_helper import NetworkHelpers
+from labrunner.backends.docker.preflight import (
     EngineClients,
     check_engine_version,
     check_lab_is_up,
@@ -48,7 +48,7 @@ from labrunner.backends.docker_preflight import (
     checked,
     prepare_engines,
 )
-from labrunner.backends.docker_services import (
+from labrunner.backends.docker.services import (
     ServiceContainer,
     apply_profile_quota,
     await_listening,
@@ -57,7 +57,7 @@ from labrunner.backends.docker_services import (
     service_params,
     stop_service_container,
 )
-from labrunner.backends.docker_stats import (
+from labrunner.backends.docker.stats import (
     UsageWindow,
     cpu_until_all_exit,
     memory_peak,

@@ -23,7 +23,7 @@ from labrunner.backends.base import (
     k6_instances_problem,
 )
 from labrunner.backends.cgroups import split_cpus
-from labrunner.backends.docker_names import (
+from labrunner.backends.docker.names import (
     CERTS_DIR,
     CERTS_VOLUME,
     INFLUXDB_IN_NETWORK,
@@ -33,8 +33,8 @@ from labrunner.backends.docker_names import (
     RESULTS_DIR,
     labels,
 )
-from labrunner.backends.docker_preflight import EngineClients
-from labrunner.backends.docker_services import ServiceContainer
+from labrunner.backends.docker.preflight import EngineClients
+from labrunner.backends.docker.services import ServiceContainer
 from labrunner.backends.engines import Engine
 from labrunner.model.scenario import K6Instances, Profile
 
@@ -141,7 +141,7 @@ class K6Containers:
 
         Beside the service: on the compose network, the files mounted. On another engine: on that
         host's network (no bridge or NAT between k6 and the wire), the files copied in
-        (docker_archives.k6_files).
+        (archives.k6_files).
         """
         root = self.settings.root
         results = invocation.summary_file.parent

@@ -1,4 +1,4 @@
-"""Names docker-compose.yml fixes (tests/unit/test_docker_backend.py checks they agree), and the
+"""Names docker-compose.yml fixes (tests/unit/test_docker_names.py checks they agree), and the
 names and labels the docker backend gives its containers."""
 
 import hashlib

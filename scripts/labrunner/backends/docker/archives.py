@@ -12,7 +12,7 @@ from docker.models.containers import Container
 
 from labrunner import certs
 from labrunner.backends.base import K6Invocation
-from labrunner.backends.docker_names import CERTS_DIR, K6_DIR, PROTO_DIR, RESULTS_DIR
+from labrunner.backends.docker.names import CERTS_DIR, K6_DIR, PROTO_DIR, RESULTS_DIR
 
 
 def k6_files(root: Path, certs_dir: Path) -> bytes:

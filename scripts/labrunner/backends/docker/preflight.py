@@ -11,8 +11,8 @@ from docker.errors import DockerException, ImageNotFound, NotFound
 from requests.exceptions import RequestException
 
 from labrunner.backends.base import BackendUnavailable
-from labrunner.backends.docker_containers import remove
-from labrunner.backends.docker_names import CERTS_VOLUME, MANAGED_LABEL, NETWORK
+from labrunner.backends.docker.containers import remove
+from labrunner.backends.docker.names import CERTS_VOLUME, MANAGED_LABEL, NETWORK
 from labrunner.backends.engines import Engine
 from labrunner.say import Say
 

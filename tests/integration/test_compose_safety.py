@@ -1,0 +1,122 @@
+"""docker-compose.yml and services/Dockerfile without a Docker engine, their safety: pinned images,
+ports on loopback (or the publish address), no docker socket or privileges, no default Grafana
+password, no root in the service images, and a build context without generated or private files.
+"""
+
+import re
+import shlex
+
+import pytest
+
+from tests.compose_file import COMPOSE_FILE, REQUIRED_ENV, InterpolationError, compose, raw_compose, resolve
+from tests.integration.compose_support import (
+    ENV_EXAMPLE,
+    LOOPBACK,
+    dockerfile_stages,
+    dockerignore_includes,
+    image_user,
+    published,
+)
+from tests.support import ROOT
+
+# --- Safety ------------------------------------------------------------------------------------
+
+_EXACT_TAG = re.compile(r"^[\w./-]+:v?\d+\.\d+\.\d+[\w.-]*$")
+
+
+def test_every_image_is_pinned_to_an_exact_version() -> None:
+    for name, service in compose()["services"].items():
+        image = service.get("image", "")
+        if "build" in service:
+            assert image.endswith(":local"), f"{name}: a built image is tagged :local, got {image!r}"
+        else:
+            assert _EXACT_TAG.match(image), f"{name}: {image!r} is not pinned to an exact version"
+    stages = dockerfile_stages(ROOT / "services" / "Dockerfile")
+    for base in {stage.base for stage in stages} - {stage.name for stage in stages}:
+        assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-[a-z]+", base), f"services/Dockerfile: FROM {base}"
+
+
+def test_every_published_port_is_bound_to_loopback() -> None:
+    for name, service in compose()["services"].items():
+        assert service.get("network_mode") != "host", name
+        for host_ip, host_port, target in published(service):
+            assert host_ip == LOOPBACK, f"{name}: port {target} published on {host_ip or 'every interface'}"
+            assert host_port, f"{name}: port {target} needs an explicit host port"
+
+
+def test_publish_address_moves_the_services_and_influxdb_and_the_certificate_names_it() -> None:
+    moved = compose({**REQUIRED_ENV, "PUBLISH_ADDRESS": "10.0.0.5"})["services"]
+    on_address = {
+        name for name, service in moved.items() if any(ip == "10.0.0.5" for ip, _, _ in published(service))
+    }
+    services = {"rest-aiohttp", "rest-quart", "grpc-aio", "rest-granian", "grpc-grpclib"}
+    assert on_address == {"influxdb", *services}
+    for name in ("prometheus", "grafana"):  # they stay on the service host's loopback
+        assert {ip for ip, _, _ in published(moved[name])} == {LOOPBACK}, name
+    assert moved["certs"]["command"][-2:] == ["--san", "10.0.0.5"]
+
+
+def test_no_container_gets_the_docker_socket_or_privileges() -> None:
+    text = COMPOSE_FILE.read_text()
+    assert "docker.sock" not in text
+    for name, service in compose()["services"].items():
+        assert not service.get("privileged"), name
+        for volume in service.get("volumes", []):
+            source = volume["source"] if isinstance(volume, dict) else str(volume).split(":")[0]
+            assert not source.startswith("/var/run") and not source.startswith("/run"), (name, volume)
+
+
+def test_grafana_has_no_default_admin_password() -> None:
+    raw_env = raw_compose()["services"]["grafana"]["environment"]
+    assert re.fullmatch(r"\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}", raw_env["GF_SECURITY_ADMIN_PASSWORD"])
+    with pytest.raises(InterpolationError, match="GRAFANA_ADMIN_PASSWORD"):
+        resolve(raw_compose(), {})
+    with pytest.raises(InterpolationError):
+        resolve(raw_compose(), {"GRAFANA_ADMIN_PASSWORD": ""})
+    env = compose()["services"]["grafana"]["environment"]
+    if env.get("GF_AUTH_ANONYMOUS_ENABLED") == "true":
+        assert env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    example = dict(re.findall(r"^(\w+)=(.*)$", ENV_EXAMPLE.read_text(), re.M))
+    assert example["GRAFANA_ADMIN_PASSWORD"] == "", ".env.example must not ship a password"
+
+
+def test_service_images_do_not_run_as_root() -> None:
+    for name, service in compose()["services"].items():
+        if isinstance(service.get("build"), dict):
+            user = image_user(service["build"])
+            assert user.split(":")[0] not in {"root", "0"}, f"{name} runs as {user}"
+            assert service.get("user") in (None, user), name
+
+
+def test_every_build_context_and_copy_source_exists() -> None:
+    for name, service in compose()["services"].items():
+        build = service.get("build")
+        if not build:
+            continue
+        context = ROOT / build["context"]
+        dockerfile = context / build["dockerfile"]
+        assert dockerfile.is_file(), f"{name}: {dockerfile} is missing"
+        stages = dockerfile_stages(dockerfile)
+        targets = {stage.name for stage in stages}
+        assert build.get("target") in targets | {None}, f"{name}: no stage {build.get('target')}"
+        for stage in stages:
+            for keyword, rest in stage.instructions:
+                if keyword not in {"COPY", "ADD"} or "--from=" in rest:
+                    continue
+                *sources, _ = [token for token in shlex.split(rest) if not token.startswith("--")]
+                for source in sources:
+                    assert (context / source).exists(), f"{dockerfile}: COPY {source} does not exist"
+                    assert dockerignore_includes(context, source), f"{source} is excluded by .dockerignore"
+
+
+def test_generated_and_private_files_stay_out_of_the_build_context() -> None:
+    for path in (
+        "certs/server-key.pem",
+        ".git/config",
+        ".venv/bin/python",
+        "results/x.json",
+        "services/common/pb/cars_pb2.py",
+        "services/grpc_aio/__pycache__/x.pyc",
+        ".env",
+    ):
+        assert not dockerignore_includes(ROOT, path), path
