@@ -100,8 +100,9 @@ def section(groups: Sequence[Group]) -> list[Block]:
         Heading(2, "Lab against floor"),
         Paragraph(
             "Each lab server against its floor (floor-<target>, benchmarks/floor/): the same contract, "
-            "records and per-request work in each response model, without metrics, middleware, drain "
-            f"or the lab's input checks. Ratios lab / floor with Welch {CONFIDENCE:.0%} intervals over "
+            "bytes, bad-input answers and per-request work in each response model, in its own minimal "
+            "process with the records as flat tuples and none of the lab's serving code (no supervisor, "
+            f"metrics, middleware or drain). Ratios lab / floor with Welch {CONFIDENCE:.0%} intervals over "
             "the repeats: req/s below 1 and CPU per request above 1 are the harness the lab server "
             "carries (the lab's goal: req/s at least 0.95x, CPU per request at most 1.05x)."
         ),

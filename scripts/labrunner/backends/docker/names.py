@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from labrunner.model.scenario import Scenario
+from services.common.stacks import BY_PACKAGE
 
 NETWORK = "protolab"  # networks.default.name
 CERTS_VOLUME = "protolab-certs"  # volumes.certs.name, filled by the one-shot `certs` service
@@ -34,7 +35,7 @@ def image_name(service: str) -> str:
 
 def compose_name(service: str) -> str:
     """The compose service (and certificate SAN) of a service module: rest_aiohttp -> rest-aiohttp."""
-    return service.replace("_", "-")
+    return BY_PACKAGE[service].compose_name
 
 
 def container_name(run_id: str, scenario_id: str) -> str:

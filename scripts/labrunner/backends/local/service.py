@@ -46,6 +46,7 @@ SERVICE_KNOBS = frozenset(
         "RECORD_MODE",
         "DEFAULT_COUNT",
         "MAX_COUNT",
+        "MAX_REQUEST_BYTES",
         "METRICS_ENABLED",
         "SHUTDOWN_DRAIN_SECONDS",
         "SHUTDOWN_GRACE_SECONDS",
