@@ -360,10 +360,11 @@ def _not_compared(closed: Sequence[Group], open_groups: Sequence[Group]) -> list
     found = []
     for g in closed:
         if g.lower_bound:
+            uploads = ", uploads" if g.direction == UPLOAD else ""
             found.append(
                 Finding(
                     "run",
-                    f"{g.target} ({g.profile}, {g.count} records): throughput only a lower bound, "
+                    f"{g.target} ({g.profile}, {g.count} records{uploads}): throughput only a lower bound, "
                     f"{g.lower_bound}: in no ratio.",
                 )
             )
