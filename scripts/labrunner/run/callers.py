@@ -22,13 +22,10 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from labrunner import interrupts
 from labrunner.backends.base import ServiceHandle, tail_file
@@ -36,6 +33,7 @@ from labrunner.backends.cgroups import Cgroup, create_cgroup, join_cgroup, remov
 from labrunner.model.scenario import Plan, Profile, Scenario
 from labrunner.observe.interference import Snapshot, read_snapshot
 from labrunner.paths import REPO
+from labrunner.run.capacity import service_cpu
 from services.common import caller_loop
 from services.common.records import checksum, load_pool, record_from_json
 
@@ -46,8 +44,6 @@ VARIANTS = {LAB: "labrunner.callers", FLOOR: "benchmarks.callers"}
 # The server called: a quota of a whole CPU, pinned to a CPU the caller does not run on (the local
 # backend pins a one-CPU service to the highest CPU and leaves the rest to the load side).
 SERVER_PROFILE = Profile("server", 1.0, 1 << 30)
-CPU_SAMPLE, LIMIT_SAMPLE = "protolab_cgroup_cpu_usage_seconds_total", "protolab_cgroup_cpu_limit_cores"
-METRICS_TIMEOUT_S = 5.0
 STOP_GRACE_S = 5.0
 _DECIDED = ("CALLER_", "RECORD_POOL_SIZE", "RECORD_SEED")  # inherited, they would make runs irreproducible
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -127,14 +123,6 @@ def server_scenario(scenario: Scenario) -> Scenario:
         repeats=1,
         response_model=scenario.response_model,
     )
-
-
-@dataclass(frozen=True)
-class ServerCpu:
-    """The server's cgroup CPU time and quota, from its /metrics."""
-
-    seconds: float
-    limit_cores: float
 
 
 @dataclass(frozen=True)
@@ -260,19 +248,19 @@ def _follow(
     s = measurement.scenario
     deadline = time.monotonic() + start_timeout_s + s.warmup_s + s.duration_s
     found: dict[str, Any] = {"measurement": measurement, "caller_cpus": cpus}
-    server_before: ServerCpu | None = None
+    server_before: tuple[float, float] | None = None  # (CPU seconds, limit in cores)
     for event in _events(process, deadline):
         name = event.get("event")
         if name == caller_loop.EVENT_READY:
             set_cpu_quota(cgroup, s.profile.cpus)
             found["ready"] = event
         elif name == caller_loop.EVENT_WINDOW_START:
-            server_before, found["host_before"] = server_cpu(handle), _snapshot(cpus)
+            server_before, found["host_before"] = service_cpu(handle), _snapshot(cpus)
         elif name == caller_loop.EVENT_WINDOW_END:
-            server_after, found["host_after"] = server_cpu(handle), _snapshot(cpus)
+            server_after, found["host_after"] = service_cpu(handle), _snapshot(cpus)
             if server_before is not None and server_after is not None:
-                found["server_cpu_seconds"] = server_after.seconds - server_before.seconds
-                found["server_cpu_limit"] = server_after.limit_cores
+                found["server_cpu_seconds"] = server_after[0] - server_before[0]
+                found["server_cpu_limit"] = server_after[1]
         elif name == caller_loop.EVENT_MEASURED:
             found["measured"] = event
             return CallerOutcome(**found)
@@ -303,28 +291,6 @@ def _snapshot(cpus: Sequence[int]) -> Snapshot:
     """/proc/stat's counters of the caller's CPUs only."""
     snapshot = read_snapshot()
     return Snapshot(snapshot.at, {cpu: snapshot.cpus[cpu] for cpu in cpus if cpu in snapshot.cpus})
-
-
-def server_cpu(handle: ServiceHandle) -> ServerCpu | None:
-    """The server's CPU time and quota from its cgroup metrics; None without metrics or an answer."""
-    if handle.metrics_address is None:
-        return None
-    try:
-        with urllib.request.urlopen(
-            f"http://{handle.metrics_address}/metrics", timeout=METRICS_TIMEOUT_S
-        ) as r:
-            text = r.read().decode()
-    except OSError:
-        return None
-    values = {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name in (CPU_SAMPLE, LIMIT_SAMPLE)
-    }
-    if CPU_SAMPLE not in values or not values.get(LIMIT_SAMPLE):
-        return None
-    return ServerCpu(values[CPU_SAMPLE], values[LIMIT_SAMPLE])
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

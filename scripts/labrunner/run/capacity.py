@@ -105,10 +105,10 @@ def search(
         if steps:
             time.sleep(COOLDOWN_S)
         step_model = _step_model(model, rate, settings)
-        before = _service_cpu(handle)
+        before = service_cpu(handle)
         began = time.monotonic()
         run = k6.run(backend, handle, invocation(False, step_model, len(steps) + 1), measured=True)
-        cpu = _cpu_delta(before, _service_cpu(handle))
+        cpu = _cpu_delta(before, service_cpu(handle))
         wall = time.monotonic() - began
         step = _evaluate(len(steps) + 1, step_model, run, settings, cpu=cpu, wall_seconds=wall)
         say(f"    step {step.number}: {rate}/s -> {_describe(step)}")
@@ -191,7 +191,7 @@ def _describe(step: Step) -> str:
     return f"{step.requests_per_second:.0f} req/s, {p99}, {verdict}"
 
 
-def _service_cpu(handle: ServiceHandle) -> tuple[float, float] | None:
+def service_cpu(handle: ServiceHandle) -> tuple[float, float] | None:
     """(CPU seconds used, CPU limit in cores) from the service's own cgroup metrics."""
     if handle.metrics_address is None:
         return None
