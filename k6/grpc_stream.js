@@ -3,11 +3,11 @@
 // record of that file one message from the client, then the server's one reply. One protolab_reqs
 // per completed stream.
 // Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, CHECK_EVERY, SUMMARY_FILE and the load model's
-// (k6/lib/common.js); UPLOAD_FILE and UPLOAD_COUNT (k6/lib/common.js grpcUpload).
+// (k6/lib/common.js); UPLOAD_FILE and UPLOAD_COUNT (k6/lib/common.js uploadFile).
 import { check } from 'k6';
 import { Stream } from 'k6/net/grpc';
 import {
-  COUNT, buildOptions, connectOnce, grpcClient, grpcUpload, logFirstFailure, record, recordChecks,
+  COUNT, buildOptions, connectOnce, grpcClient, uploadFile, logFirstFailure, record, recordChecks,
   sampled, summaryHandler, uploadReplyChecks,
   DECODED, UNDECODED,
 } from './lib/common.js';
@@ -16,7 +16,7 @@ import {
 const CLOCK = 'grpc_req_duration{decoded:no}';
 export const handleSummary = summaryHandler(CLOCK);
 
-const UPLOAD = grpcUpload();
+const UPLOAD = uploadFile();
 const METHOD = UPLOAD
   ? 'protolab.cars.v1.RecordService/UploadRecords'
   : 'protolab.cars.v1.RecordService/StreamRecords';

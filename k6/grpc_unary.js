@@ -1,11 +1,11 @@
 // gRPC unary load (see docs/CONTRACTS.md): RecordService/ListRecords({count: COUNT}); or, with
 // UPLOAD_FILE set, RecordService/CreateRecords with the records of that file (an upload).
 // Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, CHECK_EVERY, SUMMARY_FILE and the load model's
-// (k6/lib/common.js); UPLOAD_FILE and UPLOAD_COUNT (k6/lib/common.js grpcUpload).
+// (k6/lib/common.js); UPLOAD_FILE and UPLOAD_COUNT (k6/lib/common.js uploadFile).
 import { check } from 'k6';
 import grpc from 'k6/net/grpc';
 import {
-  COUNT, buildOptions, connectOnce, grpcClient, grpcUpload, logFirstFailure, record, recordChecks,
+  COUNT, buildOptions, connectOnce, grpcClient, uploadFile, logFirstFailure, record, recordChecks,
   sampled, summaryHandler, uploadReplyChecks,
   DECODED, UNDECODED,
 } from './lib/common.js';
@@ -14,7 +14,7 @@ import {
 const CLOCK = 'grpc_req_duration{decoded:no}';
 export const handleSummary = summaryHandler(CLOCK);
 
-const UPLOAD = grpcUpload();
+const UPLOAD = uploadFile();
 const METHOD = UPLOAD
   ? 'protolab.cars.v1.RecordService/CreateRecords'
   : 'protolab.cars.v1.RecordService/ListRecords';

@@ -204,14 +204,15 @@ export function grpcClient() {
   return client;
 }
 
-// A gRPC upload's records (CreateRecords, UploadRecords), or null when UPLOAD_FILE is unset.
+// An upload's records, count and checksum (CreateRecords, UploadRecords; restUpload adds the body's
+// bytes), or null when UPLOAD_FILE is unset.
 // UPLOAD_FILE: an absolute path to {"records": [...]} in the proto's canonical JSON names (the REST
 // body), written by the runner before the run; UPLOAD_COUNT: how many records it holds (checked;
 // default: as many as it holds). Read and parsed once per VU, here in init: every request sends these
 // same objects, which k6 marshals per request. checksum: what the server's reply must say
 // (services/common/records.py checksum(); JavaScript's string length is Python's for the pool's
 // characters, all in the Basic Multilingual Plane).
-export function grpcUpload() {
+export function uploadFile() {
   const file = __ENV.UPLOAD_FILE;
   if (!file) return null;
   const records = JSON.parse(open(file)).records;
@@ -239,9 +240,9 @@ export function uploadReplyChecks(reply, upload) {
 
 // A REST upload (POST /records), or null when UPLOAD_FILE is unset: body, the file's exact bytes,
 // sent as they are by every request (read once per VU, here in init), and the count and checksum
-// the reply must say (grpcUpload's, from the same file).
+// the reply must say (uploadFile's, from the same file).
 export function restUpload() {
-  const upload = grpcUpload();
+  const upload = uploadFile();
   if (upload === null) return null;
   return { body: open(__ENV.UPLOAD_FILE, 'b'), count: upload.count, checksum: upload.checksum };
 }
