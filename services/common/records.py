@@ -113,11 +113,6 @@ def json_records(records: Sequence[Record]) -> list[JsonRecord]:
     ]
 
 
-def json_record(record: Record) -> JsonRecord:
-    """One record as the REST body holds it."""
-    return json_records((record,))[0]
-
-
 def checksum(records: Iterable[Record]) -> int:
     """What an upload's reply says of the records the server decoded (CreateRecordsReply.checksum).
 
@@ -142,7 +137,7 @@ def checksum(records: Iterable[Record]) -> int:
 
 
 def record_from_json(record: JsonRecord) -> Record:
-    """The neutral record of a json_record."""
+    """The neutral record of one of json_records' dicts."""
     driver = record["driver"]
     return Record(Car(**record["car"]), Driver(driver["firstname"], driver["lastname"], driver["driverId"]))
 

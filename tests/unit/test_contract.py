@@ -11,14 +11,14 @@ from google.protobuf import json_format
 
 from services.common.contract import RECORD_SHAPE
 from services.common.pb import cars_pb2
-from services.common.records import JsonRecord, Record, fake_record, json_record, record_from_json
+from services.common.records import JsonRecord, Record, fake_record, json_records, record_from_json
 from services.common.rest import openapi_document
 
 
-def json_records(count: int) -> list[JsonRecord]:
+def faked_json_records(count: int) -> list[JsonRecord]:
     faker = Faker("en_US")
     faker.seed_instance(7)
-    return [json_record(fake_record(faker)) for _ in range(count)]
+    return json_records([fake_record(faker) for _ in range(count)])
 
 
 def test_the_shape_is_protobufs_json_mapping() -> None:
@@ -45,17 +45,17 @@ def test_neutral_records_have_the_protos_fields_in_its_order() -> None:
 
 
 def test_json_records_have_the_shape_and_map_back() -> None:
-    for document in json_records(20):
+    for document in faked_json_records(20):
         assert list(document) == list(RECORD_SHAPE)
         for key, shape in RECORD_SHAPE.items():
             assert {name: type(value) for name, value in document[key].items()} == shape.fields
-        assert json_record(record_from_json(document)) == document
+        assert json_records([record_from_json(document)]) == [document]
 
 
 def test_the_openapi_record_schema_is_the_shape() -> None:
     document = openapi_document(max_count=10, default_count=5, max_request_bytes=1000)
     schema = {"$ref": "#/components/schemas/Record", "components": document["components"]}
-    record = json_records(1)[0]
+    record = faked_json_records(1)[0]
     jsonschema.validate(record, schema)
     for key, shape in RECORD_SHAPE.items():
         for name in shape.fields:
@@ -67,7 +67,7 @@ def test_the_openapi_record_schema_is_the_shape() -> None:
 def test_the_openapi_upload_schema_takes_1_to_max_count_records_of_int32_numbers() -> None:
     document = openapi_document(max_count=10, default_count=5, max_request_bytes=1000)
     upload = {"$ref": "#/components/schemas/RecordUpload", "components": document["components"]}
-    record = json_records(1)[0]
+    record = faked_json_records(1)[0]
     for count in (1, 10):
         jsonschema.validate({"records": [record] * count}, upload)
     for count in (0, 11):
