@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labrunner.model.scenario import UPLOAD
 from labrunner.report.compare import Group
 from labrunner.report.serialization import Case
 from labrunner.report.stats import CONFIDENCE, t_quantile
@@ -39,6 +40,12 @@ ENCODING_METHOD = (
     "Encoding alone: the serialization benchmark's encode time (orjson from the pool's dicts, protobuf "
     "from prebuilt messages, one thread) fitted the same way over its counts; its b beside each "
     "server's says how much of a per-record difference is the format and how much the server."
+)
+DECODING_METHOD = (
+    "Decoding alone, for uploads: the serialization benchmark's decode time (orjson.loads of the JSON "
+    "body into dicts, protobuf parsing the request's bytes, one thread) fitted the same way over its "
+    "counts; its b beside each server's says how much of a per-record difference is the format and how "
+    "much the server."
 )
 
 
@@ -143,10 +150,11 @@ class Crossover:
 
 @dataclass(frozen=True)
 class PerRecordSplit:
-    """gRPC - REST per record, for the servers and for the encoding alone (ms per record)."""
+    """gRPC - REST per record, for the servers and for the format alone (ms per record): encoding for
+    a download, decoding for an upload (format_lines)."""
 
     servers: Estimate
-    encoding: float
+    encoding: float  # the format alone: the serialization benchmark's operation of the direction
 
     @property
     def format_share(self) -> float | None:
@@ -285,19 +293,32 @@ def fieller(
 
 
 def encoder(protocol: str) -> str:
-    """The codec of the benchmark that encodes a target's responses."""
+    """The codec of the benchmark that encodes a target's responses and decodes its uploads."""
     return "protobuf" if protocol == "grpc" else "orjson"
 
 
-def encoding_lines(cases: Sequence[Case]) -> dict[str, Line]:
-    """codec -> its encode time per response as a + b·n in ms, for each codec benchmarked at two or
-    more counts (the benchmark's microseconds / 1,000, its geometric mean per count)."""
+def operation(direction: str) -> str:
+    """What the server does with the format per record: encode a download's response, decode an
+    upload's request."""
+    return "decode" if direction == UPLOAD else "encode"
+
+
+def encoding_lines(cases: Sequence[Case], op: str = "encode") -> dict[str, Line]:
+    """codec -> its time per body for op ("encode" or "decode") as a + b·n in ms, for each codec
+    benchmarked at two or more counts (the benchmark's microseconds / 1,000, its geometric mean per
+    count)."""
     lines = {}
     for codec in ("orjson", "protobuf"):
-        encodes = [c for c in cases if c.codec == codec and c.operation == "encode"]
-        if len({c.count for c in encodes}) >= 2:
-            lines[codec] = fit_line([c.count for c in encodes], [c.geomean_us / 1000 for c in encodes])
+        timed = [c for c in cases if c.codec == codec and c.operation == op]
+        if len({c.count for c in timed}) >= 2:
+            lines[codec] = fit_line([c.count for c in timed], [c.geomean_us / 1000 for c in timed])
     return lines
+
+
+def format_lines(cases: Sequence[Case], direction: str) -> dict[str, Line]:
+    """The format-alone lines a sweep in direction compares its servers with: encode for downloads,
+    decode for uploads (the server parses the request body before it builds its objects)."""
+    return encoding_lines(cases, operation(direction))
 
 
 def per_record_difference(grpc: Line, rest: Line) -> Estimate:
@@ -311,8 +332,8 @@ def per_record_difference(grpc: Line, rest: Line) -> Estimate:
 
 
 def per_record_split(grpc: Line, rest: Line, encodings: Mapping[str, Line]) -> PerRecordSplit | None:
-    """gRPC - REST per record for the servers and for the encoding alone; None without both codecs
-    benchmarked."""
+    """gRPC - REST per record for the servers and for the format alone (encodings: format_lines of the
+    sweep's direction); None without both codecs benchmarked."""
     if "protobuf" not in encodings or "orjson" not in encodings:
         return None
     encoding = encodings["protobuf"].per_record.value - encodings["orjson"].per_record.value

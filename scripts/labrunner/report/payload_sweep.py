@@ -31,6 +31,7 @@ STREAM_SCRIPT = "k6/grpc_stream.js"
 # What a sweep holds fixed besides TLS: a gRPC and a REST group pair only within one scenario.
 _SAME = ("tls", "profile", "load_model", "response_model", "direction", "network", "instrumented")
 NO_BENCHMARK = "No serialization benchmark in this run (serialization.json): no encoding-alone figures."
+FORMAT_ALONE = {"encode": "encoding alone", "decode": "decoding alone"}  # by payload_model.operation
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,16 @@ class Sweep:
         load = f"{g.load_model} ({vus} VUs)" if vus else g.load_model
         made = "uploads" if g.direction == UPLOAD else g.response_model or "build"
         return f"{g.profile} profile, {made}, {load}, {g.network}"
+
+    @property
+    def direction(self) -> str:
+        """Which way the records travel: one direction per pair (_SAME)."""
+        return self.rest[0].direction
+
+    @property
+    def operation(self) -> str:
+        """What the servers do with the format per record: "encode" (downloads) or "decode" (uploads)."""
+        return payload_model.operation(self.direction)
 
     @property
     def held(self) -> str:
@@ -175,9 +186,8 @@ def findings(
     pairs = sweeps(groups, rows)
     if not pairs:
         return []
-    encodings = payload_model.encoding_lines(cases)
     found = [_pair_finding(s) for s in pairs]
-    found += [f for s in pairs if (f := _format_finding(s, encodings)) is not None]
+    found += [f for s in pairs if (f := _format_finding(s, _format_lines(s, cases))) is not None]
     models = _models(pairs)
     if models:
         found.append(Finding(QUESTION, payload_model.held_out_sentence(models) + "."))
@@ -227,9 +237,16 @@ def _caveat(s: Sweep) -> str:
     return "; ".join(caveats)
 
 
+def _format_lines(s: Sweep, cases: Sequence[Case]) -> dict[str, Line]:
+    """The benchmark's lines of the operation the pair's servers do per record: encode for a download,
+    decode for an upload."""
+    return payload_model.format_lines(cases, s.direction)
+
+
 def _format_finding(s: Sweep, encodings: Mapping[str, Line]) -> Finding | None:
     """E.g. "grpc vs aiohttp-h1, per record: gRPC -5.00 [-5.40, -4.60] µs against REST; encoding alone
-    -0.60 µs (protobuf 0.30, orjson 0.90): 12% of it the format, the rest the server."."""
+    -0.60 µs (protobuf 0.30, orjson 0.90): 12% of it the format, the rest the server."; "decoding alone"
+    for an upload, from the benchmark's decode times (encodings: _format_lines of the pair)."""
     if s.grpc_model is None or s.rest_model is None:
         return None
     split = payload_model.per_record_split(s.grpc_model.line, s.rest_model.line, encodings)
@@ -247,7 +264,8 @@ def _format_finding(s: Sweep, encodings: Mapping[str, Line]) -> Finding | None:
     return Finding(
         QUESTION,
         f"{s.grpc_target} vs {s.rest_target}, per record: gRPC {_interval(split.servers, '+')} µs against "
-        f"REST; encoding alone {split.encoding * 1000:+.2f} µs (protobuf {protobuf}, orjson {orjson}): "
+        f"REST; {FORMAT_ALONE[s.operation]} {split.encoding * 1000:+.2f} µs (protobuf {protobuf}, "
+        f"orjson {orjson}): "
         f"{verdict}.",
         held_fixed=s.held,
         answer=True,
@@ -351,7 +369,14 @@ def section(
     pairs = sweeps(groups, rows)
     if not pairs:
         return []
-    encodings = payload_model.encoding_lines(cases)
+    methods = [
+        method
+        for op, method in (
+            ("encode", payload_model.ENCODING_METHOD),
+            ("decode", payload_model.DECODING_METHOD),
+        )
+        if op in {s.operation for s in pairs} and payload_model.encoding_lines(cases, op)
+    ]
     blocks: list[Block] = [
         Heading(2, "Payload sweep: where protobuf pays off"),
         Paragraph(
@@ -359,13 +384,16 @@ def section(
             "from the fewest to the most records the run measured. "
             + payload_model.METHOD
             + " "
-            + (payload_model.ENCODING_METHOD if encodings else NO_BENCHMARK)
+            + (" ".join(methods) if methods else NO_BENCHMARK)
             + " Where both services fill their quota, req/s is the quota over CPU per request: the same "
             "crossover holds for req/s."
         ),
     ]
     for scenario in dict.fromkeys(s.scenario for s in pairs):
         members = [s for s in pairs if s.scenario == scenario]
+        # One direction per scenario (its words say "uploads"), so one operation per table.
+        op = members[0].operation
+        encodings = _format_lines(members[0], cases)
         blocks += [
             Paragraph(f"Cost model, {scenario}:"),
             table(
@@ -374,15 +402,15 @@ def section(
                     "counts",
                     "a: ms per request",
                     "b: µs per record",
-                    "encoding alone: µs per record",
+                    f"{FORMAT_ALONE[op]}: µs per record",
                     "held out: predicted / measured ms",
                     f"below {SERVICE_CPU_BOUND:.0%} of the quota",
                 ),
-                [_model_row(m, encodings) for m in _models(members)],
+                [_model_row(m, encodings, op) for m in _models(members)],
                 (False, False, True, True, True, True, False),
             ),
             table(
-                ("gRPC", "REST", "crossover [interval]", "gRPC - REST per record", "encoding alone"),
+                ("gRPC", "REST", "crossover [interval]", "gRPC - REST per record", FORMAT_ALONE[op]),
                 [_crossover_row(s, encodings) for s in members],
                 (False,) * 5,
             ),
@@ -406,9 +434,11 @@ def section(
     return blocks
 
 
-def _model_row(m: CostModel, encodings: Mapping[str, Line]) -> list[str]:
+def _model_row(m: CostModel, encodings: Mapping[str, Line], op: str = "encode") -> list[str]:
+    """encodings: the benchmark's lines of op, the operation of the model's direction."""
     codec = payload_model.encoder(m.protocol)
-    encoding = f"{_interval(encodings[codec].per_record)} ({codec})" if codec in encodings else "-"
+    label = codec if op == "encode" else f"{codec} {op}"
+    encoding = f"{_interval(encodings[codec].per_record)} ({label})" if codec in encodings else "-"
     held = "- (fewer than three counts)"
     if m.held_out is not None:
         h = m.held_out

@@ -61,6 +61,10 @@ def workloads(count: int) -> dict[tuple[str, str], tuple[Callable[[], object], i
     messages for protobuf (the gRPC service builds responses once and serializes per call).
     Decode ends in what a client gets: dicts for JSON, a message for protobuf. upb parses
     eagerly but creates Python objects for fields only when they are read.
+
+    Decode is also what an upload's server does first (payload_model.format_lines): the upload's
+    JSON body is this GET body (run/uploads.py), and CreateRecordsRequest has ListRecordsResponse's
+    wire format (repeated Record records = 1), so parsing one costs what parsing the other does.
     """
     records = pool_records(count)
     document = {"records": records}
