@@ -47,6 +47,12 @@ def _usage(key: str) -> Reader:
     return lambda r: ((r.get("service") or {}).get("usage") or {}).get(key)
 
 
+def _k6_cpu_seconds(result: Result) -> float | None:
+    """k6's process CPU seconds over the measured run (results record them beside cpu_utilisation)."""
+    value = (result.get("k6") or {}).get("cpu_seconds")
+    return float(value) if value is not None else None
+
+
 def _per_request(numerator: Reader, scale: float) -> Reader:
     def read(result: Result) -> float | None:
         value, requests = numerator(result), _k6("requests")(result)
@@ -67,6 +73,9 @@ METRICS = {
         Metric("bytes", "bytes / response", False, _per_request(_k6("data_received_bytes"), 1)),
         Metric("service_cpu", "service CPU", False, _usage("cpu_utilisation")),
         Metric("k6_cpu", "k6 CPU", False, lambda r: (r.get("k6") or {}).get("cpu_utilisation")),
+        # k6's CPU per successful request, in ms (its process's CPU seconds, start-up included, every
+        # instance's of a split run): what the load generator spends on a request of this protocol.
+        Metric("k6_cpu_per_1k", "k6 CPU / req (ms)", False, _per_request(_k6_cpu_seconds, 1000)),
         Metric("seconds", "k6 run s", False, _k6("test_run_seconds")),
         Metric(
             "sustainable",

@@ -34,6 +34,7 @@ from labrunner.results.trust import verdict_of
 from labrunner.run.k6_stats import PERCENTILES
 
 LATENCY_STATS = ("avg", "p50", "p90", "p95", "p99", "p99.9")
+K6_CPU_PER_REQUEST = "{:.3f}"  # ms: k6's CPU per request is tens to hundreds of µs
 
 
 def findings(run: Run) -> list[Block]:
@@ -131,6 +132,7 @@ def summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) -
         "bytes / resp",
         "service CPU",
         "k6 CPU",
+        "k6 CPU / req (ms)",
         "others max",
         "CPU / req (cal)",
     ]
@@ -158,6 +160,7 @@ def summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) -
             centre_cell(g.summary("bytes"), "bytes"),
             centre_cell(g.summary("service_cpu"), "service_cpu"),
             centre_cell(g.summary("k6_cpu"), "k6_cpu"),
+            fmt(k6_cpu.centre if (k6_cpu := g.summary("k6_cpu_per_1k")) else None, K6_CPU_PER_REQUEST),
             fmt(host_conditions.others_max(g.results), "{:.1%}"),
             fmt(host_conditions.cpu_per_request_cal(g, unit), "{:.3f}"),
         ]
@@ -175,7 +178,9 @@ def summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) -
             "Closed and open load models, one row per scenario group (target.profile.count.load model) "
             f"across its repeats: every number is the {CENTRE} of the repeats. CPU is the share of the "
             "profile's quota (service) or of k6's own CPUs; bytes are what k6 received per response, "
-            "headers and framing included. Others max: the largest share of the service's or k6's CPUs "
+            "headers and framing included. k6 CPU / req: k6's CPU time per successful request in ms "
+            "(its process, start-up included), what the load generator pays for a request of the "
+            "group's protocol. Others max: the largest share of the service's or k6's CPUs "
             "that processes outside the scenario took in any repeat; CPU / req (cal): the service CPU "
             "per request in calibration units (see Host interference and calibration). A lower bound "
             "is a closed-model group that k6 or something else, not the service, limited: the service "

@@ -125,6 +125,8 @@ def summary_row(
         "throttled_s": usage.get("throttled_seconds"),
         "memory_peak_mib": _mib(usage.get("memory_peak_bytes")),
         "k6_cpu_utilisation": (result.get("k6") or {}).get("cpu_utilisation"),
+        # summary.md's only (summary.csv's columns are SUMMARY_COLUMNS): k6's CPU ms per request.
+        "k6_cpu_per_request_ms": _k6_cpu_per_request_ms(result, requests),
         "others_service_cpus_share": interference.share(section, "service_cpus"),
         "others_k6_cpus_share": interference.share(section, "k6_cpus"),
         "relay_k6_cpus_share": interference.relay_share(section),
@@ -199,11 +201,13 @@ def summary_markdown(
         "userspace link emulator's part of it on k6's CPUs). CPU/req cal and kcal: "
         "the service's CPU time per request in units of the run's CPU and kernel calibration "
         "workloads; user: the share of the service's CPU time spent in user space (the rest is "
-        "the kernel's).",
+        "the kernel's). k6 ms/req: k6's CPU time per successful request (its process, start-up "
+        "included), what the load generator pays per request of the scenario's protocol.",
         "",
         "| scenario | response model | status | req/s | errors | p50 | p90 | p99 | max | service CPU | "
-        "throttled s | peak MiB | k6 CPU | others | steal | CPU/req cal | CPU/req kcal | user | protocol |",
-        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
+        "throttled s | peak MiB | k6 CPU | k6 ms/req | others | steal | CPU/req cal | CPU/req kcal | user | "
+        "protocol |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
     for r in rows:
         cells = [
@@ -217,6 +221,7 @@ def summary_markdown(
             _fmt(r["throttled_s"], "{:.2f}"),
             _fmt(r["memory_peak_mib"], "{:.0f}"),
             _fmt(r["k6_cpu_utilisation"], "{:.0%}"),
+            _fmt(r.get("k6_cpu_per_request_ms"), "{:.3f}"),
             _others(r["others_service_cpus_share"], r["others_k6_cpus_share"], r.get("relay_k6_cpus_share")),
             _fmt(r["steal_share"], "{:.1%}"),
             _fmt(r["service_cpu_per_request_cal"], "{:.3f}"),
@@ -234,6 +239,11 @@ def summary_markdown(
         lines += ["", "## Not run", "", NOT_RUN_LINE, ""]
         lines += [f"- `{scenario}`: {reason}" for scenario, reason in not_run.items()]
     return "\n".join(lines) + "\n"
+
+
+def _k6_cpu_per_request_ms(result: Mapping[str, Any], requests: int | None) -> float | None:
+    cpu_seconds = (result.get("k6") or {}).get("cpu_seconds")
+    return cpu_seconds * 1000 / requests if cpu_seconds is not None and requests else None
 
 
 def _in_units(cpu_seconds: float | None, requests: int | None, unit_s: float | None) -> float | None:
