@@ -4,7 +4,7 @@ A floor server is the least a skilled engineer would run for the lab's contract:
 and bytes on the wire and the same answers to bad input, nothing else. It reads the lab's settings
 by name (the ones that decide the work: HOST, PORT, WORKERS, RECORD_POOL_SIZE, RECORD_SEED,
 DEFAULT_COUNT, MAX_COUNT, MAX_REQUEST_BYTES, RESPONSE_MODEL), takes the record pool's data
-(services.common.records' load_pool, the JSON every lab server starts from) and holds each record as
+(services.common.pool's load_pool, the JSON every lab server starts from) and holds each record as
 one flat tuple. Its process is the server itself: no supervisor; with more than one worker (a quota
 above one CPU), the first process forks the others, which share the port through SO_REUSEPORT.
 
@@ -26,7 +26,7 @@ import orjson
 
 from services.common import interpreter
 from services.common.cgroup import worker_count
-from services.common.records import load_pool
+from services.common.pool import load_pool
 
 # make, model, trim, color, year, mileage, firstname, lastname, driver_id: the proto's order.
 FlatRecord = tuple[str, str, str, str, int, int, str, str, str]

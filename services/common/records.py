@@ -2,25 +2,28 @@
 
 Every server builds the same pool from the same seed, so record i of a response is
 pool[(offset + i) % pool_size] everywhere. Generating records per request with Faker
-costs 130-500 us per record and would hide every protocol difference; it stays
-available as RECORD_MODE=live, measured and labelled.
+would hide every protocol difference (its cost: docs/results.md, "Record generation"); it
+stays available as RECORD_MODE=live, measured and labelled.
 
-The pool is generated and cached as JSON (the contract's canonical form, which the
-runner's payload table reads too); a server converts it once, at start, into the
-neutral records it serves (record_from_json).
+The pool is generated and cached as JSON by services.common.pool (the contract's canonical
+form, which the runner's payload table and the floor servers read too); a server converts it
+once, at start, into the neutral records it serves (record_from_json).
 """
 
 import itertools
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import version
-from pathlib import Path
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
-import orjson
 from faker import Faker
+
+# The pool's data lives in services.common.pool (no serving code, so the floors import it); its
+# names stay importable from here (re-exported: "as" is what mypy's strict mode takes for that).
+from services.common.pool import JsonRecord as JsonRecord  # noqa: PLC0414
+from services.common.pool import ensure_pool_cached as ensure_pool_cached  # noqa: PLC0414
+from services.common.pool import fake_fields
+from services.common.pool import generate_pool as generate_pool  # noqa: PLC0414
+from services.common.pool import load_pool as load_pool  # noqa: PLC0414
 
 T = TypeVar("T")
 
@@ -31,7 +34,7 @@ T = TypeVar("T")
 # objects ready-made: REST maps each record into dicts, gRPC into messages. Tuples because
 # they are cheap to hold and read: fields are read by index in C, and a record's three
 # tuples take 208 bytes against 640 for the nested dicts (a slotted frozen dataclass reads
-# as fast but builds 2x slower, through object.__setattr__).
+# as fast but builds slower, through object.__setattr__: docs/results.md, "Record generation").
 class Car(NamedTuple):
     make: str
     model: str
@@ -52,50 +55,21 @@ class Record(NamedTuple):
     driver: Driver
 
 
-# A record as JSON, with the protobuf canonical field names (driverId, not driver_id).
-JsonRecord = dict[str, dict[str, Any]]
-
-# Faker has no vehicle provider; a small fixed catalogue keeps records realistic.
-_CATALOGUE: dict[str, dict[str, tuple[str, ...]]] = {
-    "Toyota": {"Corolla": ("L", "LE", "XSE"), "Camry": ("LE", "SE", "XLE"), "RAV4": ("LE", "XLE")},
-    "Ford": {"Focus": ("S", "SE", "Titanium"), "F-150": ("XL", "XLT", "Lariat")},
-    "Honda": {"Civic": ("LX", "Sport", "EX"), "Accord": ("LX", "EX-L", "Touring")},
-    "Volkswagen": {"Golf": ("S", "SE", "GTI"), "Passat": ("S", "SE", "R-Line")},
-    "BMW": {"3 Series": ("320i", "330i", "M340i"), "X5": ("sDrive40i", "xDrive50e")},
-    "Tesla": {"Model 3": ("Standard", "Long Range", "Performance"), "Model Y": ("AWD",)},
-    "Hyundai": {"Elantra": ("SE", "SEL", "N Line"), "Tucson": ("SE", "SEL", "Limited")},
-    "Renault": {"Clio": ("Life", "Zen", "Intens"), "Megane": ("Zen", "Intens")},
-}
-_MODELS = [(make, model) for make, models in _CATALOGUE.items() for model in models]
-
-
 class BadRequest(ValueError):
     """A request parameter is out of range; the message is safe to return to the client."""
 
 
 def fake_record(faker: Faker) -> Record:
     """One random record (Faker is called in a fixed order, so a seeded Faker repeats its records)."""
-    make, model = faker.random_element(_MODELS)
-    car = Car(
-        make=make,
-        model=model,
-        trim=faker.random_element(_CATALOGUE[make][model]),
-        color=faker.color_name(),
-        year=faker.random_int(1995, 2026),
-        mileage=faker.random_int(0, 300_000),
-    )
-    driver = Driver(
-        firstname=faker.first_name(), lastname=faker.last_name(), driver_id=faker.bothify("DRV-########")
-    )
-    return Record(car, driver)
+    make, model, trim, color, year, mileage, firstname, lastname, driver_id = fake_fields(faker)
+    return Record(Car(make, model, trim, color, year, mileage), Driver(firstname, lastname, driver_id))
 
 
 def json_records(records: Sequence[Record]) -> list[JsonRecord]:
     """The records as the REST body holds them: the protobuf canonical JSON mapping.
 
-    The tuples are unpacked in the comprehension itself: 100 records map ~12% faster than
-    through a function per record reading the fields by name (docs/results.md, "The lab against its
-    floor").
+    The tuples are unpacked in the comprehension itself, faster than through a function per
+    record reading the fields by name (measured: docs/results.md, "Record generation").
     """
     return [
         {
@@ -140,43 +114,6 @@ def record_from_json(record: JsonRecord) -> Record:
     """The neutral record of one of json_records' dicts."""
     driver = record["driver"]
     return Record(Car(**record["car"]), Driver(driver["firstname"], driver["lastname"], driver["driverId"]))
-
-
-def generate_pool(size: int, seed: int) -> list[JsonRecord]:
-    """The deterministic pool as JSON: the same (size, seed) gives the same records in any process."""
-    faker = Faker("en_US")
-    faker.seed_instance(seed)
-    return json_records([fake_record(faker) for _ in range(size)])
-
-
-def load_pool(size: int, seed: int) -> list[JsonRecord]:
-    """generate_pool, cached in a temp file: 10,000 records take ~2.4 s to generate, ~20 ms to load.
-
-    Spawned workers (Hypercorn) and repeated scenario starts then skip Faker entirely.
-    The cache key holds the Faker version, whose data decides the records.
-    """
-    cache = _pool_cache(size, seed)
-    try:
-        cached: list[JsonRecord] = orjson.loads(cache.read_bytes())
-        return cached
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        pool = generate_pool(size, seed)
-        partial = cache.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_bytes(orjson.dumps(pool))
-        partial.replace(cache)  # atomic: a concurrent reader never sees half a file
-        return pool
-
-
-def ensure_pool_cached(size: int, seed: int) -> None:
-    """Generate the pool's cache file when it is missing, without loading it when it is not: a process
-    that forks workers calls this, and each worker loads the pool itself (see WorkerContext.records in
-    services/common/supervisor.py)."""
-    if not _pool_cache(size, seed).exists():
-        load_pool(size, seed)
-
-
-def _pool_cache(size: int, seed: int) -> Path:
-    return Path(tempfile.gettempdir()) / f"protolab-pool-{size}-{seed}-faker{version('faker')}.json"
 
 
 def _window(items: list[T], extra: int) -> list[T]:
