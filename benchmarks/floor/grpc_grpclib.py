@@ -28,7 +28,9 @@ from services.common.pb import cars_grpc, cars_pb2
 
 
 class Codec(ProtoCodec):
-    """grpclib has no receive limit: a message over max_request_bytes is refused once read, as the lab's."""
+    """grpclib has no receive limit: a message over max_request_bytes is refused once read, as the lab's.
+    An undecodable ListRecordsRequest is UNKNOWN "Error parsing message", as grpc.aio and the lab say
+    (grpclib's own answer: UNKNOWN "Internal Server Error"); an upload's is its handler's to refuse."""
 
     def __init__(self, max_request_bytes: int) -> None:
         self._max = max_request_bytes
@@ -37,7 +39,12 @@ class Codec(ProtoCodec):
         if len(data) > self._max:
             message = f"Received message larger than max ({len(data)} vs. {self._max})"
             raise GRPCError(Status.RESOURCE_EXHAUSTED, message)
-        return super().decode(data, message_type)
+        try:
+            return super().decode(data, message_type)
+        except DecodeError:
+            if message_type is not Request:
+                raise
+            raise GRPCError(Status.UNKNOWN, "Error parsing message") from None
 
 
 class RecordService(cars_grpc.RecordServiceBase):

@@ -2,7 +2,8 @@
 
 import asyncio
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 
 import orjson
 import uvloop
@@ -23,6 +24,17 @@ from benchmarks.floor.uploads import Uploads
 
 JSON = "application/json"
 SERVING = orjson.dumps({"status": "SERVING"})
+
+
+def _refused(status: int, allow: str | None = None) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A routing error as the lab answers it: its JSON body, and Allow on a 405."""
+    body = error_body(HTTPStatus(status).phrase, status)
+    headers = {"Allow": allow} if allow else None
+
+    async def answer(_request: web.Request) -> web.Response:
+        return web.Response(status=status, body=body, content_type=JSON, headers=headers)
+
+    return answer
 
 
 def build_app(settings: FloorSettings, body_of: BodyOf) -> web.Application:
@@ -50,7 +62,12 @@ def build_app(settings: FloorSettings, body_of: BodyOf) -> web.Application:
     app = web.Application(client_max_size=settings.max_request_bytes)
     app.router.add_get("/records", list_records)
     app.router.add_post("/records", create_records)
+    # Other methods and paths as the lab answers them (a route's other methods, then any path): after
+    # the routes, so a served request never reaches them.
+    app.router.add_route("*", "/records", _refused(405, "GET,HEAD,POST"))
     app.router.add_get("/healthz", healthz)
+    app.router.add_route("*", "/healthz", _refused(405, "GET,HEAD"))
+    app.router.add_route("*", "/{path:.*}", _refused(404))
     return app
 
 

@@ -4,13 +4,14 @@ nothing else (see common.py)."""
 import asyncio
 import signal
 from collections.abc import Callable
+from http import HTTPStatus
 
 import orjson
 import uvloop
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 from quart import Quart, Response, request
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from benchmarks.floor.bodies import BodyOf, body_maker
 from benchmarks.floor.common import (
@@ -34,6 +35,7 @@ def build_app(settings: FloorSettings, body_of: BodyOf) -> Quart:
     """The Quart app, which the Granian floor (benchmarks.floor.rest_granian) serves too."""
     uploads = Uploads(settings.max_count, settings.max_request_bytes)
     app = Quart(__name__)
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False  # OPTIONS is a 405, as in the lab
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes  # reading more raises RequestEntityTooLarge
 
     @app.get("/records")
@@ -57,6 +59,14 @@ def build_app(settings: FloorSettings, body_of: BodyOf) -> Quart:
     @app.get("/healthz")
     async def healthz() -> Response:
         return Response(SERVING, content_type=JSON)
+
+    @app.errorhandler(HTTPException)
+    async def http_error(error: HTTPException) -> Response:
+        """Routing errors (404, 405 with Allow) as the lab answers them: its JSON body."""
+        status = error.code or 500
+        allow = dict(error.get_headers()).get("Allow")
+        headers = {"Allow": allow} if allow else None
+        return Response(error_body(HTTPStatus(status).phrase, status), status, headers, content_type=JSON)
 
     return app
 
