@@ -1,159 +1,38 @@
 """run_matrix.py --backend local under interruption and failure, as a subprocess: Ctrl-C (SIGINT to
 its process group) and SIGKILL in the middle of a scenario, then --resume; and scenarios whose
-service does not start, never becomes healthy, or crashes while measured.
+service does not start, never becomes healthy, or crashes while measured."""
 
-Every run is marked by an environment variable its services inherit, so leftovers are found
-in /proc by what they are, not by name: a process whose environment holds the marker or the
-run's directory, or whose command line holds the run id (k6 gets `--tag run=<id>`).
-"""
-
-import csv
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from labrunner.files import write_json_atomic
-from labrunner.model.matrix import expand, load_matrix
-from labrunner.model.scenario import Overrides
-from labrunner.report.serialization import QUICK, as_document
-from labrunner.report.serialization import run as run_serialization
 
-from services.common.cgroup import own_cgroup
-from tests.support import AFTER_SLOW, ROOT, SLOW, SLOW_STOP_TARGETS, seed_keeping_matrix_order, slow_stop_seed
-
-MARKER = "PROTOLAB_TEST_RUN"
-FIRST = "aiohttp-h1.small.c100.closed.r1"
-SECOND = "grpc.small.c100.closed.r1"
-# Two fast scenarios, measured for 1 s each without warm-up, FIRST first; no InfluxDB, no Prometheus.
-TWO = Overrides(targets=("aiohttp-h1", "grpc"))
-IN_ORDER = seed_keeping_matrix_order(expand(load_matrix(ROOT / "matrix.toml"), "local", "ci", TWO))
-SELECTION = (
-    "--preset", "ci", "--target", "aiohttp-h1,grpc", "--duration", "1s", "--warmup", "0", "--seed", IN_ORDER,
-)  # fmt: skip
-QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+from tests.e2e.local_runs import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    FIRST,
+    SECOND,
+    SELECTION,
+    Run,
+    assert_nothing_left,
+    cgroups_of,
+    k6_measuring,
+    processes_of,
+    quick_benchmark,
+    read_file,
+    results,
+    start_run,
+    summary_rows,
+    wait_until,
+)
+from tests.support import AFTER_SLOW, ROOT, SLOW, SLOW_STOP_TARGETS, slow_stop_seed
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@dataclass
-class Run:
-    """One run_matrix.py process and where it writes."""
-
-    out: Path
-    marker: str
-    process: subprocess.Popen[bytes]
-
-    @property
-    def run_id(self) -> str:
-        return self.out.name
-
-    def wait(self, timeout: float = 120) -> int:
-        return self.process.wait(timeout=timeout)
-
-    def output(self) -> str:
-        return (self.out.parent / f"{self.run_id}.output").read_text(errors="replace")
-
-
-def quick_benchmark(out: Path) -> None:
-    """The serialization benchmark is not under test: a quick one in place saves ~10 s per run
-    (the report skips the benchmark when its file exists)."""
-    document = as_document(run_serialization(QUICK), QUICK)
-    write_json_atomic(out / "serialization.json", document)
-
-
-def start_run(out: Path, *args: str, marker: str | None = None) -> Run:
-    """run_matrix.py in its own session (so a Ctrl-C to its group is a Ctrl-C to it and its k6)."""
-    marker = marker or uuid.uuid4().hex
-    out.parent.mkdir(parents=True, exist_ok=True)
-    log = (out.parent / f"{out.name}.output").open("ab")
-    process = subprocess.Popen(
-        [sys.executable, "scripts/run_matrix.py", "--backend", "local", "--out", str(out), *QUIET, *args],
-        cwd=ROOT,
-        env={**os.environ, MARKER: marker},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log.close()
-    return Run(out, marker, process)
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:  # gone, or a kernel thread
-        return ""
-
-
-def processes_of(run: Run) -> list[str]:
-    """Command lines of the live processes that belong to the run (see the module docstring)."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        if int(proc.name) == os.getpid():
-            continue
-        stat = _read(proc / "stat")
-        if not stat or stat.rsplit(")", 1)[1].split()[0] == "Z":
-            continue
-        cmdline, environ = _read(proc / "cmdline"), _read(proc / "environ")
-        if (
-            f"{MARKER}={run.marker}" in environ
-            or str(run.out) in environ + cmdline
-            or f"run={run.run_id}" in cmdline
-        ):
-            found.append(f"{proc.name}: {cmdline}")
-    return found
-
-
-def cgroups_of(run: Run) -> list[Path]:
-    """The run's scenario cgroups still present: the local backend names them <run id>-<scenario>."""
-    own = own_cgroup()
-    parents = {
-        own.cpu / "protolab",
-        own.cpuacct / "protolab",
-        own.memory / "protolab",
-        Path("/sys/fs/cgroup/protolab"),
-    }
-    return sorted(path for parent in parents for path in parent.glob(f"{run.run_id}-*"))
-
-
-def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-def k6_measuring(run: Run, scenario: str) -> bool:
-    return any("k6" in line and f"scenario={scenario}" in line for line in processes_of(run))
-
-
-def results(out: Path) -> dict[str, dict]:
-    """Every result file, parsed: a half-written one fails the test here."""
-    return {path.stem: json.loads(path.read_text()) for path in (out / "scenarios").glob("*.json")}
-
-
-def summary_rows(out: Path) -> set[tuple[str, str, str]]:
-    """summary.csv's identity columns: which scenarios, with which status and target."""
-    with (out / "summary.csv").open() as handle:
-        return {(row["scenario"], row["status"], row["target"]) for row in csv.DictReader(handle)}
-
-
-def assert_nothing_left(run: Run, timeout: float = 10) -> None:
-    """No process and no cgroup of the run survive it (k6 may need its last second to exit)."""
-    deadline = time.monotonic() + timeout
-    while (processes_of(run) or cgroups_of(run)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not processes_of(run), processes_of(run)
-    assert not cgroups_of(run), cgroups_of(run)
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +142,7 @@ def kill_workers_when_measuring(run: Run, scenario: str) -> None:
     )
     pids = [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
     workers = [
-        pid for pid in pids if int(_read(Path(f"/proc/{pid}/stat")).rsplit(")", 1)[1].split()[1]) in pids
+        pid for pid in pids if int(read_file(Path(f"/proc/{pid}/stat")).rsplit(")", 1)[1].split()[1]) in pids
     ]
     assert workers, pids
     for pid in workers:
@@ -364,7 +243,7 @@ def test_ctrl_c_during_the_last_scenarios_finish_stops_it_and_resume_completes(t
     # Its finish has begun once its service says it drains (about 3 s): k6's exit alone is not
     # enough, as the runner reads k6's summary before it hands the scenario to its finish.
     service_log = run.out / "logs" / f"{SLOW}.service.log"
-    wait_until(lambda: "stopping: draining" in _read(service_log), 90, "the scenario's stop")
+    wait_until(lambda: "stopping: draining" in read_file(service_log), 90, "the scenario's stop")
     os.killpg(run.process.pid, signal.SIGINT)
     assert run.wait(timeout=60) == EXIT_INTERRUPTED, run.output()[-4000:]
     assert_nothing_left(run, timeout=2)
@@ -373,3 +252,10 @@ def test_ctrl_c_during_the_last_scenarios_finish_stops_it_and_resume_completes(t
     # Its result is written (the finish on the finisher thread completed): resume has nothing to
     # run but the calibration after it.
     assert results(run.out)[SLOW]["status"] == "ok"
+    resumed = start_run(run.out, "--matrix", str(tmp_path / "matrix.toml"), "--preset", "slow-stop",
+                        "--target", "aiohttp-slow-stop", "--resume", marker=run.marker)  # fmt: skip
+    assert resumed.wait() == EXIT_OK, resumed.output()[-4000:]
+    assert f"{SLOW}: ok in an earlier session, skipped" in resumed.output()
+    manifest = json.loads((run.out / "manifest.json").read_text())
+    assert manifest["complete"] is True and manifest["all_ok"] is True
+    assert_nothing_left(resumed)

@@ -9,16 +9,21 @@ directory where a result file goes) and raised by the fake engine where only an 
 """
 
 import json
+import os
+import signal
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from docker.errors import DockerException
+from labrunner import interrupts
 from labrunner.backends.docker import DockerBackend
 from labrunner.cli import session
-from labrunner.observe import interference
+from labrunner.observe import interference, prometheus_sd
 from labrunner.results.store import result_path
+from labrunner.run import runner
 
 from tests.docker_fake import (
     FakeContainer,
@@ -207,4 +212,83 @@ def test_ctrl_c_while_one_scenario_finishes_and_the_next_starts_leaves_nothing(
     assert services == [FIRST, SECOND]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["complete"] is False and manifest["all_ok"] is None
+    assert_nothing_left(tmp_path, fake)
+
+
+def test_a_finish_whose_outcome_cannot_be_built_fails_its_own_scenario_and_stops_its_service(
+    tmp_path: Path, fake: FakeDocker, finisher_client: FakeDocker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug past the collect, in building the outcome itself: still that scenario's own failure."""
+    build = runner.ScenarioRun._outcome
+
+    def fails_for_the_second(self: runner.ScenarioRun, overlapped):  # type: ignore[no-untyped-def]
+        if self.scenario.id == SECOND:
+            raise ValueError("a bug in the outcome")
+        return build(self, overlapped)
+
+    monkeypatch.setattr(runner.ScenarioRun, "_outcome", fails_for_the_second)
+    ok, lines = run(tmp_path, fake, finisher_client)
+    assert not ok
+    failure = result(tmp_path, SECOND)["failure"]
+    assert (failure["phase"], failure["message"]) == ("internal", "ValueError: a bug in the outcome")
+    assert "fails_for_the_second" in failure["log_tail"], failure["log_tail"]
+    assert result(tmp_path, FIRST)["status"] == result(tmp_path, THIRD)["status"] == "ok"
+    assert [len(found) for found in result_lines(lines).values()] == [1, 1, 1]
+    assert_nothing_left(tmp_path, fake)
+
+
+def test_a_target_file_that_cannot_be_removed_does_not_keep_the_service_running(
+    tmp_path: Path, fake: FakeDocker, finisher_client: FakeDocker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop removes the target file first; when that fails, the service still stops there."""
+    unlink, refused = Path.unlink, []
+
+    def refuses_the_seconds_target(path: Path, missing_ok: bool = False) -> None:
+        if path.parent == tmp_path / "targets" and SECOND in path.name and not refused:
+            refused.append(path)  # once: at the run's end, the target files go
+            raise PermissionError("read-only")
+        unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", refuses_the_seconds_target)
+    ok, lines = run(tmp_path, fake, finisher_client)
+    assert ok, lines
+    second = next(c for c in fake.created if c.params["labels"]["protolab.scenario"] == SECOND)
+    assert fake.stopped_on[second.name] == "finish_0"  # stopped by its finish, not by close()
+    assert any(f"{SECOND}: its Prometheus target file stays: read-only" in line for line in lines)
+    assert_nothing_left(tmp_path, fake)  # the run's end removed the run's target files
+
+
+def test_a_resumed_run_overlaps_only_what_ran_beside_another(
+    tmp_path: Path, fake: FakeDocker, finisher_client: FakeDocker
+) -> None:
+    """The last scenario to run is not overlapped, whichever scenario of the plan it is."""
+    ok, _ = run(tmp_path, fake, finisher_client)
+    assert ok
+    for scenario in (FIRST, SECOND):
+        result_path(tmp_path / "out", scenario).unlink()
+    backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None, finisher_client=finisher_client)
+    config = replace(run_config(tmp_path), resume=True)
+    assert session.run_plan(PLAN, config, backend, settings(tmp_path), say=lambda line: None)
+    assert "overlapped" in result(tmp_path, FIRST)["timings_s"]
+    assert "overlapped" not in result(tmp_path, SECOND)["timings_s"]
+
+
+def test_a_first_ctrl_c_during_the_runs_cleanup_waits_until_it_is_done(
+    tmp_path: Path, fake: FakeDocker, finisher_client: FakeDocker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the last scenario, a Ctrl-C while the run removes its targets: the cleanup and the
+    manifest complete, and only then does the interrupt end the run."""
+    delete_run = prometheus_sd.delete_run
+
+    def interrupted_while_deleting(targets_dir: Path, run_id: str) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # the handler runs on this (the main) thread, now
+        delete_run(targets_dir, run_id)
+
+    monkeypatch.setattr(prometheus_sd, "delete_run", interrupted_while_deleting)
+    with pytest.raises(KeyboardInterrupt), interrupts.first_one_ends_the_run():
+        run(tmp_path, fake, finisher_client)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["complete"] is True and manifest["finished_at"], manifest
+    assert all(result(tmp_path, s)["status"] == "ok" for s in (FIRST, SECOND, THIRD))
+    assert (tmp_path / "out" / "summary.md").exists()
     assert_nothing_left(tmp_path, fake)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from labrunner import backends, certs, interrupts
 from labrunner.backends.base import Backend, BackendSettings, BackendUnavailable
@@ -25,6 +26,9 @@ from labrunner.results import provenance
 from labrunner.results.store import MANIFEST_FILE, load_results, read_manifest
 from labrunner.run.k6 import K6NotFound, find_k6
 from labrunner.run.runner import RunConfig
+
+if TYPE_CHECKING:  # the session module loads scipy and matplotlib: only for a run (see _run)
+    from labrunner.cli.session import SessionConfig
 
 RESULTS_DIR = REPO / "results"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -319,16 +323,56 @@ def _run(
         print(f"generated TLS material in {args.certs}")
     targets_dir = Path(args.prometheus_targets) if args.prometheus_targets else None
     settings = _backend_settings(args, plan, run_id=run_id, out_dir=out_dir, k6_binary=k6_binary, roles=roles)
-    backend = _open_backend(backend_name, settings, plan)
-    cleanup = contextlib.ExitStack()  # stops local observability if this run started it
-    obs = local_stack.for_run(
-        args.influxdb, args.prometheus, backend_name, targets_dir, cleanup=cleanup, say=_say
-    )
     # Imported only for a run: the session's summaries and report load scipy and matplotlib,
     # which --dry-run and --list do without.
     from labrunner.cli import session  # noqa: PLC0415
 
-    config = session.SessionConfig(
+    try:
+        # From the backend's opening on, a Ctrl-C ends the run and cannot cut its cleanup short.
+        with interrupts.first_one_ends_the_run():
+            cleanup = contextlib.ExitStack()  # what this run opened: the backend, local observability
+            try:
+                backend = _open_backend(backend_name, settings, plan)
+                cleanup.callback(backend.close)  # run_plan closes it; this is for a Ctrl-C before
+                obs = local_stack.for_run(
+                    args.influxdb, args.prometheus, backend_name, targets_dir, cleanup=cleanup, say=_say
+                )
+                config = _session_config(
+                    args, argv, run_id=run_id, out_dir=out_dir, targets_dir=targets_dir, obs=obs,
+                    reason=reason, k6_binary=k6_binary,
+                )  # fmt: skip
+                print(_backend_line(backend_name, reason))
+                print(f"run {run_id}: {len(plan.scenarios)} scenarios, out {out_dir}")
+                print(f"order: each round shuffled by seed {plan.seed} ({seed_origin})")
+                ok = session.run_plan(plan, config, backend, settings, say=_say)
+            finally:
+                with interrupts.held():
+                    cleanup.close()
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finish with: --resume --run-id {run_id}", file=sys.stderr)
+        if (out_dir / MANIFEST_FILE).exists():  # else nothing was run to report
+            with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C skips the partial report
+                session.finish(out_dir, benchmark=False, say=_say)
+        return EXIT_INTERRUPTED
+    session.finish(out_dir, benchmark=True, say=_say)
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _session_config(
+    args: argparse.Namespace,
+    argv: Sequence[str] | None,
+    *,
+    run_id: str,
+    out_dir: Path,
+    targets_dir: Path | None,
+    obs: local_stack.Endpoints,
+    reason: str,
+    k6_binary: Path,
+) -> "SessionConfig":
+    """The run-wide choices the session reads, with the run's provenance."""
+    from labrunner.cli import session  # noqa: PLC0415  (see _run)
+
+    return session.SessionConfig(
         run=RunConfig(
             run_id=run_id,
             out_dir=out_dir,
@@ -345,19 +389,6 @@ def _run(
         precision=args.precision,
         budget_s=args.budget,
     )
-    print(_backend_line(backend_name, reason))
-    print(f"run {run_id}: {len(plan.scenarios)} scenarios, out {out_dir}")
-    print(f"order: each round shuffled by seed {plan.seed} ({seed_origin})")
-    try:
-        with interrupts.first_one_ends_the_run(), cleanup:
-            ok = session.run_plan(plan, config, backend, settings, say=_say)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; finish with: --resume --run-id {run_id}", file=sys.stderr)
-        with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C skips the partial report
-            session.finish(out_dir, benchmark=False, say=_say)
-        return EXIT_INTERRUPTED
-    session.finish(out_dir, benchmark=True, say=_say)
-    return EXIT_OK if ok else EXIT_FAILED
 
 
 def _callers(args: argparse.Namespace, matrix: Matrix, argv: Sequence[str] | None) -> int:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from labrunner import interrupts
 from labrunner.backends.base import Backend, BackendSettings, ScenarioFailed
 from labrunner.cli import grafana
 from labrunner.files import write_json_atomic
@@ -52,6 +53,17 @@ class SessionConfig:
     # within this share of its estimate, while --budget (seconds of rounds added) lasts.
     precision: float | None = None
     budget_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Finishing:
+    """A scenario handed to the finisher: its place in the run, whether the next scenario started
+    beside its finish (decided by the main thread: at that start, or False when it waits for it),
+    and its kept result to come."""
+
+    index: int
+    next_started: "Future[bool]"
+    kept: "Future[Kept]"
 
 
 @dataclass(frozen=True)
@@ -101,8 +113,6 @@ def run_plan(
     # scenario's service runs: how fast this host's CPU was, and whether that changed.
     calibration_cpus = calibration.cpus_for(run_order[0]) if run_order else ()
     calibrations: dict[str, Any] = {}
-    if run_order:
-        calibrations["before"] = calibration.calibrate(calibration_cpus, "before", say)
     manifest_args["calibration"] = calibrations
     not_run: dict[str, str] = {}  # scenario id -> why, in run order
 
@@ -117,32 +127,52 @@ def run_plan(
     if len(to_run) > 1:
         say("each scenario's service stops while the next one starts: its result line may follow that start")
     failed: list[str] = []
-    finishing: list[tuple[int, Future[Kept]]] = []  # at most one: the previous scenario
+    # At most one: the previous scenario, finishing on the finisher thread. Only the main thread
+    # touches this list; the finisher gets what it needs as arguments.
+    finishing: list[_Finishing] = []
 
-    def keep(measured: ScenarioRun, overlapped: bool) -> Kept:
-        """On the finisher thread: the scenario's finish, its verdict and its written result."""
-        return _keep(measured.finish(overlapped), out, run.run_id, order)
+    def keep(measured: ScenarioRun, next_started: "Future[bool]", order_now: tuple[str, ...]) -> Kept:
+        """On the finisher thread: the scenario's finish, its verdict and its written result; never
+        raises (ScenarioRun.finish and _keep return every failure)."""
+        return _keep(measured.finish(next_started.result), out, run.run_id, order_now)
+
+    def nothing_started_beside() -> None:
+        """The finishing scenario's finish is on the critical path: no scenario started beside it."""
+        for entry in finishing:
+            if not entry.next_started.done():
+                entry.next_started.set_result(False)
 
     def settle() -> None:
         """Wait for the previous scenario's finish and written result, and report it."""
+        nothing_started_beside()
         while finishing:
-            index, previous = finishing[0]
-            kept = previous.result()  # never raises: _keep returns every failure
-            progress.finished(index, kept)
-            if kept.outcome.failure is not None:
-                failed.append(kept.outcome.scenario.id)
-            finishing.pop(0)
+            try:
+                kept = finishing[0].kept.result()  # never raises: keep returns every failure
+                progress.finished(finishing[0].index, kept)
+                if kept.outcome.failure is not None:
+                    failed.append(kept.outcome.scenario.id)
+            finally:
+                finishing.pop(0)
 
-    def run_one(index: int, scenario: Scenario, last: bool) -> None:
-        """Measure a scenario and hand its finish to the finisher (overlapping the next one's start
-        unless it is the last to run)."""
+    def run_one(index: int, scenario: Scenario) -> None:
+        """Measure a scenario and hand its finish to the finisher, beside the next scenario's start
+        when it may overlap (the next one's start says so), else waited for here."""
         progress.starting(index, scenario)
+        for entry in finishing:  # the previous finish now runs beside this start
+            if not entry.next_started.done():
+                entry.next_started.set_result(True)
         measured = measure_scenario(scenario, run, backend, settings, say, before_measure=settle)
-        progress.measured(scenario)
-        settle()  # when this scenario ended before its measured window
-        overlapped = measured.may_overlap and not last
-        finishing.append((index, finisher.submit(keep, measured, overlapped)))
-        if not overlapped:
+        try:
+            progress.measured(scenario)
+            settle()  # when this scenario ended before its measured window
+        except BaseException:  # Ctrl-C before the finisher owns it: the service stops here
+            measured.stop()
+            raise
+        with interrupts.held():  # handed over whole: from here the finisher owns the service
+            next_started: Future[bool] = Future()
+            kept = finisher.submit(keep, measured, next_started, tuple(order))
+            finishing.append(_Finishing(index, next_started, kept))
+        if not measured.may_overlap:
             settle()
 
     interrupted = True
@@ -150,6 +180,8 @@ def run_plan(
     sharpness: list[precision.Sharpness] = []  # --precision: each compared pair, once its rounds are done
     finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish")
     try:
+        if run_order:
+            calibrations["before"] = calibration.calibrate(calibration_cpus, "before", say)
         for index, scenario in enumerate(run_order, start=1):
             if scenario.id in done:
                 say(f"[{index}/{len(run_order)}] {scenario.id}: ok in an earlier session, skipped")
@@ -165,7 +197,7 @@ def run_plan(
                     progress.not_run(index, scenario, reason)
                     write_manifest_so_far()
                     continue
-            run_one(index, scenario, last=scenario is to_run[-1] and config.precision is None)
+            run_one(index, scenario)
         settle()
         if config.precision is not None:
             added = _sharpen(
@@ -177,29 +209,35 @@ def run_plan(
             calibrations["after"] = calibration.calibrate(calibration_cpus, "after", say)
         interrupted = False
     finally:
-        finisher.shutdown(wait=True)  # an interrupted run still stops the service finishing
-        settle()  # the scenario that was finishing keeps its result
-        try:
-            backend.close()
-        except Exception as exc:  # what it could not stop, it names; the manifest is still written
-            say(f"stopping what was left: {type(exc).__name__}: {exc}")
-        if run.targets_dir is not None:
-            prometheus_sd.delete_run(run.targets_dir, run.run_id)
-        all_ok = not interrupted and not failed
-        write_json_atomic(
-            out / MANIFEST_FILE,
-            build_manifest(
-                **manifest_args,
-                not_run=not_run,
-                finished_at=datetime.now(UTC),
-                complete=not interrupted,
-                all_ok=all_ok if not interrupted else None,
-            ),
-        )
-        try:
-            write_summaries(out, run.run_id, order)  # CPU per request in the final calibration's units
-        except Exception as exc:  # the results are written; scripts/report.py makes these again
-            say(f"summaries not written: {type(exc).__name__}: {exc}")
+        # A Ctrl-C from here on waits until the end of this block: the cleanup is never cut short.
+        with interrupts.held():
+            nothing_started_beside()
+            finisher.shutdown(wait=True)  # an interrupted run still stops the service finishing
+            settle()  # the scenario that was finishing keeps its result
+            try:
+                backend.close()
+            except Exception as exc:  # what it could not stop, it names; the manifest is still written
+                say(f"stopping what was left: {type(exc).__name__}: {exc}")
+            if run.targets_dir is not None:
+                try:
+                    prometheus_sd.delete_run(run.targets_dir, run.run_id)
+                except OSError as exc:  # the manifest is still written
+                    say(f"the run's Prometheus target files stay in {run.targets_dir}: {exc}")
+            all_ok = not interrupted and not failed
+            write_json_atomic(
+                out / MANIFEST_FILE,
+                build_manifest(
+                    **manifest_args,
+                    not_run=not_run,
+                    finished_at=datetime.now(UTC),
+                    complete=not interrupted,
+                    all_ok=all_ok if not interrupted else None,
+                ),
+            )
+            try:
+                write_summaries(out, run.run_id, order)  # CPU per request in the final calibration's units
+            except Exception as exc:  # the results are written; scripts/report.py makes these again
+                say(f"summaries not written: {type(exc).__name__}: {exc}")
     say(
         # order: the planned scenarios and those --precision added
         f"{len(order) - len(failed) - len(not_run)} of {len(order)} scenarios ok"
@@ -224,7 +262,7 @@ def _sharpen(
     config: SessionConfig,
     order: list[str],
     *,
-    run_one: Callable[[int, Scenario, bool], None],
+    run_one: Callable[[int, Scenario], None],
     settle: Callable[[], None],
     extend: Callable[[Sequence[Scenario]], int],
     say: Say,
@@ -255,7 +293,7 @@ def _sharpen(
         )
         first = extend(round_)
         for index, scenario in enumerate(round_, start=first):
-            run_one(index, scenario, scenario is round_[-1])
+            run_one(index, scenario)
             added.append(scenario.id)
             order.append(scenario.id)
         settle()
@@ -287,7 +325,7 @@ def _precision_record(
     }
 
 
-def _keep(outcome: ScenarioOutcome, out: Path, run_id: str, order: list[str]) -> Kept:
+def _keep(outcome: ScenarioOutcome, out: Path, run_id: str, order: Sequence[str]) -> Kept:
     """Judge and write a scenario's result, then the summaries; never raises. A result that cannot be
     written makes its scenario failed (phase "record"), and that failure is written in its place
     when it can be: --resume runs a scenario again unless an ok result of it is on disk."""

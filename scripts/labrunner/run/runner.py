@@ -4,6 +4,7 @@ measure. Neither half raises for a scenario's failure: it is in the outcome. Wri
 Prometheus target file (removed at the stop) and k6's summary files, and marks the measured window
 in InfluxDB; the scenario's result is written by the session (cli/session.py), not here."""
 
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -91,7 +92,8 @@ class ScenarioRun:
         self.k6_run: K6Run | None = None
         self.search: capacity.Outcome | None = None
         self.failure: ScenarioFailed | None = None
-        self.handle_to_stop: ServiceHandle | None = None  # the service, until _stop() has stopped it
+        self.handle_to_stop: ServiceHandle | None = None  # the service, until stop() has stopped it
+        self._stop_lock = threading.Lock()  # stop() may be asked by the main thread and the finisher
         self.usage: ServiceUsage | None = None
         self.host: Mapping[str, Any] | None = None
         self.started_at = datetime.now(UTC)
@@ -157,7 +159,7 @@ class ScenarioRun:
         except Exception as exc:  # a bug or an OS error in one scenario must not end the run
             self.failure = ScenarioFailed("internal", f"{type(exc).__name__}: {exc}", traceback.format_exc())
         except BaseException:  # Ctrl-C: the run ends, and this run's service with it
-            self._stop()
+            self.stop()
             raise
 
     @property
@@ -166,17 +168,22 @@ class ScenarioRun:
         network, whose link and addresses must be gone before the next one is made."""
         return not self.scenario.network.emulated
 
-    def finish(self, overlapped: bool) -> ScenarioOutcome:
-        """The final scrape, the stop and the collect; never raises (a failure is in the outcome).
-        overlapped: this runs while the next scenario starts, off the run's critical path."""
+    def finish(self, overlapped: Callable[[], bool]) -> ScenarioOutcome:
+        """The final scrape, the stop and the collect; never raises (a failure is in the outcome, and
+        the first cause stays the scenario's). overlapped is asked once the service has stopped:
+        whether the next scenario started beside this finish, which was then off the critical path."""
         try:
             return self._finish(overlapped)
         except Exception as exc:  # a bug in the collect: the scenario fails, its service is stopped
-            self.failure = ScenarioFailed("internal", f"{type(exc).__name__}: {exc}", traceback.format_exc())
-            self._stop()
-            return self._outcome(overlapped)
+            self._failed_internally(exc)
+            self.stop()
+            try:
+                return self._outcome(overlapped)
+            except Exception as again:  # a bug in the outcome itself: its cause, nothing measured
+                self._failed_internally(again)
+                return self._unmeasured_outcome()
 
-    def _finish(self, overlapped: bool) -> ScenarioOutcome:
+    def _finish(self, overlapped: Callable[[], bool]) -> ScenarioOutcome:
         scenario, config, handle, timings = self.scenario, self.config, self.handle, self.timings
         try:
             if (
@@ -189,24 +196,28 @@ class ScenarioRun:
                 with _timed(timings, "scrape"):
                     _await_final_scrape(config.prometheus_url, config.run_id, scenario, self.say)
         except Exception as exc:  # a bug or an OS error: recorded, and the service still stops
-            self.failure = ScenarioFailed("internal", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            self._failed_internally(exc)
         finally:
             with _timed(timings, "stop"):
-                self._stop()
+                self.stop()
         with _timed(timings, "collect"):
             self.host = interference.scenario_section(self.metered.window, handle, self.usage, self.unmetered)
         return self._outcome(overlapped)
 
-    def _stop(self) -> None:
-        """Stop the service once (the target file first: Prometheus stops scraping it); a failed
-        stop is recorded, and the backend's close() stops what it could not."""
-        handle, self.handle_to_stop = self.handle_to_stop, None
+    def stop(self) -> None:
+        """Stop the service once, whichever thread asks first (its target file first: Prometheus
+        stops scraping it). Never raises: a failed stop is recorded, and the backend's close() stops
+        what it could not."""
+        with self._stop_lock:
+            handle, self.handle_to_stop = self.handle_to_stop, None
         if handle is None:
             return
         if self.config.targets_dir is not None:
-            prometheus_sd.file_for(self.config.targets_dir, self.config.run_id, self.scenario).unlink(
-                missing_ok=True
-            )
+            target = prometheus_sd.file_for(self.config.targets_dir, self.config.run_id, self.scenario)
+            try:
+                target.unlink(missing_ok=True)
+            except OSError as exc:  # the service still stops; the run's end removes the run's targets
+                self.say(f"    note: {self.scenario.id}: its Prometheus target file stays: {exc}")
         try:
             self.usage = self.backend.stop_service(handle)
         except ScenarioFailed as exc:  # an engine's own explanation
@@ -215,12 +226,18 @@ class ScenarioRun:
             message = f"{type(exc).__name__}: {exc}"
             self.failure = self.failure or ScenarioFailed("stop", message, traceback.format_exc())
 
-    def _outcome(self, overlapped: bool) -> ScenarioOutcome:
+    def _failed_internally(self, exc: Exception) -> None:
+        """A bug or an OS error in this scenario: its failure, unless it had failed already."""
+        message = f"{type(exc).__name__}: {exc}"
+        self.failure = self.failure or ScenarioFailed("internal", message, traceback.format_exc())
+
+    def _outcome(self, overlapped: Callable[[], bool]) -> ScenarioOutcome:
         timings = self.timings
         # The run's wall time this scenario added beyond k6's: an overlapped finish added none.
-        on_path = CRITICAL_PHASES if overlapped else (*CRITICAL_PHASES, *FINISH_PHASES)
+        beside_the_next = overlapped()
+        on_path = CRITICAL_PHASES if beside_the_next else (*CRITICAL_PHASES, *FINISH_PHASES)
         timings["overhead"] = sum(timings.get(phase, 0.0) for phase in on_path)
-        if overlapped:
+        if beside_the_next:
             timings["overlapped"] = sum(timings.get(phase, 0.0) for phase in FINISH_PHASES)
         timings["total"] = time.monotonic() - self.began
         return ScenarioOutcome(
@@ -238,6 +255,22 @@ class ScenarioRun:
             host=self.host,
             relay_cpu_seconds=self.metered.relay_cpu_seconds,
             search=self.search,
+        )
+
+    def _unmeasured_outcome(self) -> ScenarioOutcome:
+        """The outcome when _outcome itself failed: the scenario, its failure, nothing measured."""
+        return ScenarioOutcome(
+            run_id=self.config.run_id,
+            backend=self.backend.name,
+            scenario=self.scenario,
+            started_at=self.started_at,
+            finished_at=datetime.now(UTC),
+            failure=self.failure,
+            handle=None,
+            verification=None,
+            k6_run=None,
+            usage=None,
+            timings_s={"overhead": 0.0, "total": time.monotonic() - self.began},
         )
 
 
