@@ -1,0 +1,107 @@
+"""Results written by an older release still resume and still serve as a baseline: tests/fixtures/run-0.2.0
+is a real run of release 0.2.0's code, interrupted in its last scenario (tests/fixtures/README.md).
+
+Both runs here use this code with real servers and k6 on the local backend, 1 s per scenario; the
+serialization benchmark, not under test, is written quickly in place beforehand."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from labrunner.files import write_json_atomic
+from labrunner.report.serialization import QUICK, as_document
+from labrunner.report.serialization import run as run_serialization
+
+from tests.support import ROOT
+
+FIXTURE = ROOT / "tests" / "fixtures" / "run-0.2.0"
+RUN_ID = "20261204-old020"  # the fixture's manifest's
+OLD_COMMIT = "732ae75971e71b7a3b09a024ee81855a53376d0b"
+DONE = ("grpc.small.c100.closed.r1", "aiohttp-h1.small.c100.closed.r1", "grpc.small.c100.closed.r2")
+INTERRUPTED = "aiohttp-h1.small.c100.closed.r2"
+# The fixture's selection (its manifest's argv), measured for 1 s instead of 3 s.
+SELECTION = (
+    "--preset", "ci", "--target", "aiohttp-h1,grpc", "--duration", "1s", "--warmup", "0", "--repeats", "2",
+    "--seed", "1",
+)  # fmt: skip
+QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _run_matrix(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    write_json_atomic(out / "serialization.json", as_document(run_serialization(QUICK), QUICK))
+    return subprocess.run(
+        [
+            sys.executable,
+            "scripts/run_matrix.py",
+            "--backend",
+            "local",
+            "--out",
+            str(out),
+            *QUIET,
+            *SELECTION,
+            *args,
+        ],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+
+
+def test_the_fixture_is_an_interrupted_run_of_release_0_2_0() -> None:
+    manifest = json.loads((FIXTURE / "manifest.json").read_text())
+    assert (manifest["run_id"], manifest["release"], manifest["complete"]) == (RUN_ID, "0.2.0", False)
+    assert manifest["git"] == {"sha": OLD_COMMIT, "dirty": False}
+    assert sorted(p.stem for p in (FIXTURE / "scenarios").glob("*.json")) == sorted(DONE)
+
+
+def test_this_code_resumes_a_run_release_0_2_0_left_unfinished(tmp_path: Path) -> None:
+    out = tmp_path / RUN_ID  # where the run was: results/<run id>
+    shutil.copytree(FIXTURE, out)
+    run = _run_matrix(out, "--resume")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    for scenario in DONE:
+        assert f"{scenario}: ok in an earlier session, skipped" in run.stdout
+        # What the older code wrote is kept as it was.
+        assert (out / "scenarios" / f"{scenario}.json").read_bytes() == (
+            FIXTURE / "scenarios" / f"{scenario}.json"
+        ).read_bytes()
+    assert f"{INTERRUPTED}: ok " in run.stdout
+    result = json.loads((out / "scenarios" / f"{INTERRUPTED}.json").read_text())
+    assert result["status"] == "ok" and result["k6"]["metrics"]["requests"] > 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["run_id"], manifest["complete"], manifest["all_ok"]) == (RUN_ID, True, True)
+    assert len(manifest["resumed_at"]) == 1
+    summary = (out / "summary.md").read_text()
+    assert all(f"| {s} | build | ok |" in summary for s in (*DONE, INTERRUPTED)), summary
+
+
+def test_a_run_of_release_0_2_0_serves_as_the_baseline_of_this_codes_run(tmp_path: Path) -> None:
+    out = tmp_path / "now"
+    run = _run_matrix(out)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    report = subprocess.run(
+        [sys.executable, "scripts/report.py", str(out), "--baseline", str(FIXTURE)],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert report.returncode == 0, (report.stdout + report.stderr)[-4000:]
+    text = (out / "report.md").read_text()
+    section = text[text.index(f"## Against baseline run {RUN_ID}") :]
+    assert f"Code: `{OLD_COMMIT}` then" in section
+    assert "2 groups present in both runs" in section
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| `")}
+    # The interrupted run has one aiohttp-h1 repeat: shown, not judged; grpc has two on each side.
+    assert "| 1 / 2 |" in rows["`aiohttp-h1.small.c100.closed`"]
+    assert "one repeat: cannot judge" in rows["`aiohttp-h1.small.c100.closed`"]
+    assert "| 2 / 2 |" in rows["`grpc.small.c100.closed`"]
+    assert "cannot judge" not in rows["`grpc.small.c100.closed`"]
