@@ -21,6 +21,7 @@ from labrunner.model.scenario import Plan, Scenario
 from labrunner.results.store import scenario_dict
 
 from services.common.config import DEFAULT_PORTS
+from services.common.stacks import STACKS
 
 ROOT = Path(__file__).resolve().parents[1]
 CERTS = ROOT / "certs"
@@ -38,8 +39,16 @@ ALL_TARGETS = (
 )
 # The second implementations at equal protocol, next in matrix.toml (preset implementations).
 IMPLEMENTATION_TARGETS = ("granian-h1", "granian-h1-tls", "granian-h2-tls", "grpclib", "grpclib-tls")
-# The floor servers (benchmarks/floor/, preset floor), last in matrix.toml: floor-<lab target>.
-FLOOR_TARGETS = ("floor-aiohttp-h1", "floor-quart-h1", "floor-granian-h1", "floor-grpc", "floor-grpclib")
+# The floor servers (benchmarks/floor/, preset floor), in matrix.toml's order: the targets running a
+# declared stack's floor module. Which stacks there are is services/common/stacks.py's; that each has
+# its floor target is tests/unit/test_stacks.py's check, what the targets are the tests' own.
+FLOOR_TARGETS = tuple(
+    name
+    for name, table in tomllib.loads((ROOT / "matrix.toml").read_text())["targets"].items()
+    if table.get("module") in {stack.floor_module for stack in STACKS}
+)
+# Each stack's lab target, the one its floor target copies (floor-<lab target>): one per stack.
+LAB_TARGETS = tuple(name.removeprefix("floor-") for name in FLOOR_TARGETS)
 # A preset whose first scenario's service drains 3 s on its stop, so the next scenario starts while
 # it finishes: a window wide enough to interrupt from outside, timed from the progress lines.
 SLOW_STOP_TARGETS = """

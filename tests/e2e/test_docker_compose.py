@@ -16,6 +16,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.common.stacks import STACKS
 from tests.e2e.docker_lab import NOT_STARTED, STANDING, compose, compose_up, json_lines
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
@@ -26,12 +27,12 @@ LAB_ANSWERS = {
     "prometheus": (9090, "http", "/-/ready"),
     "influxdb": (8086, "http", "/ping"),
 }
+# Each declared stack's server on the port it declares: gRPC health, or REST's /healthz.
 STANDING_ANSWERS = {
-    "rest-aiohttp": (8081, "http", "/healthz"),
-    "rest-quart": (8082, "http", "/healthz"),
-    "grpc-aio": (50051, "grpc", ""),
-    "rest-granian": (8083, "http", "/healthz"),
-    "grpc-grpclib": (50052, "grpc", ""),
+    stack.compose_name: (stack.port, "grpc", "")
+    if "grpc" in stack.protocols
+    else (stack.port, "http", "/healthz")
+    for stack in STACKS
 }
 ONE_SHOTS = {"certs"}  # must have exited 0
 

@@ -8,6 +8,7 @@ import shlex
 
 import pytest
 
+from services.common.stacks import STACKS
 from tests.compose_file import COMPOSE_FILE, REQUIRED_ENV, InterpolationError, compose, raw_compose, resolve
 from tests.integration.compose_support import (
     ENV_EXAMPLE,
@@ -49,7 +50,7 @@ def test_publish_address_moves_the_services_and_influxdb_and_the_certificate_nam
     on_address = {
         name for name, service in moved.items() if any(ip == "10.0.0.5" for ip, _, _ in published(service))
     }
-    services = {"rest-aiohttp", "rest-quart", "grpc-aio", "rest-granian", "grpc-grpclib"}
+    services = {stack.package.replace("_", "-") for stack in STACKS}  # each declared stack's compose service
     assert on_address == {"influxdb", *services}
     for name in ("prometheus", "grafana"):  # they stay on the service host's loopback
         assert {ip for ip, _, _ in published(moved[name])} == {LOOPBACK}, name

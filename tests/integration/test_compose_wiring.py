@@ -131,15 +131,20 @@ def test_prometheus_config_fits_its_mount() -> None:
     config = compose()["services"]["prometheus"]
     assert "--config.file=/etc/prometheus/prometheus.yml" in config["command"]
     prometheus = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())
-    for job in prometheus["scrape_configs"]:
-        for sd in job.get("file_sd_configs", []):
-            for pattern in sd["files"]:
-                assert pattern.startswith("/etc/prometheus/targets/"), pattern
-                assert (ROOT / "prometheus" / "targets").is_dir()
-        for static in job.get("static_configs", []):
-            for target in static["targets"]:
-                host, port = target.rsplit(":", 1)
-                assert host == "localhost" and (LOOPBACK, port, port) in published(config), target
+    jobs = prometheus["scrape_configs"]
+    patterns = [pattern for job in jobs for sd in job.get("file_sd_configs", []) for pattern in sd["files"]]
+    statics = [
+        target for job in jobs for static in job.get("static_configs", []) for target in static["targets"]
+    ]
+    assert patterns and statics, (
+        "the checks below would check nothing"
+    )  # the services' files, Prometheus itself
+    for pattern in patterns:
+        assert pattern.startswith("/etc/prometheus/targets/"), pattern
+        assert (ROOT / "prometheus" / "targets").is_dir()
+    for target in statics:
+        host, port = target.rsplit(":", 1)
+        assert host == "localhost" and (LOOPBACK, port, port) in published(config), target
 
 
 def test_clients_point_at_compose_services() -> None:
@@ -159,10 +164,15 @@ def test_clients_point_at_compose_services() -> None:
     assert k6["K6_OUT"].endswith(f"/{database}")
     init = "".join(p.read_text() for p in (ROOT / "influxdb" / "init").glob("*.iql"))
     assert f"CREATE DATABASE {database}" in init
-    for path in (ROOT / "grafana" / "provisioning" / "dashboards").glob("*.y*ml"):
-        grafana_mounts = [str(v).split(":")[1] for v in config["services"]["grafana"]["volumes"]]
-        for provider in yaml.safe_load(path.read_text()).get("providers", []):
-            assert provider["options"]["path"] in grafana_mounts, provider
+    grafana_mounts = [str(v).split(":")[1] for v in config["services"]["grafana"]["volumes"]]
+    providers = [
+        provider
+        for path in (ROOT / "grafana" / "provisioning" / "dashboards").glob("*.y*ml")
+        for provider in yaml.safe_load(path.read_text()).get("providers", [])
+    ]
+    assert providers, "no dashboard provider found: the check below would check nothing"
+    for provider in providers:
+        assert provider["options"]["path"] in grafana_mounts, provider
 
 
 def test_influxdb_healthcheck_waits_for_the_k6_database(tmp_path: Path) -> None:

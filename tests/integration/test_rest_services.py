@@ -21,6 +21,7 @@ from services.common.metrics import FLUSH_SECONDS
 from services.common.pb import cars_pb2
 from services.common.records import generate_pool
 from services.common.rest import ROUTES
+from services.common.stacks import STACKS
 from tests.support import CERTS, REST_SERVERS, RunningService, launch_service, tls_env
 
 POOL_SIZE = 2000
@@ -32,7 +33,7 @@ SERVERS = REST_SERVERS
 # The short name of each server module: rest_quart -> quart.
 NAMES = {module: module.removeprefix("rest_") for module in SERVERS}
 # The servers that speak HTTP/2 over TLS (ALPN_PROTOCOLS); the others offer http/1.1 only.
-HTTP2 = ("rest_quart", "rest_granian")
+HTTP2 = tuple(stack.package for stack in STACKS if "http2" in stack.protocols)
 # The servers the module shares, all started at once: name -> (module, TLS, extra env).
 SHARED: dict[str, tuple[str, bool, dict[str, str]]] = {
     **{NAMES[m]: (m, False, {"WORKERS": "2"}) for m in SERVERS},

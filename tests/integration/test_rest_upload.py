@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.common.metrics import FLUSH_SECONDS
 from services.common.records import generate_pool
+from services.common.stacks import STACKS
 from tests.support import CERTS, REST_SERVERS, RunningService, launch_service, tls_env
 
 POOL_SIZE, SEED, MAX_COUNT = 2000, 42, 1000
@@ -33,8 +34,11 @@ FLOOR = "benchmarks.floor"
 SERVERS: dict[str, tuple[str, str, bool]] = {
     **{module: ("services", module, False) for module in REST_SERVERS},
     **{f"floor_{module}": (FLOOR, module, False) for module in REST_SERVERS},
-    "rest_quart-h2": ("services", "rest_quart", True),
-    "rest_granian-h2": ("services", "rest_granian", True),
+    **{
+        f"{stack.package}-h2": ("services", stack.package, True)
+        for stack in STACKS
+        if "http2" in stack.protocols
+    },
 }
 LAB = [name for name, (package, _, tls) in SERVERS.items() if package == "services" and not tls]
 JSON = {"Content-Type": "application/json"}

@@ -10,6 +10,8 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from labrunner import certs as lab_certs
 
+from services.common.stacks import STACKS
+
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -24,14 +26,9 @@ def _cert(directory: Path, name: str) -> x509.Certificate:
 
 def test_server_certificate_has_every_lab_san(certs: Path) -> None:
     sans = _cert(certs, "server.pem").extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert set(sans.get_values_for_type(x509.DNSName)) == {
-        "localhost",
-        "rest-aiohttp",
-        "rest-quart",
-        "grpc-aio",
-        "rest-granian",
-        "grpc-grpclib",
-    }
+    # Each declared stack's compose service, named as compose names it: its package with dashes.
+    compose_names = {stack.package.replace("_", "-") for stack in STACKS}
+    assert set(sans.get_values_for_type(x509.DNSName)) == {"localhost", *compose_names}
     assert set(sans.get_values_for_type(x509.IPAddress)) == {
         ipaddress.ip_address("127.0.0.1"),
         ipaddress.ip_address("::1"),

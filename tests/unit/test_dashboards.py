@@ -165,9 +165,9 @@ def test_every_datasource_is_provisioned_and_referenced_by_uid(path: Path):
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
 def test_every_panel_has_a_query(path: Path):
-    for panel in _panels(_load(path)):
-        if panel["type"] == "row":
-            continue
+    panels = [panel for panel in _panels(_load(path)) if panel["type"] != "row"]
+    assert panels, path.name
+    for panel in panels:
         targets = panel.get("targets", [])
         assert targets, panel["title"]
         for target in targets:

@@ -11,10 +11,16 @@ from labrunner.report.compare import compare_groups, group_results
 from labrunner.report.document import Table, to_markdown
 from labrunner.results.store import scenario_dict
 
-from tests.support import ALL_TARGETS, FLOOR_TARGETS, ROOT
+from services.common.stacks import STACKS
+from tests.support import ALL_TARGETS, FLOOR_TARGETS, LAB_TARGETS, ROOT
 
 MATRIX = ROOT / "matrix.toml"
-LAB_TARGETS = ("aiohttp-h1", "quart-h1", "grpc", "granian-h1", "grpclib")
+
+
+def test_every_stack_has_one_floor_target_copying_one_lab_target() -> None:
+    targets = load_matrix(MATRIX).targets
+    assert sorted(targets[name].service for name in FLOOR_TARGETS) == sorted(s.package for s in STACKS)
+    assert all(name in targets and targets[name].module is None for name in LAB_TARGETS), LAB_TARGETS
 
 
 def test_a_floor_target_is_its_lab_target_on_another_module() -> None:

@@ -16,7 +16,7 @@ from labrunner.model.scenario import Overrides, format_duration
 from labrunner.model.schema import MatrixError
 from labrunner.run.k6 import build_invocation
 
-from tests.support import ALL_TARGETS, FLOOR_TARGETS, IMPLEMENTATION_TARGETS, ROOT
+from tests.support import ALL_TARGETS, FLOOR_TARGETS, IMPLEMENTATION_TARGETS, LAB_TARGETS, ROOT
 
 MATRIX = ROOT / "matrix.toml"
 
@@ -26,8 +26,9 @@ def matrix_data() -> dict[str, Any]:
     return tomllib.loads(MATRIX.read_text())
 
 
-# The servers with a metrics-off twin: each stack the lab measures, over HTTP/1.1 or gRPC.
-INSTRUMENTED = ("aiohttp-h1", "quart-h1", "grpc", "granian-h1", "grpclib")
+# The servers with a metrics-off twin: each stack the lab measures, over HTTP/1.1 or gRPC (its lab
+# target, the one its floor copies).
+INSTRUMENTED = LAB_TARGETS
 
 
 # matrix.toml's units, read here by hand: memory docker-style in binary units.
@@ -73,6 +74,7 @@ def test_repo_matrix_targets_are_the_files_tables(matrix_data: dict[str, Any]) -
     assert matrix.targets["grpc-stream"].script == "k6/grpc_stream.js"
     # Each instrumented server has a twin with metrics off and nothing else changed.
     for name in INSTRUMENTED:
+        assert f"{name}-nometrics" in matrix.targets, f"{name} has no metrics-off twin {name}-nometrics"
         twin = matrix.targets[f"{name}-nometrics"]
         assert dict(twin.env) == {"METRICS_ENABLED": "0"}
         assert replace(twin, name=name, env=()) == replace(matrix.targets[name], env=()), name

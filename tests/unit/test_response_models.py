@@ -15,6 +15,7 @@ from services.common import messages, rest
 from services.common.config import ConfigError, ResponseModel, Settings, load_settings
 from services.common.pb import cars_pb2
 from services.common.rest import Health, RecordBodies
+from services.common.stacks import STACKS
 from services.common.supervisor import record_source
 from services.grpc_aio import server as grpc_server
 from services.grpc_grpclib import servicer as grpclib_servicer
@@ -25,7 +26,7 @@ from services.rest_quart.app import create_app
 POOL_SIZE = 50
 MAX_COUNT = 20
 COUNT, OFFSET = 10, POOL_SIZE - 3  # a window that wraps around the pool
-SERVERS = ("rest_aiohttp", "rest_quart", "rest_granian", "grpc_aio", "grpc_grpclib")
+SERVERS = tuple(stack.package for stack in STACKS)  # every declared stack; how each is asked: REQUESTS
 
 
 class AbortContext:
@@ -155,6 +156,11 @@ MAPPINGS = {
     "grpc_aio": (messages, "fill_record"),
     "grpc_grpclib": (messages, "fill_record"),
 }
+
+
+def test_every_declared_stack_is_asked_in_process() -> None:
+    missing = sorted(set(SERVERS) - set(REQUESTS) | set(SERVERS) - set(MAPPINGS))
+    assert not missing, f"no in-process request or mapping here (REQUESTS, MAPPINGS) for {missing}"
 
 
 @pytest.mark.parametrize("model", list(ResponseModel))
