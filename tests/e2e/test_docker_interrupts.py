@@ -1,5 +1,6 @@
 """Ctrl-C under a real engine: during a container's create, while k6 measures, while one scenario
 finishes and the next starts; none of the run's containers is left, and --resume finishes the run.
+And a failure in a background finish under the real engine stays with its own scenario.
 """
 
 import json
@@ -17,6 +18,7 @@ from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides
 
 from tests.e2e.docker_lab import (
+    EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
     QUIET,
@@ -186,7 +188,9 @@ def test_ctrl_c_while_one_scenario_finishes_and_the_next_starts_then_again_leave
             time.sleep(0.05)
         assert f"[1/2] {SLOW}: ok" not in run.output(), "the first scenario finished before the window"
         run.interrupt()
-        time.sleep(0.3)
+        while "SIGINT: stopping what the run started" not in run.output():  # the first one said
+            assert time.monotonic() < deadline and run.process.poll() is None, run.output()
+            time.sleep(0.05)
         run.interrupt()  # while the run stops
         assert run.wait(timeout=90) == EXIT_INTERRUPTED, run.output()
         assert f"[1/2] {SLOW}: ok" in run.output(), run.output()  # its finish completed, and was said
@@ -201,3 +205,22 @@ def test_ctrl_c_while_one_scenario_finishes_and_the_next_starts_then_again_leave
     assert json.loads((out / "manifest.json").read_text())["complete"] is True
     assert managed_containers() == []
     assert {name for _, name in events.actions("create")} == {name for _, name in events.actions("destroy")}
+
+
+def test_a_finish_that_fails_under_the_real_engine_fails_its_own_scenario_and_the_run_goes_on(
+    lab: list[str], tmp_path: Path
+) -> None:
+    """The first scenario's result cannot be written (a directory where its file goes, as a full disk
+    would fail it): it fails in phase record, on its own line; the second, which started beside that
+    finish, is ok; no container is left."""
+    out = tmp_path / unique_run_id("finish-fails")
+    (out / "scenarios" / f"{FIRST}.json").mkdir(parents=True)
+    quick_benchmark(out)
+    run = start_run(out, *SHORT_SELECTION, *QUIET)
+    assert run.wait(timeout=240) == EXIT_FAILED, run.output()
+    output = run.output()
+    assert f"[1/2] {FIRST}: FAILED in record: its result could not be written: IsADirectoryError" in output
+    assert output.count(f"{FIRST}: FAILED") == 1 and output.count(f"{SECOND}: ok") == 1, output
+    assert f"1 of 2 scenarios ok; failed: {FIRST}" in output, output
+    assert json.loads((out / "scenarios" / f"{SECOND}.json").read_text())["status"] == "ok"
+    assert managed_containers() == []
