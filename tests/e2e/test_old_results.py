@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from labrunner.files import write_json_atomic
+from labrunner.paths import release
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 
@@ -62,7 +63,7 @@ def test_the_fixture_is_an_interrupted_run_of_release_0_2_0() -> None:
 
 
 def test_this_code_resumes_a_run_release_0_2_0_left_unfinished(tmp_path: Path) -> None:
-    out = tmp_path / RUN_ID  # where the run was: results/<run id>
+    out = tmp_path / "moved"  # not results/<run id>: the run keeps its own id wherever it is
     shutil.copytree(FIXTURE, out)
     run = _run_matrix(out, "--resume")
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
@@ -78,6 +79,10 @@ def test_this_code_resumes_a_run_release_0_2_0_left_unfinished(tmp_path: Path) -
     manifest = json.loads((out / "manifest.json").read_text())
     assert (manifest["run_id"], manifest["complete"], manifest["all_ok"]) == (RUN_ID, True, True)
     assert len(manifest["resumed_at"]) == 1
+    # Which code measured it: the release that started it, and this one, which resumed it.
+    assert (manifest["release"], manifest["git"]["sha"]) == ("0.2.0", OLD_COMMIT)
+    [resumed_by] = manifest["resumed_by"]
+    assert resumed_by["release"] == release() and resumed_by["at"] == manifest["resumed_at"][0]
     summary = (out / "summary.md").read_text()
     assert all(f"| {s} | build | ok |" in summary for s in (*DONE, INTERRUPTED)), summary
 

@@ -264,6 +264,7 @@ def test_summaries_are_regenerated_from_result_files(tmp_path: Path) -> None:
         "throttled_s",
         "memory_peak_mib",
         "k6_cpu_utilisation",
+        "k6_cpu_per_request_ms",
         "others_service_cpus_share",
         "others_k6_cpus_share",
         "relay_k6_cpus_share",

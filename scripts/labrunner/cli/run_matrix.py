@@ -22,7 +22,7 @@ from labrunner.model.schema import MatrixError, duration_seconds
 from labrunner.observe import local_stack
 from labrunner.observe.labels import INFLUXDB_DATABASE
 from labrunner.paths import REPO
-from labrunner.results import provenance
+from labrunner.results import methodology, provenance
 from labrunner.results.store import MANIFEST_FILE, load_results, read_manifest
 from labrunner.run.k6 import K6NotFound, find_k6
 from labrunner.run.runner import RunConfig
@@ -317,6 +317,11 @@ def _run(
     if not args.resume and load_results(out_dir):
         raise _Usage(f"{out_dir} already holds results; pass --resume or choose another --run-id")
     plan, seed_origin = seed_plan(plan, args.seed, out_dir if args.resume else None)
+    if args.resume and (measured_by := read_manifest(out_dir).get("methodology", 1)) != methodology.VERSION:
+        raise _Usage(
+            f"{out_dir} was measured by methodology v{measured_by}, this release measures v"
+            f"{methodology.VERSION}: one run holds one method; start a new run (CHANGELOG.md)"
+        )
     k6_binary = find_k6(args.k6)
     _preflight(plan)
     if any(s.target.tls for s in plan.scenarios) and certs.ensure_certs(args.certs):
@@ -495,7 +500,13 @@ def _run_location(args: argparse.Namespace) -> tuple[str, Path]:
     if args.resume and not args.run_id and not args.out:
         run_dir = _latest_unfinished_run()
         return run_dir.name, run_dir
-    run_id = args.run_id or (args.out.name if args.out else datetime.now(UTC).strftime("%Y%m%d-%H%M%S"))
+    # A resumed run keeps the id its manifest gives, whatever its directory is called now.
+    resumed_id = read_manifest(args.out).get("run_id") if args.resume and args.out else None
+    run_id = (
+        args.run_id
+        or resumed_id
+        or (args.out.name if args.out else datetime.now(UTC).strftime("%Y%m%d-%H%M%S"))
+    )
     if not _RUN_ID.match(run_id):
         raise _Usage(f"run id {run_id!r} must be letters, digits, '.', '_' or '-'")
     return run_id, (args.out or RESULTS_DIR / run_id).resolve()

@@ -5,7 +5,7 @@ import itertools
 import random
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -93,21 +93,7 @@ def run_plan(
     order = [s.id for s in plan.scenarios]  # the matrix's order, which the summaries read
     run_order = plan.run_order
     done = completed_ok(out) if config.resume else set()
-    started_at, resumed = _sessions(out, config.resume)
-    manifest_args: dict[str, Any] = {
-        "run_id": run.run_id,
-        "plan": plan,
-        "backend": {"name": backend.name, "reason": config.backend_reason},
-        "provenance": config.provenance,
-        "argv": config.argv,
-        "started_at": started_at,
-        "resumed_at": resumed,
-        "settings": {
-            "out_dir": str(out),
-            "influxdb_url": run.influxdb_url,
-            "prometheus_targets_dir": str(run.targets_dir) if run.targets_dir else None,
-        },
-    }
+    manifest_args = _manifest_args(plan, config, backend.name)
     to_run = [s for s in run_order if s.id not in done]
     # The same fixed workload before the first scenario and after the last, where the first
     # scenario's service runs: how fast this host's CPU was, and whether that changed.
@@ -126,59 +112,13 @@ def run_plan(
     progress = _Progress(run_order, done, say)
     if len(to_run) > 1:
         say("each scenario's service stops while the next one starts: its result line may follow that start")
-    failed: list[str] = []
-    # At most one: the previous scenario, finishing on the finisher thread. Only the main thread
-    # touches this list; the finisher gets what it needs as arguments.
-    finishing: list[_Finishing] = []
-
-    def keep(measured: ScenarioRun, next_started: "Future[bool]", order_now: tuple[str, ...]) -> Kept:
-        """On the finisher thread: the scenario's finish, its verdict and its written result; never
-        raises (ScenarioRun.finish and _keep return every failure)."""
-        return _keep(measured.finish(next_started.result), out, run.run_id, order_now)
-
-    def nothing_started_beside() -> None:
-        """The finishing scenario's finish is on the critical path: no scenario started beside it."""
-        for entry in finishing:
-            if not entry.next_started.done():
-                entry.next_started.set_result(False)
-
-    def settle() -> None:
-        """Wait for the previous scenario's finish and written result, and report it."""
-        nothing_started_beside()
-        while finishing:
-            try:
-                kept = finishing[0].kept.result()  # never raises: keep returns every failure
-                progress.finished(finishing[0].index, kept)
-                if kept.outcome.failure is not None:
-                    failed.append(kept.outcome.scenario.id)
-            finally:
-                finishing.pop(0)
-
-    def run_one(index: int, scenario: Scenario) -> None:
-        """Measure a scenario and hand its finish to the finisher, beside the next scenario's start
-        when it may overlap (the next one's start says so), else waited for here."""
-        progress.starting(index, scenario)
-        for entry in finishing:  # the previous finish now runs beside this start
-            if not entry.next_started.done():
-                entry.next_started.set_result(True)
-        measured = measure_scenario(scenario, run, backend, settings, say, before_measure=settle)
-        try:
-            progress.measured(scenario)
-            settle()  # when this scenario ended before its measured window
-        except BaseException:  # Ctrl-C before the finisher owns it: the service stops here
-            measured.stop()
-            raise
-        with interrupts.held():  # handed over whole: from here the finisher owns the service
-            next_started: Future[bool] = Future()
-            kept = finisher.submit(keep, measured, next_started, tuple(order))
-            finishing.append(_Finishing(index, next_started, kept))
-        if not measured.may_overlap:
-            settle()
-
+    scenarios = _Scenarios(
+        config, backend=backend, settings=settings, progress=progress, order=order, say=say
+    )
+    run_one, settle = scenarios.run_one, scenarios.settle
     interrupted = True
     closed_results: list[dict[str, Any]] | None = None  # read once, when the first rung comes
     sharpness: list[precision.Sharpness] = []  # --precision: each compared pair, once its rounds are done
-    finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish")
     try:
         if run_order:
             calibrations["before"] = calibration.calibrate(calibration_cpus, "before", say)
@@ -211,46 +151,156 @@ def run_plan(
     finally:
         # A Ctrl-C from here on waits until the end of this block: the cleanup is never cut short.
         with interrupts.held():
-            nothing_started_beside()
-            finisher.shutdown(wait=True)  # an interrupted run still stops the service finishing
-            settle()  # the scenario that was finishing keeps its result
-            try:
-                backend.close()
-            except Exception as exc:  # what it could not stop, it names; the manifest is still written
-                say(f"stopping what was left: {type(exc).__name__}: {exc}")
-            if run.targets_dir is not None:
-                try:
-                    prometheus_sd.delete_run(run.targets_dir, run.run_id)
-                except OSError as exc:  # the manifest is still written
-                    say(f"the run's Prometheus target files stay in {run.targets_dir}: {exc}")
-            all_ok = not interrupted and not failed
-            write_json_atomic(
-                out / MANIFEST_FILE,
-                build_manifest(
-                    **manifest_args,
-                    not_run=not_run,
-                    finished_at=datetime.now(UTC),
-                    complete=not interrupted,
-                    all_ok=all_ok if not interrupted else None,
-                ),
+            scenarios.shutdown()  # an interrupted run still stops the service finishing
+            _close(backend, run, say)
+            manifest = build_manifest(
+                **manifest_args,
+                not_run=not_run,
+                finished_at=datetime.now(UTC),
+                complete=not interrupted,
+                all_ok=None if interrupted else not scenarios.failed,
             )
-            try:
-                write_summaries(out, run.run_id, order)  # CPU per request in the final calibration's units
-            except Exception as exc:  # the results are written; scripts/report.py makes these again
-                say(f"summaries not written: {type(exc).__name__}: {exc}")
-    say(
-        # order: the planned scenarios and those --precision added
-        f"{len(order) - len(failed) - len(not_run)} of {len(order)} scenarios ok"
-        + (f"; {len(not_run)} not run (summary.md says why)" if not_run else "")
-        + (f"; failed: {', '.join(failed)}" if failed else "")
-        + f"\nresults: {out}/summary.md"
-    )
+            _write_last(out, manifest, run.run_id, order, say)
+    _say_end(out, order, scenarios.failed, not_run, say)
     if config.precision is not None:
         say(precision.outcome(sharpness, config.precision))
     say_findings(out, order, plan.preset, say)
     if grafana_url := grafana.dashboard_url(read_manifest(out)):
         say(f"grafana: {grafana_url}")
-    return not failed
+    return not scenarios.failed
+
+
+def _manifest_args(plan: Plan, config: SessionConfig, backend: str) -> dict[str, Any]:
+    """What every manifest of this session says, however far it got."""
+    run, out = config.run, config.run.out_dir
+    started_at, resumed = _sessions(out, config.resume)
+    return {
+        "run_id": run.run_id,
+        "plan": plan,
+        "backend": {"name": backend, "reason": config.backend_reason},
+        "provenance": _provenance(out, config.resume, config.provenance, resumed),
+        "argv": config.argv,
+        "started_at": started_at,
+        "resumed_at": resumed,
+        "settings": {
+            "out_dir": str(out),
+            "influxdb_url": run.influxdb_url,
+            "prometheus_targets_dir": str(run.targets_dir) if run.targets_dir else None,
+        },
+    }
+
+
+def _write_last(out: Path, manifest: dict[str, Any], run_id: str, order: Sequence[str], say: Say) -> None:
+    """The session's last manifest, then the summaries; a summary that fails is said, not raised."""
+    write_json_atomic(out / MANIFEST_FILE, manifest)
+    try:
+        write_summaries(out, run_id, order)  # CPU per request in the final calibration's units
+    except Exception as exc:  # the results are written; scripts/report.py makes these again
+        say(f"summaries not written: {type(exc).__name__}: {exc}")
+
+
+def _say_end(
+    out: Path, order: Sequence[str], failed: Sequence[str], not_run: Mapping[str, str], say: Say
+) -> None:
+    """How many scenarios were ok (of the planned ones and those --precision added), and where."""
+    say(
+        f"{len(order) - len(failed) - len(not_run)} of {len(order)} scenarios ok"
+        + (f"; {len(not_run)} not run (summary.md says why)" if not_run else "")
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+        + f"\nresults: {out}/summary.md"
+    )
+
+
+class _Scenarios:
+    """The scenarios of a session, measured one at a time on the main thread, each one's finish (and
+    the judging and writing of its result) handed to the finisher thread to run beside the next
+    scenario's start; and which of them failed."""
+
+    def __init__(
+        self,
+        config: SessionConfig,
+        *,
+        backend: Backend,
+        settings: BackendSettings,
+        progress: "_Progress",
+        order: list[str],  # the run's, which --precision extends: each finish gets a copy
+        say: Say,
+    ) -> None:
+        self._config, self._backend, self._settings = config, backend, settings
+        self._progress, self._order, self._say = progress, order, say
+        self.failed: list[str] = []
+        # At most one: the previous scenario, finishing on the finisher thread. Only the main thread
+        # touches this list; the finisher gets what it needs as arguments.
+        self._finishing: list[_Finishing] = []
+        self._finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish")
+
+    def run_one(self, index: int, scenario: Scenario) -> None:
+        """Measure a scenario and hand its finish to the finisher, beside the next scenario's start
+        when it may overlap (the next one's start says so), else waited for here."""
+        self._progress.starting(index, scenario)
+        for entry in self._finishing:  # the previous finish now runs beside this start
+            if not entry.next_started.done():
+                entry.next_started.set_result(True)
+        run = self._config.run
+        measured = measure_scenario(
+            scenario, run, self._backend, self._settings, self._say, before_measure=self.settle
+        )
+        try:
+            self._progress.measured(scenario)
+            self.settle()  # when this scenario ended before its measured window
+        except BaseException:  # Ctrl-C before the finisher owns it: the service stops here
+            measured.stop()
+            raise
+        with interrupts.held():  # handed over whole: from here the finisher owns the service
+            next_started: Future[bool] = Future()
+            kept = self._finisher.submit(self._keep, measured, next_started, tuple(self._order))
+            self._finishing.append(_Finishing(index, next_started, kept))
+        if not measured.may_overlap:
+            self.settle()
+
+    def settle(self) -> None:
+        """Wait for the previous scenario's finish and written result, and report it."""
+        self._nothing_started_beside()
+        while self._finishing:
+            try:
+                kept = self._finishing[0].kept.result()  # never raises: _keep returns every failure
+                self._progress.finished(self._finishing[0].index, kept)
+                if kept.outcome.failure is not None:
+                    self.failed.append(kept.outcome.scenario.id)
+            finally:
+                self._finishing.pop(0)
+
+    def shutdown(self) -> None:
+        """The last finish done and reported, and the finisher gone."""
+        self._nothing_started_beside()
+        self._finisher.shutdown(wait=True)
+        self.settle()
+
+    def _nothing_started_beside(self) -> None:
+        """The finishing scenario's finish is on the critical path: no scenario started beside it."""
+        for entry in self._finishing:
+            if not entry.next_started.done():
+                entry.next_started.set_result(False)
+
+    def _keep(self, measured: ScenarioRun, next_started: "Future[bool]", order: tuple[str, ...]) -> Kept:
+        """On the finisher thread: the scenario's finish, its verdict and its written result; never
+        raises (ScenarioRun.finish and _keep return every failure)."""
+        run = self._config.run
+        return _keep(measured.finish(next_started.result), run.out_dir, run.run_id, order)
+
+
+def _close(backend: Backend, run: RunConfig, say: Say) -> None:
+    """Whatever of the run's is left stopped, and its Prometheus targets removed; never raises, so
+    the manifest is still written."""
+    try:
+        backend.close()
+    except Exception as exc:  # what it could not stop, it names
+        say(f"stopping what was left: {type(exc).__name__}: {exc}")
+    if run.targets_dir is not None:
+        try:
+            prometheus_sd.delete_run(run.targets_dir, run.run_id)
+        except OSError as exc:
+            say(f"the run's Prometheus target files stay in {run.targets_dir}: {exc}")
 
 
 # What a scenario adds beyond k6's time when a round's length is estimated against the budget.
@@ -390,6 +440,28 @@ def _sessions(out_dir: Path, resume: bool) -> tuple[datetime, list[str]]:
         return datetime.fromisoformat(previous["started_at"]), [*previous["resumed_at"], now.isoformat()]
     except (ValueError, KeyError, TypeError):
         return now, [now.isoformat()]
+
+
+# What says which code measured a run: a resumed run keeps its first session's, and lists each
+# resuming session's under resumed_by.
+_ORIGIN = ("release", "methodology", "git")
+
+
+def _provenance(
+    out_dir: Path, resume: bool, provenance: dict[str, Any], resumed_at: list[str]
+) -> dict[str, Any]:
+    """The manifest's provenance: this session's, but on --resume the release, methodology and git of
+    the session that started the run (its results were measured by that code), with this session's
+    added to resumed_by. A manifest without a release was written before 0.2.0."""
+    if not resume:
+        return provenance
+    previous = read_manifest(out_dir)
+    this_session = {"at": resumed_at[-1], **{key: provenance.get(key) for key in _ORIGIN}}
+    return {
+        **provenance,
+        **{key: previous.get(key) for key in _ORIGIN},
+        "resumed_by": [*previous.get("resumed_by", []), this_session],
+    }
 
 
 class _Progress:

@@ -54,6 +54,7 @@ SUMMARY_COLUMNS = (
     "throttled_s",
     "memory_peak_mib",
     "k6_cpu_utilisation",
+    "k6_cpu_per_request_ms",  # k6's process CPU over successful requests: what the load costs k6
     "others_service_cpus_share",
     "others_k6_cpus_share",
     "relay_k6_cpus_share",  # of others on k6's CPUs: the userspace link emulator
@@ -125,7 +126,6 @@ def summary_row(
         "throttled_s": usage.get("throttled_seconds"),
         "memory_peak_mib": _mib(usage.get("memory_peak_bytes")),
         "k6_cpu_utilisation": (result.get("k6") or {}).get("cpu_utilisation"),
-        # summary.md's only (summary.csv's columns are SUMMARY_COLUMNS): k6's CPU ms per request.
         "k6_cpu_per_request_ms": _k6_cpu_per_request_ms(result, requests),
         "others_service_cpus_share": interference.share(section, "service_cpus"),
         "others_k6_cpus_share": interference.share(section, "k6_cpus"),
