@@ -240,13 +240,8 @@ class ScenarioRun:
         if beside_the_next:
             timings["overlapped"] = sum(timings.get(phase, 0.0) for phase in FINISH_PHASES)
         timings["total"] = time.monotonic() - self.began
-        return ScenarioOutcome(
-            run_id=self.config.run_id,
-            backend=self.backend.name,
-            scenario=self.scenario,
-            started_at=self.started_at,
-            finished_at=datetime.now(UTC),
-            failure=self.failure,
+        return replace(
+            self._unmeasured_outcome(),
             handle=self.handle,
             verification=self.verification,
             k6_run=self.k6_run,
@@ -258,7 +253,8 @@ class ScenarioRun:
         )
 
     def _unmeasured_outcome(self) -> ScenarioOutcome:
-        """The outcome when _outcome itself failed: the scenario, its failure, nothing measured."""
+        """The scenario and its failure, nothing measured: what _outcome adds to, and the outcome
+        when _outcome itself failed."""
         return ScenarioOutcome(
             run_id=self.config.run_id,
             backend=self.backend.name,
