@@ -212,9 +212,8 @@ def _supervise(processes: list[ForkProcess], settings: Settings, stop_requests: 
     """Wait for a stop signal or a worker death; forward the stop; the exit code.
 
     The supervisor shares its workers' cgroup (and, in a container, their CPU quota): it sleeps until
-    something happens, a worker exiting (its sentinel) or a signal (the wake-up pipe), not on a timer.
-    Woken every 0.1 s, it took ~1 ms CPU a second from a loaded aiohttp worker's 0.25-CPU quota
-    (perf stat: 10 wake-ups a second, 0.4% of the quota).
+    something happens, a worker exiting (its sentinel) or a signal (the wake-up pipe), not on a timer
+    (what a timer cost: docs/results.md, the harness).
     """
     wakeup_read, wakeup_write = os.pipe()
     os.set_blocking(wakeup_write, False)
