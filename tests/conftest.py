@@ -49,8 +49,9 @@ def fake() -> "FakeDocker":
 
 @pytest.fixture
 def docker_quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The docker backend's polls without delay and compose's variables at their defaults; a module
-    takes it for every test with `pytestmark = pytest.mark.usefixtures("docker_quick_polls")`."""
+    """The docker backend's polls without delay, no CPU calibration, and compose's variables at their
+    defaults; a module takes it for every test with
+    `pytestmark = pytest.mark.usefixtures("docker_quick_polls")`."""
     from tests.docker_fake import quick_polls_and_compose_defaults  # noqa: PLC0415
 
     quick_polls_and_compose_defaults(monkeypatch)

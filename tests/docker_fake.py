@@ -286,10 +286,13 @@ def network_scenario(network: str | NetworkProfile, target: str = "aiohttp-h1") 
 
 
 def quick_polls_and_compose_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No polling delay, and the defaults a user gets: CI exports tests/docker/substitutes.env
-    (K6_IMAGE, SERVICE_NOFILE)."""
+    """No polling delay, no CPU calibration, and the defaults a user gets: CI exports
+    tests/docker/substitutes.env (K6_IMAGE, SERVICE_NOFILE)."""
     monkeypatch.setattr("labrunner.backends.docker.stats._K6_POLL_S", 0.0)
     monkeypatch.setattr("labrunner.backends.docker.services._POLL_S", 0.01)
+    # The CPU calibration around a session (about 3 s) is not under test here, as in the ladder and
+    # precision session tests; the e2e runs calibrate for real.
+    monkeypatch.setattr("labrunner.run.calibration.calibrate", lambda cpus, when, say: {})
     for variable in ("K6_IMAGE", "SERVICE_NOFILE"):
         monkeypatch.delenv(variable, raising=False)
 

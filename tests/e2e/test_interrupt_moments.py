@@ -62,7 +62,7 @@ MOMENTS: dict[str, tuple[Callable[[Run], bool], tuple[str, ...]]] = {
     "the warm-up": (warming_up, ("--warmup", "3s")),
     "an emulated network's measured window": (
         measuring_over_the_link,
-        ("--network", "lan", "--duration", "4s"),
+        ("--network", "lan", "--duration", "2s"),
     ),
     "the calibration after the last scenario": (after_the_last_scenario, ()),
 }
