@@ -66,7 +66,10 @@ def test_report_tables_hold_the_runs_scenarios(run_dir: Path) -> None:
     summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
     for group in groups:
         if group.endswith(".closed"):
-            assert f"| `{group}` | 2/2 |" in summary, group
+            # Both repeats, unless one was k6-bound (aiohttp at 0.5 CPU can outrun k6 on 2 CPUs):
+            # then the table says which, and that repeat is left out of the group's figures.
+            k6_bound = f"- `{group}`: 1 of 2 repeats not service-bound" in summary
+            assert f"| `{group}` | 2/2 |" in summary or (k6_bound and f"| `{group}` |" in summary), group
     sequential = md.split("## Sequential latency", 1)[1].split("\n## ", 1)[0]
     assert "| aiohttp-h1 | http1.1 | small | 100 | 100 | 2 |" in sequential
     assert "| grpc | grpc | small | 100 | 100 | 2 |" in sequential
