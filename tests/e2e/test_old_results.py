@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from labrunner.files import write_json_atomic
 from labrunner.paths import release
+from labrunner.report.baseline import DIFFERENT_HOST
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 
@@ -87,12 +88,37 @@ def test_this_code_resumes_a_run_release_0_2_0_left_unfinished(tmp_path: Path) -
     assert all(f"| {s} | build | ok |" in summary for s in (*DONE, INTERRUPTED)), summary
 
 
-def test_a_run_of_release_0_2_0_serves_as_the_baseline_of_this_codes_run(tmp_path: Path) -> None:
-    out = tmp_path / "now"
+@pytest.fixture(scope="module")
+def fresh_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run of this code, the baseline cases' "now"."""
+    out = tmp_path_factory.mktemp("fresh") / "now"
     run = _run_matrix(out)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    return out
+
+
+def _baseline_on(host: str, run: Path, tmp_path: Path) -> Path:
+    """A copy of the fixture whose fingerprint is this host's ("same") or one no host has ("foreign").
+
+    The fixture was recorded on one VM; rewriting its fingerprint makes each case hold on any host."""
+    baseline = tmp_path / "baseline"
+    shutil.copytree(FIXTURE, baseline)
+    manifest = json.loads((baseline / "manifest.json").read_text())
+    here = json.loads((run / "manifest.json").read_text())
+    fingerprint = dict(here["fingerprint"])
+    if host == "foreign":
+        fingerprint["kernel"] = "0.0.0-not-a-kernel"
+        fingerprint["cpu_model"] = "No Such CPU"
+    manifest["fingerprint"] = fingerprint
+    manifest["host"] = {**manifest["host"], "cpu_model": fingerprint["cpu_model"]}
+    write_json_atomic(baseline / "manifest.json", manifest)
+    return baseline
+
+
+def _baseline_rows(run: Path, baseline: Path) -> tuple[str, dict[str, str]]:
+    """The report's section against the baseline, and its table rows by group."""
     report = subprocess.run(
-        [sys.executable, "scripts/report.py", str(out), "--baseline", str(FIXTURE)],
+        [sys.executable, "scripts/report.py", str(run), "--baseline", str(baseline)],
         cwd=ROOT,
         check=False,
         capture_output=True,
@@ -100,13 +126,29 @@ def test_a_run_of_release_0_2_0_serves_as_the_baseline_of_this_codes_run(tmp_pat
         timeout=120,
     )
     assert report.returncode == 0, (report.stdout + report.stderr)[-4000:]
-    text = (out / "report.md").read_text()
+    text = (run / "report.md").read_text()
     section = text[text.index(f"## Against baseline run {RUN_ID}") :]
     assert f"Code: `{OLD_COMMIT}` then" in section
     assert "2 groups present in both runs" in section
     rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| `")}
+    return section, rows
+
+
+def test_a_run_of_release_0_2_0_on_this_host_serves_as_the_baseline(fresh_run: Path, tmp_path: Path) -> None:
+    section, rows = _baseline_rows(fresh_run, _baseline_on("same", fresh_run, tmp_path))
+    assert "The runs come from different hosts" not in section
     # The interrupted run has one aiohttp-h1 repeat: shown, not judged; grpc has two on each side.
     assert "| 1 / 2 |" in rows["`aiohttp-h1.small.c100.closed`"]
     assert "one repeat: cannot judge" in rows["`aiohttp-h1.small.c100.closed`"]
     assert "| 2 / 2 |" in rows["`grpc.small.c100.closed`"]
     assert "cannot judge" not in rows["`grpc.small.c100.closed`"]
+    assert DIFFERENT_HOST not in section
+
+
+def test_a_run_of_release_0_2_0_on_another_host_is_shown_not_judged(fresh_run: Path, tmp_path: Path) -> None:
+    section, rows = _baseline_rows(fresh_run, _baseline_on("foreign", fresh_run, tmp_path))
+    assert "The runs come from different hosts" in section
+    assert "cpu_model: No Such CPU ->" in section and "kernel: 0.0.0-not-a-kernel ->" in section
+    # No absolute change is judged across hosts: every group says so, whatever its repeats.
+    assert "| 1 / 2 |" in rows["`aiohttp-h1.small.c100.closed`"]
+    assert all(DIFFERENT_HOST in row for row in rows.values()), rows
