@@ -1,7 +1,7 @@
-"""A ladder in a real session: the closed rounds run first, then each rung runs only under 90% of the
-req/s its target served under the closed model in this run; a rung over it, or without a closed
-result, is said, named in the manifest and summary.md, and no failure; --resume runs what is left in
-the order first planned and judges each rung the same.
+"""A ladder in a real session: the closed rounds run first, then each rung at its share of the req/s
+its target served under the closed model in this run, which k6 is offered and the rung's result
+records; a rung without a closed result is said, named in the manifest and summary.md, and no
+failure; --resume runs what is left in the order first planned and sets each rung the same.
 
 The docker backend on the thin fake client (tests/docker_fake.py) with a real HTTP server behind its
 published ports: every k6 run reports 200 requests in 2 s, so the closed model's capacity is 100 req/s.
@@ -29,14 +29,14 @@ from tests.docker_fake import (
 )
 from tests.support import ROOT
 
-OVER = "450 req/s is over 90% of its 100 req/s closed-model capacity in this run"
-NO_CLOSED = "no successful closed-model result of this target in this run to judge {} req/s by"
+NO_CLOSED = "no successful closed-model result of this target in this run to take {:.0%} of"
 
 
 def _plan(*load_models: str) -> Plan:
-    """aiohttp-h1 under the given load models, two repeats; the unary ladder at 50 and 450 req/s."""
+    """aiohttp-h1 under the given load models, two repeats; the unary ladder at 50% and 90%."""
     data = copy.deepcopy(tomllib.loads((ROOT / "matrix.toml").read_text()))
-    data["load_models"]["loaded"]["ladder"]["rates"] = [50, 450]
+    data["load_models"]["loaded"]["ladder"]["shares"] = [0.5, 0.9]
+    data["load_models"]["loaded"]["repeats"] = 2
     overrides = Overrides(
         targets=("aiohttp-h1",), counts=(3,), load_models=load_models, duration="2s", warmup="0", repeats=2
     )
@@ -72,39 +72,49 @@ def _manifest(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "out" / "manifest.json").read_text())
 
 
-def test_rungs_run_under_the_closed_models_capacity_in_seeded_order_and_resume_keeps_both(
+def _rates(tmp_path: Path, fake: FakeDocker) -> tuple[dict[str, int], list[str]]:
+    """Each rung's rate in its result, and the rates its k6 runs were offered (warm-up and measured)."""
+    recorded = {}
+    for path in (tmp_path / "out" / "scenarios").glob("*.loaded-*.json"):
+        result = json.loads(path.read_text())
+        recorded[result["scenario_id"]] = result["scenario"]["load_model"]["rate"]
+    offered = [c.params["environment"].get("RATE") for c in fake.created if c.role == "k6"]
+    return recorded, [rate for rate in offered if rate is not None]
+
+
+def test_rungs_run_at_their_share_of_the_closed_capacity_in_seeded_order_and_resume_keeps_both(
     tmp_path: Path, fake: FakeDocker
 ) -> None:
     plan = replace(_plan("closed", "loaded"), seed=11)
     ok, lines = _run(tmp_path, fake, plan)
-    assert ok, lines  # a rung not run is no failure
+    assert ok, lines
     order = [s.id for s in plan.run_order]
-    over = [scenario for scenario in order if ".loaded-450." in scenario]
-    ran = [scenario for scenario in order if scenario not in over]
-    assert _said(lines, "starting") == ran  # in the seeded order, the closed rounds first
-    assert [scenario.split(".")[3] for scenario in ran] == ["closed", "closed", "loaded-50", "loaded-50"]
-    assert _said(lines, "not run") == over
-    assert f"[{order.index(over[0]) + 1}/6] {over[0]}: not run: {OVER}" in lines
-    assert "4 of 6 scenarios ok; 2 not run (summary.md says why)\nresults:" in "\n".join(lines)
+    assert _said(lines, "starting") == order  # in the seeded order, the closed rounds first
+    assert [scenario.split(".")[3] for scenario in order[:2]] == ["closed", "closed"]
+    assert _said(lines, "not run") == []
+    # 50% and 90% of the 100 req/s served closed: offered to k6, and in each rung's result.
+    recorded, offered = _rates(tmp_path, fake)
+    rungs = [s.id for s in plan.scenarios if s.load_model.rung is not None]
+    assert recorded == {scenario: 50 if ".loaded-50pct." in scenario else 90 for scenario in rungs}
+    assert len(rungs) == 4
+    assert sorted(offered) == ["50", "50", "90", "90"]  # warm-up 0: one k6 run a rung
     manifest = _manifest(tmp_path)
-    assert manifest["not_run"] == dict.fromkeys(over, OVER)
-    assert manifest["matrix"]["seed"] == 11
-    assert manifest["matrix"]["run_order"] == [s.id for s in plan.run_order]
+    assert manifest["not_run"] == {}
     assert manifest["all_ok"] is True
-    summary = (tmp_path / "out" / "summary.md").read_text()
-    assert "4 of 4 scenarios ok. 2 not run (see Not run)." in summary
-    assert all(f"- `{scenario}`: {OVER}" in summary for scenario in over)
-    assert not (tmp_path / "out" / "scenarios" / f"{over[0]}.json").exists()
+    assert manifest["matrix"]["seed"] == 11
+    assert manifest["matrix"]["run_order"] == order
 
-    # Resumed: the seed from the manifest, the same order; what ran is not run again, and the rungs
-    # over capacity are judged the same from the results on disk.
+    # Resumed after the last rung's result was lost: the seed from the manifest, the same order; what
+    # ran is not run again, and the rung left is set the same from the closed results on disk.
+    last = order[-1]
+    (tmp_path / "out" / "scenarios" / f"{last}.json").unlink()
     resumed, _ = seed_plan(replace(plan, seed=None), None, tmp_path / "out")
     assert resumed.run_order == plan.run_order
     ok, lines = _run(tmp_path, fake, resumed, resume=True)
     assert ok, lines
-    assert _said(lines, "ok in an earlier session") == ran
-    assert _said(lines, "not run") == over
-    assert _manifest(tmp_path)["not_run"] == dict.fromkeys(over, OVER)
+    assert _said(lines, "ok in an earlier session") == order[:-1]
+    assert _said(lines, "starting") == [last]
+    assert _rates(tmp_path, fake)[0] == recorded
 
 
 def test_without_a_closed_result_no_rung_runs(tmp_path: Path, fake: FakeDocker) -> None:
@@ -113,7 +123,7 @@ def test_without_a_closed_result_no_rung_runs(tmp_path: Path, fake: FakeDocker) 
     assert ok, lines
     assert _said(lines, "starting") == []
     assert _manifest(tmp_path)["not_run"] == {
-        s.id: NO_CLOSED.format(s.load_model.rate) for s in plan.scenarios
+        s.id: NO_CLOSED.format(s.load_model.rung.share) for s in plan.scenarios if s.load_model.rung
     }
     assert "0 of 4 scenarios ok; 4 not run (summary.md says why)" in "\n".join(lines)
     assert fake.created == []  # nothing was started

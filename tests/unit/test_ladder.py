@@ -1,6 +1,7 @@
-"""Ladders and the order of a run: a ladder's rungs, which targets climb which ladder, the capacity rule
-that decides whether a rung runs, closed rounds before ladder rounds, and the seeded order inside each
-round, kept by --resume (the rule in a real session: tests/integration/test_ladder_session.py)."""
+"""Ladders and the order of a run: a ladder's rungs, which targets climb which ladder, each rung's rate
+from its share of the target's closed-model capacity (or why it is not run), closed rounds before
+ladder rounds, and the seeded order inside each round, kept by --resume (the rule in a real session:
+tests/integration/test_ladder_session.py)."""
 
 import copy
 import tomllib
@@ -15,15 +16,14 @@ from labrunner.files import write_json_atomic
 from labrunner.model.matrix import expand, load_matrix, parse_matrix
 from labrunner.model.scenario import Overrides, Plan, Scenario, round_of
 from labrunner.model.schema import MatrixError
-from labrunner.results.ladder import closed_capacity, not_run_reason
+from labrunner.results.ladder import closed_capacity, resolve
 from labrunner.results.store import MANIFEST_FILE, build_manifest
 
 from tests.support import ALL_TARGETS, ROOT, latency_from_p50, ok_result
 
 MATRIX = ROOT / "matrix.toml"
 UNARY = tuple(t for t in ALL_TARGETS if t != "grpc-stream")
-# The closed model's req/s on the quarter profile (docs/results.md): the figures matrix.toml's
-# ladder rates come from.
+# The closed model's req/s on the quarter profile (docs/results.md).
 QUARTER_CAPACITY = {
     "aiohttp-h1": 758,
     "aiohttp-h1-tls": 682,
@@ -58,27 +58,42 @@ def _one(plan: Plan, scenario_id: str) -> Scenario:
     return next(s for s in plan.scenarios if s.id == scenario_id)
 
 
-def test_a_ladder_is_one_open_model_per_rate_with_vus_for_its_rate() -> None:
+def test_a_ladder_is_one_open_model_per_share_without_a_rate_until_the_run() -> None:
     models = load_matrix(MATRIX).load_models
     assert "loaded" not in models  # the ladder names its rungs; it is none itself
-    low, high, streams = models["loaded-100"], models["loaded-450"], models["loaded-stream-15"]
-    assert {m.executor for m in (low, high, streams)} == {"constant-arrival-rate"}
-    assert (low.rate, high.rate, streams.rate) == (100, 450, 15)
-    assert low.rung == high.rung and low.rung is not None
-    assert (low.rung.ladder, low.rung.max_share, low.rung.capacity_model) == ("loaded", 0.9, "closed")
+    rungs = [m for m in models.values() if m.rung is not None]
+    assert [m.name for m in rungs] == [
+        *(f"loaded-{p}pct" for p in (25, 50, 75)),
+        *(f"loaded-stream-{p}pct" for p in (25, 50, 75)),
+    ]
+    assert {(m.executor, m.rate) for m in rungs} == {("constant-arrival-rate", None)}
+    low, high = models["loaded-25pct"], models["loaded-75pct"]
+    assert low.rung is not None and high.rung is not None
+    assert (low.rung.share, high.rung.share) == (0.25, 0.75)
+    assert (low.rung.ladder, low.rung.capacity_model, low.rung.latency_bound_s) == ("loaded", "closed", 0.1)
     assert low.rung.scripts == ("k6/rest.js", "k6/grpc_unary.js")
-    # rate x latency_bound x 2, all allocated up front, within the table's VUs.
-    assert (low.pre_allocated_vus, low.max_vus) == (20, 150)
-    assert (high.pre_allocated_vus, high.max_vus) == (90, 150)
-    assert (streams.pre_allocated_vus, streams.max_vus) == (30, 60)
-    assert models["loaded-stream-5"].pre_allocated_vus == 10
+    # The table's VUs, within which the rate's VUs are chosen when it is set.
+    assert (low.pre_allocated_vus, low.max_vus) == (10, 150)
+    streams = models["loaded-stream-75pct"]
+    assert (streams.pre_allocated_vus, streams.max_vus) == (10, 60)
 
 
-@pytest.mark.parametrize(("bound", "vus"), [("10s", 150), ("1ms", 10)])
-def test_a_rungs_vus_stay_within_the_tables(bound: str, vus: int) -> None:
+def _resolved(scenario: Scenario, results: list[dict[str, Any]]) -> Scenario:
+    resolved = resolve(scenario, results)
+    assert isinstance(resolved, Scenario), resolved
+    return resolved
+
+
+@pytest.mark.parametrize(("bound", "vus"), [("10s", 150), ("100ms", 38), ("1ms", 10)])
+def test_a_rungs_vus_are_for_its_rate_within_the_tables(bound: str, vus: int) -> None:
     data = tomllib.loads(MATRIX.read_text())
     data["load_models"]["loaded"]["ladder"]["latency_bound"] = bound
-    assert parse_matrix(data, MATRIX).load_models["loaded-100"].pre_allocated_vus == vus
+    overrides = Overrides(targets=("aiohttp-h1",), load_models=("closed", "loaded-25pct"), repeats=1)
+    plan = expand(parse_matrix(data, MATRIX), "local", "default", overrides)
+    closed = [_closed_result(_one(plan, "aiohttp-h1.quarter.c100.closed.r1"), 758)]
+    model = _resolved(_one(plan, "aiohttp-h1.quarter.c100.loaded-25pct.r1"), closed).load_model
+    # 25% of 758 is 190/s: rate x latency_bound x 2, all allocated up front, within 10-150.
+    assert (model.rate, model.pre_allocated_vus, model.max_vus) == (190, vus, 150)
 
 
 def test_a_target_climbs_the_ladder_of_its_k6_script() -> None:
@@ -87,22 +102,24 @@ def test_a_target_climbs_the_ladder_of_its_k6_script() -> None:
         if s.load_model.rung is not None:
             rungs.setdefault(s.target.name, set()).add(s.load_model.name)
     assert rungs == {
-        **{target: {"loaded-100", "loaded-450"} for target in UNARY},
-        "grpc-stream": {"loaded-stream-5", "loaded-stream-15"},
+        **{target: {"loaded-25pct", "loaded-50pct", "loaded-75pct"} for target in UNARY},
+        "grpc-stream": {"loaded-stream-25pct", "loaded-stream-50pct", "loaded-stream-75pct"},
     }
 
 
 def test_a_ladders_name_selects_its_rungs_and_a_rungs_name_one_and_rate_leaves_them() -> None:
     by_ladder = _default(targets=("grpc",), load_models=("loaded",), repeats=1, rate=7)
     assert [(s.load_model.name, s.load_model.rate) for s in by_ladder.scenarios] == [
-        ("loaded-100", 100),
-        ("loaded-450", 450),
+        ("loaded-25pct", None),
+        ("loaded-50pct", None),
+        ("loaded-75pct", None),
     ]
-    one = _default(targets=("grpc", "grpc-stream"), load_models=("loaded-450", "loaded-stream"), repeats=1)
+    one = _default(targets=("grpc", "grpc-stream"), load_models=("loaded-50pct", "loaded-stream"), repeats=1)
     assert [s.id for s in one.scenarios] == [
-        "grpc.quarter.c100.loaded-450.r1",
-        "grpc-stream.quarter.c100.loaded-stream-5.r1",
-        "grpc-stream.quarter.c100.loaded-stream-15.r1",
+        "grpc.quarter.c100.loaded-50pct.r1",
+        "grpc-stream.quarter.c100.loaded-stream-25pct.r1",
+        "grpc-stream.quarter.c100.loaded-stream-50pct.r1",
+        "grpc-stream.quarter.c100.loaded-stream-75pct.r1",
     ]
 
 
@@ -141,64 +158,76 @@ def test_the_same_seed_gives_the_same_order_and_another_seed_another() -> None:
     assert len({replace(plan, seed=seed).run_order[0].target.name for seed in range(20)}) > 1
 
 
-def test_a_rung_runs_only_under_its_share_of_the_closed_models_capacity() -> None:
+def test_a_rung_runs_at_its_share_of_its_targets_closed_capacity_or_says_why_not() -> None:
     plan = _default(targets=("quart-h2-tls", "grpc", "grpc-stream"))
     closed = [
         _closed_result(_one(plan, "quart-h2-tls.quarter.c100.closed.r1"), 150),
         _closed_result(_one(plan, "quart-h2-tls.quarter.c100.closed.r2"), 96),  # geometric mean 120
-        _closed_result(_one(plan, "grpc-stream.quarter.c100.closed.r1"), 12),
+        _closed_result(_one(plan, "grpc-stream.quarter.c100.closed.r1"), 2),
         _closed_result(_one(plan, "grpc.quarter.c100.closed.r1"), 500, status="failed"),  # no capacity
     ]
-    quart_low = _one(plan, "quart-h2-tls.quarter.c100.loaded-100.r1")
-    assert closed_capacity(quart_low, closed) == pytest.approx(120)
-    assert not_run_reason(quart_low, closed) is None  # 100 <= 0.9 x 120
+    quart = _one(plan, "quart-h2-tls.quarter.c100.loaded-75pct.r1")
+    assert closed_capacity(quart, closed) == pytest.approx(120)
+    resolved = _resolved(quart, closed)
+    assert resolved.load_model.rate == 90  # 75% of 120
+    assert resolved.id == quart.id and resolved.load_model.name == "loaded-75pct"
+    assert resolved == replace(quart, load_model=replace(quart.load_model, rate=90, pre_allocated_vus=18))
+    # Rounded, and never below 1/s: 25% and 50% of 2 streams/s.
+    streams = [_one(plan, f"grpc-stream.quarter.c100.loaded-stream-{p}pct.r1") for p in (25, 50, 75)]
+    assert [_resolved(s, closed).load_model.rate for s in streams] == [1, 1, 2]
     assert (
-        not_run_reason(_one(plan, "quart-h2-tls.quarter.c100.loaded-450.r2"), closed)
-        == "450 req/s is over 90% of its 120 req/s closed-model capacity in this run"
+        resolve(_one(plan, "grpc.quarter.c100.loaded-50pct.r1"), closed)
+        == "no successful closed-model result of this target in this run to take 50% of"
     )
-    assert (
-        not_run_reason(_one(plan, "grpc-stream.quarter.c100.loaded-stream-15.r1"), closed)
-        == "15 req/s is over 90% of its 12 req/s closed-model capacity in this run"
-    )
-    assert not_run_reason(_one(plan, "grpc-stream.quarter.c100.loaded-stream-5.r1"), closed) is None
-    assert (
-        not_run_reason(_one(plan, "grpc.quarter.c100.loaded-100.r1"), closed)
-        == "no successful closed-model result of this target in this run to judge 100 req/s by"
-    )
-    assert not_run_reason(_one(plan, "grpc.quarter.c100.closed.r2"), closed) is None  # no rung
+    not_a_rung = _one(plan, "grpc.quarter.c100.closed.r2")
+    assert resolve(not_a_rung, closed) is not_a_rung
 
 
 def test_a_closed_result_under_other_conditions_is_no_capacity_of_the_rung() -> None:
     plan = _default(targets=("grpc",), counts=(10, 100), repeats=1)
     closed = [_closed_result(_one(plan, "grpc.quarter.c10.closed.r1"), 1000)]
-    assert closed_capacity(_one(plan, "grpc.quarter.c100.loaded-100.r1"), closed) is None
-    assert closed_capacity(_one(plan, "grpc.quarter.c10.loaded-100.r1"), closed) == pytest.approx(1000)
+    assert closed_capacity(_one(plan, "grpc.quarter.c100.loaded-50pct.r1"), closed) is None
+    assert closed_capacity(_one(plan, "grpc.quarter.c10.loaded-50pct.r1"), closed) == pytest.approx(1000)
 
 
-def test_the_default_run_at_the_quarter_profiles_capacities() -> None:
-    """The rungs that run at the figures matrix.toml's rates come from, and the k6 time they make:
-    near the 9 min 43 s the default run took before the ladders (README)."""
+def test_a_duets_closed_results_count_for_their_target_pooled_with_the_others() -> None:
+    """A closed result measured beside a partner has a group of its own (".vs-<partner>") and names
+    its target's apart ("target_group"): the rung pools every closed result of its target."""
+    plan = _default(targets=("grpc",), repeats=2)
+    alone = _closed_result(_one(plan, "grpc.quarter.c100.closed.r1"), 100)
+    beside = _closed_result(_one(plan, "grpc.quarter.c100.closed.r2"), 400)
+    beside["scenario"] |= {
+        "group": "grpc.quarter.c100.closed.vs-aiohttp-h1",
+        "target_group": "grpc.quarter.c100.closed",
+    }
+    aa = copy.deepcopy(beside)
+    aa["scenario"] |= {"group": "grpc.quarter.c100.closed.aa1"}
+    other = copy.deepcopy(beside)
+    other["scenario"] |= {"target_group": "aiohttp-h1.quarter.c100.closed"}
+    rung = _one(plan, "grpc.quarter.c100.loaded-50pct.r1")
+    assert closed_capacity(rung, [alone, beside, other]) == pytest.approx(200)  # 100 and 400's mean
+    assert closed_capacity(rung, [beside, aa]) == pytest.approx(400)
+    assert _resolved(rung, [alone, beside, other]).load_model.rate == 100
+
+
+def test_the_default_run_gives_every_target_its_curve_in_its_old_ladder_time() -> None:
+    """At the quarter profile's capacities every rung runs, each at its share: 24 rungs of one repeat,
+    where the absolute rates ran 22 of their 32 (two repeats of 7 targets at 100 req/s, 2 at 450 and 2
+    stream rungs), so the default run's k6 time is about what it was."""
     plan = _default()
     closed = [
         _closed_result(s, QUARTER_CAPACITY[s.target.name])
         for s in plan.scenarios
         if s.load_model.rung is None
     ]
-    run = [s for s in plan.scenarios if not_run_reason(s, closed) is None]
-    assert {s.id for s in run if s.load_model.name == "loaded-450"} == {
-        f"{target}.quarter.c100.loaded-450.r{repeat}"
-        for target in ("aiohttp-h1", "aiohttp-h1-tls")
-        for repeat in (1, 2)
-    }
-    assert len(run) == 46 and len(plan.scenarios) == 56  # 24 closed, then the ladders: 22 of 32 rungs
-    assert sum(s.warmup_s + s.measured_seconds for s in run) == 46 * 13  # about 10 min of k6
-    # The top rung every unary target shares loads the slowest at 50-85% of its capacity.
-    shared = max(
-        rate
-        for rate in {s.load_model.rate or 0 for s in run if s.target.name in UNARY and s.load_model.rung}
-        if all(any(s.load_model.rate == rate and s.target.name == target for s in run) for target in UNARY)
-    )
-    assert 0.5 <= shared / min(QUARTER_CAPACITY[t] for t in UNARY) <= 0.85
+    rungs = [resolve(s, closed) for s in plan.scenarios if s.load_model.rung is not None]
+    assert all(isinstance(s, Scenario) for s in rungs)
+    assert len(closed) == 24 and len(rungs) == 24 and len(plan.scenarios) == 48
+    assert plan.estimated_seconds == 48 * 13  # 46 x 13 ran of the absolute rates' 56 x 13
+    rates = {(s.target.name, s.load_model.name): s.load_model.rate for s in rungs if isinstance(s, Scenario)}
+    assert rates["aiohttp-h1", "loaded-75pct"] == 568  # 75% of 758
+    assert rates["quart-h1", "loaded-25pct"] == 61  # 25% of 243
+    assert [rates["grpc-stream", f"loaded-stream-{p}pct"] for p in (25, 50, 75)] == [5, 10, 15]
 
 
 def _manifest_of(plan: Plan) -> dict[str, Any]:
@@ -213,7 +242,7 @@ def _manifest_of(plan: Plan) -> dict[str, Any]:
         complete=False,
         all_ok=None,
         settings={},
-        not_run={"grpc.quarter.c100.loaded-450.r1": "450 req/s is over 90% of its 288 req/s ..."},
+        not_run={"grpc.quarter.c100.loaded-50pct.r1": "no successful closed-model result ..."},
     )
 
 
@@ -226,7 +255,7 @@ def test_the_manifest_keeps_the_seed_and_resume_runs_in_its_order(tmp_path: Path
     # The report reads the matrix's order, whatever the seed.
     assert [s["id"] for s in manifest["matrix"]["scenarios"]] == [s.id for s in plan.scenarios]
     assert manifest["not_run"] == {
-        "grpc.quarter.c100.loaded-450.r1": "450 req/s is over 90% of its 288 req/s ..."
+        "grpc.quarter.c100.loaded-50pct.r1": "no successful closed-model result ..."
     }
     write_json_atomic(tmp_path / MANIFEST_FILE, manifest)
     resumed, origin = cli.seed_plan(plan, None, tmp_path)
@@ -271,19 +300,29 @@ def _with(table: str, values: dict[str, object]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("table", "values", "message"),
     [
-        ("loaded", {"rate": 50}, r"\[load_models.loaded\]: a ladder's rungs have their own rates"),
-        ("open", {"rate": None}, r"\[load_models.open\]: missing key 'rate' \(or a ladder table of rates\)"),
+        ("loaded", {"rate": 50}, r"\[load_models.loaded\]: a ladder's rungs get their own rates"),
+        ("open", {"rate": None}, r"\[load_models.open\]: missing key 'rate' \(or a ladder table of shares\)"),
         (
             "loaded/ladder",
-            {"rates": [100, 100]},
-            r"\[load_models.loaded\] ladder rates: \[100, 100\] lists a rate twice",
+            {"shares": [0.5, 0.25]},
+            r"\[load_models.loaded\] ladder shares: \[0.5, 0.25\] must rise, each share above the last",
         ),
-        ("loaded/ladder", {"rates": []}, r"\[load_models.loaded\] ladder rates: must list at least one rate"),
         (
             "loaded/ladder",
-            {"max_share": 1.5},
-            r"\[load_models.loaded\] ladder max_share: 1.5 must be a fraction",
+            {"shares": [0.5, 0.5]},
+            r"\[load_models.loaded\] ladder shares: \[0.5, 0.5\] must rise",
         ),
+        ("loaded/ladder", {"shares": []}, r"ladder shares: must list at least one share"),
+        ("loaded/ladder", {"shares": [0.5, 1.5]}, r"ladder shares\[1\]: 1.5 must be a fraction in \(0, 1\]"),
+        ("loaded/ladder", {"shares": [0, 0.5]}, r"ladder shares\[0\]: 0.0 must be a fraction in \(0, 1\]"),
+        ("loaded/ladder", {"shares": [0.255]}, r"ladder shares\[0\]: 0.255 must be a whole percent"),
+        (
+            "loaded/ladder",
+            {"shares": None, "rates": [100, 450], "max_share": 0.9},
+            r"\[load_models.loaded\] ladder: rates became shares: .* e.g. shares = \[0.25, 0.5, 0.75\], "
+            "and drop max_share",
+        ),
+        ("loaded/ladder", {"max_share": 0.9}, r"ladder: rates became shares"),
         ("loaded/ladder", {"capacity_model": "open"}, r"ladder capacity_model: 'open' is not a constant-vus"),
         ("loaded/ladder", {"scripts": []}, r"\[load_models.loaded\] ladder scripts: must list at least one"),
     ],
@@ -294,9 +333,9 @@ def test_a_ladder_that_cannot_be_is_named(table: str, values: dict[str, object],
 
 
 def test_a_rung_may_not_take_another_load_models_name() -> None:
-    data = _with("loaded/ladder", {"rates": [15]})
-    data["load_models"]["loaded-15"] = data["load_models"]["equal-load"]
+    data = _with("loaded/ladder", {"shares": [0.15]})
+    data["load_models"]["loaded-15pct"] = data["load_models"]["equal-load"]
     with pytest.raises(
-        MatrixError, match=r"ladder rates: its rung 'loaded-15' is also a \[load_models.\*\] table"
+        MatrixError, match=r"ladder shares: its rung 'loaded-15pct' is also a \[load_models.\*\] table"
     ):
         parse_matrix(data, MATRIX)

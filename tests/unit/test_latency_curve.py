@@ -13,15 +13,17 @@ from labrunner.report.build import write_report
 from labrunner.report.compare import group_results
 from labrunner.report.document import Bullets, Table
 from labrunner.report.summary import write_summaries
+from labrunner.results.ladder import resolve
 from labrunner.results.store import MANIFEST_FILE, RESULT_SCHEMA, build_manifest, result_path
 from PIL import Image
 
 from tests.support import ROOT, latency_from_p50, ok_result
 
 NOT_RUN = {
-    "quart-h2-tls.quarter.c100.loaded-450.r1": "450 req/s is over 90% of its 150 req/s closed-model "
-    "capacity in this run"
+    "quart-h2-tls.quarter.c100.loaded-75pct.r1": "no successful closed-model result of this target in "
+    "this run to take 75% of"
 }
+CAPACITY = {"aiohttp-h1": 600.0, "quart-h2-tls": 160.0, "grpc-stream": 20.0}  # closed req/s
 
 
 def _plan() -> tuple[Scenario, ...]:
@@ -43,39 +45,47 @@ def _result(scenario: Scenario, rps: float, p50: float, quota_used: float) -> di
 
 
 def _results() -> list[dict[str, Any]]:
-    """Two repeats: closed at saturation; each rung served its rate, latency rising with it (the repeat
-    moves the p50 by 10%), the 450 rung of quart-h2-tls not run."""
-    made = []
-    for s in _plan():
-        model = s.load_model
-        if s.id in NOT_RUN or (s.target.name == "quart-h2-tls" and model.name == "loaded-450"):
-            continue
-        spread = 1.1 if s.repeat == 2 else 1.0
-        if model.rate is None:
-            made.append(_result(s, 150.0, 40.0 * spread, 0.98))
-        else:
-            made.append(_result(s, float(model.rate), model.rate / 50 * spread, model.rate / 800))
-    return made
+    """Closed at saturation, three repeats (the repeat moves the p50 by 10%); then each rung at its
+    share of its target's closed req/s, served, latency rising with it, the 75% rung of quart-h2-tls
+    not run."""
+    closed = [
+        _result(s, CAPACITY[s.target.name], 40.0 * 1.1 ** (s.repeat - 1), 0.98)
+        for s in _plan()
+        if s.load_model.rung is None
+    ]
+    rungs = [resolve(s, closed) for s in _plan() if s.load_model.rung is not None and s.id not in NOT_RUN]
+    return closed + [
+        _result(s, float(s.load_model.rate), s.load_model.rate / 50, s.load_model.rate / 800)
+        for s in rungs
+        if isinstance(s, Scenario) and s.load_model.rate is not None
+    ]
 
 
 def test_the_table_gives_each_target_at_each_offered_rate() -> None:
     rows = latency_curve.rows(group_results(_results()))
     # target, held fixed, offered, ok, served, service CPU, p50, p99 (centres of the two repeats)
+    # Each rung at its share of its target's closed req/s: the real offered rate of each.
     assert [row[:4] for row in rows] == [
-        ["aiohttp-h1", "quarter, c100, build, loopback", "100", "2/2"],
-        ["aiohttp-h1", "quarter, c100, build, loopback", "450", "2/2"],
-        ["quart-h2-tls", "quarter, c100, build, loopback", "100", "2/2"],
-        ["grpc-stream", "quarter, c100, build, loopback, streaming", "5", "2/2"],
-        ["grpc-stream", "quarter, c100, build, loopback, streaming", "15", "2/2"],
+        ["aiohttp-h1", "quarter, c100, build, loopback", "150", "1/1"],
+        ["aiohttp-h1", "quarter, c100, build, loopback", "300", "1/1"],
+        ["aiohttp-h1", "quarter, c100, build, loopback", "450", "1/1"],
+        ["quart-h2-tls", "quarter, c100, build, loopback", "40", "1/1"],
+        ["quart-h2-tls", "quarter, c100, build, loopback", "80", "1/1"],
+        ["grpc-stream", "quarter, c100, build, loopback, streaming", "5", "1/1"],
+        ["grpc-stream", "quarter, c100, build, loopback, streaming", "10", "1/1"],
+        ["grpc-stream", "quarter, c100, build, loopback, streaming", "15", "1/1"],
     ]
-    aiohttp_450 = rows[1]
-    assert aiohttp_450[4:6] == ["450.0", "56%"]
-    p50 = 9.0 * 1.1**0.5  # the geometric mean of 9 and 9.9
-    assert aiohttp_450[6:] == [f"{p50:.2f}", f"{2 * p50:.2f}"]
+    aiohttp_450 = rows[2]
+    assert aiohttp_450[4:] == ["450.0", "56%", "9.00", "18.00"]
 
 
 def test_conditions_offered_one_rate_make_no_curve() -> None:
-    one_rate = [r for r in _results() if r["scenario"]["load_model"]["name"] in ("closed", "loaded-100")]
+    one_rate = [
+        r
+        for r in _results()
+        if r["scenario"]["target"] == "aiohttp-h1"
+        and r["scenario"]["load_model"]["name"] in ("closed", "loaded-50pct")
+    ]
     assert latency_curve.rows(group_results(one_rate)) == []
     assert latency_curve.section(group_results(one_rate), {}) == []
 
@@ -132,10 +142,8 @@ def test_the_report_and_summary_md_carry_the_curve_and_the_rungs_not_run(tmp_pat
     summary = (tmp_path / "summary.md").read_text()
     assert f"{len(_results())} of {len(_results())} scenarios ok. 1 not run (see Not run)." in summary
     assert "## Not run" in summary
-    assert (
-        f"- `quart-h2-tls.quarter.c100.loaded-450.r1`: {NOT_RUN['quart-h2-tls.quarter.c100.loaded-450.r1']}"
-        in (summary)
-    )
+    ((scenario, reason),) = NOT_RUN.items()
+    assert f"- `{scenario}`: {reason}" in summary
     md, _ = write_report(tmp_path)
     report = md.read_text()
     assert "## Latency under load" in report

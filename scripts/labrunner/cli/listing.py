@@ -48,8 +48,8 @@ def describe_plan(plan: Plan) -> str:
     rungs = sum(1 for s in plan.scenarios if s.load_model.rung is not None)
     if rungs:
         lines.append(
-            f"{rungs} of them ladder rungs, each run only if its rate is within its share of the "
-            "target's closed-model req/s measured earlier in the run (the k6 time counts them all)"
+            f"{rungs} of them ladder rungs, each at its share of the target's closed-model req/s "
+            "measured earlier in the run, and not run without one"
         )
     return "\n".join(lines)
 
@@ -137,7 +137,7 @@ def _describe_load(model: LoadModel) -> str:
     if model.rung is not None:
         rung = model.rung
         return (
-            f"{model.name} ({model.rate}/s, {model.pre_allocated_vus}-{model.max_vus} VUs; rung of "
-            f"{rung.ladder}, where <= {rung.max_share:.0%} of the {rung.capacity_model} req/s)"
+            f"{model.name} ({rung.share:.0%} of the {rung.capacity_model} req/s, "
+            f"{model.pre_allocated_vus}-{model.max_vus} VUs; rung of {rung.ladder})"
         )
     return f"{model.name} ({model.rate}/s, {model.pre_allocated_vus}-{model.max_vus} VUs)"

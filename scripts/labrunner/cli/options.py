@@ -22,14 +22,13 @@ selection:
   The preset (--preset, else [defaults].preset in the matrix file) gives targets, profiles,
   counts, load models, duration, warm-up and repeats; the options above override them.
   List options are repeatable or comma-separated and accept globs ("quart-*"); a ladder's name
-  (--load-model loaded) selects each of its rungs (loaded-100, loaded-450).
+  (--load-model loaded) selects each of its rungs (loaded-25pct, loaded-50pct, loaded-75pct).
 
 order:
   Rounds run in turn, each one repeat of every scenario of its kind, every ladder round after the
   others; inside a round the order is shuffled by --seed (printed at the start, kept in
-  manifest.json, reused by --resume). A ladder rung runs on a target only while its rate is within
-  its share of the target's closed-model req/s earlier in the run; else it is not run, and the run
-  and summary.md say why.
+  manifest.json, reused by --resume). A ladder rung offers its share of the target's closed-model
+  req/s earlier in the run; without that req/s it is not run, and the run and summary.md say why.
 
 output (--out, default results/<run id>/):
   scenarios/<scenario>.json   one result per scenario, written atomically

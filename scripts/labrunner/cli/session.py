@@ -128,15 +128,18 @@ def run_plan(
                 continue
             if scenario.load_model.rung is not None:
                 if closed_results is None:
-                    # The rungs are judged by the closed rounds' results, all run before them: once
-                    # the last one is written, they are what the judge reads for every rung.
+                    # The rungs' rates come from the closed rounds' results, all run before them:
+                    # once the last one is written, they are what sets every rung.
                     settle()
                     closed_results = load_results(out)
-                if (reason := ladder.not_run_reason(scenario, closed_results)) is not None:
-                    not_run[scenario.id] = reason
-                    progress.not_run(index, scenario, reason)
+                if isinstance(resolved := ladder.resolve(scenario, closed_results), str):
+                    not_run[scenario.id] = resolved
+                    progress.not_run(index, scenario, resolved)
                     write_manifest_so_far()
                     continue
+                run_one(index, resolved)  # at its rate in this run, which its result records
+                progress.measured(scenario)  # the planned rung, rateless, leaves the ETA too
+                continue
             run_one(index, scenario)
         settle()
         if config.precision is not None:

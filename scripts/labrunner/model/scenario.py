@@ -107,13 +107,15 @@ def vus_for_rate(rate: int, latency_bound_s: float, at_least: int, at_most: int)
 @dataclass(frozen=True)
 class Rung:
     """What makes an open-model load model one rung of a ladder ([load_models.<ladder>.ladder]): it runs
-    on the targets of the ladder's k6 scripts, and only while its rate is at most max_share of the
-    target's req/s under capacity_model earlier in the same run (labrunner.results.ladder)."""
+    on the targets of the ladder's k6 scripts, at `share` of the target's req/s under capacity_model
+    earlier in the same run. Its rate is set only when it is about to run (labrunner.results.ladder),
+    so the load model of a rung in the plan has none."""
 
     ladder: str  # the ladder's name, which selects all its rungs
     scripts: tuple[str, ...]  # the k6 scripts of the targets it runs on
-    max_share: float
+    share: float  # in (0, 1]: the rung's rate over the target's capacity
     capacity_model: str  # a constant-vus load model
+    latency_bound_s: float  # VUs at its rate: vus_for_rate(rate, latency_bound_s, ...)
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ class LoadModel:
     iterations: int | None = None  # shared-iterations: requests in all, one at a time per VU
     search: CapacitySearch | None = None  # constant-arrival-rate: a capacity search from `rate`
     repeats: int | None = None  # fewer repeats than the preset's for this model; None: the preset's
-    rung: Rung | None = None  # constant-arrival-rate: a rung of a ladder at `rate`
+    rung: Rung | None = None  # constant-arrival-rate: a rung of a ladder, `rate` None until set
 
     def measured_seconds(self, duration_s: float) -> float:
         """How long k6 runs: the stages for ramping-vus, every step of a search, else the duration

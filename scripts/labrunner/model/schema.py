@@ -37,7 +37,6 @@ from labrunner.model.scenario import (
     Rung,
     Stage,
     Target,
-    vus_for_rate,
 )
 from labrunner.network.profiles import NetworkProfile
 from services.common.stacks import BY_PACKAGE
@@ -331,23 +330,47 @@ class _RampingVus(_LoadModelTable):
         return LoadModel(name, self.executor, stages=stages, repeats=self.repeats)
 
 
-class _LadderSpec(_Table):
-    """[load_models.<name>.ladder]: the rungs of an arrival-rate model, one per rate."""
+def _whole_percent(share: float) -> bool:
+    return abs(share * 100 - round(share * 100)) < 1e-9
 
-    rates: Annotated[
-        list[PositiveInt],
-        _must(len, "must list at least one rate"),
-        _must(lambda rates: len(set(rates)) == len(rates), "{value} lists a rate twice"),
+
+# A ladder's share: a rung's rate over its target's closed-model req/s, in whole percent (it names the rung).
+Share = Annotated[
+    float,
+    _must(lambda s: 0 < s <= 1, "{value} must be a fraction in (0, 1]"),
+    _must(_whole_percent, "{value} must be a whole percent (0.25, not 0.255): it names its rung"),
+]
+
+
+class _LadderSpec(_Table):
+    """[load_models.<name>.ladder]: the rungs of an arrival-rate model, one per share of the target's
+    closed-model capacity."""
+
+    shares: Annotated[
+        list[Share],
+        _must(len, "must list at least one share"),
+        _must(lambda shares: shares == sorted(set(shares)), "{value} must rise, each share above the last"),
     ]
     scripts: Annotated[list[str], _must(len, "must list at least one k6 script")]
-    max_share: Annotated[float, _must(lambda s: 0 < s <= 1, "{value} must be a fraction in (0, 1]")]
     capacity_model: Name
     latency_bound: PositiveDuration  # VUs per rung: rate x latency_bound x 2, within the model's VUs
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_rates(cls, data: object) -> object:
+        # Ladders of absolute rates (rates, max_share) skipped whole curves on a slower host.
+        if isinstance(data, dict) and {"rates", "max_share"} & set(data):
+            raise _problem(
+                "rates became shares: list fractions of each target's closed-model req/s in this run, "
+                "e.g. shares = [0.25, 0.5, 0.75], and drop max_share",
+                None,
+            )
+        return data
 
 
 class _ConstantArrivalRate(_LoadModelTable):
     executor: Literal["constant-arrival-rate"]
-    rate: PositiveInt | None = None  # None only for a ladder, whose rungs have their rates
+    rate: PositiveInt | None = None  # None only for a ladder, whose rungs get their rates in the run
     pre_allocated_vus: PositiveInt
     max_vus: PositiveInt
     search: _SearchSpec | None = None  # a capacity search from `rate`
@@ -362,9 +385,9 @@ class _ConstantArrivalRate(_LoadModelTable):
     @model_validator(mode="after")
     def _rate_or_ladder(self) -> Self:
         if self.ladder is None and self.rate is None:
-            raise _problem("missing key 'rate' (or a ladder table of rates)", None)
+            raise _problem("missing key 'rate' (or a ladder table of shares)", None)
         if self.ladder is not None and (self.rate is not None or self.search is not None):
-            raise _problem("a ladder's rungs have their own rates: no rate or search beside it", self.rate)
+            raise _problem("a ladder's rungs get their own rates: no rate or search beside it", self.rate)
         return self
 
     def build(self, name: str) -> LoadModel:
@@ -379,27 +402,23 @@ class _ConstantArrivalRate(_LoadModelTable):
         )
 
     def rungs(self, name: str) -> tuple[LoadModel, ...]:
-        """A ladder's load models, <name>-<rate> in the order of its rates, each with VUs enough
-        for its rate (vus_for_rate) within the table's pre_allocated_vus and max_vus."""
+        """A ladder's load models, <name>-<percent>pct in the order of its shares, each without a rate
+        until the run sets it from the target's capacity (labrunner.results.ladder), with the table's
+        VUs, within which that rate's VUs are chosen (vus_for_rate)."""
         if self.ladder is None:
             return ()
         ladder = self.ladder
-        rung = Rung(name, tuple(ladder.scripts), ladder.max_share, ladder.capacity_model)
-        models = []
-        for rate in ladder.rates:
-            vus = vus_for_rate(rate, ladder.latency_bound, self.pre_allocated_vus, self.max_vus)
-            models.append(
-                LoadModel(
-                    f"{name}-{rate}",
-                    self.executor,
-                    rate=rate,
-                    pre_allocated_vus=vus,
-                    max_vus=self.max_vus,
-                    repeats=self.repeats,
-                    rung=rung,
-                )
+        return tuple(
+            LoadModel(
+                f"{name}-{round(share * 100)}pct",
+                self.executor,
+                pre_allocated_vus=self.pre_allocated_vus,
+                max_vus=self.max_vus,
+                repeats=self.repeats,
+                rung=Rung(name, tuple(ladder.scripts), share, ladder.capacity_model, ladder.latency_bound),
             )
-        return tuple(models)
+            for share in ladder.shares
+        )
 
 
 class _SharedIterations(_LoadModelTable):
@@ -556,7 +575,7 @@ def load_models_of(spec: MatrixFile, path: Path) -> dict[str, LoadModel]:
             )
         for rung in table.rungs(name):
             if rung.name in spec.load_models:
-                raise MatrixError(f"{where} rates: its rung {rung.name!r} is also a [load_models.*] table")
+                raise MatrixError(f"{where} shares: its rung {rung.name!r} is also a [load_models.*] table")
             models[rung.name] = rung
     return models
 

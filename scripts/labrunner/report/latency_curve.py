@@ -178,7 +178,9 @@ def section(groups: Sequence[Group], manifest: Mapping[str, Any]) -> list[Block]
         blocks.append(table(headers, found, (False, False, True, True, True, True, True, True)))
     if not_run:
         blocks += [
-            Paragraph("Not run, each over its target's closed-model capacity in this run or without one:"),
+            Paragraph(
+                "Not run, each with why (a rung without its target's closed-model capacity in this run):"
+            ),
             Bullets(tuple(f"`{scenario}`: {reason}" for scenario, reason in not_run.items())),
         ]
     return blocks

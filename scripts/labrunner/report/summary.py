@@ -68,8 +68,8 @@ SUMMARY_COLUMNS = (
 )
 # summary.md's Not run section, before its list.
 NOT_RUN_LINE = (
-    "Ladder rungs run only on a target whose closed-model req/s earlier in the run leaves room for "
-    "their rate (matrix.toml, [load_models.*.ladder]): no failure, and no result."
+    "A ladder rung offers its share of its target's closed-model req/s earlier in the run, and runs "
+    "only where that req/s was measured (matrix.toml, [load_models.*.ladder]): no failure, and no result."
 )
 
 

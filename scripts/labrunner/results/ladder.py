@@ -1,18 +1,20 @@
-"""Which rungs of a ladder run: a rung's offered rate must stay within its share of what the target
-served under the closed model earlier in the same run, judged from the results on disk, so that
---resume judges each rung as the first session would have."""
+"""A ladder rung's rate: its share of what the target served under the closed model earlier in the
+same run, set when the rung is about to run and judged from the results on disk, so that --resume
+sets each rung as the first session did."""
 
 import statistics
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
-from labrunner.model.scenario import Scenario
+from labrunner.model.scenario import Scenario, vus_for_rate
 
 
 def closed_capacity(scenario: Scenario, results: Iterable[Mapping[str, Any]]) -> float | None:
     """The req/s the scenario's target served under its rung's capacity model, all else the same
-    (profile, count, response model, network): the geometric mean of the successful repeats, None
-    without one (or when the scenario is no rung)."""
+    (profile, count, response model, network): the geometric mean of every successful result of that
+    target, alone or beside a duet partner (a duet's result names its target's group apart, as
+    "target_group"), None without one (or when the scenario is no rung)."""
     rung = scenario.load_model.rung
     if rung is None:
         return None
@@ -20,31 +22,26 @@ def closed_capacity(scenario: Scenario, results: Iterable[Mapping[str, Any]]) ->
     served = [
         rps
         for r in results
-        if r.get("status") == "ok" and r["scenario"]["group"] == group
+        if r.get("status") == "ok" and r["scenario"].get("target_group", r["scenario"]["group"]) == group
         if (rps := ((r.get("k6") or {}).get("metrics") or {}).get("requests_per_second"))
     ]
     return statistics.geometric_mean(served) if served else None
 
 
-def not_run_reason(scenario: Scenario, results: Iterable[Mapping[str, Any]]) -> str | None:
-    """Why a rung is not run, None when it runs (as does every scenario that is no rung)."""
+def resolve(scenario: Scenario, results: Iterable[Mapping[str, Any]]) -> Scenario | str:
+    """The scenario as it runs: a rung at its share of its target's capacity (at least 1/s), with VUs
+    for that rate within its load model's; or why it is not run. Any other scenario as it is."""
     model = scenario.load_model
-    if model.rung is None or model.rate is None:
-        return None
+    rung = model.rung
+    if rung is None:
+        return scenario
     capacity = closed_capacity(scenario, results)
     if capacity is None:
         return (
-            f"no successful {model.rung.capacity_model}-model result of this target in this run "
-            f"to judge {model.rate} req/s by"
+            f"no successful {rung.capacity_model}-model result of this target in this run "
+            f"to take {rung.share:.0%} of"
         )
-    if model.rate > model.rung.max_share * capacity:
-        return (
-            f"{model.rate} req/s is over {model.rung.max_share:.0%} of its {_rate(capacity)} req/s "
-            "closed-model capacity in this run"
-        )
-    return None
-
-
-def _rate(value: float) -> str:
-    """12.3, 758: a rate as the progress lines write one, never an exponent."""
-    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+    rate = max(1, round(rung.share * capacity))
+    assert model.pre_allocated_vus is not None and model.max_vus is not None  # a rung's table sets both
+    vus = vus_for_rate(rate, rung.latency_bound_s, model.pre_allocated_vus, model.max_vus)
+    return replace(scenario, load_model=replace(model, rate=rate, pre_allocated_vus=vus))
