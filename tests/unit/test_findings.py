@@ -108,15 +108,20 @@ def test_an_interval_that_holds_one_is_inconclusive_and_ranks_last() -> None:
 
 
 def test_only_an_equivalence_test_says_equivalent_else_inconclusive() -> None:
-    # Two repeats of a tail percentile on the README's run: 1.40x [0.03, 66.96] tells nothing.
-    wide = Ratio(1.40, 0.03, 66.96, 0.9, False)
-    assert findings.describe_ratio(wide, "p99") == "p99 inconclusive (1.40x [0.03, 66.96])"
+    # Two repeats of a tail percentile on the README's run: 1.40x [0.03, 66.96] tells nothing, so it
+    # is no finding (wider than 3x) and says what would sharpen it (test_audit_fixes has the count).
+    wide = Ratio(1.40, 0.03, 66.96, 0.9, False, rounds=2)
+    assert findings.describe_ratio(wide, "p99") == "p99: too few rounds: about 302 needed for ±5%"
+    unsure = Ratio(1.40, 0.90, 2.10, 0.4, False, rounds=3)  # within 3x: inconclusive, with its interval
+    assert findings.describe_ratio(unsure, "p99") == "p99 inconclusive (1.40x [0.90, 2.10])"
     narrow = Ratio(1.18, 0.93, 1.50, 0.2, False, equivalent=False)
     assert findings.describe_ratio(narrow, "req/s") == "req/s inconclusive (1.18x [0.93, 1.50])"
     same = Ratio(1.01, 0.97, 1.05, 0.6, False, equivalent=True)
     assert findings.describe_ratio(same, "req/s") == "req/s 1.01x [0.97, 1.05], equivalent within ±10%"
-    clear = Ratio(13.3, 1.2, 150.0, 0.01, True)  # wide but excluding 1: a difference, kept as it is
-    assert findings.describe_ratio(clear, "p50") == "p50 13.30x [1.20, 150.00]"
+    clear = Ratio(13.3, 5.0, 14.9, 0.01, True)  # excluding 1 and under 3x wide: a difference
+    assert findings.describe_ratio(clear, "p50") == "p50 13.30x [5.00, 14.90]"
+    vague = Ratio(13.3, 1.2, 150.0, 0.01, True, rounds=3)  # excluding 1 but 125x wide: no finding
+    assert findings.describe_ratio(vague, "p50") == "p50: too few rounds: about 1,538 needed for ±5%"
     away = Ratio(1.08, 1.01, 1.15, 0.03, False, findings.CORRECTED_AWAY)
     assert (
         findings.describe_ratio(away, "req/s") == "req/s inconclusive after correction (1.08x [1.01, 1.15])"
@@ -325,8 +330,9 @@ def test_the_end_of_a_run_prints_the_findings(tmp_path: Path) -> None:
 def test_a_wide_ratio_says_how_many_repeats_would_bring_it_to_five_percent() -> None:
     results = _run({"grpc": [606, 497, 526]}) + _run({"quart-h1": [400, 405, 395]})
     finding = _one(_find(results), "gRPC vs REST", "vs quart-h1")
-    # 1.35x [1.04, 1.76]: its wider side reaches 1.302x the estimate; the standard error falls as
-    # 1/√n, so 3 x (ln 1.302 / ln 1.05)^2 = 87.8 repeats, rounded up.
-    assert finding.caveat == "req/s ±30%: about 88 repeats for ±5% (--precision)"
+    # 1.35x [1.04, 1.76]: its wider side reaches 1.302x the estimate, t(2) 4.303 x sd / √3, so the
+    # rounds' sd of log ratios is 0.1062; t(20) 2.086 x 0.1062 / √21 = 0.0484 is within ln 1.05 =
+    # 0.0488, and t(19) 2.093 x 0.1062 / √20 = 0.0497 is not: 21 rounds (the t of 3 rounds kept: 88).
+    assert finding.caveat == "req/s ±30%: about 21 rounds for ±5% (--precision)"
     tight = _one(_find(_run({"grpc": [600, 601, 599], "quart-h1": [400, 401, 399]})), "gRPC vs REST", "vs")
     assert tight.caveat == ""

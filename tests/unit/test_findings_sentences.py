@@ -20,7 +20,7 @@ def _loaded(
     p50s: dict[str, list[float]], rate: int, served: dict[str, float] | None = None
 ) -> list[dict[str, Any]]:
     """Open-model repeats at `rate` offered (each serving it unless `served` says less), p50 as given
-    and p99 four times it; requests = 10 s x req/s, so 30 req/s gives 3 x 300 = 900 samples."""
+    and p99 four times it; requests = 10 s x req/s, so 30 req/s gives 300 samples a repeat."""
     out = []
     for target, values in p50s.items():
         for repeat, p50 in enumerate(values, start=1):
@@ -47,11 +47,11 @@ def test_latency_at_load_gives_both_percentiles() -> None:
 
 
 def test_a_percentile_with_too_few_samples_says_whose_and_how_many() -> None:
-    # 900 samples put 9 beyond p99, fewer than the 10 it needs: no p99 ratio, and why.
+    # 300 samples a repeat put 3 beyond each repeat's p99, fewer than the 10 it needs: no p99 ratio.
     finding = _one(_find(_run(CLOSED) + _loaded(LATENCY, 30)), "gRPC vs REST", "vs quart-h1")
     assert finding.sentence.endswith(
         "; at 30 req/s offered (service CPU 98% and 98%): p50 0.52x [0.50, 0.54], "
-        "no p99 (grpc: 900 samples, too few)."
+        "no p99 (grpc: 300 samples in a repeat, too few)."
     )
 
 
@@ -60,7 +60,8 @@ def test_one_repeat_a_side_shows_its_ratios_without_intervals() -> None:
     finding = _one(_find(results + _loaded({"grpc": [3.0], "quart-h1": [6.0]}, 50)), "gRPC vs REST", "vs")
     assert finding.sentence == (
         "grpc vs quart-h1: req/s 1.50x (n/a: one repeat), CPU per request 0.80x; at 50 req/s offered "
-        "(service CPU 98% and 98%): p50 0.50x (n/a: one repeat), no p99 (grpc: 500 samples, too few)."
+        "(service CPU 98% and 98%): p50 0.50x (n/a: one repeat), no p99 (grpc: 500 samples in a repeat, "
+        "too few)."
     )
     assert finding.effect == 0.0
 

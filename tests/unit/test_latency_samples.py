@@ -1,13 +1,14 @@
-"""Latency on synthetic results: one clock per script, percentiles pooled over repeats, and a
-percentile only where the pooled samples support it."""
+"""Latency on synthetic results: one clock per script, a group's percentile the geometric mean of its
+repeats' own, and a percentile only where each repeat's samples support it."""
 
+import math
 from typing import Any
 
 import pytest
 from labrunner.report.compare import compare_groups, group_results
-from labrunner.report.stats import pooled_quantile, samples_needed, supports
+from labrunner.report.stats import samples_needed, supports
 from labrunner.run.k6 import DEFAULT_LATENCY_METRIC, parse_summary
-from labrunner.run.k6_stats import quantile_grid, quantiles
+from labrunner.run.k6_stats import quantile_grid
 
 
 def _trend(scale: float, count: int) -> dict[str, Any]:
@@ -37,27 +38,6 @@ def test_the_latency_clock_is_the_metric_the_script_names() -> None:
 def test_a_summary_without_the_grid_gives_no_quantiles_to_pool() -> None:
     summary = {"metrics": {"protolab_req_duration": {"values": {"p(50)": 1.0, "max": 3.0, "count": 5}}}}
     assert parse_summary(summary).latency_quantiles_ms == ()
-
-
-def test_pooled_percentiles_weigh_each_repeat_by_its_samples() -> None:
-    uniform_0_1 = [(0.0, 0.0), (1.0, 1.0)]
-    uniform_1_2 = [(0.0, 1.0), (1.0, 2.0)]
-    # Equal counts: half the pooled samples below 1.
-    assert pooled_quantile([(100, uniform_0_1), (100, uniform_1_2)], 0.5) == pytest.approx(1.0)
-    assert pooled_quantile([(100, uniform_0_1), (100, uniform_1_2)], 0.9) == pytest.approx(1.8)
-    # Three times the samples below 1: the pooled 75th percentile is 1, not the mean of the two.
-    assert pooled_quantile([(300, uniform_0_1), (100, uniform_1_2)], 0.75) == pytest.approx(1.0)
-    assert pooled_quantile([(300, uniform_0_1), (0, uniform_1_2)], 0.5) == pytest.approx(0.5)
-    with pytest.raises(ValueError):
-        pooled_quantile([(0, uniform_0_1)], 0.5)
-
-
-def test_pooling_one_repeat_gives_its_own_percentile() -> None:
-    samples = [0.1 * i**1.5 for i in range(1, 2001)]
-    grid = quantiles(samples)
-    for fraction in (0.5, 0.9, 0.99):
-        own = dict(grid)[fraction]
-        assert pooled_quantile([(len(samples), grid)], fraction) == pytest.approx(own, rel=1e-9)
 
 
 def test_a_percentile_needs_ten_samples_beyond_it() -> None:
@@ -101,31 +81,41 @@ def _result(
     }
 
 
-def test_a_group_shows_the_pooled_percentile_and_compares_only_what_its_samples_support() -> None:
+def test_a_group_shows_the_centre_its_ratios_pair_and_compares_only_what_its_repeats_support() -> None:
     open_model = "constant-arrival-rate"
     results = [
-        _result("grpc", "grpc", 1, 2.0, 600, open_model),
-        _result("grpc", "grpc", 2, 4.0, 600, open_model),
-        _result("aiohttp-h1", "http1.1", 1, 3.0, 600, open_model),
-        _result("aiohttp-h1", "http1.1", 2, 3.0, 600, open_model),
+        _result("grpc", "grpc", 1, 2.0, 1200, open_model),
+        _result("grpc", "grpc", 2, 4.0, 1500, open_model),
+        _result("aiohttp-h1", "http1.1", 1, 3.0, 1200, open_model),
+        _result("aiohttp-h1", "http1.1", 2, 3.0, 1200, open_model),
     ]
     grpc, rest = group_results(results)
     summary = grpc.summary("p50")
     assert summary is not None
-    # Pooled U(0, 2) and U(0, 4): half the samples lie below 4/3, not at the repeats' mean of 1.5.
-    assert summary.centre == pytest.approx(4 / 3, rel=1e-6) and summary.note == "pooled"
-    assert grpc.samples == 1200 and grpc.supports("p99") and not grpc.supports("p99.9")
+    # U(0, 2) and U(0, 4): the repeats' medians 1 and 2, their geometric mean √2 (the pooled median
+    # of the two would be 4/3, a centre no ratio uses).
+    assert summary.centre == pytest.approx(math.sqrt(2), rel=1e-9) and summary.note == ""
+    assert grpc.fewest_samples == 1200 and grpc.supports("p99") and not grpc.supports("p99.9")
     (comparison,) = compare_groups([grpc, rest])
     # An open model: latency only, no ratio of req/s that echoes the offered rate.
     assert set(comparison.ratios) == {"p50", "p99"}
+    # The ratio's centre (the geometric mean of the per-round ratios) is the ratio of the two
+    # groups' centres the tables show: 1/1.5 and 2/1.5.
+    rest_p50 = rest.summary("p50")
+    assert rest_p50 is not None
+    assert comparison.ratios["p50"].estimate == pytest.approx(summary.centre / rest_p50.centre, rel=1e-9)
 
 
-def test_a_percentile_beyond_the_samples_enters_no_ratio() -> None:
+def test_a_percentile_beyond_each_repeats_samples_enters_no_ratio() -> None:
     open_model = "constant-arrival-rate"
     results = [
-        _result(t, p, r, 2.0, 400, open_model)
+        _result(t, p, r, 2.0, 600, open_model)
         for t, p in (("grpc", "grpc"), ("aiohttp-h1", "http1.1"))
         for r in (1, 2)
     ]
-    (comparison,) = compare_groups(group_results(results))
-    assert set(comparison.ratios) == {"p50"}  # 800 samples: p99 needs 1,000
+    grpc, rest = group_results(results)
+    (comparison,) = compare_groups([grpc, rest])
+    # 1,200 samples over the two repeats, but each repeat's own p99 is what is paired: 600 a repeat
+    # put 6 samples beyond it, and p99 needs 1,000 a repeat.
+    assert grpc.samples == 1200 and not grpc.supports("p99")
+    assert set(comparison.ratios) == {"p50"}

@@ -39,12 +39,12 @@ def test_the_issues_grpc_repeats_are_flagged_with_the_repeats_that_would_settle_
     spread = unexplained_spread([_repeat(v, i) for i, v in enumerate((606, 497, 526), start=1)])
     assert spread is not None
     assert spread.cv == pytest.approx(0.104, abs=0.001)
-    # Half-width of the 95% interval on log req/s: t(2) 4.303 x 0.1025 / sqrt(3) = 25.5%; a ratio
-    # of two such groups has √2 times one group's standard error, so 2 x 3 x (0.2537 / 0.05)^2 =
-    # 154.5, rounded up (one group's own interval would need 78).
-    assert spread.repeats_needed == 155
+    # sd of log req/s 0.1021. The ratio pairs rounds, so the count is not doubled; t is the target
+    # count's: t(19) 2.093 x 0.1021 / √20 = 0.0478 is within ln 1.05 = 0.0488, t(18) 2.101 x 0.1021 /
+    # √19 = 0.0492 is not: 20 (t(2) 4.303 kept and the count doubled, as before: 155).
+    assert spread.repeats_needed == 20
     assert spread.reason == (
-        "unexplained spread (CV 10.4%): about 155 repeats instead of 3 would bring the ratio interval to ±5%"
+        "unexplained spread (CV 10.4%): about 20 repeats instead of 3 would bring the ratio interval to ±5%"
     )
 
 
@@ -62,6 +62,6 @@ def test_a_tight_group_a_short_window_and_an_explained_spread_are_not_flagged() 
 def test_summary_lists_the_flagged_group() -> None:
     results = [_repeat(v, i) for i, v in enumerate((606, 497, 526), start=1)]
     assert spread_notes(results) == [
-        "`grpc.quarter.c100.closed` (3 repeats): unexplained spread (CV 10.4%): about 155 repeats instead "
+        "`grpc.quarter.c100.closed` (3 repeats): unexplained spread (CV 10.4%): about 20 repeats instead "
         "of 3 would bring the ratio interval to ±5%"
     ]

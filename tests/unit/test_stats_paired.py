@@ -11,7 +11,6 @@ from labrunner.report.stats import (
     Summary,
     holm,
     paired_ratio,
-    pooled_quantile,
     ratio,
     summarize,
 )
@@ -105,8 +104,6 @@ def test_unequal_or_empty_sides_are_refused() -> None:
         ratio([1.0], [])
     with pytest.raises(ValueError, match=r"^summarize needs at least one value$"):
         summarize([])
-    with pytest.raises(ValueError, match=r"^pooled_quantile needs a repeat with samples$"):
-        pooled_quantile([(0, ((0.0, 1.0), (1.0, 2.0))), (5, ())], 0.5)
 
 
 def test_a_summary_with_a_value_not_positive_keeps_its_count_and_range() -> None:
@@ -118,20 +115,3 @@ def test_holm_never_adjusts_beyond_one() -> None:
     assert holm([0.6, 0.7]) == [1.0, 1.0]
     assert holm([0.03, 0.6]) == [0.06, 0.6]
     assert holm([]) == []
-
-
-def test_a_repeat_of_one_sample_counts_in_the_pool() -> None:
-    one = ((0.0, 5.0), (1.0, 5.0))
-    assert pooled_quantile([(1, one)], 0.5) == pytest.approx(5.0)
-    # Weighted by samples: one sample at 5 ms against three spread over 10-20 ms.
-    pooled = pooled_quantile([(1, one), (3, ((0.0, 10.0), (1.0, 20.0)))], 0.5)
-    # Share below x in 10..20: (1 + 3 (x - 10) / 10) / 4 = 0.5 at x = 13.33.
-    assert pooled == pytest.approx(10 + 10 / 3, rel=1e-6)
-
-
-def test_a_pooled_percentile_is_the_lowest_value_reaching_its_share() -> None:
-    # Two repeats of one sample's weight each, 1-2 ms and 10-20 ms: half the pool lies at or below
-    # 2 ms, and below anything up to 10 ms too; the median is where the share first reaches 0.5.
-    assert pooled_quantile([(1, ((0.0, 1.0), (1.0, 2.0))), (1, ((0.0, 10.0), (1.0, 20.0)))], 0.5) == (
-        pytest.approx(2.0)
-    )

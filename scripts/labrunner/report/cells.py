@@ -1,6 +1,6 @@
 """Table cells of the report: numbers, intervals and ratios formatted one way everywhere."""
 
-from labrunner.report.stats import Ratio, Summary
+from labrunner.report.stats import Ratio, Summary, ratio_too_wide, summary_too_wide
 
 FORMATS = {
     "rps": "{:.1f}",
@@ -15,8 +15,11 @@ LATENCY_FORMAT = "{:.2f}"
 
 
 def ratio_cell(r: Ratio) -> str:
+    """'**1.21x** [1.06, 1.38] significant', or '—' with why (no interval, or one too wide to judge)."""
     if r.significant is None:
         return f"{r.estimate:.2f}x ({r.note})"
+    if wide := ratio_too_wide(r):
+        return f"— ({wide})"
     interval = f"[{r.low:.2f}, {r.high:.2f}]"
     return (
         f"**{r.estimate:.2f}x** {interval} significant"
@@ -33,16 +36,27 @@ def centre_cell(s: Summary | None, metric: str) -> str:
 def interval_cell(s: Summary | None, metric: str) -> str:
     if s is None:
         return "-"
+    return interval_text(s, metric_format(metric))
+
+
+def interval_text(s: Summary, spec: str) -> str:
+    """A group's interval '[1.2, 1.5]'; its note without one; '—' with why when it is too wide to use."""
     if s.low is None or s.high is None:
         return s.note
-    spec = metric_format(metric)
+    if wide := summary_too_wide(s):
+        return f"— ({wide})"
     return f"[{spec.format(s.low)}, {spec.format(s.high)}]"
 
 
 def centre_interval_cells(s: Summary, spec: str) -> list[str]:
     """n, the geometric mean and its interval, the smallest and the largest repeat."""
-    interval = s.note if s.low is None or s.high is None else f"[{spec.format(s.low)}, {spec.format(s.high)}]"
-    return [str(s.n), spec.format(s.centre), interval, spec.format(s.minimum), spec.format(s.maximum)]
+    return [
+        str(s.n),
+        spec.format(s.centre),
+        interval_text(s, spec),
+        spec.format(s.minimum),
+        spec.format(s.maximum),
+    ]
 
 
 def metric_format(metric: str) -> str:

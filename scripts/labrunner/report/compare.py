@@ -2,16 +2,14 @@
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from labrunner.model.scenario import DEFAULT_DIRECTION
 from labrunner.report.stats import (
-    Quantiles,
     Ratio,
     Summary,
     paired_ratio,
-    pooled_quantile,
     ratio,
     summarize,
     supports,
@@ -132,14 +130,10 @@ class Group:
         return {repeat: value for repeat, value in found if value is not None}
 
     def summary(self, metric: str) -> Summary | None:
-        """The repeats' summary; a percentile's centre is the pooled one (pooled()), its interval
-        the repeats'."""
+        """The repeats' summary (stats.summarize): a percentile's centre is the geometric mean of the
+        repeats' own percentiles, the centre a ratio between groups pairs (_compare)."""
         values = self.values(metric)
-        if not values:
-            return None
-        summary = summarize(values)
-        pooled = self.pooled(metric) if metric in PERCENTILES else None
-        return summary if pooled is None else replace(summary, centre=pooled, note=summary.note or "pooled")
+        return summarize(values) if values else None
 
     @property
     def samples(self) -> int:
@@ -147,17 +141,15 @@ class Group:
         return sum(_latency_count(r) for r in self.results)
 
     def supports(self, metric: str) -> bool:
-        """Whether the pooled samples support the percentile `metric` (stats.supports); any other
+        """Whether each repeat's own samples support the percentile `metric` (stats.supports): each
+        repeat's percentile is what the group's centre and a ratio's rounds are made of. Any other
         metric is supported."""
-        return metric not in PERCENTILES or supports(self.samples, PERCENTILES[metric])
+        return metric not in PERCENTILES or supports(self.fewest_samples, PERCENTILES[metric])
 
-    def pooled(self, metric: str) -> float | None:
-        """The percentile `metric` over every repeat's samples pooled (stats.pooled_quantile);
-        None when a repeat has no quantile grid (results written before it)."""
-        repeats = [(_latency_count(r), _quantile_grid(r)) for r in self.results]
-        if not repeats or any(not grid for _, grid in repeats):
-            return None
-        return pooled_quantile(repeats, PERCENTILES[metric])
+    @property
+    def fewest_samples(self) -> int:
+        """The latency samples of the repeat with the fewest (0 without a repeat)."""
+        return min((_latency_count(r) for r in self.results), default=0)
 
     @property
     def open_model(self) -> bool:
@@ -446,7 +438,8 @@ def baseline_changes(current: Sequence[Group], baseline: Sequence[Group]) -> lis
 
 
 def _compare(kind: str, candidate: Group, baseline: Group, same_run: bool = True) -> Comparison:
-    """The compared metrics' ratios; a percentile only where both sides' samples support it.
+    """The compared metrics' ratios; a percentile only where every repeat of both sides has the
+    samples to support its own (Group.supports): those per-repeat percentiles are what is paired.
 
     Within a run, repeat i of every group ran in round i: the ratio pairs the rounds both sides
     have (stats.paired_ratio) when there are two or more, so a round the host slowed for every
@@ -474,10 +467,6 @@ def _k6_metrics(result: Result) -> Mapping[str, Any]:
 def _latency_count(result: Result) -> int:
     metrics = _k6_metrics(result)
     return int(metrics.get("latency_count") or metrics.get("requests") or 0)
-
-
-def _quantile_grid(result: Result) -> Quantiles:
-    return [(float(f), float(v)) for f, v in _k6_metrics(result).get("latency_quantiles_ms") or ()]
 
 
 def _kind(model: Mapping[str, Any]) -> str:

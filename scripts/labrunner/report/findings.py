@@ -3,7 +3,9 @@
 Throughput and CPU per request come from saturating (closed-model) groups, latency from groups
 under an offered load (open model) both compared targets carried: the highest such rate. A ratio
 is "significant" after Holm's correction over the run's tests, "equivalent within ±10%" by TOST,
-and otherwise "inconclusive" with its interval; lower bounds and suspect groups are named.
+and otherwise "inconclusive" with its interval; a ratio whose interval is wider than
+trust.MAX_INTERVAL_WIDTH is none of these, but says how many rounds it needs. Lower bounds and suspect
+groups are named.
 """
 
 import math
@@ -12,8 +14,8 @@ from dataclasses import dataclass, replace
 
 from labrunner.model.scenario import UPLOAD
 from labrunner.report.compare import THROUGHPUT, Comparison, Group, compare_groups, is_streaming
-from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, Ratio, holm
-from labrunner.results.trust import LIMITED_BY_K6, SETTLED_HALF_WIDTH, verdict_of
+from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, Ratio, holm, ratio_too_wide
+from labrunner.results.trust import LIMITED_BY_K6, SETTLED_HALF_WIDTH, rounds_needed, verdict_of
 
 # The questions a run can answer, in the order findings are printed, and the preset that asks each.
 QUESTIONS = {
@@ -205,13 +207,16 @@ def executor(group: Group) -> str:
 
 def describe_ratio(r: Ratio | None, what: str, digits: int = 2) -> str:
     """'req/s 1.21x [1.06, 1.38]' when significant, with ', equivalent within ±10%' when TOST says
-    so; else 'req/s inconclusive (1.21x [0.51, 3.57])', 'inconclusive after correction' when only
-    Holm's correction over the run's tests took the significance away."""
+    so; else 'req/s inconclusive (1.21x [0.51, 2.87])', 'inconclusive after correction' when only
+    Holm's correction over the run's tests took the significance away. An interval wider than
+    trust.MAX_INTERVAL_WIDTH is no finding either way: 'p99: too few rounds: about 40 needed for ±5%'."""
     if r is None:
         return f"no {what} figure"
     value = f"{r.estimate:.{digits}f}x"
     if r.low is None or r.high is None:
         return f"{what} {value} ({r.note or 'no interval'})"
+    if wide := ratio_too_wide(r):
+        return f"{what}: {wide}"
     figure = f"{value} [{r.low:.{digits}f}, {r.high:.{digits}f}]"
     if r.significant:
         return f"{what} {figure}"
@@ -225,6 +230,8 @@ def _figure(r: Ratio | None, what: str) -> str:
     """A ratio shown without a verdict of its own: 'CPU per request 2.63x [2.40, 2.90]'."""
     if r is None:
         return f"no {what} figure"
+    if wide := ratio_too_wide(r):
+        return f"{what}: {wide}"
     interval = f" [{r.low:.2f}, {r.high:.2f}]" if r.low is not None and r.high is not None else ""
     return f"{what} {r.estimate:.2f}x{interval}"
 
@@ -249,7 +256,8 @@ def _finding(
         sentence += f"; at {_rate(at_load)} req/s offered ({_utilisation(at_load)}): "
         sentence += describe_ratio(p50, "p50")
         sentence += ", " + (describe_ratio(p99, "p99") if p99 else _unsupported(at_load, "p99"))
-    effect = abs(math.log(rps.estimate)) if rps is not None and rps.significant else 0.0
+    decided = rps is not None and rps.significant and not ratio_too_wide(rps)
+    effect = abs(math.log(rps.estimate)) if rps is not None and decided else 0.0
     return Finding(question, sentence + ".", effect, _caveat(c, b, at_load, rps), _held_fixed(closed))
 
 
@@ -267,7 +275,7 @@ def _unsupported(c: Comparison, metric: str) -> str:
     short = [g for g in (c.candidate, c.baseline) if not g.supports(metric)]
     if not short:
         return f"no {metric} figure"
-    return f"no {metric} ({short[0].target}: {short[0].samples:,} samples, too few)"
+    return f"no {metric} ({short[0].target}: {short[0].fewest_samples:,} samples in a repeat, too few)"
 
 
 def _names(candidate: Group, baseline: Group) -> tuple[str, str]:
@@ -299,32 +307,35 @@ def _held_fixed(comparison: Comparison) -> str:
 
 def _caveat(candidate: Group, baseline: Group, at_load: Comparison | None, rps: Ratio | None) -> str:
     notes = [_suspect(g) for g in (candidate, baseline)]
-    notes.append(_repeats_needed(rps, len(candidate.results)))
+    if at_load is not None:  # the latency groups' repeats feed the finding's p50 and p99
+        notes += [_suspect(g, f" at {_rate(at_load)} req/s") for g in (at_load.candidate, at_load.baseline)]
+    notes.append(_rounds_needed(rps))
     if at_load is not None:
         notes += [_not_carried(g) for g in (at_load.candidate, at_load.baseline)]
     return "; ".join(n for n in notes if n)
 
 
-def _repeats_needed(rps: Ratio | None, repeats: int) -> str:
-    """About how many repeats would bring the req/s ratio's interval to ±SETTLED_HALF_WIDTH, sized
-    from the ratio's own interval (its standard error falls as 1/√n; t's fall with n is ignored,
-    so the figure errs high), when it is wider now."""
-    width = (
-        None
-        if rps is None or rps.low is None or rps.high is None
-        else max(rps.high / rps.estimate, rps.estimate / rps.low)
-    )
-    if width is None or width - 1 <= SETTLED_HALF_WIDTH:
+def _rounds_needed(rps: Ratio | None) -> str:
+    """About how many rounds would bring the req/s ratio's interval to ±SETTLED_HALF_WIDTH
+    (trust.rounds_needed), when it is wider now and not so wide that the sentence says it already."""
+    if rps is None or rps.low is None or rps.high is None or rps.rounds is None or rps.rounds < 2:
         return ""
-    needed = math.ceil(repeats * (math.log(width) / math.log(1 + SETTLED_HALF_WIDTH)) ** 2)
-    return f"req/s ±{width - 1:.0%}: about {needed} repeats for ±{SETTLED_HALF_WIDTH:.0%} (--precision)"
+    width = max(rps.high / rps.estimate, rps.estimate / rps.low)
+    if width - 1 <= SETTLED_HALF_WIDTH or ratio_too_wide(rps):
+        return ""
+    needed = rounds_needed(math.log(width), rps.rounds)
+    return f"req/s ±{width - 1:.0%}: about {needed} rounds for ±{SETTLED_HALF_WIDTH:.0%} (--precision)"
 
 
-def _suspect(group: Group) -> str:
+def _suspect(group: Group, where: str = "") -> str:
+    """'quart-h1 at 100 req/s: 1 of 2 repeats suspect, ...' when any of the group's repeats is; where:
+    which of the target's groups it is, when the finding has more than one."""
     flagged = [r for r in group.results if r.get("suspect")]
     if not flagged:
         return ""
-    return f"{group.target}: {len(flagged)} of {len(group.results)} repeats suspect, summary.md says why"
+    return (
+        f"{group.target}{where}: {len(flagged)} of {len(group.results)} repeats suspect, summary.md says why"
+    )
 
 
 def _not_carried(group: Group) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 from labrunner.model.scenario import UPLOAD
 from labrunner.report.compare import Group
 from labrunner.report.serialization import Case
-from labrunner.report.stats import CONFIDENCE, t_quantile
+from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, t_quantile
 from labrunner.results.trust import SERVICE_CPU_BOUND
 
 CPU = "cpu_per_1k"  # CPU seconds per 1,000 requests: ms per request
@@ -120,6 +120,23 @@ class CostModel:
         return tuple(sorted({records for records, _ in self.points}))
 
 
+# A line whose fit without a target's largest count misses that count by more than this does not
+# describe the target's cost: the margin the lab calls "the same" (stats.EQUIVALENCE_MARGIN), so a miss
+# beyond it is a cost the line does not have (it bends), and no crossover of such lines is claimed.
+LINEAR_FIT_MISS = EQUIVALENCE_MARGIN
+
+
+def misfit(model: CostModel) -> str:
+    """Why the linear model does not fit a target (its held-out miss beyond LINEAR_FIT_MISS), or ""."""
+    h = model.held_out
+    if h is None or abs(h.error) <= LINEAR_FIT_MISS:
+        return ""
+    return (
+        f"the linear model does not fit {model.target} (its fit without {h.count:,} records misses "
+        f"them by {h.error:+.1%}, beyond ±{LINEAR_FIT_MISS:.0%})"
+    )
+
+
 @dataclass(frozen=True)
 class Crossover:
     """Where gRPC's line meets a REST server's: n* = (a gRPC - a REST) / (b REST - b gRPC)."""
@@ -129,11 +146,12 @@ class Crossover:
     unbounded: bool  # Fieller's set is unbounded: the per-record costs are not told apart
     grpc_cheaper_above: bool  # gRPC's per-record cost is the lower: it wins above n*
     span: tuple[int, int]  # the fewest and most records the fits saw
+    misfit: str = ""  # why a side's line does not fit its costs (misfit()): no crossover is claimed
 
     @property
     def resolved(self) -> float | None:
-        """n* when the lines cross at a positive count and the interval is not unbounded, else None."""
-        if self.records is None or self.records <= 0 or self.unbounded:
+        """n* when the lines fit, cross at a positive count and the interval is not unbounded, else None."""
+        if self.records is None or self.records <= 0 or self.unbounded or self.misfit:
             return None
         return self.records
 
@@ -264,6 +282,7 @@ def crossover(grpc: CostModel, rest: CostModel) -> Crossover:
         unbounded=unbounded,
         grpc_cheaper_above=denominator > 0,
         span=(min(counts), max(counts)),
+        misfit="; ".join(why for why in (misfit(grpc), misfit(rest)) if why),
     )
 
 
@@ -345,6 +364,8 @@ def crossover_text(c: Crossover) -> str:
     if c.records is None:
         return f"no crossover, {c.reason}"
     meet = f"{records(c.records)} records{_interval(c)}"
+    if c.misfit:
+        return f"no crossover claimed, {c.misfit} (lines meet at {meet})"
     if c.unbounded:
         unbounded = "interval unbounded; lines meet at"
         return f"no crossover resolved, per-record costs not told apart ({unbounded} {meet})"

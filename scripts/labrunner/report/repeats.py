@@ -3,9 +3,18 @@ targets."""
 
 from collections.abc import Iterable
 
+from labrunner.report.cells import interval_text
 from labrunner.report.compare import THROUGHPUT, Group, Result, compare_groups, group_results
 from labrunner.report.floor import floor_comparisons, lab_groups
-from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE, Ratio, Summary
+from labrunner.report.stats import (
+    CENTRE,
+    CONFIDENCE,
+    METHOD_LINE,
+    RATIO_METHOD_LINE,
+    Ratio,
+    Summary,
+    ratio_too_wide,
+)
 
 
 def across_repeats_markdown(results: Iterable[Result]) -> list[str]:
@@ -40,8 +49,8 @@ def across_repeats_markdown(results: Iterable[Result]) -> list[str]:
     if comparisons:
         lines += [
             "",
-            f"Ratios candidate / baseline with their {CONFIDENCE:.0%} interval (Welch; > 1: more req/s, or "
-            "more CPU per request):",
+            f"Ratios candidate / baseline with their {CONFIDENCE:.0%} interval (> 1: more req/s, or more "
+            f"CPU per request). {RATIO_METHOD_LINE}",
             "",
             "| comparison | candidate | baseline | held fixed | req/s | CPU s / 1k req |",
             "|---|---|---|---|--:|--:|",
@@ -69,7 +78,7 @@ def _centre(s: Summary | None, spec: str) -> str:
         return "-"
     if s.low is None or s.high is None:
         return f"{spec.format(s.centre)} ({s.note.removeprefix('n/a: ')})"
-    return f"{spec.format(s.centre)} [{spec.format(s.low)}, {spec.format(s.high)}]"
+    return f"{spec.format(s.centre)} {interval_text(s, spec)}"
 
 
 def _ratio(r: Ratio | None) -> str:
@@ -77,4 +86,6 @@ def _ratio(r: Ratio | None) -> str:
         return "-"
     if r.low is None or r.high is None:
         return f"{r.estimate:.2f}"
+    if wide := ratio_too_wide(r):
+        return f"— ({wide})"
     return f"{r.estimate:.2f} [{r.low:.2f}, {r.high:.2f}]"

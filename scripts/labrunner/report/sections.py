@@ -29,7 +29,14 @@ from labrunner.report.compare import (
 )
 from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
 from labrunner.report.runs import Run, read_json
-from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE, MIN_SAMPLES_BEYOND, samples_needed
+from labrunner.report.stats import (
+    CENTRE,
+    CONFIDENCE,
+    METHOD_LINE,
+    MIN_SAMPLES_BEYOND,
+    RATIO_METHOD_LINE,
+    samples_needed,
+)
 from labrunner.results.trust import verdict_of
 from labrunner.run.k6_stats import PERCENTILES
 
@@ -90,9 +97,8 @@ def provenance(run: Run) -> list[Block]:
         blocks += [Paragraph("Conditions noted by the runner:"), Bullets(tuple(notes))]
     blocks.append(
         Paragraph(
-            f"Statistics over repeats: {METHOD_LINE} Comparisons are ratios of geometric means with "
-            f"Welch {CONFIDENCE:.0%} intervals on log values, **significant** when the interval excludes "
-            "1. Latency is of successful requests, in ms."
+            f"Statistics over repeats: {METHOD_LINE} {RATIO_METHOD_LINE} Latency is of successful "
+            "requests, in ms."
         )
     )
     return blocks
@@ -211,7 +217,8 @@ def latency(run: Run) -> list[Block]:
                         f"`{g.id}`",
                         stat,
                         str(s.n),
-                        f"— ({g.samples:,} samples: needs {samples_needed(PERCENTILES[stat]):,})",
+                        f"— ({g.fewest_samples:,} samples in a repeat: needs "
+                        f"{samples_needed(PERCENTILES[stat]):,})",
                         "",
                         "",
                         "",
@@ -222,8 +229,9 @@ def latency(run: Run) -> list[Block]:
         Paragraph(
             "Each k6 statistic over the repeats, in ms, on each script's clock (k6's own timer of a "
             "request: http_req_duration for REST, grpc_req_duration for gRPC). A percentile's centre "
-            "pools every repeat's samples, its interval is the repeats'; a percentile with fewer than "
-            f"{MIN_SAMPLES_BEYOND} pooled samples beyond it is not shown. {METHOD_LINE} Under a closed "
+            f"is the {CENTRE} of the repeats' own percentiles, the centre its ratios pair round by round; "
+            f"a percentile with fewer than {MIN_SAMPLES_BEYOND} samples beyond it in any repeat is not "
+            f"shown. {METHOD_LINE} Under a closed "
             "model (constant VUs) every target runs at saturation, where "
             "latency is set by the CPU quota (the CFS period) more than by the protocol: "
             + _equal_load_pointer(groups)
@@ -361,7 +369,7 @@ def comparisons(run: Run) -> list[Block]:
             "Ratios are candidate / baseline (> 1 means more requests/s, or more latency, CPU or bytes). "
             "Pairs come from target attributes: the same server and TLS for HTTP/2 vs HTTP/1.1, the same "
             "TLS for gRPC vs REST, the same protocol and TLS for server vs server, always the same "
-            "profile, payload and load model."
+            f"profile, payload and load model. {RATIO_METHOD_LINE}"
         ),
     ]
     for kind in (THROUGHPUT, SEQUENTIAL, CAPACITY):

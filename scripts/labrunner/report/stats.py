@@ -1,6 +1,5 @@
 """Statistics over repeats: geometric means with log-scale t intervals, and ratio tests."""
 
-import bisect
 import math
 import statistics
 import warnings
@@ -9,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scipy import stats as scipy_stats
+
+from labrunner.results.trust import MAX_INTERVAL_WIDTH, SETTLED_HALF_WIDTH, rounds_needed, too_wide
 
 CONFIDENCE = 0.95  # intervals in tables and charts, and the level of every significance test
 # "Equivalent" means within ±10% by two one-sided tests (TOST) at the same level: the ratio's
@@ -21,6 +22,15 @@ CENTRE = "geometric mean"  # the centre of a group of repeats, wherever one is s
 METHOD_LINE = (
     f"Each group's centre is the {CENTRE} of its repeats, with the {CONFIDENCE:.0%} Student t interval "
     "of the mean of the logarithms, exp(mean(ln x) ± t·sd(ln x)/√n): it never reaches zero."
+)
+RATIO_METHOD_LINE = (
+    "A ratio within a run pairs its groups' repeats round by round: its centre is the "
+    f"geometric mean of the per-round ratios, its {CONFIDENCE:.0%} interval the Student t interval of "
+    "their logarithms, so a round the host slowed for both sides cancels. A table calls a ratio "
+    "significant when that interval excludes 1, one test alone; the findings correct over the run's "
+    "tests of each metric (Holm). Where repeats have no partner (a lab server against its floor, a "
+    "run against another), Welch's t-test on the logarithms. An interval wider than "
+    f"{MAX_INTERVAL_WIDTH:g}x (high / low) is shown as — with about how many rounds it needs."
 )
 
 
@@ -59,6 +69,7 @@ class Ratio:
     significant: bool | None
     note: str = ""
     equivalent: bool | None = None  # within ±EQUIVALENCE_MARGIN by TOST; None when not testable
+    rounds: int | None = None  # the rounds paired (Welch's test: the fewer repeats of a side)
 
 
 def t_quantile(confidence: float, df: float) -> float:
@@ -134,7 +145,7 @@ def ratio(candidate: Sequence[float], baseline: Sequence[float], confidence: flo
         # One side without spread is exact (variance 0), not the precision loss scipy warns of.
         warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
         welch = scipy_stats.ttest_ind(log_c, log_b, equal_var=False)
-        return _tested(math.exp(difference), welch, confidence)
+        return _tested(math.exp(difference), welch, confidence, min(len(log_c), len(log_b)))
 
 
 def paired_ratio(
@@ -158,7 +169,7 @@ def paired_ratio(
     if max(differences) - min(differences) < 1e-12:  # every round the same ratio, to rounding: exact
         return _exact(point, same=abs(differences[0]) < 1e-12)
     test = scipy_stats.ttest_rel([math.log(c) for c in candidate], [math.log(b) for b in baseline])
-    return _tested(point, test, confidence)
+    return _tested(point, test, confidence, len(differences))
 
 
 def _exact(point: float, same: bool) -> Ratio:
@@ -166,7 +177,7 @@ def _exact(point: float, same: bool) -> Ratio:
     return Ratio(point, point, point, 1.0 if same else 0.0, not same, equivalent=_within_margin(point, point))
 
 
-def _tested(point: float, test: Any, confidence: float) -> Ratio:
+def _tested(point: float, test: Any, confidence: float, rounds: int) -> Ratio:
     """The ratio `point` judged by a scipy t-test on the logarithms (Welch's or paired): its interval,
     significance and TOST at 1 - 2(1 - confidence). The interval is clamped to the point: scipy's own
     mean difference may differ from ours in the last bit."""
@@ -180,7 +191,31 @@ def _tested(point: float, test: Any, confidence: float) -> Ratio:
         p_value=p_value,
         significant=p_value < 1 - confidence,
         equivalent=_within_margin(math.exp(float(tost.low)), math.exp(float(tost.high))),
+        rounds=rounds,
     )
+
+
+def too_few_rounds(centre: float, low: float | None, high: float | None, rounds: int | None) -> str | None:
+    """Why an interval around `centre` decides nothing, in the words every table and finding prints
+    instead of it: 'too few rounds: about N needed for ±5%' when it is wider than
+    trust.MAX_INTERVAL_WIDTH (N: trust.rounds_needed); None when it is narrower, or there is none."""
+    if low is None or high is None or not too_wide(low, high):
+        return None
+    if rounds is None or rounds < 2 or low <= 0:
+        return "too few rounds"
+    log_half_width = max(math.log(high / centre), math.log(centre / low))
+    needed = rounds_needed(log_half_width, rounds)
+    return f"too few rounds: about {needed:,} needed for ±{SETTLED_HALF_WIDTH:.0%}"
+
+
+def ratio_too_wide(r: Ratio) -> str | None:
+    """too_few_rounds of a ratio's interval."""
+    return too_few_rounds(r.estimate, r.low, r.high, r.rounds)
+
+
+def summary_too_wide(s: Summary) -> str | None:
+    """too_few_rounds of a group's interval over its repeats."""
+    return too_few_rounds(s.centre, s.low, s.high, s.n)
 
 
 def _within_margin(low: float, high: float) -> bool:
@@ -202,11 +237,9 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
-# A percentile is shown only where at least this many pooled samples lie beyond it: p99 needs
-# 1,000 samples, p99.9 10,000. With fewer, the figure is one of the few largest samples.
+# A percentile is shown only where at least this many of each repeat's samples lie beyond it: p99
+# needs 1,000 samples a repeat, p99.9 10,000. With fewer, the figure is one of the few largest samples.
 MIN_SAMPLES_BEYOND = 10
-
-Quantiles = Sequence[tuple[float, float]]  # (fraction, value), fractions rising from 0 (min) to 1 (max)
 
 
 def supports(samples: int, fraction: float) -> bool:
@@ -217,42 +250,3 @@ def supports(samples: int, fraction: float) -> bool:
 def samples_needed(fraction: float) -> int:
     """The fewest samples that support the `fraction` percentile."""
     return math.ceil(MIN_SAMPLES_BEYOND / (1 - fraction) - 1e-9)
-
-
-def pooled_quantile(repeats: Sequence[tuple[int, Quantiles]], fraction: float) -> float:
-    """The `fraction` percentile of every repeat's samples pooled, from each repeat's quantiles.
-
-    Each repeat's distribution is its quantile grid joined linearly (k6's percentiles are
-    interpolated between ranks too); the pool is their mixture weighted by sample counts, so a
-    repeat of 2,000 requests weighs twice one of 1,000, as its samples would. The percentile is
-    where the mixture's distribution function reaches `fraction`, found by bisection (it rises).
-    """
-    weighted = [(n, q) for n, q in repeats if n > 0 and q]
-    if not weighted:
-        raise ValueError("pooled_quantile needs a repeat with samples")
-    total = sum(n for n, _ in weighted)
-
-    def share_below(x: float) -> float:
-        return sum(n * _distribution(q, x) for n, q in weighted) / total
-
-    low = min(q[0][1] for _, q in weighted)
-    high = max(q[-1][1] for _, q in weighted)
-    for _ in range(100):  # the interval halves each time: far below any latency's resolution
-        middle = (low + high) / 2
-        if share_below(middle) < fraction:
-            low = middle
-        else:
-            high = middle
-    return (low + high) / 2
-
-
-def _distribution(quantiles: Quantiles, x: float) -> float:
-    """The share of a repeat's samples at or below x, interpolated on its quantile grid."""
-    values = [v for _, v in quantiles]
-    if x < values[0]:
-        return 0.0
-    if x >= values[-1]:
-        return 1.0
-    at = bisect.bisect_right(values, x)  # values[at - 1] <= x < values[at]
-    (f0, v0), (f1, v1) = quantiles[at - 1], quantiles[at]
-    return f0 + (f1 - f0) * (x - v0) / (v1 - v0)

@@ -34,6 +34,10 @@ SPREAD_CV = 0.10
 SPREAD_WINDOW_S = 10.0
 SETTLED_HALF_WIDTH = 0.05  # the ratio interval (±5%) that enough repeats of such a group would give
 SPREAD_CONFIDENCE = 0.95
+# A ratio whose interval reaches more than this factor from its low end to its high end (high / low)
+# decides nothing a reader can use ("0.05x [0.00, 4376.40]"): it is no finding, and wherever it would
+# be printed the lab says how many rounds it needs instead (too_wide, rounds_needed).
+MAX_INTERVAL_WIDTH = 3.0
 
 # The short flag the progress line shows for each kind of suspect reason (the words are in
 # summary.md): one per kind, so a flag says which sentence to read.
@@ -141,8 +145,8 @@ class Verdict:
 @dataclass(frozen=True)
 class Spread:
     """A group whose repeats spread more than its window explains: its CV of req/s, and about how
-    many repeats of it (and of a group it is compared with, spreading alike) would bring the
-    ratio's interval to ±SETTLED_HALF_WIDTH."""
+    many repeats of it (round by round with a group it is compared with) would bring the ratio's
+    interval to ±SETTLED_HALF_WIDTH (rounds_needed)."""
 
     cv: float
     repeats: int
@@ -187,10 +191,36 @@ def unexplained_spread(results: Sequence[Mapping[str, Any]]) -> Spread | None:
         return None
     n = len(rates)
     log_sd = statistics.stdev(math.log(v) for v in rates)
-    half_width = float(scipy_stats.t.ppf((1 + SPREAD_CONFIDENCE) / 2, n - 1)) * log_sd / math.sqrt(n)
-    # A ratio's log is a difference of two groups' mean logs: with n repeats on each side spreading
-    # alike, its standard error is √2 times one group's, so it needs twice the repeats.
-    return Spread(cv, n, math.ceil(2 * n * (half_width / SETTLED_HALF_WIDTH) ** 2))
+    # Sized from the group's own spread, not doubled as for two independent sides: a ratio within a
+    # run pairs the sides' repeats by round (report.compare), so what moves a round moves both.
+    return Spread(cv, n, rounds_needed(_t(n - 1) * log_sd / math.sqrt(n), n))
+
+
+def rounds_needed(log_half_width: float, rounds: int, target: float = SETTLED_HALF_WIDTH) -> int:
+    """About how many rounds would bring an interval now log_half_width wide (ln(high / centre)) from
+    `rounds` rounds to ±target: the fewest n with t(n-1)·s/√n <= ln(1 + target), s the rounds' standard
+    deviation the current interval implies (log_half_width·√rounds / t(rounds-1)). t is taken at the
+    n sought, not kept at today's: with 3 rounds t is 4.30, with 19 it is 2.10."""
+    if rounds < 2:
+        raise ValueError("rounds_needed needs an interval from at least two rounds")
+    sd = log_half_width * math.sqrt(rounds) / _t(rounds - 1)
+    goal = math.log(1 + target)
+    # t is above the normal quantile at every n: the normal's count is where the search starts.
+    z = float(scipy_stats.norm.ppf((1 + SPREAD_CONFIDENCE) / 2))
+    n = max(2, math.ceil((z * sd / goal) ** 2))
+    while _t(n - 1) * sd / math.sqrt(n) > goal:
+        n += 1
+    return n
+
+
+def too_wide(low: float, high: float) -> bool:
+    """Whether an interval of a positive quantity reaches past MAX_INTERVAL_WIDTH (high / low)."""
+    return low <= 0 or high / low > MAX_INTERVAL_WIDTH
+
+
+def _t(df: int) -> float:
+    """The two-sided SPREAD_CONFIDENCE Student t critical value with df degrees of freedom."""
+    return float(scipy_stats.t.ppf((1 + SPREAD_CONFIDENCE) / 2, df))
 
 
 def judge(figures: Figures) -> Verdict:
