@@ -92,3 +92,49 @@ def test_ctrl_c_at_this_moment_leaves_nothing_and_resume_completes(tmp_path: Pat
     assert manifest["complete"] is True and manifest["all_ok"] is True
     assert_nothing_left(resumed)
     assert not namespaces() - before
+
+
+def two_k6_at_once(run: Run) -> bool:
+    """A duet block's measured window: both sides' k6 run (a warm-up would be one at a time)."""
+    return sum("k6" in line and "scenario=" in line for line in processes_of(run)) >= 2
+
+
+# aiohttp-h1 and grpc at a quarter CPU each, which fit beside each other on one service CPU: the A/A
+# control (aiohttp-h1 beside itself) and the gRPC vs REST pair, one block each, measured for 2 s.
+DUET = ("--preset", "ci", "--profile", "quarter", "--target", "aiohttp-h1,grpc", "--duration", "2s")
+DUET_SCENARIOS = {
+    "aiohttp-h1.quarter.c100.closed.aa1.r1",
+    "aiohttp-h1.quarter.c100.closed.aa2.r1",
+    "grpc.quarter.c100.closed.vs-aiohttp-h1.r1",
+    "aiohttp-h1.quarter.c100.closed.vs-grpc.r1",
+}
+
+
+def test_ctrl_c_in_a_duets_window_leaves_nothing_and_resume_completes_the_duet_run(tmp_path: Path) -> None:
+    out = tmp_path / f"duet-{uuid.uuid4().hex[:8]}"
+    quick_benchmark(out)
+    run = start_run(out, *DUET, "--duet", "on", "--warmup", "0")
+    wait_until(lambda: two_k6_at_once(run), 90, "a duet's measured window")
+    os.killpg(run.process.pid, signal.SIGINT)
+    assert run.wait(timeout=60) == EXIT_INTERRUPTED, run.output()[-4000:]
+    assert_nothing_left(run, timeout=2)
+    assert json.loads((out / "manifest.json").read_text())["finished_at"], "no final manifest"
+
+    resumed = start_run(out, *DUET, "--duet", "on", "--warmup", "0", "--resume", marker=run.marker)
+    assert resumed.wait() == EXIT_OK, resumed.output()[-4000:]
+    found = results(out)
+    assert set(found) == DUET_SCENARIOS and {r["status"] for r in found.values()} == {"ok"}
+    # Each side of a block names its partner, side and slot; the block's two sides ran at once.
+    pair = (
+        found["grpc.quarter.c100.closed.vs-aiohttp-h1.r1"],
+        found["aiohttp-h1.quarter.c100.closed.vs-grpc.r1"],
+    )
+    assert [r["scenario"]["duet"]["partner"] for r in pair] == ["aiohttp-h1", "grpc"]
+    assert sorted(r["scenario"]["duet"]["slot"] for r in pair) == [1, 2]
+    assert pair[0]["scenario"]["target_group"] == "grpc.quarter.c100.closed"
+    assert all(r["k6"]["sharing"] == 2 for r in found.values())
+    assert "A/A control (aiohttp-h1 beside itself): req/s" in resumed.output()
+    assert "grpc vs aiohttp-h1: req/s" in resumed.output()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["complete"] is True and manifest["all_ok"] is True
+    assert_nothing_left(resumed)

@@ -10,8 +10,9 @@ import pytest
 from labrunner.cli import report as cli
 from labrunner.cli.session import say_findings
 from labrunner.files import write_json_atomic
+from labrunner.model.questions import is_streaming
 from labrunner.report import answers, findings, payload
-from labrunner.report.compare import compare_groups, group_results, is_streaming
+from labrunner.report.compare import compare_groups, group_results
 from labrunner.report.stats import Ratio, holm
 from labrunner.report.summary import write_summaries
 from labrunner.results.store import RESULT_SCHEMA, result_path

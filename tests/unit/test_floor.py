@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.questions import FLOOR_PREFIX, is_floor
 from labrunner.model.scenario import Overrides, Scenario
 from labrunner.report import floor, repeats
 from labrunner.report.compare import compare_groups, group_results
@@ -26,7 +27,7 @@ def test_every_stack_has_one_floor_target_copying_one_lab_target() -> None:
 def test_a_floor_target_is_its_lab_target_on_another_module() -> None:
     targets = load_matrix(MATRIX).targets
     for name in FLOOR_TARGETS:
-        floor_target, lab = targets[name], targets[name.removeprefix(floor.FLOOR_PREFIX)]
+        floor_target, lab = targets[name], targets[name.removeprefix(FLOOR_PREFIX)]
         assert floor_target.module == f"benchmarks.floor.{lab.service}"
         assert (ROOT / "benchmarks" / "floor" / f"{lab.service}.py").is_file()
         same = ("service", "script", "protocol", "tls", "expect_proto", "env", "response_model")
@@ -73,7 +74,7 @@ def _floor_run(floor_k6_cpu: float = 0.3) -> list[dict[str, Any]]:
     results = []
     for s in expand(load_matrix(MATRIX), "local", "floor", overrides).scenarios:
         rps = 1000.0 + s.repeat
-        if s.target.name.startswith(floor.FLOOR_PREFIX):
+        if s.target.name.startswith(FLOOR_PREFIX):
             results.append(_result(s, rps, 2.5, floor_k6_cpu))
         else:
             results.append(_result(s, 0.8 * rps, 2.5))
@@ -96,7 +97,7 @@ def test_each_lab_group_is_compared_with_its_floor_alone() -> None:
     # The questions between targets are the lab's: no floor in them (unfiltered, gRPC vs REST has some).
     def with_floors(groups: list[Any]) -> set[str]:
         sides = [g for c in compare_groups(groups) for g in (c.candidate, c.baseline)]
-        return {g.target for g in sides if floor.is_floor(g)}
+        return {g.target for g in sides if is_floor(g)}
 
     assert with_floors(groups) and not with_floors(floor.lab_groups(groups))
 

@@ -380,8 +380,10 @@ def test_dry_run_prints_every_scenario_in_the_order_its_seed_runs(capsys: pytest
     assert cli.main(selection) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("backend: local")
-    assert out[1].split()[:3] == ["#", "scenario", "service"]
-    rows = out[2:-2]
+    # Two small profiles (0.5 CPU each) do not fit on one service CPU: no duet, said once.
+    assert out[1].startswith("duet: profile small's two quotas (1 CPUs) exceed 80% of its 1 service CPU")
+    assert out[2].split()[:3] == ["#", "scenario", "service"]
+    rows = out[3:-2]
     plan = expand(load_matrix(MATRIX), "local", "ci", Overrides(counts=(10, 100)))
     assert [row.split()[1] for row in rows] == [s.id for s in replace(plan, seed=5).run_order]
     assert [row.split()[0] for row in rows] == [str(i) for i in range(1, 17)]
@@ -389,7 +391,7 @@ def test_dry_run_prints_every_scenario_in_the_order_its_seed_runs(capsys: pytest
     assert out[-1] == "each round shuffled by seed 5: --seed 5 runs this order"
     # The same seed, the same order; without one, a fresh seed is said.
     assert cli.main(selection) == 0
-    assert capsys.readouterr().out.splitlines()[2:-2] == rows
+    assert capsys.readouterr().out.splitlines()[3:-2] == rows
     assert cli.main(selection[:-2]) == 0
     assert re.fullmatch(
         r"each round shuffled by seed \d+: --seed \d+ runs this order",

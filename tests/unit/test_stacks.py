@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from labrunner import certs
 from labrunner.model.matrix import MatrixError, expand, load_matrix, parse_matrix
+from labrunner.model.questions import FLOOR_PREFIX
 from labrunner.model.scenario import Target
-from labrunner.report.floor import FLOOR_PREFIX
 from labrunner.results import provenance
 from matplotlib.markers import MarkerStyle
 

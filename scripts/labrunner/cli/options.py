@@ -6,6 +6,7 @@ from pathlib import Path
 
 from labrunner import backends, certs
 from labrunner.cli import version
+from labrunner.model import duet
 from labrunner.model.schema import duration_seconds
 from labrunner.observe.labels import INFLUXDB_DATABASE
 from labrunner.paths import REPO
@@ -170,6 +171,15 @@ def _add_load(pick: argparse._ArgumentGroup) -> None:
     pick.add_argument("--duration", help="measured k6 time, e.g. 30s (ramping models use their stages)")
     pick.add_argument("--warmup", help="unmeasured k6 time before measuring, e.g. 10s; 0 skips it")
     pick.add_argument("--repeats", type=int, help="independent runs per scenario")
+    pick.add_argument(
+        "--duet",
+        choices=duet.MODES,
+        default=duet.AUTO,
+        help="the closed model's compared pairs measured at the same time, each repeat a block with "
+        "the slots swapped, and an A/A control (docs/measurement.md): auto where the two quotas fit "
+        f"on the service CPUs ({duet.FITS_SHARE:.0%}% of them), else one target at a time; on: an "
+        "error where they don't fit; off: one target at a time (default: auto)",
+    )
     pick.add_argument(
         "--seed",
         type=int,

@@ -16,6 +16,8 @@ from labrunner.backends.base import Backend, BackendSettings, BackendUnavailable
 from labrunner.cli import live
 from labrunner.cli.listing import describe_matrix, describe_plan
 from labrunner.cli.options import build_parser
+from labrunner.model import duet
+from labrunner.model.duet import DuetError
 from labrunner.model.engine_roles import Hosts, HostsError, hosts
 from labrunner.model.matrix import expand, load_matrix, split_list
 from labrunner.model.scenario import AUTO_INSTANCES, CALLER, Matrix, Overrides, Plan
@@ -49,17 +51,18 @@ def main(argv: Sequence[str] | None = None, prog: str = "run_matrix.py") -> int:
             return EXIT_OK
         roles = _hosts(args, matrix)
         backend_name, reason = backends.choose(args.backend, roles)
-        plan = expand(matrix, backend_name, args.preset, _overrides(args))
+        plan = duet.plan_duets(expand(matrix, backend_name, args.preset, _overrides(args)), args.duet)
         if not plan.scenarios:
             raise _Usage("the selection has no scenarios")
         if plan.measure == CALLER:
             return _callers(args, matrix, argv)
         if args.dry_run:
             print(_backend_line(backend_name, reason))
+            print(*plan.notes, sep="\n", end="\n" if plan.notes else "")
             print(describe_plan(seed_plan(plan, args.seed)[0]))
             return EXIT_OK
         return _run(args, plan, roles=roles, backend_name=backend_name, reason=reason, argv=argv)
-    except (MatrixError, HostsError, K6NotFound, BackendUnavailable, _Usage) as exc:
+    except (MatrixError, HostsError, K6NotFound, BackendUnavailable, DuetError, _Usage) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -109,6 +112,7 @@ def _run(
                 print(_backend_line(backend_name, reason))
                 print(f"run {run_id}: {len(plan.scenarios)} scenarios, out {out_dir}")
                 print(f"order: each round shuffled by seed {plan.seed} ({seed_origin})")
+                print(*plan.notes, sep="\n", end="\n" if plan.notes else "")
                 ok = session.run_plan(plan, config, backend, settings, say=_say)
             finally:
                 with interrupts.held():

@@ -16,7 +16,8 @@ from labrunner import interrupts
 from labrunner.backends.base import Backend, BackendSettings, ScenarioFailed
 from labrunner.cli import grafana
 from labrunner.files import write_json_atomic
-from labrunner.model.scenario import Plan, Scenario
+from labrunner.model import duet
+from labrunner.model.scenario import Plan, Scenario, units_of
 from labrunner.observe import interference, prometheus_sd
 from labrunner.report import answers, findings, payload, precision, serialization
 from labrunner.report.build import PAYLOAD_FILE, SERIALIZATION_FILE, write_report
@@ -33,6 +34,7 @@ from labrunner.results.store import (
 )
 from labrunner.results.trust import Verdict
 from labrunner.run import calibration
+from labrunner.run.duet import finish_duet, measure_duet
 from labrunner.run.outcome import ScenarioOutcome
 from labrunner.run.runner import RunConfig, ScenarioRun, measure_scenario
 from labrunner.say import Say
@@ -122,10 +124,17 @@ def run_plan(
     try:
         if run_order:
             calibrations["before"] = calibration.calibrate(calibration_cpus, "before", say)
-        for index, scenario in enumerate(run_order, start=1):
-            if scenario.id in done:
-                say(f"[{index}/{len(run_order)}] {scenario.id}: ok in an earlier session, skipped")
+        index = 0
+        for unit in plan.run_units:
+            first, index = index + 1, index + len(unit)
+            if all(s.id in done for s in unit):  # a duet's block runs again unless both sides are done
+                for number, scenario in enumerate(unit, start=first):
+                    say(f"[{number}/{len(run_order)}] {scenario.id}: ok in an earlier session, skipped")
                 continue
+            if len(unit) == 2:
+                scenarios.run_unit(first, unit)
+                continue
+            [scenario] = unit
             if scenario.load_model.rung is not None:
                 if closed_results is None:
                     # The rungs' rates come from the closed rounds' results, all run before them:
@@ -144,7 +153,13 @@ def run_plan(
         settle()
         if config.precision is not None:
             added = _sharpen(
-                plan, config, order, run_one=run_one, settle=settle, extend=progress.extend, say=say
+                plan,
+                config,
+                order,
+                run_unit=scenarios.run_unit,
+                settle=settle,
+                extend=progress.extend,
+                say=say,
             )
             sharpness = precision.sharpness(group_results(load_results(out, order)))
             manifest_args["precision"] = _precision_record(config, sharpness, len(added))
@@ -261,6 +276,53 @@ class _Scenarios:
         if not measured.may_overlap:
             self.settle()
 
+    def run_unit(self, index: int, unit: tuple[Scenario, ...]) -> None:
+        """A scenario alone (run_one) or a duet block (run_duet)."""
+        if len(unit) == 2:
+            self.run_duet(index, (unit[0], unit[1]))
+        else:
+            [scenario] = unit
+            self.run_one(index, scenario)
+
+    def run_duet(self, index: int, pair: tuple[Scenario, Scenario]) -> None:
+        """Measure a duet block's two scenarios together (run.duet) and hand their finish to the
+        finisher as one; the next scenario starts once it is done (two services are on the CPUs)."""
+        for number, scenario in enumerate(pair, start=index):
+            self._progress.starting(number, scenario)
+        for entry in self._finishing:
+            if not entry.next_started.done():
+                entry.next_started.set_result(True)
+        runs = measure_duet(
+            pair, self._config.run, self._backend, self._settings, self._say, before_measure=self.settle
+        )
+        try:
+            for scenario in pair:
+                self._progress.measured(scenario)
+            self.settle()
+        except BaseException:
+            for run in runs:
+                run.stop()
+            raise
+        with interrupts.held():
+            next_started: Future[bool] = Future()
+            next_started.set_result(False)  # nothing starts beside a duet's finish
+            order = tuple(self._order)
+            kept = self._finisher.submit(self._keep_duet, runs, order)
+            self._finishing += [
+                _Finishing(index, next_started, _side(kept, 0)),
+                _Finishing(index + 1, next_started, _side(kept, 1)),
+            ]
+        self.settle()
+
+    def _keep_duet(self, runs: tuple[ScenarioRun, ScenarioRun], order: tuple[str, ...]) -> tuple[Kept, Kept]:
+        """On the finisher thread: both finishes, then each side judged and written (_keep)."""
+        run = self._config.run
+        outcomes = finish_duet(runs, lambda: False)
+        return (
+            _keep(outcomes[0], run.out_dir, run.run_id, order),
+            _keep(outcomes[1], run.out_dir, run.run_id, order),
+        )
+
     def settle(self) -> None:
         """Wait for the previous scenario's finish and written result, and report it."""
         self._nothing_started_beside()
@@ -292,6 +354,13 @@ class _Scenarios:
         return _keep(measured.finish(next_started.result), run.out_dir, run.run_id, order)
 
 
+def _side(both: "Future[tuple[Kept, Kept]]", side: int) -> "Future[Kept]":
+    """One side of a duet's kept pair, as settle() reads a scenario's."""
+    one: Future[Kept] = Future()
+    both.add_done_callback(lambda done: one.set_result(done.result()[side]))
+    return one
+
+
 def _close(backend: Backend, run: RunConfig, say: Say) -> None:
     """Whatever of the run's is left stopped, and its Prometheus targets removed; never raises, so
     the manifest is still written."""
@@ -315,7 +384,7 @@ def _sharpen(
     config: SessionConfig,
     order: list[str],
     *,
-    run_one: Callable[[int, Scenario], None],
+    run_unit: Callable[[int, tuple[Scenario, ...]], None],
     settle: Callable[[], None],
     extend: Callable[[Sequence[Scenario]], int],
     say: Say,
@@ -332,23 +401,25 @@ def _sharpen(
         results = load_results(out, order)
         groups = precision.to_repeat(precision.sharpness(group_results(results)), config.precision)
         last_repeat = {r["scenario"]["group"]: _repeat(r) for r in sorted(results, key=_repeat)}
-        round_ = [replace(closed[g.id], repeat=last_repeat[g.id] + 1) for g in groups if g.id in closed]
+        round_ = [duet.next_block(closed[g.id], last_repeat[g.id] + 1) for g in groups if g.id in closed]
         if not round_:
             return added
         needed = sum(s.warmup_s + s.measured_seconds + _ROUND_OVERHEAD_S for s in round_)
         if time.monotonic() + needed > deadline:
             say(f"precision: round {number} ({len(round_)} scenarios, {needed:.0f} s) would outlast --budget")
             return added
-        random.Random(f"{plan.seed}-precision-{number}").shuffle(round_)
+        units = units_of(round_)  # a duet's two sides run as one block
+        random.Random(f"{plan.seed}-precision-{number}").shuffle(units)
         say(
             f"precision: round {number}: one more repeat of the {len(round_)} groups of the pairs "
             f"not yet within ±{config.precision:.0%}"
         )
-        first = extend(round_)
-        for index, scenario in enumerate(round_, start=first):
-            run_one(index, scenario)
-            added.append(scenario.id)
-            order.append(scenario.id)
+        index = extend([s for unit in units for s in unit])
+        for unit in units:
+            run_unit(index, unit)
+            index += len(unit)
+            added += [s.id for s in unit]
+            order += [s.id for s in unit]
         settle()
     raise AssertionError("unreachable: itertools.count never ends")
 

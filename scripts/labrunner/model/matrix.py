@@ -135,6 +135,7 @@ def expand(
         start_timeout_s=settings.start_timeout,
         stop_timeout_s=settings.stop_timeout,
         measure=settings.measure,
+        duet_questions=tuple(settings.duet_questions),
     )
 
 

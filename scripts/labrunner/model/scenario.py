@@ -3,7 +3,7 @@
 import itertools
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -145,6 +145,25 @@ class LoadModel:
 
 
 @dataclass(frozen=True)
+class Duet:
+    """A scenario measured at the same time as its partner's (model.duet): both services on the
+    service CPUs, each in its own cgroup at the profile's quota, each driven by its own k6.
+
+    side: this scenario's side of the pair (1: the question's candidate, 2: its baseline), fixed for
+    every block of the pair; slot: which of the two starts first in this block (1 or 2), swapped from
+    one block to the next so that no side always holds the same slot.
+    """
+
+    partner: str  # the partner's target; the target itself in the A/A control
+    side: int
+    slot: int
+
+    def suffix(self, target: str) -> str:
+        """What the duet adds to a group id: ".vs-<partner>", or ".aa1"/".aa2" in the A/A control."""
+        return f".aa{self.side}" if self.partner == target else f".vs-{self.partner}"
+
+
+@dataclass(frozen=True)
 class Scenario:
     """One measured unit: a target on a profile, at a payload count, under a load model."""
 
@@ -162,14 +181,22 @@ class Scenario:
     # k6 processes splitting the load model by execution segments, one CPU each; "auto": one
     # per CPU of the k6 side. Not part of the id: the load model is the same, only split.
     k6_instances: K6Instances = 1
+    duet: Duet | None = None  # measured beside a partner, None: alone
 
     @property
     def group(self) -> str:
-        """The scenario id without the repeat: repeats of one group are aggregated.
+        """The scenario id without the repeat: repeats of one group are aggregated. A duet's group
+        names its partner: its repeats ran beside that partner's, and pair with them only.
 
         The default response model and direction add nothing, so groups keep the ids runs made
         before the models and directions existed had.
         """
+        target_group = self.target_group
+        return target_group if self.duet is None else target_group + self.duet.suffix(self.target.name)
+
+    @property
+    def target_group(self) -> str:
+        """The group without the duet's partner: the target under these conditions, alone or not."""
         return self.group_under(self.load_model.name)
 
     def group_under(self, load_model: str) -> str:
@@ -247,25 +274,45 @@ class Plan:
     stop_timeout_s: float
     seed: int | None = None  # shuffles the scenarios inside each round (run_order); None: no shuffle
     measure: str = SERVICE  # MEASURES: what the run measures
+    notes: tuple[str, ...] = ()  # how the run departs from its matrix, said once when it starts
+    duet_questions: tuple[str, ...] = ()  # the questions whose pairs may duet; empty: every one
 
     @property
     def run_order(self) -> tuple[Scenario, ...]:
         """The scenarios in the order they run: the rounds in order, each shuffled by `seed`, so no
         target always runs first after calibration or right after a given other one."""
-        if self.seed is None:
-            return self.scenarios
+        return tuple(scenario for unit in self.run_units for scenario in unit)
+
+    @property
+    def run_units(self) -> tuple[tuple[Scenario, ...], ...]:
+        """run_order in what runs as one: a duet block's two scenarios (slot order), or one alone; a
+        round's units are shuffled whole."""
+        units: list[tuple[Scenario, ...]] = []
         shuffler = random.Random(self.seed)
-        ordered: list[Scenario] = []
         for _, members in itertools.groupby(self.scenarios, key=round_of):
-            round_members = list(members)
-            shuffler.shuffle(round_members)
-            ordered += round_members
-        return tuple(ordered)
+            round_units = units_of(list(members))
+            if self.seed is not None:
+                shuffler.shuffle(round_units)
+            units += round_units
+        return tuple(units)
 
     @property
     def estimated_seconds(self) -> float:
         """k6 time only: warm-up plus measured runs (overhead comes on top)."""
         return sum(s.warmup_s + s.measured_seconds for s in self.scenarios)
+
+
+def units_of(scenarios: Sequence[Scenario]) -> list[tuple[Scenario, ...]]:
+    """Scenarios in what runs as one: each duet's two sides of a repeat (slot order), else one alone,
+    in the order their first member comes."""
+    units: dict[tuple[object, ...], list[Scenario]] = {}
+    for s in scenarios:
+        if s.duet is None:
+            units[(s.id,)] = [s]
+        else:
+            pair = frozenset({s.target.name, s.duet.partner})
+            units.setdefault((s.repeat, pair, s.target_group.partition(".")[2]), []).append(s)
+    return [tuple(sorted(u, key=lambda s: s.duet.slot if s.duet else 0)) for u in units.values()]
 
 
 def format_duration(seconds: float) -> str:

@@ -43,6 +43,17 @@ from services.common.stacks import BY_PACKAGE
 
 ProtocolName = Literal["http1.1", "http2", "grpc"]
 MeasureName = Literal["service", "caller"]  # labrunner.model.scenario.MEASURES
+# labrunner.model.questions.QUESTIONS' kinds, held equal by a test.
+QuestionName = Literal[
+    "lab vs floor",
+    "build vs prebuilt",
+    "metrics on vs off",
+    "HTTP/2 vs HTTP/1.1",
+    "gRPC vs REST",
+    "gRPC streaming vs unary",
+    "REST server vs REST server",
+    "gRPC server vs gRPC server",
+]
 # What k6 reports as res.proto for each REST protocol.
 REST_PROTO = {"http1.1": "HTTP/1.1", "http2": "HTTP/2.0"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -493,6 +504,8 @@ class Settings(_Table):
     start_timeout: PositiveDuration
     stop_timeout: PositiveDuration
     measure: MeasureName = "service"  # "caller": the scenarios' targets are called by Python callers
+    # The questions whose pairs run as duets (model.duet); empty: every question the run asks.
+    duet_questions: list[QuestionName] = []
 
 
 # Keys a [defaults], [defaults.<backend>], [presets.<name>] or [presets.<name>.<backend>] may set.
@@ -516,6 +529,7 @@ class _Selection(_Table):
     start_timeout: PositiveDuration | None = None
     stop_timeout: PositiveDuration | None = None
     measure: MeasureName | None = None
+    duet_questions: list[QuestionName] | None = None
 
 
 class _Preset(_Selection):

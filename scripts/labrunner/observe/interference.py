@@ -24,7 +24,7 @@ so others may come out slightly negative. How exact it is, measured: docs/measur
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -170,14 +170,24 @@ def interference(
 
 
 def scenario_section(
-    window: Window | None, handle: ServiceHandle | None, usage: ServiceUsage | None, reason: str | None
+    window: Window | None,
+    handle: ServiceHandle | None,
+    usage: ServiceUsage | None,
+    reason: str | None,
+    beside: tuple[float | None, float | None] | None = None,
 ) -> dict[str, Any] | None:
-    """interference() for a scenario; None when no service ran."""
+    """interference() for a scenario; None when no service ran.
+
+    beside: a duet partner's service and k6 CPU seconds over the same window, which ran on the same
+    CPUs as part of the measurement: counted as the scenario's own, not as others'."""
     if handle is None:
         return None
-    return interference(
-        window, handle.service_cpus, handle.k6_cpus, usage.cpu_seconds if usage else None, reason
-    )
+    service_cpu_seconds = usage.cpu_seconds if usage else None
+    if beside is not None and window is not None:
+        partner_service, partner_k6 = beside
+        service_cpu_seconds = _sum(service_cpu_seconds, partner_service)
+        window = replace(window, k6_cpu_seconds=_sum(window.k6_cpu_seconds, partner_k6))
+    return interference(window, handle.service_cpus, handle.k6_cpus, service_cpu_seconds, reason)
 
 
 def describe(section: Mapping[str, Any] | None) -> str:

@@ -2,7 +2,7 @@
 
 from collections.abc import Sequence
 
-from labrunner.report import network_findings, payload, payload_sweep
+from labrunner.report import aa_control, network_findings, payload, payload_sweep
 from labrunner.report.compare import Group
 from labrunner.report.findings import Finding, cannot_compare, comparisons_findings, ranked, unasked
 from labrunner.report.floor import lab_groups
@@ -22,7 +22,7 @@ def for_run(
     lab = lab_groups(groups)
     if payload_rows is None and len({g.count for g in lab}) > 1:
         payload_rows = payload.measure()
-    found = comparisons_findings(lab) + cannot_compare(lab)
+    found = aa_control.findings(lab) + comparisons_findings(lab) + cannot_compare(lab)
     found += payload_sweep.findings(lab, payload_rows or (), cases)
     found += network_findings.findings(lab)
     return ranked(found + unasked(found, preset))

@@ -7,7 +7,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from labrunner.report.compare import CAPACITY, SEQUENTIAL, THROUGHPUT, Group, is_streaming
+from labrunner.model.questions import is_streaming
+from labrunner.report.compare import CAPACITY, SEQUENTIAL, THROUGHPUT, Group
 from labrunner.report.payload import PayloadRow
 from labrunner.report.serialization import Case
 from labrunner.report.stats import summarize

@@ -5,6 +5,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from labrunner.model.questions import pairs
 from labrunner.model.scenario import DEFAULT_DIRECTION
 from labrunner.report.stats import (
     Ratio,
@@ -118,6 +119,9 @@ class Group:
     order: int  # position of the target in the run (matrix order)
     results: tuple[Result, ...]  # status ok, in repeat order
     attempted: int  # repeats with a result file, failed ones included
+    # A duet's group (model.duet): the target it ran beside, and its side of the pair (1 or 2).
+    partner: str | None = None
+    side: int | None = None
 
     def values(self, metric: str) -> list[float]:
         read = METRICS[metric].read
@@ -183,65 +187,8 @@ class Comparison:
     ratios: Mapping[str, Ratio]  # metric name -> ratio; metrics without values on a side are absent
 
 
-@dataclass(frozen=True)
-class _Rule:
-    """A question answered by pairs of groups that differ in one attribute only."""
-
-    kind: str
-    same: tuple[str, ...]  # Group attributes both sides share
-    is_pair: Callable[[Group, Group], bool]  # (candidate, baseline)
-
-
-# Every question compares like with like: same scenario, and instrumented with instrumented.
-_SCENARIO = ("profile", "count", "load_model", "response_model", "direction", "network", "instrumented")
-_RULES = (
-    # What building each response costs over sending prebuilt objects, per server and protocol.
-    _Rule(
-        "build vs prebuilt",
-        ("target", "profile", "count", "load_model", "direction", "network"),
-        lambda c, b: c.response_model == "build" and b.response_model == "prebuilt",
-    ),
-    # The same script too: a stream with metrics is no "on" side for unary without.
-    _Rule(
-        "metrics on vs off",
-        ("service", "protocol", "script", "tls", "profile", "count", "load_model", "direction"),
-        lambda c, b: c.instrumented and not b.instrumented,
-    ),
-    _Rule(
-        "HTTP/2 vs HTTP/1.1",
-        ("service", "tls", *_SCENARIO),
-        lambda c, b: c.protocol == "http2" and b.protocol == "http1.1",
-    ),
-    # Unary only: a stream of N messages is not one response of N records.
-    _Rule(
-        "gRPC vs REST",
-        ("tls", *_SCENARIO),
-        lambda c, b: c.protocol == "grpc" and b.protocol != "grpc" and not is_streaming(c),
-    ),
-    # The like-for-like comparison for streaming: unary gRPC on the same server and records.
-    _Rule(
-        "gRPC streaming vs unary",
-        ("service", "tls", *_SCENARIO),
-        lambda c, b: is_streaming(c) and b.protocol == "grpc" and not is_streaming(b),
-    ),
-    # Servers compare in matrix order (aiohttp before Quart): ratio = earlier / later target.
-    _Rule(
-        "REST server vs REST server",
-        ("protocol", "tls", *_SCENARIO),
-        lambda c, b: c.protocol != "grpc" and c.service != b.service and c.order < b.order,
-    ),
-    # The same script too: a streaming target is no baseline for a unary one.
-    _Rule(
-        "gRPC server vs gRPC server",
-        ("protocol", "script", "tls", *_SCENARIO),
-        lambda c, b: c.protocol == "grpc" and c.service != b.service and c.order < b.order,
-    ),
-)
-
-
-def is_streaming(group: Group) -> bool:
-    """Whether the group's k6 script streams its records (one message each) instead of one response."""
-    return "stream" in group.script.rsplit("/", 1)[-1]
+# The A/A control of a duet run: one target against itself, side 1 over side 2 (model.duet).
+AA_CONTROL = "A/A control"
 
 
 def group_results(results: Iterable[Result]) -> list[Group]:
@@ -277,26 +224,48 @@ def group_results(results: Iterable[Result]) -> list[Group]:
                 order=targets[scenario["target"]],
                 results=tuple(ok),
                 attempted=len(rs),
+                partner=(scenario.get("duet") or {}).get("partner"),
+                side=(scenario.get("duet") or {}).get("side"),
             )
         )
     return groups
 
 
 def compare_groups(groups: Sequence[Group]) -> list[Comparison]:
-    """Every pair the rules find, in group order; groups without a successful repeat, or whose
-    throughput is only a lower bound, are skipped."""
+    """Every pair the questions find, in question then group order, and each duet's A/A control;
+    groups without a successful repeat, or whose throughput is only a lower bound, are skipped.
+
+    A duet's group compares only with its partner's group of the same duet: each ran beside the
+    other, so their ratio is the duet's; a group that ran alone compares only with others that did.
+    """
     usable = [g for g in groups if g.results and not g.lower_bound]
-    comparisons = []
-    for rule in _RULES:
-        for candidate in usable:
-            for baseline in usable:
-                if candidate is baseline or candidate.kind != baseline.kind:
-                    continue
-                if any(getattr(candidate, a) != getattr(baseline, a) for a in rule.same):
-                    continue
-                if rule.is_pair(candidate, baseline):
-                    comparisons.append(_compare(rule.kind, candidate, baseline))
+    comparisons = [
+        _compare(question.kind, candidate, baseline)
+        for question, candidate, baseline in pairs(usable)
+        if candidate.kind == baseline.kind and _partners(candidate, baseline)
+    ]
+    for candidate in usable:
+        for baseline in usable:
+            if _aa_control(candidate, baseline):
+                comparisons.append(_compare(AA_CONTROL, candidate, baseline))
     return comparisons
+
+
+def _partners(candidate: Group, baseline: Group) -> bool:
+    """Whether two groups may form a pair: both ran alone, or each beside the other in one duet."""
+    if candidate.partner is None and baseline.partner is None:
+        return True
+    return candidate.partner == baseline.target and baseline.partner == candidate.target
+
+
+def _aa_control(candidate: Group, baseline: Group) -> bool:
+    """Side 1 over side 2 of one target dueted with itself, all else the same."""
+    return (
+        candidate.target == candidate.partner == baseline.target == baseline.partner
+        and (candidate.side, baseline.side) == (1, 2)
+        and candidate.kind == baseline.kind
+        and candidate.id.removesuffix(".aa1") == baseline.id.removesuffix(".aa2")
+    )
 
 
 def budget_pairs(groups: Sequence[Group]) -> list[Comparison]:

@@ -12,8 +12,9 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from labrunner.model.questions import is_streaming
 from labrunner.model.scenario import UPLOAD
-from labrunner.report.compare import THROUGHPUT, Comparison, Group, compare_groups, is_streaming
+from labrunner.report.compare import THROUGHPUT, Comparison, Group, compare_groups
 from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, Ratio, holm, ratio_too_wide
 from labrunner.results.trust import LIMITED_BY_K6, SETTLED_HALF_WIDTH, rounds_needed, verdict_of
 

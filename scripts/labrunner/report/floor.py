@@ -6,17 +6,13 @@ no other comparison, since the questions between targets are about the lab's ser
 
 from collections.abc import Sequence
 
-from labrunner.report.compare import THROUGHPUT, Comparison, Group
+from labrunner.model.questions import FLOOR_PREFIX, LAB_VS_FLOOR, is_floor
+from labrunner.report.compare import THROUGHPUT, Comparison, Group, compare_groups
 from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
-from labrunner.report.stats import CONFIDENCE, Ratio, ratio
+from labrunner.report.stats import CONFIDENCE, Ratio
 
-FLOOR_PREFIX = "floor-"
-KIND = "lab vs floor"
+KIND = LAB_VS_FLOOR
 COMPARED = ("rps", "cpu_per_1k")
-
-
-def is_floor(group: Group) -> bool:
-    return group.target.startswith(FLOOR_PREFIX)
 
 
 def lab_groups(groups: Sequence[Group]) -> list[Group]:
@@ -26,14 +22,20 @@ def lab_groups(groups: Sequence[Group]) -> list[Group]:
 
 def _pairs(groups: Sequence[Group]) -> list[tuple[Group, Group]]:
     """(lab, floor) throughput groups whose ids differ in the target alone (target names hold no dot):
-    the same profile, payload, load model, response model and network."""
-    floors = {(g.target.removeprefix(FLOOR_PREFIX), g.id.partition(".")[2]): g for g in groups if is_floor(g)}
+    the same profile, payload, load model, response model and network; in a duet run, the same duet."""
+    floors = {(g.target.removeprefix(FLOOR_PREFIX), _conditions(g)): g for g in groups if is_floor(g)}
     pairs = []
     for g in groups:
-        floor = floors.get((g.target, g.id.partition(".")[2]))
-        if floor is not None and g.kind == floor.kind == THROUGHPUT:
+        floor = floors.get((g.target, _conditions(g)))
+        if floor is not None and g.kind == floor.kind == THROUGHPUT and g.partner in (None, floor.target):
             pairs.append((g, floor))
     return pairs
+
+
+def _conditions(group: Group) -> str:
+    """A group's id past its target, without its duet partner."""
+    rest = group.id.partition(".")[2]
+    return rest if group.partner is None else rest.removesuffix(f".vs-{group.partner}")
 
 
 def _why_not(lab: Group, floor: Group) -> str | None:
@@ -47,15 +49,14 @@ def _why_not(lab: Group, floor: Group) -> str | None:
 
 
 def floor_comparisons(groups: Sequence[Group]) -> list[Comparison]:
-    """lab / floor for req/s and CPU per request, per pair with a ratio, in group order."""
+    """lab / floor for req/s and CPU per request, per pair with a ratio, in group order: paired by
+    round (in a duet, by block), as every comparison within a run."""
+    found = {(c.candidate.id, c.baseline.id): c for c in compare_groups(groups) if c.kind == KIND}
     comparisons = []
     for lab, floor in _pairs(groups):
-        if _why_not(lab, floor) is None:
-            ratios = {
-                m: ratio(lab.values(m), floor.values(m))
-                for m in COMPARED
-                if lab.values(m) and floor.values(m)
-            }
+        comparison = found.get((lab.id, floor.id))
+        if comparison is not None and _why_not(lab, floor) is None:
+            ratios = {m: r for m, r in comparison.ratios.items() if m in COMPARED}
             comparisons.append(Comparison(KIND, lab, floor, ratios))
     return comparisons
 
@@ -102,9 +103,10 @@ def section(groups: Sequence[Group]) -> list[Block]:
             "Each lab server against its floor (floor-<target>, benchmarks/floor/): the same contract, "
             "bytes, bad-input answers and per-request work in each response model, in its own minimal "
             "process with the records as flat tuples and none of the lab's serving code (no supervisor, "
-            f"metrics, middleware or drain). Ratios lab / floor with Welch {CONFIDENCE:.0%} intervals over "
-            "the repeats: req/s below 1 and CPU per request above 1 are the harness the lab server "
-            "carries (the lab's goal: req/s at least 0.95x, CPU per request at most 1.05x)."
+            "metrics, middleware or drain). Ratios lab / floor paired by round (in a duet run, by "
+            f"block: both at once), with {CONFIDENCE:.0%} intervals: req/s below 1 and CPU per request "
+            "above 1 are the harness the lab server carries (the lab's goal: req/s at least 0.95x, CPU "
+            "per request at most 1.05x)."
         ),
     ]
     if rows:

@@ -14,10 +14,11 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from labrunner.model.questions import is_streaming
 from labrunner.model.scenario import UPLOAD
 from labrunner.report.cells import centre_cell
 from labrunner.report.charts import DPI
-from labrunner.report.compare import THROUGHPUT, Group, is_streaming
+from labrunner.report.compare import THROUGHPUT, Group
 from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
 from labrunner.report.stats import CENTRE
 from labrunner.results.store import not_run_of

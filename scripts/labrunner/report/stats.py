@@ -28,9 +28,10 @@ RATIO_METHOD_LINE = (
     f"geometric mean of the per-round ratios, its {CONFIDENCE:.0%} interval the Student t interval of "
     "their logarithms, so a round the host slowed for both sides cancels. A table calls a ratio "
     "significant when that interval excludes 1, one test alone; the findings correct over the run's "
-    "tests of each metric (Holm). Where repeats have no partner (a lab server against its floor, a "
-    "run against another), Welch's t-test on the logarithms. An interval wider than "
-    f"{MAX_INTERVAL_WIDTH:g}x (high / low) is shown as — with about how many rounds it needs."
+    "tests of each metric (Holm). In a duet the rounds are blocks, both sides measured at once. "
+    "Where repeats have no partner (a run against another), Welch's t-test on the logarithms. An "
+    f"interval wider than {MAX_INTERVAL_WIDTH:g}x (high / low) is shown as — with about how many "
+    "rounds it needs."
 )
 
 

@@ -59,12 +59,14 @@ def _k6_section(run: K6Run | None) -> dict[str, Any] | None:
         "wall_seconds": run.wall_seconds,
         "cpu_seconds": run.cpu_seconds,
         "cpus": run.cpus,
-        "cpu_utilisation": run.cpu_utilisation,
+        "cpu_utilisation": run.cpu_utilisation,  # of its share of its CPUs (sharing)
         "placement": run.placement,  # one k6 on another engine: where it ran
         "metrics": asdict(run.metrics) if run.metrics else None,
         # The full k6 metrics, for statistics nobody has asked for yet.
         "summary_metrics": summary.get("metrics"),
         "output_tail": run.output_tail,
+        # k6 processes on its CPUs at once, a duet's two; results of a k6 alone keep their keys.
+        **({"sharing": run.sharing} if run.sharing != 1 else {}),
     }
     if run.instances:
         # k6 split by execution segments: metrics above are merged (counts summed, latency over

@@ -25,6 +25,8 @@ def scenario_dict(scenario: Scenario) -> dict[str, Any]:
     return {
         "id": scenario.id,
         "group": scenario.group,
+        # The group without a duet's partner (model.duet): the target under these conditions.
+        "target_group": scenario.target_group,
         "target": target.name,
         "service": target.service,
         "script": target.script,
@@ -56,6 +58,8 @@ def scenario_dict(scenario: Scenario) -> dict[str, Any]:
         # Set only when k6 may split (results of one k6 keep their keys); the k6 section's
         # "instances" says how many ran.
         **({"k6_instances": scenario.k6_instances} if scenario.k6_instances != 1 else {}),
+        # Measured beside a partner: its target, this scenario's side of the pair and slot in the block.
+        **({"duet": asdict(scenario.duet)} if scenario.duet is not None else {}),
     }
 
 

@@ -85,6 +85,8 @@ class K6Run:
     placement: str | None = None  # an instance's engine and CPU, when not this host's
     latency_samples: tuple[float, ...] | None = None  # an instance's raw samples of its clock
     merged: K6Metrics | None = None  # a split run's merged numbers
+    # k6 processes on these CPUs at once: 2 in a duet, whose partner's k6 shares them.
+    sharing: int = 1
 
     @classmethod
     def collect(cls, process: K6Process, invocation: K6Invocation) -> "K6Run":
@@ -149,7 +151,8 @@ class K6Run:
 
     @property
     def cpu_utilisation(self) -> float | None:
-        """k6's CPU use as a fraction of the CPUs it may use; near 1.0 means k6 saturated.
+        """k6's CPU use as a fraction of the CPUs it may use (of its share of them, when it shares
+        them with a duet partner's k6); near 1.0 means k6 saturated.
 
         Over k6's own test run where the summary has it: the process's wall time also holds
         its start-up (a container's creation under docker), which would read low. A split run
@@ -157,11 +160,12 @@ class K6Run:
         """
         if self.instances:
             shares = [run.cpu_utilisation for run in self.instances]
-            return None if any(s is None for s in shares) else max(s for s in shares if s is not None)
+            busiest = None if any(s is None for s in shares) else max(s for s in shares if s is not None)
+            return None if busiest is None else busiest * self.sharing
         seconds = (self.metrics.test_run_seconds if self.metrics else None) or self.wall_seconds
         if self.cpu_seconds is None or seconds <= 0 or self.cpus <= 0:
             return None
-        return self.cpu_seconds / (seconds * self.cpus)
+        return self.cpu_seconds * self.sharing / (seconds * self.cpus)
 
 
 def run(backend: Backend, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Run:

@@ -91,6 +91,7 @@ class ScenarioRun:
         self.verification: service_checks.Verification | None = None
         self.k6_run: K6Run | None = None
         self.search: capacity.Outcome | None = None
+        self._invocation: Callable[..., K6Invocation] | None = None  # set by prepare()
         self.failure: ScenarioFailed | None = None
         self.handle_to_stop: ServiceHandle | None = None  # the service, until stop() has stopped it
         self._stop_lock = threading.Lock()  # stop() may be asked by the main thread and the finisher
@@ -105,6 +106,15 @@ class ScenarioRun:
         )
 
     def measure(self, before_measure: Callable[[], None]) -> None:
+        """prepare(), before_measure(), window(): the scenario's first half when it runs alone."""
+        self.prepare()
+        if self.failure is None:
+            with _timed(self.timings, "waited"):  # for the previous scenario's finish
+                before_measure()
+            self.window()
+
+    def prepare(self) -> None:
+        """Start, health, verify and warm-up; a failure is recorded (self.failure), never raised."""
         scenario, config, settings, say, timings = (
             self.scenario,
             self.config,
@@ -113,7 +123,7 @@ class ScenarioRun:
             self.timings,
         )
         ca_file = settings.certs_dir / certs.CA_FILE
-        try:
+        with self._owned():
             with _timed(timings, "start"):
                 self.handle = self.handle_to_stop = handle = self.backend.start_service(scenario)
             for note in handle.notes:
@@ -136,24 +146,38 @@ class ScenarioRun:
                 places = handle.k6_places[:instances] or [f"CPU {c}" for c in handle.k6_cpus[:instances]]
                 say(f"    k6: {instances} instances by execution segments, one each on {', '.join(places)}")
             api = config.watch is not None and self.backend.name in live.BACKENDS_WITH_K6_HERE
-            invocation = _invocation_factory(
+            self._invocation = _invocation_factory(
                 scenario, config, settings, handle, instances=instances, api=api, upload=upload
             )
             if scenario.warmup_s > 0:
                 with _timed(timings, "warmup"):
-                    warmup = k6.run(self.backend, handle, invocation(True), measured=False)
+                    warmup = k6.run(self.backend, handle, self._invocation(True), measured=False)
                 _check_warmup(warmup)
-            with _timed(timings, "waited"):  # for the previous scenario's finish
-                before_measure()
-            with _timed(timings, "measure"), _marked_window(config, scenario, say):
-                if scenario.load_model.search is not None:
-                    self.search = capacity.search(scenario, handle, self.metered, invocation, say)
-                    self.k6_run = self.search.run  # the search checked every step
-                else:
-                    window_invocation = invocation(False)
-                    with _watched(config, scenario, window_invocation):
-                        self.k6_run = k6.run(self.metered, handle, window_invocation, measured=True)
-                    _check_measured(self.k6_run)
+
+    def window(self, k6_sharing: int = 1) -> None:
+        """The measured window (a capacity search's steps); a failure is recorded, never raised.
+
+        k6_sharing: k6 processes on k6's CPUs at once (a duet's two), so k6's CPU is judged against
+        its share of them."""
+        scenario, config, handle = self.scenario, self.config, self.handle
+        assert handle is not None and self._invocation is not None, "window() before a prepare() that passed"
+        invocation = self._invocation
+        with self._owned(), _timed(self.timings, "measure"), _marked_window(config, scenario, self.say):
+            if scenario.load_model.search is not None:
+                self.search = capacity.search(scenario, handle, self.metered, invocation, self.say)
+                self.k6_run = self.search.run  # the search checked every step
+            else:
+                window_invocation = invocation(False)
+                with _watched(config, scenario, window_invocation):
+                    run = k6.run(self.metered, handle, window_invocation, measured=True)
+                self.k6_run = replace(run, sharing=k6_sharing)
+                _check_measured(self.k6_run)
+
+    @contextmanager
+    def _owned(self) -> Iterator[None]:
+        """A scenario's failure recorded as its own; an interruption (Ctrl-C) stops its service first."""
+        try:
+            yield
         except ScenarioFailed as exc:
             self.failure = exc
         except Exception as exc:  # a bug or an OS error in one scenario must not end the run

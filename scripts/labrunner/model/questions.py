@@ -1,0 +1,132 @@
+"""The questions a run answers: which two sides of a run form a compared pair, and why.
+
+One list for the planner (which closed scenarios run side by side: model.duet) and the report
+(which groups compare: report.compare), so the pairs dueted are exactly the pairs the findings read.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+
+class Side(Protocol):
+    """What a question reads of one side: a report's group or a planned scenario."""
+
+    @property
+    def target(self) -> str: ...
+    @property
+    def service(self) -> str: ...
+    @property
+    def protocol(self) -> str: ...
+    @property
+    def script(self) -> str: ...
+    @property
+    def tls(self) -> bool: ...
+    @property
+    def instrumented(self) -> bool: ...
+    @property
+    def profile(self) -> str: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def load_model(self) -> str: ...
+    @property
+    def response_model(self) -> str: ...
+    @property
+    def direction(self) -> str: ...
+    @property
+    def network(self) -> str: ...
+    @property
+    def order(self) -> int: ...  # the target's position in the run (matrix order)
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question answered by pairs of sides that differ in one attribute only."""
+
+    kind: str
+    same: tuple[str, ...]  # attributes both sides share
+    is_pair: Callable[[Side, Side], bool]  # (candidate, baseline)
+
+    def asks(self, candidate: Side, baseline: Side) -> bool:
+        if (self.kind == LAB_VS_FLOOR) != (is_floor(candidate) or is_floor(baseline)):
+            return False  # a floor answers lab vs floor only
+        return all(getattr(candidate, a) == getattr(baseline, a) for a in self.same) and self.is_pair(
+            candidate, baseline
+        )
+
+
+S = TypeVar("S", bound=Side)
+
+
+# A floor target (benchmarks/floor/) is its lab target's bare server, named after it: it answers one
+# question, lab vs floor, and enters no other (the questions between targets are the lab's servers').
+FLOOR_PREFIX = "floor-"
+LAB_VS_FLOOR = "lab vs floor"
+
+
+def is_floor(side: Side) -> bool:
+    return side.target.startswith(FLOOR_PREFIX)
+
+
+def is_streaming(side: Side) -> bool:
+    """Whether the side's k6 script streams its records (one message each) instead of one response."""
+    return "stream" in side.script.rsplit("/", 1)[-1]
+
+
+# Every question compares like with like: same scenario, and instrumented with instrumented.
+_SCENARIO = ("profile", "count", "load_model", "response_model", "direction", "network", "instrumented")
+QUESTIONS = (
+    # The harness each lab server carries over its bare server, all else the same.
+    Question(
+        LAB_VS_FLOOR,
+        ("service", "protocol", "script", "tls", *_SCENARIO),
+        lambda c, b: b.target == FLOOR_PREFIX + c.target,
+    ),
+    # What building each response costs over sending prebuilt objects, per server and protocol.
+    Question(
+        "build vs prebuilt",
+        ("target", "profile", "count", "load_model", "direction", "network"),
+        lambda c, b: c.response_model == "build" and b.response_model == "prebuilt",
+    ),
+    # The same script too: a stream with metrics is no "on" side for unary without.
+    Question(
+        "metrics on vs off",
+        ("service", "protocol", "script", "tls", "profile", "count", "load_model", "direction"),
+        lambda c, b: c.instrumented and not b.instrumented,
+    ),
+    Question(
+        "HTTP/2 vs HTTP/1.1",
+        ("service", "tls", *_SCENARIO),
+        lambda c, b: c.protocol == "http2" and b.protocol == "http1.1",
+    ),
+    # Unary only: a stream of N messages is not one response of N records.
+    Question(
+        "gRPC vs REST",
+        ("tls", *_SCENARIO),
+        lambda c, b: c.protocol == "grpc" and b.protocol != "grpc" and not is_streaming(c),
+    ),
+    # The like-for-like comparison for streaming: unary gRPC on the same server and records.
+    Question(
+        "gRPC streaming vs unary",
+        ("service", "tls", *_SCENARIO),
+        lambda c, b: is_streaming(c) and b.protocol == "grpc" and not is_streaming(b),
+    ),
+    # Servers compare in matrix order (aiohttp before Quart): ratio = earlier / later target.
+    Question(
+        "REST server vs REST server",
+        ("protocol", "tls", *_SCENARIO),
+        lambda c, b: c.protocol != "grpc" and c.service != b.service and c.order < b.order,
+    ),
+    # The same script too: a streaming target is no baseline for a unary one.
+    Question(
+        "gRPC server vs gRPC server",
+        ("protocol", "script", "tls", *_SCENARIO),
+        lambda c, b: c.protocol == "grpc" and c.service != b.service and c.order < b.order,
+    ),
+)
+
+
+def pairs(sides: Sequence[S]) -> list[tuple[Question, S, S]]:
+    """Every (question, candidate, baseline) among the sides, in question then side order."""
+    return [(q, c, b) for q in QUESTIONS for c in sides for b in sides if c is not b and q.asks(c, b)]

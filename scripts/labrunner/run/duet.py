@@ -1,0 +1,95 @@
+"""A duet block (model.duet): two scenarios prepared one after the other in slot order, their measured
+windows at the same time, then finished together, so that each one's host figures count its partner's
+CPU as part of the measurement rather than as interference."""
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from labrunner.backends.base import Backend, BackendSettings, ScenarioFailed
+from labrunner.model.scenario import Scenario
+from labrunner.observe import interference
+from labrunner.run.outcome import ScenarioOutcome
+from labrunner.run.runner import RunConfig, ScenarioRun
+from labrunner.say import Say
+
+# Each side's k6 shares k6's CPUs with its partner's: judged against half of them.
+K6_SHARING = 2
+
+
+def measure_duet(
+    pair: tuple[Scenario, Scenario],
+    config: RunConfig,
+    backend: Backend,
+    settings: BackendSettings,
+    say: Say,
+    *,
+    before_measure: Callable[[], None] = lambda: None,
+) -> tuple[ScenarioRun, ScenarioRun]:
+    """Both scenarios from their start to the end of their common measured window; their services
+    still run, owned by the returned runs until finish_duet() stops them.
+
+    A side that fails before measuring fails its partner too (a duet measured alone would be no
+    duet): the failure stays with this pair. The live line follows no duet (two windows at once).
+    An interruption stops both services before it propagates.
+    """
+    quiet = replace(config, watch=None)
+    runs = (
+        ScenarioRun(pair[0], quiet, backend, settings, say),
+        ScenarioRun(pair[1], quiet, backend, settings, say),
+    )
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="duet")
+    try:
+        for run in runs:
+            run.prepare()
+            if run.failure is not None:
+                break
+        if _first_failed(runs) is None:
+            before_measure()
+            windows = [pool.submit(run.window, K6_SHARING) for run in runs]
+            for window in windows:
+                window.result()  # window() records a failure in its run; it raises only for a bug
+        if (failed := _first_failed(runs)) is not None:
+            _fail_partner(runs, failed)
+    except BaseException:
+        for run in runs:
+            run.stop()
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return runs
+
+
+def finish_duet(
+    runs: tuple[ScenarioRun, ScenarioRun], overlapped: Callable[[], bool]
+) -> tuple[ScenarioOutcome, ScenarioOutcome]:
+    """Both finishes (final scrape, stop, collect); then each one's host figures with its partner's
+    service and k6 CPU counted as its own. Never raises, as ScenarioRun.finish."""
+    outcomes = (runs[0].finish(overlapped), runs[1].finish(overlapped))
+    return (
+        _beside(outcomes[0], runs[0], runs[1]),
+        _beside(outcomes[1], runs[1], runs[0]),
+    )
+
+
+def _beside(outcome: ScenarioOutcome, run: ScenarioRun, partner: ScenarioRun) -> ScenarioOutcome:
+    partner_service = partner.usage.cpu_seconds if partner.usage else None
+    partner_k6 = partner.k6_run.cpu_seconds if partner.k6_run else None
+    host = interference.scenario_section(
+        run.metered.window, run.handle, run.usage, run.unmetered, beside=(partner_service, partner_k6)
+    )
+    return replace(outcome, host=host)
+
+
+def _first_failed(runs: tuple[ScenarioRun, ScenarioRun]) -> ScenarioRun | None:
+    return next((run for run in runs if run.failure is not None), None)
+
+
+def _fail_partner(runs: tuple[ScenarioRun, ScenarioRun], failed: ScenarioRun) -> None:
+    """The other side fails with the pair: its numbers, if any, were not measured beside a partner."""
+    assert failed.failure is not None
+    for run in runs:
+        if run.failure is None:
+            run.failure = ScenarioFailed(
+                "duet", f"its partner {failed.scenario.id} failed in {failed.failure.phase}"
+            )

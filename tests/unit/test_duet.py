@@ -1,0 +1,207 @@
+"""Duet rounds on synthetic plans and results: which pairs are dueted, the slot swap, the A/A control
+and its verdict, the fallback rule, the block interval, and the partner's CPU counted as the
+scenario's own."""
+
+from typing import Any, get_args
+
+import pytest
+from labrunner.backends.base import Endpoint, ServiceHandle, ServiceUsage
+from labrunner.model import duet
+from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.questions import FLOOR_PREFIX, QUESTIONS, pairs
+from labrunner.model.scenario import Overrides, Plan, Scenario, units_of
+from labrunner.model.schema import QuestionName
+from labrunner.observe import interference
+from labrunner.report import aa_control
+from labrunner.report.compare import AA_CONTROL, compare_groups, group_results
+from labrunner.results.store import scenario_dict
+
+from tests.support import ROOT
+
+MATRIX = ROOT / "matrix.toml"
+
+
+def _plan(preset: str = "default", mode: str = duet.AUTO, **overrides: Any) -> Plan:
+    return duet.plan_duets(expand(load_matrix(MATRIX), "local", preset, Overrides(**overrides)), mode)
+
+
+def _closed(plan: Plan) -> list[Scenario]:
+    return [s for s in plan.scenarios if s.load_model.name == "closed"]
+
+
+def test_quotas_fit_when_two_take_at_most_80_percent_of_the_service_cpus() -> None:
+    profiles = load_matrix(MATRIX).profiles
+    assert [duet.fits(profiles[name]) for name in ("eighth", "quarter", "small", "p1", "p2")] == [
+        True,
+        True,
+        False,  # 2 x 0.5 CPU on one service CPU
+        False,  # 2 x 2 CPUs on two
+        False,
+    ]
+
+
+def test_the_default_run_duets_exactly_the_compared_pairs_and_an_aa_control() -> None:
+    plain = expand(load_matrix(MATRIX), "local", "default")
+    plan = _plan()
+    sides = [s for s in plain.scenarios if s.repeat == 1 and s.load_model.name == "closed"]
+    asked = {(c.target, b.target) for _, c, b in pairs([duet._Side(s, i) for i, s in enumerate(sides)])}
+    blocks = {(s.target.name, s.duet.partner) for s in _closed(plan) if s.duet and s.duet.side == 1}
+    first = sides[0].target.name
+    assert blocks == asked | {(first, first)}
+    assert len(asked) == 9  # the pairs the findings compare
+    # Every closed scenario is in a duet; the ladder rungs are left as they were.
+    assert all(s.duet is not None for s in _closed(plan))
+    assert [s for s in plan.scenarios if s.load_model.rung] == [
+        s for s in plain.scenarios if s.load_model.rung
+    ]
+    # Each block is both sides of one repeat; a pair runs once per repeat.
+    for target, partner in blocks:
+        sides_of = [
+            s for s in _closed(plan) if s.duet and {s.target.name, s.duet.partner} == {target, partner}
+        ]
+        assert sorted(s.repeat for s in sides_of) == sorted([1, 2, 3] * 2)
+    assert plan.notes == ()
+
+
+def test_slots_swap_from_block_to_block_and_a_block_runs_as_one_unit() -> None:
+    plan = _plan(targets=("aiohttp-h1", "grpc"), load_models=("closed",), repeats=4)
+    first_slot = {
+        s.repeat: s.duet.side
+        for s in plan.scenarios
+        if s.duet and s.duet.slot == 1 and s.duet.partner != s.target.name
+    }
+    assert first_slot == {1: 1, 2: 2, 3: 1, 4: 2}
+    for seed in (None, 1, 2, 3):
+        units = Plan(**{**plan.__dict__, "seed": seed}).run_units
+        assert all(len(u) == 2 for u in units)
+        for a, b in units:
+            assert a.duet and b.duet and (a.duet.slot, b.duet.slot) == (1, 2) and a.repeat == b.repeat
+            assert a.duet.partner == b.target.name and b.duet.partner == a.target.name
+    # The A/A control's sides are one target, told apart by side: .aa1 and .aa2.
+    groups = {s.group for s in plan.scenarios}
+    assert {"grpc.quarter.c100.closed.vs-aiohttp-h1", "aiohttp-h1.quarter.c100.closed.vs-grpc"} < groups
+    assert sum(g.endswith((".aa1", ".aa2")) for g in groups) == 2
+
+
+def test_where_quotas_do_not_fit_the_run_says_so_and_goes_sequential() -> None:
+    plain = expand(load_matrix(MATRIX), "local", "ci")
+    plan = _plan("ci")
+    assert plan.scenarios == plain.scenarios
+    assert plan.notes == (
+        "duet: profile small's two quotas (1 CPUs) exceed 80% of its 1 service CPU(s): its closed rounds "
+        "run one target at a time",
+    )
+    with pytest.raises(duet.DuetError, match="profile small's two quotas"):
+        _plan("ci", duet.ON)
+    assert _plan(mode=duet.OFF).scenarios == expand(load_matrix(MATRIX), "local", "default").scenarios
+
+
+def _result(scenario: Scenario, rps: float, cpu_s: float = 2.5) -> dict[str, Any]:
+    return {
+        "scenario_id": scenario.id,
+        "status": "ok",
+        "scenario": scenario_dict(scenario),
+        "k6": {
+            "cpu_utilisation": 0.4,
+            "metrics": {"requests": int(rps * 10), "requests_per_second": rps, "errors": 0, "latency_ms": {}},
+        },
+        "service": {"usage": {"cpu_seconds": cpu_s, "cpu_utilisation": 1.0}},
+        "suspect": [],
+    }
+
+
+# A host whose speed moves by ±20% from block to block: both sides of a block move together.
+HOST = {1: 1.0, 2: 0.8, 3: 1.2, 4: 0.9}
+
+
+def _run(aa_side_1: float = 1.0) -> list[dict[str, Any]]:
+    """aiohttp-h1 and grpc dueted over 4 blocks: grpc serves 0.3x aiohttp's req/s in every block;
+    the A/A control's side 1 serves aa_side_1 times side 2."""
+    plan = _plan(targets=("aiohttp-h1", "grpc"), load_models=("closed",), repeats=4)
+    results = []
+    for s in plan.scenarios:
+        assert s.duet is not None
+        base = 1000.0 * HOST[s.repeat]
+        if s.duet.partner == s.target.name:
+            results.append(_result(s, base * (aa_side_1 if s.duet.side == 1 else 1.0)))
+        else:
+            results.append(_result(s, base * (0.3 if s.target.name == "grpc" else 1.0)))
+    return results
+
+
+def test_the_ratio_is_over_blocks_and_the_host_drift_cancels() -> None:
+    comparisons = compare_groups(group_results(_run()))
+    [grpc_rest] = [c for c in comparisons if c.kind == "gRPC vs REST"]
+    assert (grpc_rest.candidate.target, grpc_rest.baseline.target) == ("grpc", "aiohttp-h1")
+    assert grpc_rest.candidate.partner == "aiohttp-h1" and grpc_rest.baseline.partner == "grpc"
+    rps = grpc_rest.ratios["rps"]
+    assert rps.estimate == pytest.approx(0.3)
+    assert rps.high is not None and rps.low is not None and rps.high / rps.low == pytest.approx(1.0)
+    # A/A sides enter no other question, and duet groups none with a group of another duet.
+    assert {c.kind for c in comparisons} == {"gRPC vs REST", AA_CONTROL}
+
+
+def test_the_aa_control_says_whether_the_runs_ratios_carry_a_bias() -> None:
+    [clean] = aa_control.controls(group_results(_run()))
+    assert clean.ratios["rps"].estimate == pytest.approx(1.0) and aa_control.bias(clean) is None
+    [line] = aa_control.findings(group_results(_run()))
+    assert line.sentence.startswith("A/A control (aiohttp-h1 beside itself): req/s ")
+    assert line.sentence.endswith("no slot bias beyond ±2%.")
+    [biased] = aa_control.controls(group_results(_run(aa_side_1=1.05)))
+    assert aa_control.bias(biased) == pytest.approx(0.05)
+    [said] = aa_control.findings(group_results(_run(aa_side_1=1.05)))
+    assert said.sentence.endswith("the run's duet ratios carry a bias of about 5.0%.")
+
+
+def test_a_partners_cpu_counts_as_the_scenarios_own_not_as_others() -> None:
+    cpus = {0: interference.CpuTimes(idle=0.0, steal=0.0), 1: interference.CpuTimes(idle=0.0, steal=0.0)}
+    # 10 s: CPU 1 (the services') idle 5 s, CPU 0 (the k6s') idle 4 s.
+    after = {0: interference.CpuTimes(idle=4.0, steal=0.0), 1: interference.CpuTimes(idle=5.0, steal=0.0)}
+    window = interference.Window(interference.Snapshot(0.0, cpus), interference.Snapshot(10.0, after), 3.0)
+    section = interference.interference(window, (1,), (0,), 2.5)
+    assert section["interference"]["service_cpus"]["others_cpu_seconds"] == pytest.approx(2.5)
+    handle = _handle()
+    usage = _usage(2.5)
+    beside = interference.scenario_section(window, handle, usage, None, beside=(2.5, 3.0))
+    assert beside is not None
+    assert beside["interference"]["service_cpus"]["others_cpu_seconds"] == pytest.approx(0.0)
+    assert beside["interference"]["k6_cpus"]["others_cpu_seconds"] == pytest.approx(0.0)
+
+
+def _handle() -> ServiceHandle:
+    address = Endpoint("127.0.0.1", 1)
+    return ServiceHandle("s", "rest_aiohttp", address, address, None, None, 1, "cgroup-v1", (1,), (0,))
+
+
+def _usage(cpu_seconds: float) -> ServiceUsage:
+    return ServiceUsage(10.0, cpu_seconds, 0.25, 100, 0, 0.0, None, None, None, 0, "")
+
+
+def test_a_precision_block_swaps_its_slots_and_runs_both_sides_as_one_unit() -> None:
+    plan = _plan(targets=("aiohttp-h1", "grpc"), load_models=("closed",), repeats=1)
+    last = list(reversed(plan.scenarios))  # in any order, each side one repeat on
+    added = [duet.next_block(s, 2) for s in last]
+    units = units_of(added)
+    assert len(units) == 2 and all(len(u) == 2 for u in units)
+    for a, b in units:
+        assert a.duet and b.duet and (a.duet.slot, b.duet.slot) == (1, 2)
+        assert a.duet.side == 2  # side 2 starts the even blocks
+    assert duet.next_block(expand(load_matrix(MATRIX), "local", "ci").scenarios[0], 4).repeat == 4
+
+
+def test_the_matrix_names_exactly_the_questions_a_run_asks() -> None:
+    assert set(get_args(QuestionName)) == {q.kind for q in QUESTIONS}
+
+
+def test_the_floor_preset_duets_each_lab_server_beside_its_floor_and_nothing_else() -> None:
+    plan = _plan("floor")
+    blocks = {
+        (s.target.name, s.duet.partner, s.response_model)
+        for s in plan.scenarios
+        if s.duet and s.duet.side == 1
+    }
+    labs = ("aiohttp-h1", "quart-h1", "granian-h1", "grpc", "grpclib")
+    assert blocks == {(t, FLOOR_PREFIX + t, m) for t in labs for m in ("build", "prebuilt")} | {
+        ("aiohttp-h1", "aiohttp-h1", "build")  # the A/A control
+    }
+    assert all(s.duet for s in plan.scenarios)
