@@ -91,7 +91,7 @@ def test_a_significant_difference_names_its_ratio_interval_and_what_was_held_fix
     results = _run({"grpc": [600, 610, 590]}, cpu_per_request_s=0.0008) + _run({"quart-h1": [400, 405, 395]})
     finding = _one(_find(results), "gRPC vs REST", "grpc vs")
     assert finding.sentence.startswith("grpc vs quart-h1: req/s 1.50x [")
-    assert "], CPU per request 0.80x [0.80, 0.80]." in finding.sentence
+    assert "], CPU/req 0.80x [0.80, 0.80]." in finding.sentence
     assert "inconclusive" not in finding.sentence
     assert finding.held_fixed == "quarter profile (0.25 CPU), 100 records, build, closed model, no TLS"
     assert finding.effect > 0.4
@@ -205,7 +205,7 @@ def test_streaming_is_compared_with_unary_grpc_never_with_rest() -> None:
             assert c.kind == "gRPC streaming vs unary"
             assert c.candidate.protocol == c.baseline.protocol == "grpc"
     stream = _one(_find(results), "gRPC streaming vs unary", "grpc-stream vs grpc:")
-    assert ", CPU per request " in stream.sentence
+    assert ", CPU/req " in stream.sentence
 
 
 def test_a_missing_baseline_is_said_and_the_preset_that_asks_is_named() -> None:
@@ -226,10 +226,26 @@ def test_latency_comes_from_the_highest_offered_rate_both_carried_with_their_uti
                 result["scenario"]["load_model"].update(executor="constant-arrival-rate", rate=rate)
                 loaded.append(result)
     finding = _one(_find(closed + loaded), "gRPC vs REST", "vs quart-h1")
-    assert "; at 200 req/s offered (service CPU 98% and 98%): p50 0.5" in finding.sentence
+    assert "; at 200 req/s: p50 0.5" in finding.sentence
+    # Where each side ran, and how much of its quota it used there, is the finding's note.
+    assert "grpc at 200 req/s: service CPU 98%" in finding.caveat
     assert "at 50 req/s" not in finding.sentence
     # Without open-model runs latency is not compared, and the findings say so.
     _one(_find(closed), "run", "Latency is not compared")
+
+
+def test_latency_comes_from_the_highest_load_both_carried_before_a_higher_one_not_carried() -> None:
+    closed = _run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395]})
+    loaded = []
+    for rate in (50, 200):
+        for target in ("grpc", "quart-h1"):
+            served = 120 if (rate, target) == (200, "quart-h1") else rate  # quart-h1 does not carry 200
+            for i in (1, 2, 3):
+                result = _result(target, i, served, model=f"loaded-{rate}", p50=2.0 + i / 10)
+                result["scenario"]["load_model"].update(executor="constant-arrival-rate", rate=rate)
+                loaded.append(result)
+    finding = _one(_find(closed + loaded), "gRPC vs REST", "vs quart-h1")
+    assert "; at 50 req/s: p50" in finding.sentence and "did not carry" not in finding.caveat
 
 
 def test_an_open_model_target_that_did_not_carry_the_rate_is_named() -> None:
@@ -246,12 +262,12 @@ def test_findings_print_grouped_by_question() -> None:
         _run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395], "quart-h2-tls": [300, 290, 310]})
     )
     lines = findings.markdown(found)
-    assert lines[0] == "- **gRPC vs REST**"
-    # What every finding of the question holds fixed is said once, first.
-    assert lines[1] == "  - Held fixed: quarter profile (0.25 CPU), 100 records, build, closed model, no TLS."
+    # What every finding of the question holds fixed is said once, with the question.
+    held = "quarter profile (0.25 CPU), 100 records, build, closed model, no TLS"
+    assert lines[0] == f"- **gRPC vs REST** — {held}"
     assert all(line.startswith(("- **", "  - ")) for line in lines)
-    assert findings.plain(found)[0] == "gRPC vs REST"
-    assert sum("Held fixed" in line for line in lines) == 1  # the "run" notes hold nothing fixed
+    assert findings.plain(found)[0] == f"gRPC vs REST — {held}"
+    assert not any("Held fixed" in line for line in lines)
 
 
 def test_the_terminal_shows_each_questions_strongest_findings_and_points_to_the_rest() -> None:
@@ -296,8 +312,9 @@ def test_summary_md_opens_with_the_findings(tmp_path: Path) -> None:
     write_summaries(run, "run1", order)
     lines = (run / "summary.md").read_text().splitlines()
     assert lines[:5] == ["# protolab run run1", "", "## Findings", "", findings.CONFIDENCE_LINE]
-    assert "- **gRPC vs REST**" in lines and "## Scenarios" in lines
-    assert lines.index("- **gRPC vs REST**") < lines.index("## Scenarios") < lines.index("## Across repeats")
+    [question] = [line for line in lines if line.startswith("- **gRPC vs REST**")]
+    assert "## Scenarios" in lines
+    assert lines.index(question) < lines.index("## Scenarios") < lines.index("## Across repeats")
     [sentence] = [line for line in lines if line.startswith("  - grpc vs quart-h1")]
     assert ": req/s " in sentence
 
@@ -325,7 +342,8 @@ def test_the_end_of_a_run_prints_the_findings(tmp_path: Path) -> None:
     assert said[1:] == [
         f"  {line}" for line in findings.plain(answers.for_run(group_results(_run(_RESULTS)), "default"))
     ]
-    assert "  gRPC vs REST" in said and any(line.startswith("    grpc vs quart-h1") for line in said)
+    assert any(line.startswith("  gRPC vs REST — ") for line in said)
+    assert any(line.startswith("    grpc vs quart-h1") for line in said)
 
 
 def test_a_wide_ratio_says_how_many_repeats_would_bring_it_to_five_percent() -> None:

@@ -40,17 +40,17 @@ LATENCY = {"grpc": [3.1, 3.2, 3.3], "quart-h1": [6.1, 6.2, 6.3]}
 def test_latency_at_load_gives_both_percentiles() -> None:
     finding = _one(_find(_run(CLOSED) + _loaded(LATENCY, 200)), "gRPC vs REST", "vs quart-h1")
     assert finding.sentence == (
-        "grpc vs quart-h1: req/s 1.50x [1.48, 1.52], CPU per request 1.00x [1.00, 1.00]; at 200 req/s "
-        "offered (service CPU 98% and 98%): p50 0.52x [0.50, 0.54], p99 0.52x [0.50, 0.54]."
+        "grpc vs quart-h1: req/s 1.50x [1.48, 1.52], CPU/req 1.00x [1.00, 1.00]; at 200 req/s: "
+        "p50 0.52x [0.50, 0.54], p99 0.52x [0.50, 0.54]."
     )
-    assert finding.caveat == ""
+    assert finding.caveat == "grpc at 200 req/s: service CPU 98%; quart-h1 at 200 req/s: service CPU 98%"
 
 
 def test_a_percentile_with_too_few_samples_says_whose_and_how_many() -> None:
     # 300 samples a repeat put 3 beyond each repeat's p99, fewer than the 10 it needs: no p99 ratio.
     finding = _one(_find(_run(CLOSED) + _loaded(LATENCY, 30)), "gRPC vs REST", "vs quart-h1")
     assert finding.sentence.endswith(
-        "; at 30 req/s offered (service CPU 98% and 98%): p50 0.52x [0.50, 0.54], "
+        "; at 30 req/s: p50 0.52x [0.50, 0.54], "
         "no p99 (grpc: 300 samples in a repeat, too few)."
     )
 
@@ -59,9 +59,8 @@ def test_one_repeat_a_side_shows_its_ratios_without_intervals() -> None:
     results = _run({"grpc": [600]}, cpu_per_request_s=0.0008) + _run({"quart-h1": [400]})
     finding = _one(_find(results + _loaded({"grpc": [3.0], "quart-h1": [6.0]}, 50)), "gRPC vs REST", "vs")
     assert finding.sentence == (
-        "grpc vs quart-h1: req/s 1.50x (n/a: one repeat), CPU per request 0.80x; at 50 req/s offered "
-        "(service CPU 98% and 98%): p50 0.50x (n/a: one repeat), no p99 (grpc: 500 samples in a repeat, "
-        "too few)."
+        "grpc vs quart-h1: req/s 1.50x (n/a: one repeat), CPU/req 0.80x; at 50 req/s: "
+        "p50 0.50x (n/a: one repeat), no p99 (grpc: 500 samples in a repeat, too few)."
     )
     assert finding.effect == 0.0
 
@@ -77,7 +76,8 @@ def test_an_unmeasured_service_cpu_is_a_question_mark() -> None:
     for result in loaded:
         del result["service"]["usage"]["cpu_utilisation"]
     finding = _one(_find(_run(CLOSED) + loaded), "gRPC vs REST", "vs quart-h1")
-    assert "; at 200 req/s offered (service CPU ? and ?): p50 0.52x" in finding.sentence
+    assert "; at 200 req/s: p50 0.52x" in finding.sentence
+    assert "grpc at 200 req/s: service CPU ?" in finding.caveat
 
 
 def test_each_metric_is_corrected_over_the_runs_tests_of_it() -> None:
@@ -89,8 +89,8 @@ def test_each_metric_is_corrected_over_the_runs_tests_of_it() -> None:
     found = _find(closed + _loaded(p50s, 100))
     grpc = _one(found, "gRPC vs REST", "grpc vs quart-h1")
     assert grpc.sentence == (
-        "grpc vs quart-h1: req/s inconclusive after correction (1.09x [1.02, 1.17]), CPU per request "
-        "1.00x [1.00, 1.00]; at 100 req/s offered (service CPU 98% and 98%): p50 inconclusive after "
+        "grpc vs quart-h1: req/s inconclusive after correction (1.09x [1.02, 1.17]), CPU/req "
+        "1.00x [1.00, 1.00]; at 100 req/s: p50 inconclusive after "
         "correction (0.92x [0.85, 0.98]), p99 inconclusive after correction (0.92x [0.85, 0.98])."
     )
     same = _one(found, "gRPC vs REST", "grpc vs aiohttp-h1")
@@ -115,7 +115,7 @@ def test_a_capacity_search_is_no_offered_load_to_compare_latency_at() -> None:
     found = _find(_run(CLOSED) + search)
     finding = _one(found, "gRPC vs REST", "vs quart-h1")
     assert (
-        finding.sentence == "grpc vs quart-h1: req/s 1.50x [1.48, 1.52], CPU per request 1.00x [1.00, 1.00]."
+        finding.sentence == "grpc vs quart-h1: req/s 1.50x [1.48, 1.52], CPU/req 1.00x [1.00, 1.00]."
     )
     _one(found, "run", "Latency is not compared")
 
@@ -140,16 +140,17 @@ def test_a_suspect_group_and_a_rate_not_carried_are_both_in_the_caveat() -> None
     finding = _one(_find(closed + loaded), "gRPC vs REST", "vs quart-h1")
     assert finding.caveat == (
         "quart-h1: 3 of 3 repeats suspect, summary.md says why; "
-        "quart-h1 did not carry 50 req/s (served 30): its latency is a queue's"
+        "quart-h1 did not carry 50 req/s (served 30): its latency is a queue's; "
+        "grpc at 50 req/s: service CPU 98%; quart-h1 at 50 req/s: service CPU 98%"
     )
 
 
 def test_serving_ninety_five_percent_of_the_rate_is_carrying_it() -> None:
     exactly = _loaded(LATENCY, 40, served={"quart-h1": 38})  # 38 = 0.95 x 40
-    assert _one(_find(_run(CLOSED) + exactly), "gRPC vs REST", "vs quart-h1").caveat == ""
+    assert "did not carry" not in _one(_find(_run(CLOSED) + exactly), "gRPC vs REST", "vs quart-h1").caveat
     short = _loaded(LATENCY, 40, served={"quart-h1": 37})
-    assert _one(_find(_run(CLOSED) + short), "gRPC vs REST", "vs quart-h1").caveat == (
-        "quart-h1 did not carry 40 req/s (served 37): its latency is a queue's"
+    assert _one(_find(_run(CLOSED) + short), "gRPC vs REST", "vs quart-h1").caveat.startswith(
+        "quart-h1 did not carry 40 req/s (served 37): its latency is a queue's; "
     )
 
 
@@ -234,8 +235,10 @@ def test_a_questions_own_held_fixed_and_caveat_are_printed_with_each_finding() -
     ]
     assert findings.markdown(found) == [
         "- **gRPC vs REST**",
-        "  - first Held fixed: quarter profile. (one suspect)",
+        "  - first Held fixed: quarter profile. [1]",
         "  - second Held fixed: small profile.",
+        "- Notes:",
+        "  - [1] one suspect",
     ]
 
 

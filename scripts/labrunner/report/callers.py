@@ -17,10 +17,11 @@ from labrunner.report.findings import (
     CLOSED_EXECUTORS,
     CORRECTED_AWAY,
     Finding,
-    by_question,
     corrected,
     executor,
+    plain,
 )
+from labrunner.report.findings import blocks as findings_blocks
 from labrunner.report.runs import Run, load_run
 from labrunner.report.stats import (
     CENTRE,
@@ -339,10 +340,7 @@ def server_side(groups: Sequence[CallerGroup], main: Run) -> list[Block]:
 
 def terminal_findings(run_dir: Path) -> list[str]:
     """The run's findings for a terminal: each question, then its findings, strongest first."""
-    lines = []
-    for question, sentences in by_question(findings(groups_of(_results(run_dir)))):
-        lines += [question, *(f"  {sentence}" for sentence in sentences)]
-    return lines
+    return plain(findings(groups_of(_results(run_dir))), limit=None)
 
 
 def write_report(run_dir: Path, server_run: Path | None = None) -> tuple[Path, Path]:
@@ -380,8 +378,7 @@ def _findings(manifest: Mapping[str, Any], groups: Sequence[CallerGroup]) -> lis
     )
     blocks: list[Block] = [Heading(2, "Findings"), Paragraph(CONFIDENCE_LINE), Paragraph(on)]
     found = findings(groups)
-    for question, sentences in by_question(found):
-        blocks += [Paragraph(f"**{question}**"), Bullets(tuple(sentences))]
+    blocks += findings_blocks(found)
     if not found:
         blocks.append(Paragraph("No finding: the run has no successful caller group yet."))
     return blocks

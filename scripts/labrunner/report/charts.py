@@ -11,7 +11,7 @@ from labrunner.model.questions import is_streaming
 from labrunner.report.compare import CAPACITY, SEQUENTIAL, THROUGHPUT, Group
 from labrunner.report.payload import PayloadRow
 from labrunner.report.serialization import Case
-from labrunner.report.stats import summarize
+from labrunner.report.stats import Ratio, summarize
 
 DPI = 100
 _WIDTH = 11.0
@@ -178,6 +178,27 @@ def serialization(cases: Sequence[Case], path: Path) -> Path | None:
     ax.set_ylabel("microseconds per operation (geometric mean, log)")
     ax.legend(fontsize="small", ncols=3)
     ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def forest(rows: Sequence[tuple[str, Ratio]], path: Path) -> Path | None:
+    """The findings at a glance: each pair's ratio as a point with its interval on a log axis, 1 marked;
+    a ratio without an interval is a hollow point. None without a row."""
+    if not rows:
+        return None
+    fig = Figure(figsize=(_WIDTH, 0.9 + 0.36 * len(rows)))
+    ax = fig.subplots()
+    for y, (_, r) in enumerate(reversed(rows)):
+        if r.low is not None and r.high is not None:
+            ax.plot([r.low, r.high], [y, y], color="#333333", linewidth=1.5)
+            ax.plot([r.estimate], [y], "o", color="#4c72b0" if r.significant else "#999999")
+        else:
+            ax.plot([r.estimate], [y], "o", markerfacecolor="none", color="#999999")
+    ax.axvline(1.0, color="#c44e52", linewidth=1, linestyle="--")
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)])
+    ax.set_xlabel("ratio (log scale): candidate / baseline, 95% interval; blue: significant")
+    ax.grid(axis="x", which="both", alpha=0.3)
     return _save(fig, path)
 
 

@@ -16,7 +16,7 @@ from labrunner.report.stats import (
     supports,
 )
 from labrunner.results.trust import verdict_of
-from labrunner.run.k6_stats import LATENCY_STATS, PERCENTILES
+from labrunner.run.k6_stats import LATENCY_BATCHES, LATENCY_STATS, PERCENTILES
 
 Result = Mapping[str, Any]
 Reader = Callable[[Result], float | None]
@@ -71,6 +71,8 @@ METRICS = {
         # Everything k6 read from the socket (headers, framing, TLS) per successful request.
         Metric("bytes", "bytes / response", False, _per_request(_k6("data_received_bytes"), 1)),
         Metric("service_cpu", "service CPU", False, _usage("cpu_utilisation")),
+        # CFS throttling over the window: near a full quota, the tail waits for the next period.
+        Metric("throttled_s", "throttled s", False, _usage("throttled_seconds")),
         Metric("k6_cpu", "k6 CPU", False, lambda r: (r.get("k6") or {}).get("cpu_utilisation")),
         # k6's CPU per successful request, in ms (its process's CPU seconds, start-up included, every
         # instance's of a split run): what the load generator spends on a request of this protocol.
@@ -135,9 +137,21 @@ class Group:
 
     def summary(self, metric: str) -> Summary | None:
         """The repeats' summary (stats.summarize): a percentile's centre is the geometric mean of the
-        repeats' own percentiles, the centre a ratio between groups pairs (_compare)."""
-        values = self.values(metric)
+        repeats' own percentiles, the centre a ratio between groups pairs (_compare); an open model's
+        is over its latency batches where they support it, as its ratios are."""
+        values = self.batches(metric) or self.values(metric)
         return summarize(values) if values else None
+
+    def batches(self, metric: str) -> list[float]:
+        """An open model's percentile `metric` in every latency batch of every repeat (run/k6_stats
+        batch_percentiles), when each batch's samples support it and there are LATENCY_BATCHES or
+        more (at least LATENCY_BATCHES - 1 degrees of freedom); else none."""
+        if metric not in PERCENTILES or not self.open_model:
+            return []
+        found = [b for r in self.results for b in (r.get("k6") or {}).get("latency_batches") or ()]
+        if len(found) < LATENCY_BATCHES or not all(supports(int(b["n"]), PERCENTILES[metric]) for b in found):
+            return []
+        return [float(b[metric]) for b in found]
 
     @property
     def samples(self) -> int:
@@ -413,10 +427,16 @@ def _compare(kind: str, candidate: Group, baseline: Group, same_run: bool = True
     Within a run, repeat i of every group ran in round i: the ratio pairs the rounds both sides
     have (stats.paired_ratio) when there are two or more, so a round the host slowed for every
     target cancels. Across runs (a baseline) no repeat has a partner: Welch's test (stats.ratio).
+    An open model's percentile where both sides have latency batches (Group.batches): Welch's test
+    over the batches.
     """
     ratios = {}
     compared = OPEN_COMPARED if candidate.open_model else COMPARED[candidate.kind]
     for name in compared:
+        if (c_batches := candidate.batches(name)) and (b_batches := baseline.batches(name)):
+            # Open models run one target at a time: nothing pairs their batches, so Welch's test.
+            ratios[name] = ratio(c_batches, b_batches)
+            continue
         c, b = candidate.values(name), baseline.values(name)
         if not (c and b and candidate.supports(name) and baseline.supports(name)):
             continue

@@ -15,11 +15,13 @@ from dataclasses import dataclass, replace
 from labrunner.model.questions import is_streaming
 from labrunner.model.scenario import UPLOAD
 from labrunner.report.compare import THROUGHPUT, Comparison, Group, compare_groups
+from labrunner.report.document import Block, Bullets, Paragraph
 from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, Ratio, holm, ratio_too_wide
 from labrunner.results.trust import LIMITED_BY_K6, SETTLED_HALF_WIDTH, rounds_needed, verdict_of
 
 # The questions a run can answer, in the order findings are printed, and the preset that asks each.
 QUESTIONS = {
+    "duet": "",  # the A/A control of a duet run (report/aa_control.py): how far its ratios are to trust
     "HTTP/2 vs HTTP/1.1": "default",
     "gRPC vs REST": "default",
     "server vs server": "implementations",
@@ -59,26 +61,37 @@ class Finding:
     answer: bool = False  # the question's answer itself (the payload cost model): before the evidence
 
 
-def by_question(findings: Sequence[Finding], limit: int | None = None) -> list[tuple[str, list[str]]]:
-    """(question, its sentences with their caveats) in ranked order; what a question's findings all
-    hold fixed comes first, once. limit: at most that many findings per question, then a line
-    saying how many more summary.md holds."""
+@dataclass(frozen=True)
+class Answered:
+    """The findings as read: each question with what it held fixed and its sentences, each sentence
+    carrying the numbers of its notes ([1]); the notes (caveats), numbered once in reading order."""
+
+    questions: tuple[tuple[str, str, tuple[str, ...]], ...]  # (question, held fixed, sentences)
+    notes: tuple[str, ...]
+
+
+def by_question(findings: Sequence[Finding], limit: int | None = None) -> Answered:
+    """The findings by question in ranked order, one line each, their caveats moved to numbered notes
+    (a caveat shared by several findings is one note). limit: at most that many findings per
+    question, then a line saying how many more summary.md holds."""
     members: dict[str, list[Finding]] = {}
     for finding in ranked(findings):
         members.setdefault(finding.question, []).append(finding)
+    notes: dict[str, int] = {}
     questions = []
     for question, found in members.items():
         held = {f.held_fixed for f in found}
         shared = held.pop() if len(held) == 1 else ""
-        lines = [f"Held fixed: {shared}."] if shared else []
+        lines = []
         for finding in found[:limit]:
             own = f" Held fixed: {finding.held_fixed}." if finding.held_fixed and not shared else ""
-            caveat = f" ({finding.caveat})" if finding.caveat else ""
-            lines.append(f"{finding.sentence}{own}{caveat}")
+            caveats = [c for c in finding.caveat.split("; ") if c]
+            marks = "".join(f"[{notes.setdefault(c, len(notes) + 1)}]" for c in caveats)
+            lines.append(f"{finding.sentence}{own}" + (f" {marks}" if marks else ""))
         if limit is not None and len(found) > limit:
             lines.append(f"... and {len(found) - limit} more in summary.md")
-        questions.append((question, lines))
-    return questions
+        questions.append((question, shared, tuple(lines)))
+    return Answered(tuple(questions), tuple(notes))
 
 
 def markdown_section(findings: Sequence[Finding]) -> list[str]:
@@ -93,28 +106,46 @@ def ranked(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def markdown(findings: Sequence[Finding], limit: int | None = None) -> list[str]:
-    """The findings as markdown lines: a bold question, then its sentences."""
+    """The findings as markdown lines: a bold question with what it held fixed, its sentences, then
+    the numbered notes."""
+    answered = by_question(findings, limit)
     lines: list[str] = []
-    for question, sentences in by_question(findings, limit):
-        lines.append(f"- **{question}**")
+    for question, held, sentences in answered.questions:
+        lines.append(f"- **{question}**" + (f" — {held}" if held else ""))
         lines += [f"  - {sentence}" for sentence in sentences]
+    if answered.notes:
+        lines.append("- Notes:")
+        lines += [f"  - [{number}] {note}" for number, note in enumerate(answered.notes, start=1)]
     return lines
+
+
+def blocks(findings: Sequence[Finding]) -> list[Block]:
+    """The findings as a report's blocks: each question, its sentences, then the numbered notes."""
+    answered = by_question(findings)
+    found: list[Block] = []
+    for question, held, sentences in answered.questions:
+        found += [Paragraph(f"**{question}**" + (f" — {held}" if held else "")), Bullets(sentences)]
+    if answered.notes:
+        notes = tuple(f"[{number}] {note}" for number, note in enumerate(answered.notes, start=1))
+        found += [Paragraph("**Notes**"), Bullets(notes)]
+    return found
 
 
 # The terminal shows each question's strongest findings (by effect); summary.md has them all.
 TERMINAL_PER_QUESTION = 3
 
 
-def plain(findings: Sequence[Finding]) -> list[str]:
-    """The findings for a terminal: the question, then its strongest sentences indented."""
-    return [line.replace("**", "").replace("- ", "", 1) for line in markdown(findings, TERMINAL_PER_QUESTION)]
+def plain(findings: Sequence[Finding], limit: int | None = TERMINAL_PER_QUESTION) -> list[str]:
+    """The findings for a terminal: the question, then its strongest sentences indented, then notes."""
+    return [line.replace("**", "").replace("- ", "", 1) for line in markdown(findings, limit)]
 
 
 def comparisons_findings(groups: Sequence[Group]) -> list[Finding]:
     """Findings from every comparison the groups hold, plus what could not be compared and why.
 
-    Each pair's saturation throughput and its latency at the highest offered rate both targets
-    carried are tested; every such test of the run is corrected together (Holm).
+    Each pair's saturation throughput and its latency at the highest load both targets carried (a
+    ladder's rungs: the same share of each one's capacity) are tested; every such test of the run is
+    corrected together (Holm).
     """
     throughput = [g for g in groups if g.kind == THROUGHPUT and g.results]
     closed = [g for g in throughput if executor(g) in CLOSED_EXECUTORS]
@@ -122,7 +153,7 @@ def comparisons_findings(groups: Sequence[Group]) -> list[Finding]:
     loaded: dict[tuple[str, str, str, int, str, str, str], Comparison] = {}
     for c in compare_groups(open_groups):
         key = _pair_key(c)
-        if c.kind in _RULE_QUESTION and (key not in loaded or _rate(c) > _rate(loaded[key])):
+        if c.kind in _RULE_QUESTION and (key not in loaded or _preferred(c) > _preferred(loaded[key])):
             loaded[key] = c
     pairs = [(question, c, loaded.get(_pair_key(c))) for question, c in saturation_comparisons(groups)]
     families: dict[str, list[Ratio]] = {}  # metric -> the run's tests of it
@@ -251,24 +282,35 @@ def _finding(
         sentence = f"{candidate} vs {baseline}, uploading: {describe_ratio(rps, 'records/s accepted')}"
     else:
         sentence = f"{candidate} vs {baseline}: {describe_ratio(rps, 'req/s')}"
-    sentence += f", {_figure(closed.ratios.get('cpu_per_1k'), 'CPU per request')}"
+    sentence += f", {_figure(closed.ratios.get('cpu_per_1k'), 'CPU/req')}"
     if at_load is not None:
         p50, p99 = verdict(at_load.ratios.get("p50")), verdict(at_load.ratios.get("p99"))
-        sentence += f"; at {_rate(at_load)} req/s offered ({_utilisation(at_load)}): "
-        sentence += describe_ratio(p50, "p50")
+        sentence += f"; at {_load(at_load)}: " + describe_ratio(p50, "p50")
         sentence += ", " + (describe_ratio(p99, "p99") if p99 else _unsupported(at_load, "p99"))
     decided = rps is not None and rps.significant and not ratio_too_wide(rps)
     effect = abs(math.log(rps.estimate)) if rps is not None and decided else 0.0
     return Finding(question, sentence + ".", effect, _caveat(c, b, at_load, rps), _held_fixed(closed))
 
 
+def _load(c: Comparison) -> str:
+    """Where a latency comparison ran: a ladder rung's share of each side's capacity ("50% load"),
+    else the offered rate both had ("100 req/s")."""
+    share = c.candidate.results[0]["scenario"]["load_model"].get("share") if c.candidate.results else None
+    return f"{share:.0%} load" if share else f"{_rate(c)} req/s"
+
+
 def _utilisation(c: Comparison) -> str:
-    """Both sides' service CPU at the offered rate, as shares of their quotas."""
-    shares = []
+    """Each side's offered rate and service CPU there (a share of its quota): the note a latency
+    finding carries, since near a full quota p99 measures the CPU quota's throttling."""
+    sides = []
     for g in (c.candidate, c.baseline):
-        s = g.summary("service_cpu")
-        shares.append(f"{s.centre:.0%}" if s is not None else "?")
-    return "service CPU " + " and ".join(shares)
+        s, throttled = g.summary("service_cpu"), g.summary("throttled_s")
+        cpu = f"{s.centre:.0%}" if s is not None else "?"
+        held = (
+            f", throttled {throttled.centre:.2f} s" if throttled is not None and throttled.centre > 0 else ""
+        )
+        sides.append(f"{g.target} at {_offered_rate(g)} req/s: service CPU {cpu}{held}")
+    return "; ".join(sides)
 
 
 def _unsupported(c: Comparison, metric: str) -> str:
@@ -313,6 +355,7 @@ def _caveat(candidate: Group, baseline: Group, at_load: Comparison | None, rps: 
     notes.append(_rounds_needed(rps))
     if at_load is not None:
         notes += [_not_carried(g) for g in (at_load.candidate, at_load.baseline)]
+        notes.append(_utilisation(at_load))
     return "; ".join(n for n in notes if n)
 
 
@@ -350,6 +393,13 @@ def _not_carried(group: Group) -> str:
 def _offered_rate(group: Group) -> int | None:
     rate = group.results[0]["scenario"]["load_model"].get("rate") if group.results else None
     return int(rate) if rate else None
+
+
+def _preferred(c: Comparison) -> tuple[bool, int]:
+    """Which latency comparison of a pair a finding reads: the highest load both sides carried, else
+    the highest load (its note says who did not carry it)."""
+    carried = not (_not_carried(c.candidate) or _not_carried(c.baseline))
+    return carried, _rate(c)
 
 
 def _rate(c: Comparison) -> int:

@@ -4,7 +4,7 @@ the failed and suspect results, and provenance."""
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from labrunner.report import answers, floor, host_conditions, serialization
+from labrunner.report import aa_control, answers, charts, floor, host_conditions, serialization
 from labrunner.report import findings as run_findings
 from labrunner.report.cells import (
     LATENCY_FORMAT,
@@ -16,6 +16,7 @@ from labrunner.report.cells import (
     ratio_cell,
 )
 from labrunner.report.compare import (
+    AA_CONTROL,
     CAPACITY,
     COMPARED,
     METRICS,
@@ -27,7 +28,8 @@ from labrunner.report.compare import (
     compare_groups,
     is_regression,
 )
-from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
+from labrunner.report.document import Block, Bullets, Heading, Image, Paragraph, table
+from labrunner.report.floor import lab_groups
 from labrunner.report.runs import Run, read_json
 from labrunner.report.stats import (
     CENTRE,
@@ -35,6 +37,7 @@ from labrunner.report.stats import (
     METHOD_LINE,
     MIN_SAMPLES_BEYOND,
     RATIO_METHOD_LINE,
+    Ratio,
     samples_needed,
 )
 from labrunner.results.trust import verdict_of
@@ -56,11 +59,30 @@ def findings(run: Run) -> list[Block]:
     bench = read_json(run.path / serialization.FILE)
     found = answers.for_run(run.groups, preset, cases=serialization.cases_from_document(bench))
     blocks: list[Block] = [Heading(2, "Findings"), Paragraph(run_findings.CONFIDENCE_LINE), Paragraph(on)]
-    for question, sentences in run_findings.by_question(found):
-        blocks += [Paragraph(f"**{question}**"), Bullets(tuple(sentences))]
+    if chart := charts.forest(forest_rows(run.groups), run.path / "charts" / "findings.png"):
+        blocks.append(
+            Image(chart, "the findings' ratios", "req/s ratios of the compared pairs, A/A control first")
+        )
+    blocks += run_findings.blocks(found)
     if not found:
         blocks.append(Paragraph(run_findings.NONE_YET.removeprefix("- ")))
     return blocks
+
+
+def forest_rows(groups: Sequence[Group]) -> list[tuple[str, Ratio]]:
+    """The req/s ratio of each duet's A/A control and of each pair the findings compare, labelled."""
+    lab = lab_groups(groups)
+    comparisons = [*aa_control.controls(lab), *(c for _, c in run_findings.saturation_comparisons(lab))]
+    return [
+        (
+            f"{c.candidate.target} / {c.baseline.target}"
+            if c.kind != AA_CONTROL
+            else f"A/A {c.candidate.target}",
+            r,
+        )
+        for c in comparisons
+        if (r := c.ratios.get("rps")) is not None
+    ]
 
 
 def provenance(run: Run) -> list[Block]:

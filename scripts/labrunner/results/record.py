@@ -67,6 +67,8 @@ def _k6_section(run: K6Run | None) -> dict[str, Any] | None:
         "output_tail": run.output_tail,
         # k6 processes on its CPUs at once, a duet's two; results of a k6 alone keep their keys.
         **({"sharing": run.sharing} if run.sharing != 1 else {}),
+        # An open model's latency in consecutive batches of its samples: n and the percentiles of each.
+        **({"latency_batches": [dict(b) for b in run.latency_batches]} if run.latency_batches else {}),
     }
     if run.instances:
         # k6 split by execution segments: metrics above are merged (counts summed, latency over

@@ -49,6 +49,8 @@ def scenario_dict(scenario: Scenario) -> dict[str, Any]:
             "max_vus": model.max_vus,
             "iterations": model.iterations,
             "search": asdict(model.search) if model.search else None,
+            # A ladder's rung: its share of the target's closed-model req/s in the run (its rate's source).
+            **({"share": model.rung.share} if model.rung else {}),
         },
         "duration_s": scenario.duration_s,
         "measured_s": scenario.measured_seconds,

@@ -30,7 +30,14 @@ from labrunner.backends.base import (
 from labrunner.model.scenario import K6Instances, LoadModel, Scenario, format_duration
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
 from labrunner.run import live
-from labrunner.run.k6_stats import LATENCY_STATS, Quantiles, merged_latency, quantile_grid, trend_stats
+from labrunner.run.k6_stats import (
+    LATENCY_STATS,
+    Quantiles,
+    batch_percentiles,
+    merged_latency,
+    quantile_grid,
+    trend_stats,
+)
 from labrunner.run.uploads import UploadBody
 
 EXIT_THRESHOLDS_CROSSED = 99  # k6's exit code when a threshold failed (the run itself completed)
@@ -85,6 +92,8 @@ class K6Run:
     placement: str | None = None  # an instance's engine and CPU, when not this host's
     latency_samples: tuple[float, ...] | None = None  # an instance's raw samples of its clock
     merged: K6Metrics | None = None  # a split run's merged numbers
+    # An open model's latency in consecutive batches of its samples (k6_stats.batch_percentiles).
+    latency_batches: tuple[Mapping[str, float], ...] = ()
     # k6 processes on these CPUs at once: 2 in a duet, whose partner's k6 shares them.
     sharing: int = 1
 
@@ -175,7 +184,13 @@ def run(backend: Backend, handle: ServiceHandle, invocation: K6Invocation, measu
     """
     if not invocation.instances:
         invocation.summary_file.unlink(missing_ok=True)  # a stale summary must not pass for this run's
-        return K6Run.collect(backend.run_k6(handle, invocation, measured), invocation)
+        one = K6Run.collect(backend.run_k6(handle, invocation, measured), invocation)
+        if invocation.raw_file is None:
+            return one
+        clock = one.metrics.latency_metric if one.metrics else DEFAULT_LATENCY_METRIC
+        return replace(
+            one, latency_batches=batch_percentiles(take_latency_samples(invocation.raw_file, clock))
+        )
     for instance in invocation.instances:
         instance.summary_file.unlink(missing_ok=True)
         if instance.raw_file is not None:
@@ -387,11 +402,20 @@ def build_invocation(
         args += ["--out", f"influxdb={influxdb_url.rstrip('/')}/{INFLUXDB_DATABASE}"]
     invocation = K6Invocation(root / target.script, tuple(args), env, summary_file, log_file)
     if instances <= 1:
+        if not warmup and _batched(model):  # every sample, in order, for its latency batches
+            raw_file = summary_file.with_suffix(".csv")
+            invocation = replace(invocation, args=(*args, "--out", f"csv={raw_file}"), raw_file=raw_file)
         return replace(invocation, args=_with_api(invocation.args)) if api else invocation
     split = _split(invocation, instances, k6_cpus, raw=not warmup)
     if api:
         split = tuple(replace(one, args=_with_api(one.args)) for one in split)
     return replace(invocation, instances=split)
+
+
+def _batched(model: LoadModel) -> bool:
+    """Whether a measured run's latency is kept in batches: an open model's (an offered rate, where
+    latency is the answer), not a capacity search's steps."""
+    return model.executor == "constant-arrival-rate" and model.search is None
 
 
 def _with_api(args: Sequence[str]) -> tuple[str, ...]:

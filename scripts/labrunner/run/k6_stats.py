@@ -48,6 +48,27 @@ def latency_stats(samples: Sequence[float]) -> dict[str, float | None]:
     return stats
 
 
+# An open-model window's samples in this many consecutive batches of equal count: each batch's
+# percentiles are one value, so a latency ratio has batches - 1 degrees of freedom a side from one
+# window (batch means; docs/measurement.md) where repeats alone would give one or none.
+LATENCY_BATCHES = 5
+
+
+def batch_percentiles(
+    samples: Sequence[float], batches: int = LATENCY_BATCHES
+) -> tuple[dict[str, float], ...]:
+    """The samples, in the order k6 took them, cut into `batches` consecutive runs of equal count:
+    each one's count ("n") and PERCENTILES. None when there are fewer samples than batches."""
+    size = len(samples) // batches
+    if size == 0:
+        return ()
+    found = []
+    for index in range(batches):
+        ordered = sorted(samples[index * size : (index + 1) * size])
+        found.append({"n": float(size), **{key: percentile(ordered, f) for key, f in PERCENTILES.items()}})
+    return tuple(found)
+
+
 def quantiles(samples: Sequence[float]) -> Quantiles:
     """(fraction, value) at 0 (the minimum), on quantile_grid(), at 1 (the maximum), as k6 computes them."""
     if not samples:

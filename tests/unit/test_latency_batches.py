@@ -1,0 +1,82 @@
+"""Latency batches: an open model's window cut into consecutive batches of equal count, each one's
+percentiles a value, so a latency ratio from one window per side has batches - 1 degrees of freedom a
+side; a batch too small for a percentile gives it none."""
+
+from typing import Any
+
+import pytest
+from labrunner.report.compare import compare_groups, group_results
+from labrunner.run.k6_stats import LATENCY_BATCHES, batch_percentiles, percentile
+
+
+def test_batches_are_consecutive_runs_of_equal_count() -> None:
+    samples = [float(v) for v in range(1, 103)]  # 102 samples: 5 batches of 20, the last 2 left out
+    batches = batch_percentiles(samples)
+    assert len(batches) == LATENCY_BATCHES
+    assert [b["n"] for b in batches] == [20.0] * 5
+    assert batches[0]["p50"] == percentile([float(v) for v in range(1, 21)], 0.5) == 10.5
+    assert batches[4]["p50"] == 90.5
+    assert batch_percentiles([1.0, 2.0, 3.0]) == ()  # fewer samples than batches
+
+
+def _open_result(target: str, service: str, batches: list[dict[str, float]]) -> dict[str, Any]:
+    p50s = sorted(b["p50"] for b in batches)
+    return {
+        "scenario_id": f"{target}.quarter.c100.loaded-50pct.r1",
+        "status": "ok",
+        "scenario": {
+            "group": f"{target}.quarter.c100.loaded-50pct",
+            "target": target,
+            "service": service,
+            "script": "k6/rest.js",
+            "protocol": "http1.1",
+            "tls": False,
+            "env": {},
+            "profile": {"name": "quarter", "cpus": 0.25, "memory_bytes": 2**29},
+            "count": 100,
+            "response_model": "build",
+            "network": {"name": "loopback"},
+            "load_model": {"name": "loaded-50pct", "executor": "constant-arrival-rate", "rate": 100},
+            "repeat": 1,
+        },
+        "k6": {
+            "cpu_utilisation": 0.2,
+            "metrics": {
+                "requests": 1000,
+                "requests_per_second": 100.0,
+                "errors": 0,
+                "latency_count": 1000,
+                "latency_ms": {"p50": p50s[len(p50s) // 2], "p99": 40.0},
+            },
+            "latency_batches": batches,
+        },
+        "service": {"usage": {"cpu_seconds": 2.0, "cpu_utilisation": 0.5}},
+        "suspect": [],
+    }
+
+
+def _batches(p50s: list[float], n: float = 200.0) -> list[dict[str, float]]:
+    return [{"n": n, "p50": v, "p99": 4 * v} for v in p50s]
+
+
+def test_one_window_a_side_gives_a_latency_ratio_with_an_interval() -> None:
+    fast = _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0, 5.2, 4.9, 5.1, 5.0]))
+    slow = _open_result("quart-h1", "rest_quart", _batches([10.0, 10.5, 9.8, 10.2, 10.1]))
+    [comparison] = compare_groups(group_results([fast, slow]))
+    p50 = comparison.ratios["p50"]
+    assert p50.estimate == pytest.approx(0.5, rel=0.02)
+    assert p50.low is not None and p50.high is not None and p50.low < 0.5 < p50.high and p50.significant
+    # 200 samples a batch support p50 (10 beyond it), not p99 (1,000 needed): no batch ratio for p99.
+    assert comparison.candidate.batches("p99") == []
+    assert comparison.ratios["p99"].low is None  # one repeat a side, nothing to give it an interval
+    # The group's centre is the batches' too: one centre per group, the one its ratio is made of.
+    summary = comparison.baseline.summary("p50")
+    assert summary is not None and summary.n == LATENCY_BATCHES
+
+
+def test_batches_that_support_p99_give_it_a_ratio() -> None:
+    fast = _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0, 5.2, 4.9, 5.1, 5.0], n=1000))
+    slow = _open_result("quart-h1", "rest_quart", _batches([10.0, 10.5, 9.8, 10.2, 10.1], n=1000))
+    [comparison] = compare_groups(group_results([fast, slow]))
+    p99 = comparison.ratios["p99"]
+    assert p99.estimate == pytest.approx(0.5, rel=0.02) and p99.low is not None
