@@ -50,8 +50,7 @@ def test_a_percentile_with_too_few_samples_says_whose_and_how_many() -> None:
     # 300 samples a repeat put 3 beyond each repeat's p99, fewer than the 10 it needs: no p99 ratio.
     finding = _one(_find(_run(CLOSED) + _loaded(LATENCY, 30)), "gRPC vs REST", "vs quart-h1")
     assert finding.sentence.endswith(
-        "; at 30 req/s: p50 0.52x [0.50, 0.54], "
-        "no p99 (grpc: 300 samples in a repeat, too few)."
+        "; at 30 req/s: p50 0.52x [0.50, 0.54], no p99 (grpc: 300 samples in a repeat, too few)."
     )
 
 
@@ -114,9 +113,7 @@ def test_a_capacity_search_is_no_offered_load_to_compare_latency_at() -> None:
         result["scenario"]["group"] = result["scenario"]["group"].replace("loaded-50", "capacity")
     found = _find(_run(CLOSED) + search)
     finding = _one(found, "gRPC vs REST", "vs quart-h1")
-    assert (
-        finding.sentence == "grpc vs quart-h1: req/s 1.50x [1.48, 1.52], CPU/req 1.00x [1.00, 1.00]."
-    )
+    assert finding.sentence == "grpc vs quart-h1: req/s 1.50x [1.48, 1.52], CPU/req 1.00x [1.00, 1.00]."
     _one(found, "run", "Latency is not compared")
 
 
