@@ -5,6 +5,7 @@ side; a batch too small for a percentile gives it none."""
 from typing import Any
 
 import pytest
+from labrunner.report import findings
 from labrunner.report.compare import compare_groups, group_results
 from labrunner.run.k6_stats import LATENCY_BATCHES, batch_percentiles, percentile
 
@@ -80,3 +81,12 @@ def test_batches_that_support_p99_give_it_a_ratio() -> None:
     [comparison] = compare_groups(group_results([fast, slow]))
     p99 = comparison.ratios["p99"]
     assert p99.estimate == pytest.approx(0.5, rel=0.02) and p99.low is not None
+
+
+def test_a_tail_the_batches_cannot_hold_says_what_it_needs() -> None:
+    fast = _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0, 5.2, 4.9, 5.1, 5.0]))
+    slow = _open_result("quart-h1", "rest_quart", _batches([10.0, 10.5, 9.8, 10.2, 10.1]))
+    [comparison] = compare_groups(group_results([fast, slow]))
+    assert findings._tail(comparison, comparison.ratios.get("p99")) == (
+        "no p99 interval (aiohttp-h1: 200 samples a latency batch, 1,000 needed: a window 5.0x as long)"
+    )

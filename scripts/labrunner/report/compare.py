@@ -148,10 +148,19 @@ class Group:
         more (at least LATENCY_BATCHES - 1 degrees of freedom); else none."""
         if metric not in PERCENTILES or not self.open_model:
             return []
-        found = [b for r in self.results for b in (r.get("k6") or {}).get("latency_batches") or ()]
+        found = self._latency_batches
         if len(found) < LATENCY_BATCHES or not all(supports(int(b["n"]), PERCENTILES[metric]) for b in found):
             return []
         return [float(b[metric]) for b in found]
+
+    @property
+    def fewest_in_a_batch(self) -> int | None:
+        """The samples of the smallest latency batch of any repeat; None without batches."""
+        return min((int(b["n"]) for b in self._latency_batches), default=None)
+
+    @property
+    def _latency_batches(self) -> list[Mapping[str, float]]:
+        return [b for r in self.results for b in (r.get("k6") or {}).get("latency_batches") or ()]
 
     @property
     def samples(self) -> int:

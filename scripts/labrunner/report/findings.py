@@ -16,8 +16,9 @@ from labrunner.model.questions import is_streaming
 from labrunner.model.scenario import UPLOAD
 from labrunner.report.compare import THROUGHPUT, Comparison, Group, compare_groups
 from labrunner.report.document import Block, Bullets, Paragraph
-from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, Ratio, holm, ratio_too_wide
+from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, Ratio, holm, ratio_too_wide, samples_needed
 from labrunner.results.trust import LIMITED_BY_K6, SETTLED_HALF_WIDTH, rounds_needed, verdict_of
+from labrunner.run.k6_stats import PERCENTILES
 
 # The questions a run can answer, in the order findings are printed, and the preset that asks each.
 QUESTIONS = {
@@ -286,7 +287,7 @@ def _finding(
     if at_load is not None:
         p50, p99 = verdict(at_load.ratios.get("p50")), verdict(at_load.ratios.get("p99"))
         sentence += f"; at {_load(at_load)}: " + describe_ratio(p50, "p50")
-        sentence += ", " + (describe_ratio(p99, "p99") if p99 else _unsupported(at_load, "p99"))
+        sentence += ", " + _tail(at_load, p99)
     decided = rps is not None and rps.significant and not ratio_too_wide(rps)
     effect = abs(math.log(rps.estimate)) if rps is not None and decided else 0.0
     return Finding(question, sentence + ".", effect, _caveat(c, b, at_load, rps), _held_fixed(closed))
@@ -311,6 +312,22 @@ def _utilisation(c: Comparison) -> str:
         )
         sides.append(f"{g.target} at {_offered_rate(g)} req/s: service CPU {cpu}{held}")
     return "; ".join(sides)
+
+
+def _tail(c: Comparison, p99: Ratio | None) -> str:
+    """The p99 verdict, or what it lacks: a ratio without an interval whose batches were too small
+    for p99 says how many samples a batch needs (a longer window or a higher load gives them)."""
+    if p99 is not None and p99.low is not None:
+        return describe_ratio(p99, "p99")
+    needed = samples_needed(PERCENTILES["p99"])
+    for g in (c.candidate, c.baseline):
+        fewest = g.fewest_in_a_batch
+        if fewest is not None and fewest < needed:
+            return (
+                f"no p99 interval ({g.target}: {fewest:,} samples a latency batch, {needed:,} needed: "
+                f"a window {needed / fewest:.1f}x as long)"
+            )
+    return describe_ratio(p99, "p99") if p99 else _unsupported(c, "p99")
 
 
 def _unsupported(c: Comparison, metric: str) -> str:

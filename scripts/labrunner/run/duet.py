@@ -1,6 +1,6 @@
-"""A duet block (model.duet): two scenarios prepared one after the other in slot order, their measured
-windows at the same time, then finished together, so that each one's host figures count its partner's
-CPU as part of the measurement rather than as interference."""
+"""A duet block (model.duet): two scenarios started and checked one after the other in slot order,
+their warm-ups and then their measured windows at the same time, then finished together, so that
+each one's host figures count its partner's CPU as part of the measurement, not as interference."""
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +26,8 @@ def measure_duet(
     *,
     before_measure: Callable[[], None] = lambda: None,
 ) -> tuple[ScenarioRun, ScenarioRun]:
-    """Both scenarios from their start to the end of their common measured window; their services
+    """Both scenarios from their start to the end of their common measured window (the one in slot 1
+    started first; warm-ups together, windows together); their services
     still run, owned by the returned runs until finish_duet() stops them.
 
     A side that fails before measuring fails its partner too (a duet measured alone would be no
@@ -44,11 +45,13 @@ def measure_duet(
             run.prepare()
             if run.failure is not None:
                 break
+        if _first_failed(runs) is None:  # warm-ups at once too: the window's conditions, sooner
+            for warm_up in [pool.submit(run.warm_up) for run in runs]:
+                warm_up.result()  # warm_up() and window() record a failure in their run
         if _first_failed(runs) is None:
             before_measure()
-            windows = [pool.submit(run.window, K6_SHARING) for run in runs]
-            for window in windows:
-                window.result()  # window() records a failure in its run; it raises only for a bug
+            for window in [pool.submit(run.window, K6_SHARING) for run in runs]:
+                window.result()
         if (failed := _first_failed(runs)) is not None:
             _fail_partner(runs, failed)
     except BaseException:

@@ -106,15 +106,17 @@ class ScenarioRun:
         )
 
     def measure(self, before_measure: Callable[[], None]) -> None:
-        """prepare(), before_measure(), window(): the scenario's first half when it runs alone."""
+        """prepare(), warm_up(), before_measure(), window(): the scenario's first half when it runs alone."""
         self.prepare()
+        if self.failure is None:
+            self.warm_up()
         if self.failure is None:
             with _timed(self.timings, "waited"):  # for the previous scenario's finish
                 before_measure()
             self.window()
 
     def prepare(self) -> None:
-        """Start, health, verify and warm-up; a failure is recorded (self.failure), never raised."""
+        """Start, health and verify; a failure is recorded (self.failure), never raised."""
         scenario, config, settings, say, timings = (
             self.scenario,
             self.config,
@@ -149,10 +151,17 @@ class ScenarioRun:
             self._invocation = _invocation_factory(
                 scenario, config, settings, handle, instances=instances, api=api, upload=upload
             )
-            if scenario.warmup_s > 0:
-                with _timed(timings, "warmup"):
-                    warmup = k6.run(self.backend, handle, self._invocation(True), measured=False)
-                _check_warmup(warmup)
+
+    def warm_up(self) -> None:
+        """The unmeasured k6 run before the window, when the scenario has one; a failure is recorded."""
+        handle, invocation = self.handle, self._invocation
+        assert handle is not None and invocation is not None, "warm_up() before a prepare() that passed"
+        if self.scenario.warmup_s <= 0:
+            return
+        with self._owned():
+            with _timed(self.timings, "warmup"):
+                warmup = k6.run(self.backend, handle, invocation(True), measured=False)
+            _check_warmup(warmup)
 
     def window(self, k6_sharing: int = 1) -> None:
         """The measured window (a capacity search's steps); a failure is recorded, never raised.
