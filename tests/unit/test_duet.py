@@ -2,6 +2,7 @@
 and its verdict, the fallback rule, the block interval, and the partner's CPU counted as the
 scenario's own."""
 
+from dataclasses import replace
 from typing import Any, get_args
 
 import pytest
@@ -15,6 +16,7 @@ from labrunner.observe import interference
 from labrunner.report import aa_control
 from labrunner.report.compare import AA_CONTROL, compare_groups, group_results
 from labrunner.results.store import scenario_dict
+from labrunner.run.k6 import K6Run
 
 from tests.support import ROOT
 
@@ -205,3 +207,10 @@ def test_the_floor_preset_duets_each_lab_server_beside_its_floor_and_nothing_els
         ("aiohttp-h1", "aiohttp-h1", "build")  # the A/A control
     }
     assert all(s.duet for s in plan.scenarios)
+
+
+def test_a_duet_sides_k6_is_judged_with_its_partners_k6_beside_it() -> None:
+    alone = K6Run(0, None, wall_seconds=10.0, cpu_seconds=3.0, cpus=1, output_tail="")
+    assert alone.cpu_utilisation == pytest.approx(0.3)
+    beside = replace(alone, beside_cpu_seconds=5.5)
+    assert beside.cpu_utilisation == pytest.approx(0.85)  # both k6 on the one k6 CPU: k6-bound (> 80%)

@@ -225,15 +225,16 @@ def test_findings_rank_by_question_then_answers_then_effect() -> None:
     ]
 
 
-def test_a_questions_own_held_fixed_and_caveat_are_printed_with_each_finding() -> None:
+def test_what_each_finding_held_fixed_heads_it_and_its_caveat_is_a_numbered_note() -> None:
     found = [
         Finding("gRPC vs REST", "first", effect=0.2, held_fixed="quarter profile", caveat="one suspect"),
         Finding("gRPC vs REST", "second", effect=0.1, held_fixed="small profile"),
     ]
     assert findings.markdown(found) == [
-        "- **gRPC vs REST**",
-        "  - first Held fixed: quarter profile. [1]",
-        "  - second Held fixed: small profile.",
+        "- **gRPC vs REST** — quarter profile",
+        "  - first [1]",
+        "- **gRPC vs REST** — small profile",
+        "  - second",
         "- Notes:",
         "  - [1] one suspect",
     ]

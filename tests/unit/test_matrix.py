@@ -96,7 +96,7 @@ def test_default_preset_depends_on_backend() -> None:
     }
     assert {s.profile.name for s in local.scenarios} == {"quarter"}
     assert {s.profile.name for s in docker.scenarios} == {"p1"}
-    assert {(s.count, s.duration_s, s.warmup_s) for s in local.scenarios} == {(100, 10.0, 3.0)}
+    assert {(s.count, s.duration_s, s.warmup_s) for s in local.scenarios} == {(100, 5.0, 1.0)}
     assert {s.repeats for s in closed} == {3} and {s.repeats for s in local.scenarios} == {1, 3}
 
 

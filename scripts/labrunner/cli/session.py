@@ -286,7 +286,7 @@ class _Scenarios:
 
     def run_duet(self, index: int, pair: tuple[Scenario, Scenario]) -> None:
         """Measure a duet block's two scenarios together (run.duet) and hand their finish to the
-        finisher as one; the next scenario starts once it is done (two services are on the CPUs)."""
+        finisher as one, beside the next scenario's start (whose measured window waits for it)."""
         for number, scenario in enumerate(pair, start=index):
             self._progress.starting(number, scenario)
         for entry in self._finishing:
@@ -303,21 +303,21 @@ class _Scenarios:
             for run in runs:
                 run.stop()
             raise
-        with interrupts.held():
+        with interrupts.held():  # handed over whole: the finisher owns both services from here
             next_started: Future[bool] = Future()
-            next_started.set_result(False)  # nothing starts beside a duet's finish
             order = tuple(self._order)
-            kept = self._finisher.submit(self._keep_duet, runs, order)
+            kept = self._finisher.submit(self._keep_duet, runs, next_started, order)
             self._finishing += [
                 _Finishing(index, next_started, _side(kept, 0)),
                 _Finishing(index + 1, next_started, _side(kept, 1)),
             ]
-        self.settle()
 
-    def _keep_duet(self, runs: tuple[ScenarioRun, ScenarioRun], order: tuple[str, ...]) -> tuple[Kept, Kept]:
+    def _keep_duet(
+        self, runs: tuple[ScenarioRun, ScenarioRun], next_started: "Future[bool]", order: tuple[str, ...]
+    ) -> tuple[Kept, Kept]:
         """On the finisher thread: both finishes, then each side judged and written (_keep)."""
         run = self._config.run
-        outcomes = finish_duet(runs, lambda: False)
+        outcomes = finish_duet(runs, next_started.result)
         return (
             _keep(outcomes[0], run.out_dir, run.run_id, order),
             _keep(outcomes[1], run.out_dir, run.run_id, order),

@@ -5,7 +5,7 @@ run (slot, start order, a process's own layout) beyond what swapping the slots r
 from collections.abc import Sequence
 
 from labrunner.report.compare import AA_CONTROL, Comparison, Group, compare_groups
-from labrunner.report.findings import Finding, describe_ratio
+from labrunner.report.findings import Finding, describe_ratio, held_fixed
 
 QUESTION = "duet"
 # The control says the run's ratios carry a bias when its interval excludes 1, or when its centre is
@@ -40,5 +40,5 @@ def findings(groups: Sequence[Group]) -> list[Finding]:
             if off is not None
             else f"no slot bias beyond ±{BIAS_TOLERANCE:.0%}"
         )
-        found.append(Finding(QUESTION, f"{line}; {verdict}.", held_fixed=control.candidate.context))
+        found.append(Finding(QUESTION, f"{line}; {verdict}.", held_fixed=held_fixed(control)))
     return found

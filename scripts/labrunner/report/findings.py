@@ -72,26 +72,24 @@ class Answered:
 
 
 def by_question(findings: Sequence[Finding], limit: int | None = None) -> Answered:
-    """The findings by question in ranked order, one line each, their caveats moved to numbered notes
-    (a caveat shared by several findings is one note). limit: at most that many findings per
-    question, then a line saying how many more summary.md holds."""
-    members: dict[str, list[Finding]] = {}
+    """The findings by question and what each held fixed (a heading each), in ranked order, one line
+    each, their caveats moved to numbered notes (a caveat shared by several findings is one note).
+    limit: at most that many findings per heading, then a line saying how many more summary.md
+    holds."""
+    members: dict[tuple[str, str], list[Finding]] = {}  # (question, held fixed) -> its findings
     for finding in ranked(findings):
-        members.setdefault(finding.question, []).append(finding)
+        members.setdefault((finding.question, finding.held_fixed), []).append(finding)
     notes: dict[str, int] = {}
     questions = []
-    for question, found in members.items():
-        held = {f.held_fixed for f in found}
-        shared = held.pop() if len(held) == 1 else ""
+    for (question, held), found in members.items():
         lines = []
         for finding in found[:limit]:
-            own = f" Held fixed: {finding.held_fixed}." if finding.held_fixed and not shared else ""
             caveats = [c for c in finding.caveat.split("; ") if c]
             marks = "".join(f"[{notes.setdefault(c, len(notes) + 1)}]" for c in caveats)
-            lines.append(f"{finding.sentence}{own}" + (f" {marks}" if marks else ""))
+            lines.append(finding.sentence + (f" {marks}" if marks else ""))
         if limit is not None and len(found) > limit:
             lines.append(f"... and {len(found) - limit} more in summary.md")
-        questions.append((question, shared, tuple(lines)))
+        questions.append((question, held, tuple(lines)))
     return Answered(tuple(questions), tuple(notes))
 
 
@@ -290,7 +288,7 @@ def _finding(
         sentence += ", " + _tail(at_load, p99)
     decided = rps is not None and rps.significant and not ratio_too_wide(rps)
     effect = abs(math.log(rps.estimate)) if rps is not None and decided else 0.0
-    return Finding(question, sentence + ".", effect, _caveat(c, b, at_load, rps), _held_fixed(closed))
+    return Finding(question, sentence + ".", effect, _caveat(c, b, at_load, rps), held_fixed(closed))
 
 
 def _load(c: Comparison) -> str:
@@ -315,19 +313,27 @@ def _utilisation(c: Comparison) -> str:
 
 
 def _tail(c: Comparison, p99: Ratio | None) -> str:
-    """The p99 verdict, or what it lacks: a ratio without an interval whose batches were too small
-    for p99 says how many samples a batch needs (a longer window or a higher load gives them)."""
+    """The p99 verdict, or "no p99 interval" where the latency batches were too small for p99 (its
+    note says how many samples a batch needs: _tail_note)."""
     if p99 is not None and p99.low is not None:
         return describe_ratio(p99, "p99")
+    if _tail_note(c):
+        return "no p99 interval"
+    return describe_ratio(p99, "p99") if p99 else _unsupported(c, "p99")
+
+
+def _tail_note(c: Comparison) -> str:
+    """Why a latency comparison's p99 has no interval from its batches: the side whose batches held
+    too few samples, and how much longer a window (or higher a load) would give them; "" otherwise."""
     needed = samples_needed(PERCENTILES["p99"])
     for g in (c.candidate, c.baseline):
         fewest = g.fewest_in_a_batch
         if fewest is not None and fewest < needed:
             return (
-                f"no p99 interval ({g.target}: {fewest:,} samples a latency batch, {needed:,} needed: "
-                f"a window {needed / fewest:.1f}x as long)"
+                f"p99: {g.target} had {fewest:,} samples a latency batch, {needed:,} needed "
+                f"(a window {needed / fewest:.1f}x as long)"
             )
-    return describe_ratio(p99, "p99") if p99 else _unsupported(c, "p99")
+    return ""
 
 
 def _unsupported(c: Comparison, metric: str) -> str:
@@ -350,7 +356,8 @@ def _names(candidate: Group, baseline: Group) -> tuple[str, str]:
     return candidate.target, baseline.target
 
 
-def _held_fixed(comparison: Comparison) -> str:
+def held_fixed(comparison: Comparison) -> str:
+    """What a comparison held fixed, in words: profile, records, response model, load, TLS, network."""
     g = comparison.candidate
     parts = [f"{g.profile} profile ({g.cpus:g} CPU)", f"{g.count} records"]
     if g.response_model and g.response_model == comparison.baseline.response_model:
@@ -372,7 +379,7 @@ def _caveat(candidate: Group, baseline: Group, at_load: Comparison | None, rps: 
     notes.append(_rounds_needed(rps))
     if at_load is not None:
         notes += [_not_carried(g) for g in (at_load.candidate, at_load.baseline)]
-        notes.append(_utilisation(at_load))
+        notes += [_utilisation(at_load), _tail_note(at_load)]
     return "; ".join(n for n in notes if n)
 
 
@@ -440,12 +447,10 @@ def _not_compared(closed: Sequence[Group], open_groups: Sequence[Group]) -> list
     for g in closed:
         if g.lower_bound:
             uploads = ", uploads" if g.direction == UPLOAD else ""
+            where = f"{g.target} ({g.profile}, {g.count} records{uploads}"
+            where += f", beside {g.partner})" if g.partner else ")"
             found.append(
-                Finding(
-                    "run",
-                    f"{g.target} ({g.profile}, {g.count} records{uploads}): throughput only a lower bound, "
-                    f"{g.lower_bound}: in no ratio.",
-                )
+                Finding("run", f"{where}: throughput only a lower bound, {g.lower_bound}: in no ratio.")
             )
     streams = [g for g in closed if is_streaming(g)]
     if streams and not any(not is_streaming(g) and g.protocol == "grpc" for g in closed):

@@ -59,14 +59,14 @@ def _k6_section(run: K6Run | None) -> dict[str, Any] | None:
         "wall_seconds": run.wall_seconds,
         "cpu_seconds": run.cpu_seconds,
         "cpus": run.cpus,
-        "cpu_utilisation": run.cpu_utilisation,  # of its share of its CPUs (sharing)
+        "cpu_utilisation": run.cpu_utilisation,  # with a duet partner's k6 (beside_cpu_seconds)
         "placement": run.placement,  # one k6 on another engine: where it ran
         "metrics": asdict(run.metrics) if run.metrics else None,
         # The full k6 metrics, for statistics nobody has asked for yet.
         "summary_metrics": summary.get("metrics"),
         "output_tail": run.output_tail,
-        # k6 processes on its CPUs at once, a duet's two; results of a k6 alone keep their keys.
-        **({"sharing": run.sharing} if run.sharing != 1 else {}),
+        # A duet partner's k6 CPU seconds on the same CPUs; results of a k6 alone keep their keys.
+        **({"beside_cpu_seconds": run.beside_cpu_seconds} if run.beside_cpu_seconds is not None else {}),
         # An open model's latency in consecutive batches of its samples: n and the percentiles of each.
         **({"latency_batches": [dict(b) for b in run.latency_batches]} if run.latency_batches else {}),
     }

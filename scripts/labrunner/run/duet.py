@@ -13,9 +13,6 @@ from labrunner.run.outcome import ScenarioOutcome
 from labrunner.run.runner import RunConfig, ScenarioRun
 from labrunner.say import Say
 
-# Each side's k6 shares k6's CPUs with its partner's: judged against half of them.
-K6_SHARING = 2
-
 
 def measure_duet(
     pair: tuple[Scenario, Scenario],
@@ -50,8 +47,9 @@ def measure_duet(
                 warm_up.result()  # warm_up() and window() record a failure in their run
         if _first_failed(runs) is None:
             before_measure()
-            for window in [pool.submit(run.window, K6_SHARING) for run in runs]:
+            for window in [pool.submit(run.window) for run in runs]:
                 window.result()
+            _k6_beside(runs)
         if (failed := _first_failed(runs)) is not None:
             _fail_partner(runs, failed)
     except BaseException:
@@ -82,6 +80,15 @@ def _beside(outcome: ScenarioOutcome, run: ScenarioRun, partner: ScenarioRun) ->
         run.metered.window, run.handle, run.usage, run.unmetered, beside=(partner_service, partner_k6)
     )
     return replace(outcome, host=host)
+
+
+def _k6_beside(runs: tuple[ScenarioRun, ScenarioRun]) -> None:
+    """Each side's k6 run with its partner's k6 CPU beside it: both ran on k6's CPUs at once, so a
+    side is k6-bound when the two together used most of them."""
+    first, second = runs[0].k6_run, runs[1].k6_run
+    if first is not None and second is not None:
+        runs[0].k6_run = replace(first, beside_cpu_seconds=second.cpu_seconds)
+        runs[1].k6_run = replace(second, beside_cpu_seconds=first.cpu_seconds)
 
 
 def _first_failed(runs: tuple[ScenarioRun, ScenarioRun]) -> ScenarioRun | None:

@@ -94,8 +94,9 @@ class K6Run:
     merged: K6Metrics | None = None  # a split run's merged numbers
     # An open model's latency in consecutive batches of its samples (k6_stats.batch_percentiles).
     latency_batches: tuple[Mapping[str, float], ...] = ()
-    # k6 processes on these CPUs at once: 2 in a duet, whose partner's k6 shares them.
-    sharing: int = 1
+    # A duet partner's k6 CPU seconds over the same window, on the same CPUs: k6's CPUs are saturated
+    # by the two together, so a side is k6-bound when both k6 processes together used most of them.
+    beside_cpu_seconds: float | None = None
 
     @classmethod
     def collect(cls, process: K6Process, invocation: K6Invocation) -> "K6Run":
@@ -160,8 +161,8 @@ class K6Run:
 
     @property
     def cpu_utilisation(self) -> float | None:
-        """k6's CPU use as a fraction of the CPUs it may use (of its share of them, when it shares
-        them with a duet partner's k6); near 1.0 means k6 saturated.
+        """k6's CPU use as a fraction of the CPUs it may use, its duet partner's k6 included (both ran
+        on them at once); near 1.0 means k6 saturated.
 
         Over k6's own test run where the summary has it: the process's wall time also holds
         its start-up (a container's creation under docker), which would read low. A split run
@@ -170,11 +171,17 @@ class K6Run:
         if self.instances:
             shares = [run.cpu_utilisation for run in self.instances]
             busiest = None if any(s is None for s in shares) else max(s for s in shares if s is not None)
-            return None if busiest is None else busiest * self.sharing
+            return None if busiest is None else busiest + self._beside_share(self.wall_seconds)
         seconds = (self.metrics.test_run_seconds if self.metrics else None) or self.wall_seconds
         if self.cpu_seconds is None or seconds <= 0 or self.cpus <= 0:
             return None
-        return self.cpu_seconds * self.sharing / (seconds * self.cpus)
+        return self.cpu_seconds / (seconds * self.cpus) + self._beside_share(seconds)
+
+    def _beside_share(self, seconds: float) -> float:
+        """The partner's k6 CPU as a share of these CPUs (0 alone)."""
+        if self.beside_cpu_seconds is None or seconds <= 0 or self.cpus <= 0:
+            return 0.0
+        return self.beside_cpu_seconds / (seconds * self.cpus)
 
 
 def run(backend: Backend, handle: ServiceHandle, invocation: K6Invocation, measured: bool) -> K6Run:

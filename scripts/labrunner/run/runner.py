@@ -163,11 +163,8 @@ class ScenarioRun:
                 warmup = k6.run(self.backend, handle, invocation(True), measured=False)
             _check_warmup(warmup)
 
-    def window(self, k6_sharing: int = 1) -> None:
-        """The measured window (a capacity search's steps); a failure is recorded, never raised.
-
-        k6_sharing: k6 processes on k6's CPUs at once (a duet's two), so k6's CPU is judged against
-        its share of them."""
+    def window(self) -> None:
+        """The measured window (a capacity search's steps); a failure is recorded, never raised."""
         scenario, config, handle = self.scenario, self.config, self.handle
         assert handle is not None and self._invocation is not None, "window() before a prepare() that passed"
         invocation = self._invocation
@@ -179,8 +176,8 @@ class ScenarioRun:
                 window_invocation = invocation(False)
                 with _watched(config, scenario, window_invocation):
                     run = k6.run(self.metered, handle, window_invocation, measured=True)
-                self.k6_run = replace(run, sharing=k6_sharing)
-                _check_measured(self.k6_run)
+                self.k6_run = run
+                _check_measured(run)
 
     @contextmanager
     def _owned(self) -> Iterator[None]:
