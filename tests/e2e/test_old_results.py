@@ -1,7 +1,8 @@
-"""Results written by an older release still resume and still serve as a baseline: tests/fixtures/run-0.2.0
-is a real run of release 0.2.0's code, interrupted in its last scenario (tests/fixtures/README.md).
+"""Results written by an older release still serve as a baseline, and are not resumed by another
+methodology: tests/fixtures/run-0.2.0 is a real run of release 0.2.0's code (methodology v2),
+interrupted in its last scenario (tests/fixtures/README.md).
 
-Both runs here use this code with real servers and k6 on the local backend, 1 s per scenario; the
+The runs here use this code with real servers and k6 on the local backend, 1 s per scenario; the
 serialization benchmark, not under test, is written quickly in place beforehand."""
 
 import json
@@ -12,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from labrunner.files import write_json_atomic
-from labrunner.paths import release
 from labrunner.report.baseline import DIFFERENT_HOST
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
+from labrunner.results import methodology
 
 from tests.support import ROOT
 
@@ -63,29 +64,18 @@ def test_the_fixture_is_an_interrupted_run_of_release_0_2_0() -> None:
     assert sorted(p.stem for p in (FIXTURE / "scenarios").glob("*.json")) == sorted(DONE)
 
 
-def test_this_code_resumes_a_run_release_0_2_0_left_unfinished(tmp_path: Path) -> None:
-    out = tmp_path / "moved"  # not results/<run id>: the run keeps its own id wherever it is
+def test_this_code_refuses_to_resume_a_run_another_methodology_measured(tmp_path: Path) -> None:
+    """Release 0.2.0 measured by methodology v2; this code measures v3 (duet blocks, ladders at shares
+    of capacity): one run holds one method, so --resume says so and changes nothing of the old run."""
+    out = tmp_path / "moved"
     shutil.copytree(FIXTURE, out)
     run = _run_matrix(out, "--resume")
-    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-    for scenario in DONE:
-        assert f"{scenario}: ok in an earlier session, skipped" in run.stdout
-        # What the older code wrote is kept as it was.
-        assert (out / "scenarios" / f"{scenario}.json").read_bytes() == (
-            FIXTURE / "scenarios" / f"{scenario}.json"
-        ).read_bytes()
-    assert f"{INTERRUPTED}: ok " in run.stdout
-    result = json.loads((out / "scenarios" / f"{INTERRUPTED}.json").read_text())
-    assert result["status"] == "ok" and result["k6"]["metrics"]["requests"] > 0
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert (manifest["run_id"], manifest["complete"], manifest["all_ok"]) == (RUN_ID, True, True)
-    assert len(manifest["resumed_at"]) == 1
-    # Which code measured it: the release that started it, and this one, which resumed it.
-    assert (manifest["release"], manifest["git"]["sha"]) == ("0.2.0", OLD_COMMIT)
-    [resumed_by] = manifest["resumed_by"]
-    assert resumed_by["release"] == release() and resumed_by["at"] == manifest["resumed_at"][0]
-    summary = (out / "summary.md").read_text()
-    assert all(f"| {s} | build | ok |" in summary for s in (*DONE, INTERRUPTED)), summary
+    assert run.returncode == 2, (run.stdout + run.stderr)[-4000:]
+    assert f"was measured by methodology v2, this release measures v{methodology.VERSION}" in run.stderr
+    assert "start a new run" in run.stderr
+    for path in FIXTURE.rglob("*"):
+        if path.is_file():
+            assert (out / path.relative_to(FIXTURE)).read_bytes() == path.read_bytes(), path
 
 
 @pytest.fixture(scope="module")

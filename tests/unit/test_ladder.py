@@ -63,18 +63,18 @@ def test_a_ladder_is_one_open_model_per_share_without_a_rate_until_the_run() -> 
     assert "loaded" not in models  # the ladder names its rungs; it is none itself
     rungs = [m for m in models.values() if m.rung is not None]
     assert [m.name for m in rungs] == [
-        *(f"loaded-{p}pct" for p in (25, 50, 75)),
-        *(f"loaded-stream-{p}pct" for p in (25, 50, 75)),
+        *(f"loaded-{p}pct" for p in (10, 25, 40)),
+        *(f"loaded-stream-{p}pct" for p in (10, 25, 40)),
     ]
     assert {(m.executor, m.rate) for m in rungs} == {("constant-arrival-rate", None)}
-    low, high = models["loaded-25pct"], models["loaded-75pct"]
+    low, high = models["loaded-10pct"], models["loaded-40pct"]
     assert low.rung is not None and high.rung is not None
-    assert (low.rung.share, high.rung.share) == (0.25, 0.75)
+    assert (low.rung.share, high.rung.share) == (0.1, 0.4)
     assert (low.rung.ladder, low.rung.capacity_model, low.rung.latency_bound_s) == ("loaded", "closed", 0.1)
     assert low.rung.scripts == ("k6/rest.js", "k6/grpc_unary.js")
     # The table's VUs, within which the rate's VUs are chosen when it is set.
     assert (low.pre_allocated_vus, low.max_vus) == (10, 150)
-    streams = models["loaded-stream-75pct"]
+    streams = models["loaded-stream-40pct"]
     assert (streams.pre_allocated_vus, streams.max_vus) == (10, 60)
 
 
@@ -84,16 +84,16 @@ def _resolved(scenario: Scenario, results: list[dict[str, Any]]) -> Scenario:
     return resolved
 
 
-@pytest.mark.parametrize(("bound", "vus"), [("10s", 150), ("100ms", 38), ("1ms", 10)])
+@pytest.mark.parametrize(("bound", "vus"), [("10s", 150), ("100ms", 16), ("1ms", 10)])
 def test_a_rungs_vus_are_for_its_rate_within_the_tables(bound: str, vus: int) -> None:
     data = tomllib.loads(MATRIX.read_text())
     data["load_models"]["loaded"]["ladder"]["latency_bound"] = bound
-    overrides = Overrides(targets=("aiohttp-h1",), load_models=("closed", "loaded-25pct"), repeats=1)
+    overrides = Overrides(targets=("aiohttp-h1",), load_models=("closed", "loaded-10pct"), repeats=1)
     plan = expand(parse_matrix(data, MATRIX), "local", "default", overrides)
     closed = [_closed_result(_one(plan, "aiohttp-h1.quarter.c100.closed.r1"), 758)]
-    model = _resolved(_one(plan, "aiohttp-h1.quarter.c100.loaded-25pct.r1"), closed).load_model
-    # 25% of 758 is 190/s: rate x latency_bound x 2, all allocated up front, within 10-150.
-    assert (model.rate, model.pre_allocated_vus, model.max_vus) == (190, vus, 150)
+    model = _resolved(_one(plan, "aiohttp-h1.quarter.c100.loaded-10pct.r1"), closed).load_model
+    # 10% of 758 is 76/s: rate x latency_bound x 2, all allocated up front, within 10-150.
+    assert (model.rate, model.pre_allocated_vus, model.max_vus) == (76, vus, 150)
 
 
 def test_a_target_climbs_the_ladder_of_its_k6_script() -> None:
@@ -102,24 +102,24 @@ def test_a_target_climbs_the_ladder_of_its_k6_script() -> None:
         if s.load_model.rung is not None:
             rungs.setdefault(s.target.name, set()).add(s.load_model.name)
     assert rungs == {
-        **{target: {"loaded-25pct", "loaded-50pct", "loaded-75pct"} for target in UNARY},
-        "grpc-stream": {"loaded-stream-25pct", "loaded-stream-50pct", "loaded-stream-75pct"},
+        **{target: {"loaded-10pct", "loaded-25pct", "loaded-40pct"} for target in UNARY},
+        "grpc-stream": {"loaded-stream-10pct", "loaded-stream-25pct", "loaded-stream-40pct"},
     }
 
 
 def test_a_ladders_name_selects_its_rungs_and_a_rungs_name_one_and_rate_leaves_them() -> None:
     by_ladder = _default(targets=("grpc",), load_models=("loaded",), repeats=1, rate=7)
     assert [(s.load_model.name, s.load_model.rate) for s in by_ladder.scenarios] == [
+        ("loaded-10pct", None),
         ("loaded-25pct", None),
-        ("loaded-50pct", None),
-        ("loaded-75pct", None),
+        ("loaded-40pct", None),
     ]
-    one = _default(targets=("grpc", "grpc-stream"), load_models=("loaded-50pct", "loaded-stream"), repeats=1)
+    one = _default(targets=("grpc", "grpc-stream"), load_models=("loaded-25pct", "loaded-stream"), repeats=1)
     assert [s.id for s in one.scenarios] == [
-        "grpc.quarter.c100.loaded-50pct.r1",
+        "grpc.quarter.c100.loaded-25pct.r1",
+        "grpc-stream.quarter.c100.loaded-stream-10pct.r1",
         "grpc-stream.quarter.c100.loaded-stream-25pct.r1",
-        "grpc-stream.quarter.c100.loaded-stream-50pct.r1",
-        "grpc-stream.quarter.c100.loaded-stream-75pct.r1",
+        "grpc-stream.quarter.c100.loaded-stream-40pct.r1",
     ]
 
 
@@ -166,18 +166,19 @@ def test_a_rung_runs_at_its_share_of_its_targets_closed_capacity_or_says_why_not
         _closed_result(_one(plan, "grpc-stream.quarter.c100.closed.r1"), 2),
         _closed_result(_one(plan, "grpc.quarter.c100.closed.r1"), 500, status="failed"),  # no capacity
     ]
-    quart = _one(plan, "quart-h2-tls.quarter.c100.loaded-75pct.r1")
+    quart = _one(plan, "quart-h2-tls.quarter.c100.loaded-40pct.r1")
     assert closed_capacity(quart, closed) == pytest.approx(120)
     resolved = _resolved(quart, closed)
-    assert resolved.load_model.rate == 90  # 75% of 120
-    assert resolved.id == quart.id and resolved.load_model.name == "loaded-75pct"
-    assert resolved == replace(quart, load_model=replace(quart.load_model, rate=90, pre_allocated_vus=18))
-    # Rounded, and never below 1/s: 25% and 50% of 2 streams/s.
-    streams = [_one(plan, f"grpc-stream.quarter.c100.loaded-stream-{p}pct.r1") for p in (25, 50, 75)]
-    assert [_resolved(s, closed).load_model.rate for s in streams] == [1, 1, 2]
+    assert resolved.load_model.rate == 48  # 40% of 120
+    assert resolved.id == quart.id and resolved.load_model.name == "loaded-40pct"
+    # 48/s x 100 ms x 2 is 9.6 VUs: the table's 10 at least.
+    assert resolved == replace(quart, load_model=replace(quart.load_model, rate=48, pre_allocated_vus=10))
+    # Rounded, and never below 1/s: 10%, 25% and 40% of 2 streams/s.
+    streams = [_one(plan, f"grpc-stream.quarter.c100.loaded-stream-{p}pct.r1") for p in (10, 25, 40)]
+    assert [_resolved(s, closed).load_model.rate for s in streams] == [1, 1, 1]
     assert (
-        resolve(_one(plan, "grpc.quarter.c100.loaded-50pct.r1"), closed)
-        == "no successful closed-model result of this target in this run to take 50% of"
+        resolve(_one(plan, "grpc.quarter.c100.loaded-25pct.r1"), closed)
+        == "no successful closed-model result of this target in this run to take 25% of"
     )
     not_a_rung = _one(plan, "grpc.quarter.c100.closed.r2")
     assert resolve(not_a_rung, closed) is not_a_rung
@@ -186,8 +187,8 @@ def test_a_rung_runs_at_its_share_of_its_targets_closed_capacity_or_says_why_not
 def test_a_closed_result_under_other_conditions_is_no_capacity_of_the_rung() -> None:
     plan = _default(targets=("grpc",), counts=(10, 100), repeats=1)
     closed = [_closed_result(_one(plan, "grpc.quarter.c10.closed.r1"), 1000)]
-    assert closed_capacity(_one(plan, "grpc.quarter.c100.loaded-50pct.r1"), closed) is None
-    assert closed_capacity(_one(plan, "grpc.quarter.c10.loaded-50pct.r1"), closed) == pytest.approx(1000)
+    assert closed_capacity(_one(plan, "grpc.quarter.c100.loaded-25pct.r1"), closed) is None
+    assert closed_capacity(_one(plan, "grpc.quarter.c10.loaded-25pct.r1"), closed) == pytest.approx(1000)
 
 
 def test_a_duets_closed_results_count_for_their_target_pooled_with_the_others() -> None:
@@ -204,10 +205,10 @@ def test_a_duets_closed_results_count_for_their_target_pooled_with_the_others() 
     aa["scenario"] |= {"group": "grpc.quarter.c100.closed.aa1"}
     other = copy.deepcopy(beside)
     other["scenario"] |= {"target_group": "aiohttp-h1.quarter.c100.closed"}
-    rung = _one(plan, "grpc.quarter.c100.loaded-50pct.r1")
+    rung = _one(plan, "grpc.quarter.c100.loaded-25pct.r1")
     assert closed_capacity(rung, [alone, beside, other]) == pytest.approx(200)  # 100 and 400's mean
     assert closed_capacity(rung, [beside, aa]) == pytest.approx(400)
-    assert _resolved(rung, [alone, beside, other]).load_model.rate == 100
+    assert _resolved(rung, [alone, beside, other]).load_model.rate == 50  # 25% of 200
 
 
 def test_the_default_run_gives_every_target_its_curve_in_its_old_ladder_time() -> None:
@@ -225,9 +226,9 @@ def test_the_default_run_gives_every_target_its_curve_in_its_old_ladder_time() -
     assert len(closed) == 24 and len(rungs) == 24 and len(plan.scenarios) == 48
     assert plan.estimated_seconds == 48 * 6  # 5 s windows after a 1 s warm-up
     rates = {(s.target.name, s.load_model.name): s.load_model.rate for s in rungs if isinstance(s, Scenario)}
-    assert rates["aiohttp-h1", "loaded-75pct"] == 568  # 75% of 758
-    assert rates["quart-h1", "loaded-25pct"] == 61  # 25% of 243
-    assert [rates["grpc-stream", f"loaded-stream-{p}pct"] for p in (25, 50, 75)] == [5, 10, 15]
+    assert rates["aiohttp-h1", "loaded-40pct"] == 303  # 40% of 758
+    assert rates["quart-h1", "loaded-10pct"] == 24  # 10% of 243
+    assert [rates["grpc-stream", f"loaded-stream-{p}pct"] for p in (10, 25, 40)] == [2, 5, 8]
 
 
 def _manifest_of(plan: Plan) -> dict[str, Any]:
@@ -242,7 +243,7 @@ def _manifest_of(plan: Plan) -> dict[str, Any]:
         complete=False,
         all_ok=None,
         settings={},
-        not_run={"grpc.quarter.c100.loaded-50pct.r1": "no successful closed-model result ..."},
+        not_run={"grpc.quarter.c100.loaded-25pct.r1": "no successful closed-model result ..."},
     )
 
 
@@ -255,7 +256,7 @@ def test_the_manifest_keeps_the_seed_and_resume_runs_in_its_order(tmp_path: Path
     # The report reads the matrix's order, whatever the seed.
     assert [s["id"] for s in manifest["matrix"]["scenarios"]] == [s.id for s in plan.scenarios]
     assert manifest["not_run"] == {
-        "grpc.quarter.c100.loaded-50pct.r1": "no successful closed-model result ..."
+        "grpc.quarter.c100.loaded-25pct.r1": "no successful closed-model result ..."
     }
     write_json_atomic(tmp_path / MANIFEST_FILE, manifest)
     resumed, origin = cli.seed_plan(plan, None, tmp_path)

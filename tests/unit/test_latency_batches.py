@@ -23,10 +23,10 @@ def test_batches_are_consecutive_runs_of_equal_count() -> None:
 def _open_result(target: str, service: str, batches: list[dict[str, float]]) -> dict[str, Any]:
     p50s = sorted(b["p50"] for b in batches)
     return {
-        "scenario_id": f"{target}.quarter.c100.loaded-50pct.r1",
+        "scenario_id": f"{target}.quarter.c100.loaded-25pct.r1",
         "status": "ok",
         "scenario": {
-            "group": f"{target}.quarter.c100.loaded-50pct",
+            "group": f"{target}.quarter.c100.loaded-25pct",
             "target": target,
             "service": service,
             "script": "k6/rest.js",
@@ -37,7 +37,7 @@ def _open_result(target: str, service: str, batches: list[dict[str, float]]) -> 
             "count": 100,
             "response_model": "build",
             "network": {"name": "loopback"},
-            "load_model": {"name": "loaded-50pct", "executor": "constant-arrival-rate", "rate": 100},
+            "load_model": {"name": "loaded-25pct", "executor": "constant-arrival-rate", "rate": 100},
             "repeat": 1,
         },
         "k6": {
@@ -90,4 +90,15 @@ def test_a_tail_the_batches_cannot_hold_says_what_it_needs() -> None:
     assert findings._tail(comparison, comparison.ratios.get("p99")) == "no p99 interval"
     assert findings._tail_note(comparison) == (
         "p99: aiohttp-h1 had 200 samples a latency batch, 1,000 needed (a window 5.0x as long)"
+    )
+
+
+def test_batches_that_disagree_say_the_latency_moved_not_that_rounds_are_missing() -> None:
+    steady = _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0, 5.2, 4.9, 5.1, 5.0]))
+    queue = _open_result("quart-h1", "rest_quart", _batches([5.0, 20.0, 80.0, 300.0, 900.0]))
+    [comparison] = compare_groups(group_results([steady, queue]))
+    p50 = comparison.ratios["p50"]
+    assert p50.rounds is None
+    assert findings.describe_ratio(p50, "p50") == (
+        "p50: too wide: latency moved from batch to batch in its window (a queue near the quota)"
     )

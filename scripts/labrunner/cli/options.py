@@ -23,7 +23,7 @@ selection:
   The preset (--preset, else [defaults].preset in the matrix file) gives targets, profiles,
   counts, load models, duration, warm-up and repeats; the options above override them.
   List options are repeatable or comma-separated and accept globs ("quart-*"); a ladder's name
-  (--load-model loaded) selects each of its rungs (loaded-25pct, loaded-50pct, loaded-75pct).
+  (--load-model loaded) selects each of its rungs (loaded-10pct, loaded-25pct, loaded-40pct).
 
 order:
   Rounds run in turn, each one repeat of every scenario of its kind, every ladder round after the

@@ -2,7 +2,7 @@
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from labrunner.model.questions import pairs
@@ -443,8 +443,9 @@ def _compare(kind: str, candidate: Group, baseline: Group, same_run: bool = True
     compared = OPEN_COMPARED if candidate.open_model else COMPARED[candidate.kind]
     for name in compared:
         if (c_batches := candidate.batches(name)) and (b_batches := baseline.batches(name)):
-            # Open models run one target at a time: nothing pairs their batches, so Welch's test.
-            ratios[name] = ratio(c_batches, b_batches)
+            # Open models run one target at a time: nothing pairs their batches, so Welch's test;
+            # no rounds (stats.too_few_rounds): batches of one window, not rounds of a run.
+            ratios[name] = replace(ratio(c_batches, b_batches), rounds=None)
             continue
         c, b = candidate.values(name), baseline.values(name)
         if not (c and b and candidate.supports(name) and baseline.supports(name)):

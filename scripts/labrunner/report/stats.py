@@ -199,10 +199,13 @@ def _tested(point: float, test: Any, confidence: float, rounds: int) -> Ratio:
 def too_few_rounds(centre: float, low: float | None, high: float | None, rounds: int | None) -> str | None:
     """Why an interval around `centre` decides nothing, in the words every table and finding prints
     instead of it: 'too few rounds: about N needed for ±5%' when it is wider than
-    trust.MAX_INTERVAL_WIDTH (N: trust.rounds_needed); None when it is narrower, or there is none."""
+    trust.MAX_INTERVAL_WIDTH (N: trust.rounds_needed; rounds None: an interval over latency batches,
+    which more rounds would not narrow); None when it is narrower, or there is none."""
     if low is None or high is None or not too_wide(low, high):
         return None
-    if rounds is None or rounds < 2 or low <= 0:
+    if rounds is None:  # an interval over latency batches (report/compare.py), not over rounds
+        return "too wide: latency moved from batch to batch in its window (a queue near the quota)"
+    if rounds < 2 or low <= 0:
         return "too few rounds"
     log_half_width = max(math.log(high / centre), math.log(centre / low))
     needed = rounds_needed(log_half_width, rounds)

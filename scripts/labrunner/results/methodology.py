@@ -28,6 +28,14 @@ HISTORY = (
         "significance after Holm's correction",
         frozenset({"rps", "cpu_per_1k", "bytes", "service_cpu", "k6_cpu", "seconds", "sustainable"}),
     ),
+    Change(
+        3,
+        "closed-model pairs measured as duet blocks where two quotas fit (both sides at once, slots "
+        "swapped, an A/A control; a side's k6 CPU counts its partner's k6), ladder rungs at shares of "
+        "each target's capacity in the run, an open model's percentiles over 5 batches of its window "
+        "(Welch), a percentile's centre the geometric mean of its repeats' or batches' own, not pooled",
+        frozenset({"rps", "cpu_per_1k", "bytes", "service_cpu", "seconds", "sustainable"}),
+    ),
 )
 VERSION = HISTORY[-1].version
 
