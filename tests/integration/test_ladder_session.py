@@ -95,7 +95,7 @@ def test_rungs_run_at_their_share_of_the_closed_capacity_in_seeded_order_and_res
     # 50% and 90% of the 100 req/s served closed: offered to k6, and in each rung's result.
     recorded, offered = _rates(tmp_path, fake)
     rungs = [s.id for s in plan.scenarios if s.load_model.rung is not None]
-    assert recorded == {scenario: 50 if ".loaded-25pct." in scenario else 90 for scenario in rungs}
+    assert recorded == {scenario: 50 if ".loaded-50pct." in scenario else 90 for scenario in rungs}
     assert len(rungs) == 4
     assert sorted(offered) == ["50", "50", "90", "90"]  # warm-up 0: one k6 run a rung
     manifest = _manifest(tmp_path)
