@@ -6,6 +6,7 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from labrunner.model.questions import is_streaming
 from labrunner.report.compare import CAPACITY, SEQUENTIAL, THROUGHPUT, Group
@@ -181,6 +182,9 @@ def serialization(cases: Sequence[Case], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+_RATIO_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+
+
 def forest(rows: Sequence[tuple[str, Ratio]], path: Path) -> Path | None:
     """The findings at a glance: each pair's ratio as a point with its interval on a log axis, 1 marked;
     a ratio without an interval is a hollow point. None without a row."""
@@ -196,6 +200,10 @@ def forest(rows: Sequence[tuple[str, Ratio]], path: Path) -> Path | None:
             ax.plot([r.estimate], [y], "o", markerfacecolor="none", color="#999999")
     ax.axvline(1.0, color="#c44e52", linewidth=1, linestyle="--")
     ax.set_xscale("log")
+    low, high = ax.get_xlim()
+    ax.set_xticks([t for t in _RATIO_TICKS if low <= t <= high], minor=False)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)])
     ax.set_xlabel("ratio (log scale): candidate / baseline, 95% interval; blue: significant")
     ax.grid(axis="x", which="both", alpha=0.3)
