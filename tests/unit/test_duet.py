@@ -214,3 +214,20 @@ def test_a_duet_sides_k6_is_judged_with_its_partners_k6_beside_it() -> None:
     assert alone.cpu_utilisation == pytest.approx(0.3)
     beside = replace(alone, beside_cpu_seconds=5.5)
     assert beside.cpu_utilisation == pytest.approx(0.85)  # both k6 on the one k6 CPU: k6-bound (> 80%)
+
+
+def test_the_matrix_order_stays_by_target_so_servers_compare_in_it() -> None:
+    """Which side of a server-vs-server question is which follows the targets' order in the run
+    (aiohttp before Quart): a duet plan keeps its scenarios by target, whatever its blocks' order."""
+    plan = _plan(load_models=("closed",))
+    first_seen = list(dict.fromkeys(s.target.name for s in plan.scenarios))
+    assert first_seen == list(
+        dict.fromkeys(s.target.name for s in expand(load_matrix(MATRIX), "local", "default").scenarios)
+    )
+    results = [_result(s, 100.0) for s in plan.scenarios]
+    servers = {
+        (c.candidate.target, c.baseline.target)
+        for c in compare_groups(group_results(results))
+        if c.kind == "REST server vs REST server"
+    }
+    assert servers == {("aiohttp-h1", "quart-h1"), ("aiohttp-h1-tls", "quart-h1-tls")}

@@ -140,9 +140,15 @@ def plan_duets(plan: Plan, mode: str) -> Plan:
     for (rungs, repeat), members in itertools.groupby(plan.scenarios, key=round_of):
         scenarios += [s for s in members if not (dueted(s) and s.target_group in in_duets)]
         if not rungs:
-            for candidate, baseline in chosen:
-                if repeat <= min(candidate.repeats, baseline.repeats):
-                    scenarios += _block(candidate, baseline, repeat)
+            blocks = [
+                side
+                for candidate, baseline in chosen
+                if repeat <= min(candidate.repeats, baseline.repeats)
+                for side in _block(candidate, baseline, repeat)
+            ]
+            # The matrix's order is by target, as without duets: it says which side of a question is
+            # which (report/compare.py); the run order pairs each block's sides whatever their places.
+            scenarios += sorted(blocks, key=lambda s: (order[s.target.name], *_duet_key(s, order)))
     return replace(plan, scenarios=tuple(scenarios))
 
 
@@ -153,6 +159,11 @@ def _block(candidate: Scenario, baseline: Scenario, repeat: int) -> list[Scenari
         for side, scenario, partner in ((1, candidate, baseline), (2, baseline, candidate))
     ]
     return sorted((replace(s, repeat=repeat) for s in sides), key=lambda s: s.duet.slot if s.duet else 0)
+
+
+def _duet_key(scenario: Scenario, order: dict[str, int]) -> tuple[int, int]:
+    duet = scenario.duet
+    return (order[duet.partner], duet.side) if duet is not None else (-1, 0)
 
 
 def slot_of(side: int, repeat: int) -> int:
