@@ -320,7 +320,7 @@ def _with(table: str, values: dict[str, object]) -> dict[str, Any]:
         (
             "loaded/ladder",
             {"shares": None, "rates": [100, 450], "max_share": 0.9},
-            r"\[load_models.loaded\] ladder: rates became shares: .* e.g. shares = \[0.25, 0.5, 0.75\], "
+            r"\[load_models.loaded\] ladder: rates became shares: .* e.g. shares = \[0.1, 0.25, 0.4\], "
             "and drop max_share",
         ),
         ("loaded/ladder", {"max_share": 0.9}, r"ladder: rates became shares"),

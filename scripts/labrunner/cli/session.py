@@ -132,7 +132,7 @@ def run_plan(
                     say(f"[{number}/{len(run_order)}] {scenario.id}: ok in an earlier session, skipped")
                 continue
             if len(unit) == 2:
-                scenarios.run_unit(first, unit)
+                scenarios.run_duet(first, (unit[0], unit[1]))
                 continue
             [scenario] = unit
             if scenario.load_model.rung is not None:

@@ -122,14 +122,13 @@ def plan_duets(plan: Plan, mode: str) -> Plan:
         for q, c, b in pairs([_Side(s, order[s.target.name]) for s in first_round])
         if not asked or q.kind in asked
     ]
-    too_big = sorted(
-        {
-            c.scenario.profile.name: c.scenario.profile for _, c, _ in found if not fits(c.scenario.profile)
-        }.items()
-    )
-    if too_big and mode == ON:
-        raise DuetError("; ".join(fallback_line(profile).removeprefix("duet: ") for _, profile in too_big))
-    plan = replace(plan, notes=(*plan.notes, *(fallback_line(profile) for _, profile in too_big)))
+    too_big = {
+        c.scenario.profile.name: c.scenario.profile for _, c, _ in found if not fits(c.scenario.profile)
+    }
+    lines = [fallback_line(profile) for profile in too_big.values()]
+    if lines and mode == ON:
+        raise DuetError("; ".join(line.removeprefix("duet: ") for line in lines))
+    plan = replace(plan, notes=(*plan.notes, *lines))
     chosen = [(c.scenario, b.scenario) for _, c, b in found if fits(c.scenario.profile)]
     if not chosen:
         return plan
@@ -141,29 +140,21 @@ def plan_duets(plan: Plan, mode: str) -> Plan:
         scenarios += [s for s in members if not (dueted(s) and s.target_group in in_duets)]
         if not rungs:
             blocks = [
-                side
+                replace(scenario, repeat=repeat, duet=Duet(partner.target.name, side, slot_of(side, repeat)))
                 for candidate, baseline in chosen
                 if repeat <= min(candidate.repeats, baseline.repeats)
-                for side in _block(candidate, baseline, repeat)
+                for side, scenario, partner in ((1, candidate, baseline), (2, baseline, candidate))
             ]
             # The matrix's order is by target, as without duets: it says which side of a question is
-            # which (report/compare.py); the run order pairs each block's sides whatever their places.
-            scenarios += sorted(blocks, key=lambda s: (order[s.target.name], *_duet_key(s, order)))
+            # which (report/compare.py); Plan.run_units pairs each block's sides whatever their places.
+            scenarios += sorted(blocks, key=lambda s: _by_target(s, order))
     return replace(plan, scenarios=tuple(scenarios))
 
 
-def _block(candidate: Scenario, baseline: Scenario, repeat: int) -> list[Scenario]:
-    """One repeat of a pair, in slot order."""
-    sides = [
-        replace(scenario, duet=Duet(partner=partner.target.name, side=side, slot=slot_of(side, repeat)))
-        for side, scenario, partner in ((1, candidate, baseline), (2, baseline, candidate))
-    ]
-    return sorted((replace(s, repeat=repeat) for s in sides), key=lambda s: s.duet.slot if s.duet else 0)
-
-
-def _duet_key(scenario: Scenario, order: dict[str, int]) -> tuple[int, int]:
-    duet = scenario.duet
-    return (order[duet.partner], duet.side) if duet is not None else (-1, 0)
+def _by_target(scenario: Scenario, order: dict[str, int]) -> tuple[int, int, int]:
+    """A duet scenario's place in the matrix's order: its target's, its partner's, its side."""
+    assert scenario.duet is not None
+    return order[scenario.target.name], order[scenario.duet.partner], scenario.duet.side
 
 
 def slot_of(side: int, repeat: int) -> int:

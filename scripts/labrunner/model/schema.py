@@ -373,7 +373,7 @@ class _LadderSpec(_Table):
         if isinstance(data, dict) and {"rates", "max_share"} & set(data):
             raise _problem(
                 "rates became shares: list fractions of each target's closed-model req/s in this run, "
-                "e.g. shares = [0.25, 0.5, 0.75], and drop max_share",
+                "e.g. shares = [0.1, 0.25, 0.4], and drop max_share",
                 None,
             )
         return data
