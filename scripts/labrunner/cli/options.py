@@ -196,14 +196,14 @@ def _add_precision(parser: argparse.ArgumentParser) -> None:
         type=share,
         help="after the planned rounds, add rounds of one more repeat of each closed-model group in a "
         "compared pair until every pair's req/s ratio has a 95%% interval within this share of its "
-        "estimate, e.g. 5%% (the end of the run says which pairs reached it)",
+        "estimate, e.g. 5%% (the end of the run says which pairs reached it; default: the preset's "
+        "precision, if it sets one)",
     )
     sharp.add_argument(
         "--budget",
         type=duration,
-        default=duration("20m"),
         help="how long --precision may add rounds, e.g. 30m; a round that would outlast it is not "
-        "started (default: 20m)",
+        "started (default: the preset's budget, else 20m)",
     )
 
 

@@ -106,7 +106,7 @@ def _run(
                     args.influxdb, args.prometheus, backend_name, targets_dir, cleanup=cleanup, say=_say
                 )
                 config = _session_config(
-                    args, argv, run_id=run_id, out_dir=out_dir, targets_dir=targets_dir, obs=obs,
+                    args, argv, plan, run_id=run_id, out_dir=out_dir, targets_dir=targets_dir, obs=obs,
                     reason=reason, k6_binary=k6_binary,
                 )  # fmt: skip
                 print(_backend_line(backend_name, reason))
@@ -130,6 +130,7 @@ def _run(
 def _session_config(
     args: argparse.Namespace,
     argv: Sequence[str] | None,
+    plan: Plan,
     *,
     run_id: str,
     out_dir: Path,
@@ -138,7 +139,8 @@ def _session_config(
     reason: str,
     k6_binary: Path,
 ) -> "SessionConfig":
-    """The run-wide choices the session reads, with the run's provenance."""
+    """The run-wide choices the session reads, with the run's provenance; --precision and --budget
+    when given, else the preset's."""
     from labrunner.cli import session  # noqa: PLC0415  (see _run)
 
     return session.SessionConfig(
@@ -155,8 +157,8 @@ def _session_config(
         argv=tuple(sys.argv if argv is None else ["run_matrix.py", *argv]),
         backend_reason=reason,
         provenance=provenance.collect(REPO, k6_binary),
-        precision=args.precision,
-        budget_s=args.budget,
+        precision=plan.precision if args.precision is None else args.precision,
+        budget_s=plan.budget_s if args.budget is None else args.budget,
     )
 
 

@@ -136,6 +136,8 @@ def expand(
         stop_timeout_s=settings.stop_timeout,
         measure=settings.measure,
         duet_questions=tuple(settings.duet_questions),
+        precision=None if settings.precision is None else settings.precision / 100,
+        budget_s=settings.budget,
     )
 
 

@@ -276,6 +276,8 @@ class Plan:
     measure: str = SERVICE  # MEASURES: what the run measures
     notes: tuple[str, ...] = ()  # how the run departs from its matrix, said once when it starts
     duet_questions: tuple[str, ...] = ()  # the questions whose pairs may duet; empty: every one
+    precision: float | None = None  # the preset's --precision (a share), which the command line overrides
+    budget_s: float = 1200.0  # the preset's --budget
 
     @property
     def run_order(self) -> tuple[Scenario, ...]:

@@ -208,6 +208,10 @@ ResponseModelNames = Annotated[
 LinkDuration = Annotated[float, BeforeValidator(_link_seconds)]
 Rate = Annotated[int, BeforeValidator(_bits_per_second)]
 Percent = Annotated[float, BeforeValidator(_percent)]
+# --precision's target in a preset: a compared pair's 95% interval within this share of its estimate.
+Precision = Annotated[
+    Percent, _must(lambda value: 0 < value < 100, "{value} must be above 0% and below 100%")
+]
 _POSITIVE_INT = TypeAdapter[int](PositiveInt, config=_STRICT)
 
 
@@ -506,6 +510,10 @@ class Settings(_Table):
     measure: MeasureName = "service"  # "caller": the scenarios' targets are called by Python callers
     # The questions whose pairs run as duets (model.duet); empty: every question the run asks.
     duet_questions: list[QuestionName] = []
+    # --precision and --budget as the preset's default (the command line's win): blocks added to
+    # the compared pairs until each req/s ratio is this sharp, while the budget lasts.
+    precision: Precision | None = None
+    budget: PositiveDuration = 1200.0
 
 
 # Keys a [defaults], [defaults.<backend>], [presets.<name>] or [presets.<name>.<backend>] may set.
@@ -530,6 +538,8 @@ class _Selection(_Table):
     stop_timeout: PositiveDuration | None = None
     measure: MeasureName | None = None
     duet_questions: list[QuestionName] | None = None
+    precision: Precision | None = None
+    budget: PositiveDuration | None = None
 
 
 class _Preset(_Selection):
