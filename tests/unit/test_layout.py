@@ -5,8 +5,8 @@ import subprocess
 import sys
 
 import pytest
-from labrunner import backends
 from labrunner.model.scenario import BACKENDS
+from labrunner.model.schema import _Preset, _Selection
 
 from tests.support import ROOT
 
@@ -62,10 +62,13 @@ def test_the_runner_imports_no_concrete_backend(module: str) -> None:
     assert {name for name in _labrunner_imports(module) if name.startswith(concrete)} == set()
 
 
-def test_every_backend_the_matrix_knows_has_one_module_and_a_place_in_auto() -> None:
-    assert sorted(backends.MODULES) == sorted(BACKENDS) == sorted(backends.AUTO_ORDER)
-    for module in backends.MODULES.values():
-        assert module.startswith("labrunner.backends."), module
+def test_a_backend_is_its_package_and_its_name_in_the_registry() -> None:
+    """The places a new backend takes: its package (backends/<name>/), its name in BACKENDS and its
+    per-backend table of a preset in the schema; a missing one fails here."""
+    packages = {p.parent.name for p in (PACKAGE / "backends").glob("*/__init__.py")}
+    assert packages == set(BACKENDS)
+    assert set(_Preset.model_fields) - set(_Selection.model_fields) == set(BACKENDS)
+    for module in (f"labrunner.backends.{name}" for name in BACKENDS):
         # A package: its face (__init__.py) hands on probe and create from the module defining them.
         face = ast.parse((PACKAGE / "backends" / module.rsplit(".", 1)[1] / "__init__.py").read_text())
         handed_on = {

@@ -1,7 +1,8 @@
 """Where a scenario's service and k6 run, picked by name; a backend's module is imported only when used.
 
-Each backend module offers `probe() -> str` (why it can run here; BackendUnavailable if it
-cannot) and `create(settings, say) -> Backend`. So a local run never imports the docker SDK.
+Each backend is a package named in the matrix's BACKENDS, offering `probe() -> str` (why it can
+run here; BackendUnavailable if it cannot) and `create(settings, say) -> Backend`. So a local run
+never imports the docker SDK.
 """
 
 import importlib
@@ -12,11 +13,7 @@ from labrunner.model.engine_roles import Hosts
 from labrunner.model.scenario import BACKENDS
 from labrunner.say import Say
 
-# One module per name in the matrix's BACKENDS (a test holds them equal).
-MODULES = {"docker": "labrunner.backends.docker", "local": "labrunner.backends.local"}
 AUTO = "auto"
-# `auto` takes the first backend that can run here: the users' default first.
-AUTO_ORDER = ("docker", "local")
 
 
 def choose(requested: str, hosts: Hosts | None = None) -> tuple[str, str]:
@@ -27,7 +24,7 @@ def choose(requested: str, hosts: Hosts | None = None) -> tuple[str, str]:
     if hosts is not None and not hosts.default:
         return "docker", "auto: [hosts] or the engine options name Docker engines"
     unavailable: list[str] = []
-    for name in AUTO_ORDER:
+    for name in BACKENDS:  # the users' default first
         try:
             why = _module(name).probe()
         except BackendUnavailable as exc:
@@ -44,6 +41,6 @@ def create(name: str, settings: BackendSettings, say: Say = print) -> Backend:
 
 
 def _module(name: str) -> ModuleType:
-    if name not in MODULES:
+    if name not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
-    return importlib.import_module(MODULES[name])
+    return importlib.import_module(f"{__name__}.{name}")

@@ -7,6 +7,7 @@ from pathlib import Path
 from labrunner import backends, certs
 from labrunner.cli import version
 from labrunner.model import duet
+from labrunner.model.scenario import BACKENDS
 from labrunner.model.schema import duration_seconds
 from labrunner.observe.labels import INFLUXDB_DATABASE
 from labrunner.paths import REPO
@@ -83,7 +84,7 @@ def _add_what_to_run(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup
     where = parser.add_argument_group("what to run")
     where.add_argument(
         "--backend",
-        choices=(backends.AUTO, *backends.AUTO_ORDER),
+        choices=(backends.AUTO, *BACKENDS),
         default=backends.AUTO,
         help="local: services as processes in cgroups on this host; docker: a container per "
         "scenario next to `docker compose up -d`; auto: docker when an engine answers, "

@@ -11,7 +11,10 @@ from typing import Any, Literal
 from labrunner.model.engine_roles import Hosts
 from labrunner.network.profiles import NetworkProfile
 
-BACKENDS = ("local", "docker")
+# The registry of backends: each name is a package, labrunner.backends.<name>, with probe() and
+# create(); `--backend auto` takes the first that can run here, so the users' default comes first.
+# The schema's per-backend preset tables (schema._Preset) name the same (tests/unit/test_layout.py).
+BACKENDS = ("docker", "local")
 AUTO_INSTANCES = "auto"
 K6Instances = int | Literal["auto"]
 
