@@ -12,7 +12,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from benchmarks.floor.common import BadRequest, FlatRecord, FloorSettings, Records, floor_settings, run
-from benchmarks.floor.messages import Messages, Request, Uploads, undecodable
+from benchmarks.floor.messages import Messages, Request, Uploads, UploadTooLarge, undecodable
 from services.common.pb import cars_pb2, cars_pb2_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -24,13 +24,19 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
         self._messages = messages
         self._uploads = uploads
 
-    async def ListRecords(self, request: Request, context: Context) -> cars_pb2.ListRecordsResponse:
+    async def ListRecords(self, request: Request | None, context: Context) -> cars_pb2.ListRecordsResponse:
+        if request is None:  # bytes that did not parse (_lenient)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(Request))
         try:
             return self._messages.response(request)
         except BadRequest as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
 
-    async def StreamRecords(self, request: Request, context: Context) -> AsyncIterator[cars_pb2.Record]:
+    async def StreamRecords(
+        self, request: Request | None, context: Context
+    ) -> AsyncIterator[cars_pb2.Record]:
+        if request is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(Request))
         try:
             messages = self._messages.stream(request)
         except BadRequest as error:
@@ -48,35 +54,48 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
 
     async def UploadRecords(
-        self, requests: AsyncIterator[cars_pb2.Record], context: Context
+        self, requests: AsyncIterator[bytes], context: Context
     ) -> cars_pb2.CreateRecordsReply:
+        # Each message's bytes (_add_record_service): counted against the call's total, then decoded.
         records: list[FlatRecord] = []
+        total = 0
         try:
-            async for message in requests:
-                self._uploads.add(records, message)
+            async for data in requests:
+                total = self._uploads.counted(total, len(data))
+                self._uploads.add(records, cars_pb2.Record.FromString(data))
             return self._uploads.reply(records)
-        except DecodeError:  # each message is decoded as the iteration reads it
+        except DecodeError:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(cars_pb2.Record))
         except BadRequest as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except UploadTooLarge as error:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+
+
+def _lenient(data: bytes) -> Request | None:
+    """ListRecordsRequest's deserializer: None for bytes that do not parse, which the handler refuses
+    with INVALID_ARGUMENT (grpc.aio answers a deserializer's exception with UNKNOWN)."""
+    try:
+        return Request.FromString(data)
+    except DecodeError:
+        return None
 
 
 def _add_record_service(servicer: RecordServicer, server: grpc.aio.Server) -> None:
-    """The generated add_RecordServiceServicer_to_server, but CreateRecords gets its request's bytes."""
+    """The generated add_RecordServiceServicer_to_server, but no deserializer raises: the uploads get
+    their messages' bytes, ListRecords and StreamRecords None for bytes that do not parse."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         "ListRecords": grpc.unary_unary_rpc_method_handler(
-            servicer.ListRecords,
-            cars_pb2.ListRecordsRequest.FromString,
-            cars_pb2.ListRecordsResponse.SerializeToString,
+            servicer.ListRecords, _lenient, cars_pb2.ListRecordsResponse.SerializeToString
         ),
         "StreamRecords": grpc.unary_stream_rpc_method_handler(
-            servicer.StreamRecords, cars_pb2.ListRecordsRequest.FromString, cars_pb2.Record.SerializeToString
+            servicer.StreamRecords, _lenient, cars_pb2.Record.SerializeToString
         ),
         "CreateRecords": grpc.unary_unary_rpc_method_handler(
             servicer.CreateRecords, None, cars_pb2.CreateRecordsReply.SerializeToString
         ),
         "UploadRecords": grpc.stream_unary_rpc_method_handler(
-            servicer.UploadRecords, cars_pb2.Record.FromString, cars_pb2.CreateRecordsReply.SerializeToString
+            servicer.UploadRecords, None, cars_pb2.CreateRecordsReply.SerializeToString
         ),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(RECORD_SERVICE, handlers),))
@@ -109,7 +128,9 @@ async def _serve(
 
 def main() -> None:
     settings = floor_settings("floor_grpc_aio")
-    servicer = RecordServicer(Messages(settings, Records(settings)), Uploads(settings.max_count))
+    servicer = RecordServicer(
+        Messages(settings, Records(settings)), Uploads(settings.max_count, settings.max_request_bytes)
+    )
     run(settings, lambda port, ready: uvloop.run(_serve(settings, servicer, port, ready)))
 
 

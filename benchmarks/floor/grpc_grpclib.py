@@ -3,8 +3,10 @@
 import asyncio
 import signal
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
+import grpclib.server
 import uvloop
 from google.protobuf.message import DecodeError
 from grpclib.const import Status
@@ -23,28 +25,51 @@ from benchmarks.floor.common import (
     listen_socket,
     run,
 )
-from benchmarks.floor.messages import Messages, Request, Uploads, undecodable
+from benchmarks.floor.messages import Messages, Request, Uploads, UploadTooLarge, undecodable
 from services.common.pb import cars_grpc, cars_pb2
 
 
 class Codec(ProtoCodec):
-    """grpclib has no receive limit: a message over max_request_bytes is refused once read, as the lab's.
-    An undecodable ListRecordsRequest is UNKNOWN "Error parsing message", as grpc.aio and the lab say
-    (grpclib's own answer: UNKNOWN "Internal Server Error"); an upload's is its handler's to refuse."""
+    """Bytes that do not parse are INVALID_ARGUMENT, as the lab answers; max_request_bytes is the largest
+    message _recv_message reads."""
 
     def __init__(self, max_request_bytes: int) -> None:
-        self._max = max_request_bytes
+        self.max_request_bytes = max_request_bytes
 
     def decode(self, data: bytes, message_type: Any) -> Any:
-        if len(data) > self._max:
-            message = f"Received message larger than max ({len(data)} vs. {self._max})"
-            raise GRPCError(Status.RESOURCE_EXHAUSTED, message)
         try:
             return super().decode(data, message_type)
         except DecodeError:
-            if message_type is not Request:
-                raise
-            raise GRPCError(Status.UNKNOWN, "Error parsing message") from None
+            raise GRPCError(Status.INVALID_ARGUMENT, undecodable(message_type)) from None
+
+
+# An UploadRecords call's counter of the bytes it has received (its task's), set by its handler.
+_RECEIVED: ContextVar[Callable[[int], None] | None] = ContextVar("received", default=None)
+
+
+async def _recv_message(stream: Any, codec: Codec, message_type: Any) -> Any:
+    """grpclib 0.4.9's recv_message with the lab's answers (services/grpc_grpclib/wire.py): the compressed
+    flag UNIMPLEMENTED, another flag or a stream ending inside a message INVALID_ARGUMENT, a declared
+    length over max_request_bytes, or an upload's total over it, RESOURCE_EXHAUSTED before it is read."""
+    try:
+        prefix = await stream.recv_data(5)
+        if not prefix:
+            return None
+        flag, length = prefix[0], int.from_bytes(prefix[1:], "big")
+        if flag == 1:
+            raise GRPCError(Status.UNIMPLEMENTED, "compressed messages are not accepted")
+        if flag != 0:
+            raise GRPCError(Status.INVALID_ARGUMENT, f"message flag {flag} is neither 0 nor 1")
+        if length > codec.max_request_bytes:
+            message = f"Received message larger than max ({length} vs. {codec.max_request_bytes})"
+            raise GRPCError(Status.RESOURCE_EXHAUSTED, message)
+        counter = _RECEIVED.get()
+        if counter is not None:
+            counter(length)
+        data = await stream.recv_data(length)
+    except AssertionError:  # grpclib's Buffer.read: the stream ended before the bytes asked for
+        raise GRPCError(Status.INVALID_ARGUMENT, "the request stream ended inside a message") from None
+    return codec.decode(data, message_type)
 
 
 class RecordService(cars_grpc.RecordServiceBase):
@@ -78,10 +103,7 @@ class RecordService(cars_grpc.RecordServiceBase):
     async def CreateRecords(
         self, stream: Stream[cars_pb2.CreateRecordsRequest, cars_pb2.CreateRecordsReply]
     ) -> None:
-        try:
-            request = await stream.recv_message()
-        except DecodeError:
-            raise GRPCError(Status.INVALID_ARGUMENT, undecodable(cars_pb2.CreateRecordsRequest)) from None
+        request = await stream.recv_message()
         if request is None:
             raise GRPCError(Status.INVALID_ARGUMENT, "no request message")
         try:
@@ -92,14 +114,23 @@ class RecordService(cars_grpc.RecordServiceBase):
 
     async def UploadRecords(self, stream: Stream[cars_pb2.Record, cars_pb2.CreateRecordsReply]) -> None:
         records: list[FlatRecord] = []
+        total = 0
+
+        def count(size: int) -> None:
+            nonlocal total
+            total = self._uploads.counted(total, size)
+
+        token = _RECEIVED.set(count)
         try:
             while (message := await stream.recv_message()) is not None:
                 self._uploads.add(records, message)
             reply = self._uploads.reply(records)
-        except DecodeError:
-            raise GRPCError(Status.INVALID_ARGUMENT, undecodable(cars_pb2.Record)) from None
         except BadRequest as error:
             raise GRPCError(Status.INVALID_ARGUMENT, str(error)) from None
+        except UploadTooLarge as error:
+            raise GRPCError(Status.RESOURCE_EXHAUSTED, str(error)) from None
+        finally:
+            _RECEIVED.reset(token)
         await stream.send_message(reply)
 
 
@@ -120,7 +151,10 @@ async def _serve(
 
 def main() -> None:
     settings = floor_settings("floor_grpc_grpclib")
-    records = RecordService(Messages(settings, Records(settings)), Uploads(settings.max_count))
+    grpclib.server.recv_message = _recv_message  # type: ignore[attr-defined]  # by name, as grpclib imports it
+    records = RecordService(
+        Messages(settings, Records(settings)), Uploads(settings.max_count, settings.max_request_bytes)
+    )
     run(settings, lambda port, ready: uvloop.run(_serve(settings, records, port, ready)))
 
 

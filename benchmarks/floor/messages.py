@@ -72,13 +72,28 @@ def undecodable(message_type: type[cars_pb2.CreateRecordsRequest | cars_pb2.Reco
     return f"not a valid {message_type.DESCRIPTOR.full_name} message"
 
 
+class UploadTooLarge(Exception):
+    """An UploadRecords call whose messages together exceed max_request_bytes (RESOURCE_EXHAUSTED)."""
+
+
 class Uploads:
     """CreateRecords and UploadRecords: each Record message a flat tuple, the reply their count and
     checksum; BadRequest (the lab's words) for no record or more than max_count, a stream's at its
-    first record over max_count."""
+    first record over max_count; UploadTooLarge once a stream's messages exceed max_request_bytes in
+    total, counted before each is decoded (the lab's bound)."""
 
-    def __init__(self, max_count: int) -> None:
+    def __init__(self, max_count: int, max_request_bytes: int) -> None:
         self.max_count = max_count
+        self.max_request_bytes = max_request_bytes
+
+    def counted(self, total: int, size: int) -> int:
+        """A stream's bytes so far, total, with a message of size bytes; UploadTooLarge past the bound."""
+        total += size
+        if total > self.max_request_bytes:
+            raise UploadTooLarge(
+                f"records: the upload's messages exceed {self.max_request_bytes} bytes in total"
+            )
+        return total
 
     def refused(self, count: int) -> BadRequest:
         return BadRequest(f"records: expected 1 to {self.max_count} records, got {count}")

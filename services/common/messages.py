@@ -92,13 +92,20 @@ def undecodable(message_type: type[Message]) -> str:
     return f"not a valid {message_type.DESCRIPTOR.full_name} message"
 
 
+class UploadTooLarge(Exception):
+    """An UploadRecords call whose messages together exceed max_request_bytes (RESOURCE_EXHAUSTED)."""
+
+
 class RecordUploads:
     """CreateRecords and UploadRecords: every Record message received becomes a neutral record
     (record_from_message); the reply holds their count and checksum. BadRequest for no record or
-    more than max_count (a stream is refused at its first record over max_count)."""
+    more than max_count (a stream is refused at its first record over max_count); UploadTooLarge for
+    a stream whose messages' bytes together exceed max_request_bytes, the bound of a whole REST body
+    and of one gRPC message, so that no call holds more than that (issue 37)."""
 
-    def __init__(self, max_count: int) -> None:
+    def __init__(self, max_count: int, max_request_bytes: int) -> None:
         self.max_count = max_count
+        self.max_request_bytes = max_request_bytes
 
     def refused(self, count: int) -> BadRequest:
         """The error for an upload of count records, out of 1..max_count."""
@@ -117,15 +124,29 @@ class RecordUploads:
 
 
 class Upload:
-    """One UploadRecords call: its records so far."""
+    """One UploadRecords call: its records so far, and the bytes of their messages."""
 
-    __slots__ = ("_records", "_uploads")
+    __slots__ = ("_bytes", "_records", "_uploads")
 
     def __init__(self, uploads: RecordUploads) -> None:
         self._uploads = uploads
         self._records: list[Record] = []
+        self._bytes = 0
+
+    def count(self, size: int) -> None:
+        """Count a message of size bytes before it is decoded; UploadTooLarge past the call's bound."""
+        self._bytes += size
+        if self._bytes > self._uploads.max_request_bytes:
+            limit = self._uploads.max_request_bytes
+            raise UploadTooLarge(f"records: the upload's messages exceed {limit} bytes in total")
+
+    def add_bytes(self, data: bytes) -> None:
+        """A message's bytes: counted, then decoded (DecodeError when they do not parse) and added."""
+        self.count(len(data))
+        self.add(cars_pb2.Record.FromString(data))
 
     def add(self, message: cars_pb2.Record) -> None:
+        """A decoded message, its bytes already counted (count)."""
         if len(self._records) == self._uploads.max_count:
             raise self._uploads.refused(len(self._records) + 1)
         self._records.append(record_from_message(message))

@@ -9,10 +9,9 @@ ServerInterceptor: with any interceptor, grpc.aio resolves every call's handler 
 a chain of coroutines, which costs more than the metrics themselves (measured:
 docs/services.md, Metrics).
 
-Calls rejected before the handler runs are not counted: undecodable ListRecords and
-StreamRecords requests (as in go-grpc-prometheus) and requests over
-grpc.max_receive_message_length, which k6 counts. The upload methods decode inside their
-handler (server.add_record_service), so their undecodable messages count as InvalidArgument.
+Calls rejected before the handler runs are not counted: requests over
+grpc.max_receive_message_length, which k6 counts. No RecordService deserializer raises
+(server.add_record_service), so undecodable requests reach the handler and count as InvalidArgument.
 RESOURCE_EXHAUSTED from GRPC_MAX_CONCURRENT_RPCS comes from the handler, so it is counted
 like any other code. A client stream's messages count as the handler reads them. A client
 stream that grpc core ends at a message over grpc.max_receive_message_length ends the handler's

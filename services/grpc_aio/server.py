@@ -14,7 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from services.common.config import ResponseModel
-from services.common.messages import RecordMessages, RecordUploads, undecodable
+from services.common.messages import RecordMessages, RecordUploads, UploadTooLarge, undecodable
 from services.common.metrics import MetricBatch, worker_metrics
 from services.common.pb import cars_pb2, cars_pb2_grpc
 from services.common.records import BadRequest, RecordSource
@@ -31,26 +31,30 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
     """RecordService: its messages (services.common.messages) under the response model, bad input
     aborted with INVALID_ARGUMENT."""
 
-    def __init__(self, source: RecordSource, model: ResponseModel) -> None:
+    def __init__(self, source: RecordSource, model: ResponseModel, max_request_bytes: int) -> None:
         self._messages = RecordMessages(source, model)
-        self._uploads = RecordUploads(source.max_count)
+        self._uploads = RecordUploads(source.max_count, max_request_bytes)
 
-    async def ListRecords(
-        self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> cars_pb2.ListRecordsResponse:
+    async def _validated(
+        self, request: cars_pb2.ListRecordsRequest | None, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> tuple[int, int | None]:
+        if request is None:  # its bytes did not parse (lenient_request)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(cars_pb2.ListRecordsRequest))
         try:
-            count, offset = self._messages.validate(request)
+            return self._messages.validate(request)
         except BadRequest as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))  # raises
+
+    async def ListRecords(
+        self, request: cars_pb2.ListRecordsRequest | None, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> cars_pb2.ListRecordsResponse:
+        count, offset = await self._validated(request, context)
         return self._messages.response(count, offset)
 
     async def StreamRecords(
-        self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: cars_pb2.ListRecordsRequest | None, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[cars_pb2.Record]:
-        try:
-            count, offset = self._messages.validate(request)
-        except BadRequest as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))  # raises
+        count, offset = await self._validated(request, context)
         for message in self._messages.stream(count, offset):
             yield message
 
@@ -66,17 +70,20 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
 
     async def UploadRecords(
-        self, requests: AsyncIterator[cars_pb2.Record], context: grpc.aio.ServicerContext[Any, Any]
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
     ) -> cars_pb2.CreateRecordsReply:
+        # Each message's bytes (add_record_service): counted against the call's total, then decoded.
         upload = self._uploads.start()
         try:
-            async for message in requests:
-                upload.add(message)
+            async for data in requests:
+                upload.add_bytes(data)
             return upload.reply()
-        except DecodeError:  # grpc.aio decodes each message as the iteration reads it
+        except DecodeError:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(cars_pb2.Record))
         except BadRequest as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except UploadTooLarge as error:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
 
 
 class LimitedRecordServicer(RecordServicer):
@@ -88,8 +95,10 @@ class LimitedRecordServicer(RecordServicer):
     then fail its own health check, and be restarted for being busy.
     """
 
-    def __init__(self, source: RecordSource, model: ResponseModel, limit: int) -> None:
-        super().__init__(source, model)
+    def __init__(
+        self, source: RecordSource, model: ResponseModel, max_request_bytes: int, limit: int
+    ) -> None:
+        super().__init__(source, model, max_request_bytes)
         self._limit = limit
         self._active = 0
 
@@ -99,7 +108,7 @@ class LimitedRecordServicer(RecordServicer):
         self._active += 1
 
     async def ListRecords(
-        self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: cars_pb2.ListRecordsRequest | None, context: grpc.aio.ServicerContext[Any, Any]
     ) -> cars_pb2.ListRecordsResponse:
         await self._enter(context)
         try:
@@ -108,7 +117,7 @@ class LimitedRecordServicer(RecordServicer):
             self._active -= 1
 
     async def StreamRecords(
-        self, request: cars_pb2.ListRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: cars_pb2.ListRecordsRequest | None, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[cars_pb2.Record]:
         await self._enter(context)
         try:
@@ -127,7 +136,7 @@ class LimitedRecordServicer(RecordServicer):
             self._active -= 1
 
     async def UploadRecords(
-        self, requests: AsyncIterator[cars_pb2.Record], context: grpc.aio.ServicerContext[Any, Any]
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
     ) -> cars_pb2.CreateRecordsReply:
         await self._enter(context)
         try:
@@ -136,30 +145,42 @@ class LimitedRecordServicer(RecordServicer):
             self._active -= 1
 
 
-def record_servicer(source: RecordSource, model: ResponseModel, limit: int | None) -> RecordServicer:
+def record_servicer(
+    source: RecordSource, model: ResponseModel, max_request_bytes: int, limit: int | None
+) -> RecordServicer:
     """The RecordService servicer, limited to `limit` concurrent calls when given one."""
-    return RecordServicer(source, model) if limit is None else LimitedRecordServicer(source, model, limit)
+    if limit is None:
+        return RecordServicer(source, model, max_request_bytes)
+    return LimitedRecordServicer(source, model, max_request_bytes, limit)
+
+
+def lenient_request(data: bytes) -> cars_pb2.ListRecordsRequest | None:
+    """ListRecordsRequest's deserializer: None for bytes that do not parse, which the handler refuses
+    with INVALID_ARGUMENT; grpc.aio answers a deserializer's exception with UNKNOWN (issue 37)."""
+    try:
+        return cars_pb2.ListRecordsRequest.FromString(data)
+    except DecodeError:
+        return None
 
 
 def add_record_service(servicer: Any, server: grpc.aio.Server) -> None:
-    """cars_pb2_grpc.add_RecordServiceServicer_to_server, except that CreateRecords gets its request's
-    bytes (no deserializer) and decodes them itself: grpc.aio answers bytes its deserializer refuses
-    with UNKNOWN, and logs a traceback for each, where the contract says INVALID_ARGUMENT.
-    UploadRecords' deserializer runs inside the handler's iteration, which catches its error."""
+    """cars_pb2_grpc.add_RecordServiceServicer_to_server, except that no deserializer raises: grpc.aio
+    answers bytes its deserializer refuses with UNKNOWN, and logs a traceback for each, where the
+    contract says INVALID_ARGUMENT. ListRecords and StreamRecords get None for such bytes
+    (lenient_request); the uploads get their messages' bytes and decode them themselves, so that an
+    UploadRecords call's bytes are counted against its total before any is decoded."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         "ListRecords": grpc.unary_unary_rpc_method_handler(
-            servicer.ListRecords,
-            cars_pb2.ListRecordsRequest.FromString,
-            cars_pb2.ListRecordsResponse.SerializeToString,
+            servicer.ListRecords, lenient_request, cars_pb2.ListRecordsResponse.SerializeToString
         ),
         "StreamRecords": grpc.unary_stream_rpc_method_handler(
-            servicer.StreamRecords, cars_pb2.ListRecordsRequest.FromString, cars_pb2.Record.SerializeToString
+            servicer.StreamRecords, lenient_request, cars_pb2.Record.SerializeToString
         ),
         "CreateRecords": grpc.unary_unary_rpc_method_handler(
             servicer.CreateRecords, None, cars_pb2.CreateRecordsReply.SerializeToString
         ),
         "UploadRecords": grpc.stream_unary_rpc_method_handler(
-            servicer.UploadRecords, cars_pb2.Record.FromString, cars_pb2.CreateRecordsReply.SerializeToString
+            servicer.UploadRecords, None, cars_pb2.CreateRecordsReply.SerializeToString
         ),
     }
     server.add_generic_rpc_handlers(
@@ -192,7 +213,12 @@ def _credentials(context: WorkerContext) -> grpc.ServerCredentials | None:
 async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
     settings = context.settings
     server = grpc.aio.server(options=_server_options(context))
-    servicer = record_servicer(context.records, settings.response_model, settings.grpc_max_concurrent_rpcs)
+    servicer = record_servicer(
+        context.records,
+        settings.response_model,
+        settings.max_request_bytes,
+        settings.grpc_max_concurrent_rpcs,
+    )
     add_record_service(
         servicer if metrics is None else instrument_servicer(servicer, RECORD_SERVICE, metrics), server
     )

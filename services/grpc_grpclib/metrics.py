@@ -4,8 +4,8 @@ A servicer's handlers are wrapped in its __mapping__, as grpc_aio wraps its serv
 methods: grpclib's event hooks would build an event object per message. Each handler sees
 its stream through a proxy that counts the messages received and sent. grpclib decodes the
 request inside the handler, so an undecodable or oversized request counts as a started call
-handled with the code servicer.Codec gives it (grpc.aio rejects ListRecords' and
-StreamRecords' before the handler, and oversized ones, and does not count them).
+handled with the code servicer.Codec or wire.recv_message gives it (grpc.aio rejects oversized ones
+before the handler, and does not count them).
 """
 
 import asyncio

@@ -23,12 +23,13 @@ from services.common.supervisor import WorkerContext, listen_socket
 from services.common.tls import server_ssl_context
 from services.grpc_grpclib.metrics import InstrumentedServicer
 from services.grpc_grpclib.servicer import Calls, Codec, RecordService
+from services.grpc_grpclib.wire import install as install_bounded_receive
 
 
 async def _serve(context: WorkerContext, batch: MetricBatch | None) -> None:
     settings = context.settings
     calls = Calls(settings.grpc_max_concurrent_rpcs)
-    service = RecordService(context.records, settings.response_model, calls)
+    service = RecordService(context.records, settings.response_model, settings.max_request_bytes, calls)
     records = service if batch is None else InstrumentedServicer(service, batch)
     serving = ServiceStatus()
     serving.set(True)
@@ -57,5 +58,6 @@ async def _serve(context: WorkerContext, batch: MetricBatch | None) -> None:
 
 def worker_main(context: WorkerContext) -> None:
     """One worker process: serve until SIGTERM, drain, finish in-flight calls, return (exit 0)."""
+    install_bounded_receive()
     with worker_metrics(context.settings.metrics_enabled) as batch:
         uvloop.run(_serve(context, batch))

@@ -14,14 +14,12 @@ from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 
 from services.common.config import ResponseModel
-from services.common.messages import RecordMessages, RecordUploads, undecodable
-from services.common.pb import cars_grpc, cars_pb2
+from services.common.messages import RecordMessages, RecordUploads, UploadTooLarge, undecodable
+from services.common.pb import cars_grpc
 from services.common.records import BadRequest, RecordSource
+from services.grpc_grpclib.wire import count_received
 
 log = logging.getLogger("protolab.grpc_grpclib")
-# The messages of the upload calls (CreateRecords, UploadRecords), the only ones the server
-# receives of these types.
-_UPLOAD_MESSAGES = (cars_pb2.CreateRecordsRequest, cars_pb2.Record)
 
 
 class MessageStream(Protocol):
@@ -33,24 +31,18 @@ class MessageStream(Protocol):
 
 
 class Codec(ProtoCodec):
-    """grpclib's protobuf codec, answering bad requests as grpc.aio does: larger than
-    max_request_bytes with RESOURCE_EXHAUSTED (grpclib has no receive limit, so the message is
-    refused once read; the cgroup's memory limit bounds that); undecodable with INVALID_ARGUMENT
-    for an upload's messages, else UNKNOWN "Error parsing message"."""
+    """grpclib's protobuf codec, answering bytes that do not parse with INVALID_ARGUMENT; its
+    max_request_bytes is the largest message services.grpc_grpclib.wire.recv_message reads (past it
+    RESOURCE_EXHAUSTED, before the message's bytes are read)."""
 
     def __init__(self, max_request_bytes: int) -> None:
-        self._max_request_bytes = max_request_bytes
+        self.max_request_bytes = max_request_bytes
 
     def decode(self, data: bytes, message_type: Any) -> Any:
-        if len(data) > self._max_request_bytes:
-            message = f"Received message larger than max ({len(data)} vs. {self._max_request_bytes})"
-            raise GRPCError(Status.RESOURCE_EXHAUSTED, message)
         try:
             return super().decode(data, message_type)
         except DecodeError:
-            if message_type in _UPLOAD_MESSAGES:
-                raise GRPCError(Status.INVALID_ARGUMENT, undecodable(message_type)) from None
-            raise GRPCError(Status.UNKNOWN, "Error parsing message") from None
+            raise GRPCError(Status.INVALID_ARGUMENT, undecodable(message_type)) from None
 
 
 class Calls:
@@ -94,9 +86,11 @@ class RecordService(cars_grpc.RecordServiceBase):
     """RecordService: its messages (services.common.messages) under the response model, bad input
     refused with INVALID_ARGUMENT."""
 
-    def __init__(self, source: RecordSource, model: ResponseModel, calls: Calls) -> None:
+    def __init__(
+        self, source: RecordSource, model: ResponseModel, max_request_bytes: int, calls: Calls
+    ) -> None:
         self._messages = RecordMessages(source, model)
-        self._uploads = RecordUploads(source.max_count)
+        self._uploads = RecordUploads(source.max_count, max_request_bytes)
         self._calls = calls
 
     async def _validated(self, stream: MessageStream) -> tuple[int, int | None]:
@@ -148,11 +142,15 @@ class RecordService(cars_grpc.RecordServiceBase):
         try:
             upload = self._uploads.start()
             try:
-                while (message := await stream.recv_message()) is not None:
-                    upload.add(message)
+                # Each message's declared length counts against the call's total before it is read.
+                with count_received(upload.count):
+                    while (message := await stream.recv_message()) is not None:
+                        upload.add(message)
                 reply = upload.reply()
             except BadRequest as error:
                 raise GRPCError(Status.INVALID_ARGUMENT, str(error)) from None
+            except UploadTooLarge as error:
+                raise GRPCError(Status.RESOURCE_EXHAUSTED, str(error)) from None
             await stream.send_message(reply)
         finally:
             self._calls.leave()

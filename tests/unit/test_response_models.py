@@ -97,7 +97,9 @@ def _quart_app_request(app: Quart) -> Callable[[], Awaitable[bytes]]:
 
 
 def grpc_request(config: Settings) -> Callable[[], Awaitable[bytes]]:
-    servicer = grpc_server.RecordServicer(record_source(config), config.response_model)
+    servicer = grpc_server.RecordServicer(
+        record_source(config), config.response_model, config.max_request_bytes
+    )
     responses: list[cars_pb2.ListRecordsResponse] = []
 
     async def request() -> bytes:
@@ -126,7 +128,7 @@ class OneRequestStream:
 
 def grpclib_request(config: Settings) -> Callable[[], Awaitable[bytes]]:
     service = grpclib_servicer.RecordService(
-        record_source(config), config.response_model, grpclib_servicer.Calls(None)
+        record_source(config), config.response_model, config.max_request_bytes, grpclib_servicer.Calls(None)
     )
     responses: list[cars_pb2.ListRecordsResponse] = []
 
@@ -208,7 +210,7 @@ def test_rest_records_are_new_dicts_under_build_and_shared_under_prebuilt(
 @pytest.mark.parametrize("model", list(ResponseModel))
 def test_grpc_messages_are_new_under_build_and_shared_under_prebuilt(monkeypatch, tmp_path, model) -> None:
     config = settings(monkeypatch, tmp_path, "grpc_aio", model)
-    servicer = grpc_server.RecordServicer(record_source(config), model)
+    servicer = grpc_server.RecordServicer(record_source(config), model, config.max_request_bytes)
     call = cars_pb2.ListRecordsRequest(count=COUNT, offset=OFFSET)
 
     async def streamed() -> list[cars_pb2.Record]:
