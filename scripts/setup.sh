@@ -5,6 +5,7 @@
 #   prometheus, influxd  from Debian when missing (only needed by the local backend and the tests)
 #   services/common/pb   gRPC stubs generated from proto/
 #   certs/            the lab CA and server certificate
+#   .env              InfluxDB's generated passwords for docker compose (kept when present)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,4 +36,8 @@ fi
 
 .venv/bin/python scripts/gen_proto.py
 .venv/bin/python scripts/gen_certs.py
+# InfluxDB's passwords for docker compose (its users are created with them on first start), generated
+# once into .env (from .env.example when there is none), readable by its owner alone, never committed.
+generated=$(.venv/bin/python -c 'from labrunner.observe import influx_auth; print(*influx_auth.ensure_passwords())')
+[[ -z $generated ]] || echo "setup: generated $generated in .env"
 echo "setup: ready ($(.venv/bin/k6 version | head -n 1); $(prometheus --version 2>&1 | head -n 1); $(influxd version))"

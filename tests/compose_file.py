@@ -10,7 +10,13 @@ from tests.support import ROOT
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 # The variables a user must provide; everything else has a default.
-REQUIRED_ENV = {"GRAFANA_ADMIN_PASSWORD": "test-only-password"}
+REQUIRED_ENV = {
+    "GRAFANA_ADMIN_PASSWORD": "test-only-password",
+    # InfluxDB's users' passwords: scripts/setup.sh generates them into .env.
+    "INFLUXDB_ADMIN_PASSWORD": "test-only-admin",
+    "INFLUXDB_WRITE_PASSWORD": "test-only-writer",
+    "INFLUXDB_READ_PASSWORD": "test-only-reader",
+}
 
 _VARIABLE = re.compile(
     r"\$(?:(?P<escaped>\$)|\{(?P<name>[A-Za-z_]\w*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"

@@ -3,6 +3,8 @@
 The services present certs/server.pem; k6, the verifier and the tests trust certs/ca.pem,
 so TLS is verified end to end instead of skipped. Existing files are kept while they are
 valid (signed by the CA, every SAN present, not about to expire); --force replaces them.
+--no-ca-key keeps no CA key once the server certificate is signed (compose's shared volume):
+a set without it is still valid, and is replaced by a new CA when it no longer is.
 """
 
 import argparse
@@ -61,7 +63,13 @@ def problem(directory: Path, extra: Sequence[str] = ()) -> str | None:
     try:
         ca = x509.load_pem_x509_certificate((directory / CA_FILE).read_bytes())
         server = x509.load_pem_x509_certificate((directory / SERVER_FILE).read_bytes())
-        ca_key = serialization.load_pem_private_key((directory / CA_KEY_FILE).read_bytes(), None)
+        # Optional: a set whose CA key was dropped after signing (--no-ca-key) still verifies.
+        ca_key_file = directory / CA_KEY_FILE
+        ca_key = (
+            serialization.load_pem_private_key(ca_key_file.read_bytes(), None)
+            if ca_key_file.exists()
+            else None
+        )
         server_key = serialization.load_pem_private_key((directory / SERVER_KEY_FILE).read_bytes(), None)
     except FileNotFoundError as exc:
         return f"{Path(exc.filename).name} is missing"
@@ -71,7 +79,9 @@ def problem(directory: Path, extra: Sequence[str] = ()) -> str | None:
         server.verify_directly_issued_by(ca)
     except (ValueError, TypeError, InvalidSignature):
         return f"{SERVER_FILE} is not signed by {CA_FILE}"
-    if ca_key.public_key() != ca.public_key() or server_key.public_key() != server.public_key():
+    if (ca_key is not None and ca_key.public_key() != ca.public_key()) or (
+        server_key.public_key() != server.public_key()
+    ):
         return "a key does not match its certificate"
     sans = set(server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
     if missing := required_sans(extra) - sans:
@@ -82,18 +92,25 @@ def problem(directory: Path, extra: Sequence[str] = ()) -> str | None:
     return None
 
 
-def ensure_certs(directory: Path = DEFAULT_DIR, force: bool = False, extra: Sequence[str] = ()) -> bool:
-    """Generate the CA and server certificate unless valid ones exist; True when generated."""
+def ensure_certs(
+    directory: Path = DEFAULT_DIR, force: bool = False, extra: Sequence[str] = (), keep_ca_key: bool = True
+) -> bool:
+    """Generate the CA and server certificate unless valid ones exist; True when generated.
+    keep_ca_key=False: no CA key is left in directory (an existing one is removed)."""
     if not force and problem(directory, extra) is None:
+        if not keep_ca_key:
+            (directory / CA_KEY_FILE).unlink(missing_ok=True)
         for name in (CA_KEY_FILE, SERVER_KEY_FILE):
-            (directory / name).chmod(KEY_MODE)
+            if (directory / name).exists():
+                (directory / name).chmod(KEY_MODE)
         return False
-    generate(directory, extra)
+    generate(directory, extra, keep_ca_key)
     return True
 
 
-def generate(directory: Path, extra: Sequence[str] = ()) -> None:
-    """A fresh CA (EC P-256) and a server certificate it signs, with every lab SAN and extra ones."""
+def generate(directory: Path, extra: Sequence[str] = (), keep_ca_key: bool = True) -> None:
+    """A fresh CA (EC P-256) and a server certificate it signs, with every lab SAN and extra ones;
+    the CA's key is written only with keep_ca_key (else it exists in memory only, while signing)."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -117,7 +134,10 @@ def generate(directory: Path, extra: Sequence[str] = ()) -> None:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    write_file(directory / CA_KEY_FILE, _pem_key(ca_key), KEY_MODE)
+    if keep_ca_key:
+        write_file(directory / CA_KEY_FILE, _pem_key(ca_key), KEY_MODE)
+    else:
+        (directory / CA_KEY_FILE).unlink(missing_ok=True)
     write_file(directory / SERVER_KEY_FILE, _pem_key(server_key), KEY_MODE)
     write_file(directory / CA_FILE, ca.public_bytes(serialization.Encoding.PEM), CERT_MODE)
     write_file(directory / SERVER_FILE, server.public_bytes(serialization.Encoding.PEM), CERT_MODE)
@@ -193,10 +213,16 @@ def main(argv: list[str] | None = None) -> int:
         help="another name or address the server certificate must hold, e.g. the address the "
         "services are published on for k6 on other hosts (repeatable)",
     )
+    parser.add_argument(
+        "--no-ca-key",
+        action="store_true",
+        help="keep no CA key in the directory once the server certificate is signed (a directory "
+        "other containers mount); an existing one is removed",
+    )
     args = parser.parse_args(argv)
     extra = [name for name in args.san if name]  # compose passes "" when PUBLISH_ADDRESS is unset
     reason = "--force" if args.force else problem(args.dir, extra)
-    if ensure_certs(args.dir, force=args.force, extra=extra):
+    if ensure_certs(args.dir, force=args.force, extra=extra, keep_ca_key=not args.no_ca_key):
         print(f"generated CA and server certificate in {args.dir} ({reason})")
     else:
         print(f"kept the valid certificates in {args.dir}")

@@ -36,6 +36,13 @@ STANDING = ("--profile", "services")  # the five services, up only when asked fo
 MIN_ENGINE = (25, 0)  # healthcheck start_interval
 PROMETHEUS = "http://127.0.0.1:9090"
 INFLUXDB = "http://127.0.0.1:8086"
+# InfluxDB's users (docker-compose.yml) and the passwords these tests give them.
+INFLUXDB_PASSWORDS = {
+    "INFLUXDB_ADMIN_PASSWORD": "test-admin-9Qe2",
+    "INFLUXDB_WRITE_PASSWORD": "test-writer-4Lm7",
+    "INFLUXDB_READ_PASSWORD": "test-reader-8Xs1",
+}
+INFLUXDB_READER = ("protolab_reader", INFLUXDB_PASSWORDS["INFLUXDB_READ_PASSWORD"])
 QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 MANAGED = f"{docker_names.MANAGED_LABEL}=true"
@@ -49,6 +56,9 @@ def _compose_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SUT_", "COMPOSE_"))}
     # Grafana is not started, but compose will not read the file without its password.
     env.setdefault("GRAFANA_ADMIN_PASSWORD", "unused-grafana-is-not-started")
+    # What scripts/setup.sh generates into a user's .env; the runner reads the writer's from here.
+    for name, password in INFLUXDB_PASSWORDS.items():
+        env.setdefault(name, password)
     return env
 
 

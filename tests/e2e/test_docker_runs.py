@@ -21,6 +21,7 @@ from tests.e2e.docker_lab import (
     EXIT_FAILED,
     EXIT_OK,
     INFLUXDB,
+    INFLUXDB_READER,
     PROMETHEUS,
     QUIET,
     Engine,
@@ -166,16 +167,23 @@ def test_prometheus_scraped_every_scenario_container(main_run: MainRun) -> None:
         assert s["metric"]["profile"] == wanted["profile"]["name"], (scenario, s)
 
 
+def _influx_counts(query: str) -> dict[str, Any]:
+    """Per scenario, the count a GROUP BY "scenario" query gives, read as InfluxDB's reader (auth is on)."""
+    user, password = INFLUXDB_READER
+    params = urllib.parse.urlencode({"db": "myk6db", "q": query, "u": user, "p": password})
+    answer = get_json(f"{INFLUXDB}/query?{params}")
+    return {s["tags"]["scenario"]: s["values"][0][1] for s in answer["results"][0].get("series", [])}
+
+
 def test_influxdb_holds_as_many_requests_per_scenario_as_k6_counted(main_run: MainRun) -> None:
-    query = (
-        f'SELECT count("value") FROM "protolab_reqs" WHERE "run" = \'{main_run.run.run_id}\' '
-        'GROUP BY "scenario"'
-    )
-    answer = get_json(f"{INFLUXDB}/query?{urllib.parse.urlencode({'db': 'myk6db', 'q': query})}")
-    counted = {s["tags"]["scenario"]: s["values"][0][1] for s in answer["results"][0].get("series", [])}
+    # k6 and the runner write as InfluxDB's writer: what is there was written with its credentials.
+    run = f'WHERE "run" = \'{main_run.run.run_id}\' GROUP BY "scenario"'
+    counted = _influx_counts(f'SELECT count("value") FROM "protolab_reqs" {run}')
     expected = {scenario: r["k6"]["metrics"]["requests"] for scenario, r in main_run.results.items()}
     print(f"protolab_reqs per scenario, InfluxDB: {sorted(counted.items())}; k6: {sorted(expected.items())}")
     assert counted == expected
+    marks = _influx_counts(f'SELECT count("event") FROM "protolab_scenario" {run}')
+    assert marks == dict.fromkeys(expected, 2), "each scenario's start and end annotation"
 
 
 def test_the_floor_servers_run_in_their_stacks_images(lab: list[str], tmp_path: Path) -> None:

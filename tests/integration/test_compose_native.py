@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from labrunner import certs as lab_certs
 
 from tests.compose_file import compose
 from tests.integration.compose_support import LOOPBACK, image_environment, image_healthcheck, seconds
@@ -30,11 +31,16 @@ def compose_certs() -> Iterator[Path]:
     folder that stands in for /certs."""
     certs = compose()["services"]["certs"]
     command = certs["command"]
-    assert command == ["python", "scripts/gen_certs.py", "--dir", "/certs", "--san", "127.0.0.1"]
+    assert command == [
+        "python", "scripts/gen_certs.py", "--dir", "/certs", "--no-ca-key", "--san", "127.0.0.1"
+    ]  # fmt: skip
     assert "certs:/certs" in certs["volumes"]
     with tempfile.TemporaryDirectory(prefix="protolab-certs-") as directory:
         native = [directory if part == "/certs" else part for part in command[1:]]
         subprocess.run([sys.executable, *native], cwd=ROOT, check=True, timeout=60)
+        # Every service mounts the volume: it holds the CA's certificate, never its key.
+        assert sorted(p.name for p in Path(directory).iterdir()) == ["ca.pem", "server-key.pem", "server.pem"]
+        assert lab_certs.problem(Path(directory)) is None
         yield Path(directory)
 
 

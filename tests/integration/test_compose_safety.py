@@ -70,10 +70,11 @@ def test_no_container_gets_the_docker_socket_or_privileges() -> None:
 def test_grafana_has_no_default_admin_password() -> None:
     raw_env = raw_compose()["services"]["grafana"]["environment"]
     assert re.fullmatch(r"\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}", raw_env["GF_SECURITY_ADMIN_PASSWORD"])
+    others = {k: v for k, v in REQUIRED_ENV.items() if k != "GRAFANA_ADMIN_PASSWORD"}
     with pytest.raises(InterpolationError, match="GRAFANA_ADMIN_PASSWORD"):
-        resolve(raw_compose(), {})
-    with pytest.raises(InterpolationError):
-        resolve(raw_compose(), {"GRAFANA_ADMIN_PASSWORD": ""})
+        resolve(raw_compose(), others)
+    with pytest.raises(InterpolationError, match="GRAFANA_ADMIN_PASSWORD"):
+        resolve(raw_compose(), {**others, "GRAFANA_ADMIN_PASSWORD": ""})
     env = compose()["services"]["grafana"]["environment"]
     if env.get("GF_AUTH_ANONYMOUS_ENABLED") == "true":
         assert env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"

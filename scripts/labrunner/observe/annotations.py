@@ -10,6 +10,7 @@ import urllib.parse
 import urllib.request
 
 from labrunner.model.scenario import Scenario
+from labrunner.observe import influx_auth
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
 
 MEASUREMENT = "protolab_scenario"
@@ -38,6 +39,8 @@ def mark(influxdb_url: str, run_id: str, scenario: Scenario, event: str) -> str 
     query = urllib.parse.urlencode({"db": INFLUXDB_DATABASE, "precision": "ns"})
     url = f"{influxdb_url.rstrip('/')}/write?{query}"
     request = urllib.request.Request(url, data=point.encode(), method="POST")
+    if credentials := influx_auth.writer():
+        request.add_header("Authorization", credentials.basic())
     try:
         with urllib.request.urlopen(request, timeout=5):
             return None

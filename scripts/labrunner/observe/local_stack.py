@@ -206,7 +206,8 @@ def _start_prometheus(directory: Path, targets_dir: Path, port: int, cpus: Seque
         f"--config.file={config}",
         f"--web.listen-address={HOST}:{port}",
         f"--storage.tsdb.path={directory / 'prometheus'}",
-        "--web.enable-lifecycle",
+        # No --web.enable-lifecycle: it is stopped by signal (stop()); over HTTP anyone on the
+        # host could POST /-/quit to it.
     ]
     return _spawn(directory, "prometheus", argv, os.environ.copy(), f"http://{HOST}:{port}", cpus=cpus)
 

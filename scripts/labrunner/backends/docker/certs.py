@@ -32,6 +32,8 @@ def adopt_certs(container: Container, directory: Path, publish: str) -> list[str
             "start", f"volume {CERTS_VOLUME} holds no {certs.CA_FILE}: run `docker compose up -d`"
         )
     changed = sorted(n for n, data in files.items() if _read_bytes(directory / n) != data)
+    if certs.CA_KEY_FILE not in files:  # compose's one-shot keeps none: an older CA's would not match
+        (directory / certs.CA_KEY_FILE).unlink(missing_ok=True)
     for file_name in changed:
         certs.write_file(directory / file_name, files[file_name], _CERT_MODES[file_name])
     # Every lab certificate names 127.0.0.1; another address, only when compose's `certs` had it.
