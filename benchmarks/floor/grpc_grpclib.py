@@ -151,7 +151,7 @@ async def _serve(
 
 def main() -> None:
     settings = floor_settings("floor_grpc_grpclib")
-    grpclib.server.recv_message = _recv_message  # type: ignore[attr-defined]  # by name, as grpclib imports it
+    grpclib.server.recv_message = _recv_message  # type: ignore[attr-defined,assignment]  # by name, as grpclib imports it
     records = RecordService(
         Messages(settings, Records(settings)), Uploads(settings.max_count, settings.max_request_bytes)
     )

@@ -67,7 +67,9 @@ def flat_record(message: cars_pb2.Record) -> FlatRecord:
             driver.firstname, driver.lastname, driver.driver_id)  # fmt: skip
 
 
-def undecodable(message_type: type[cars_pb2.CreateRecordsRequest | cars_pb2.Record]) -> str:
+def undecodable(
+    message_type: type[cars_pb2.ListRecordsRequest | cars_pb2.CreateRecordsRequest | cars_pb2.Record],
+) -> str:
     """The lab's INVALID_ARGUMENT message for bytes that do not parse as a message_type."""
     return f"not a valid {message_type.DESCRIPTOR.full_name} message"
 

@@ -49,10 +49,19 @@ def build_app(settings: FloorSettings, body_of: BodyOf) -> web.Application:
         return web.Response(body=body, content_type=JSON)
 
     async def create_records(request: web.Request) -> web.Response:
+        refused = uploads.refused_encoding(request.headers.get("Content-Encoding"))
+        if refused is not None:
+            return web.Response(status=refused[0], body=refused[1], content_type=JSON)
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return web.Response(status=413, body=uploads.too_large, content_type=JSON)
+        except ConnectionError:  # the client went away mid-body, as the lab answers (499, unread)
+            return web.Response(
+                status=499, body=error_body("client closed the request", 499), content_type=JSON
+            )
+        except web.RequestPayloadError as error:
+            return web.Response(status=400, body=error_body(f"body: {error}"), content_type=JSON)
         status, reply = uploads.answer(request.headers.get("Content-Type"), body)
         return web.Response(status=status, body=reply, content_type=JSON)
 
@@ -75,7 +84,9 @@ async def _serve(
     settings: FloorSettings, app: web.Application, port: int, ready: Callable[[int], None]
 ) -> None:
     # No access log, and the lab's keep-alive and backlog (listen_socket).
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEP_ALIVE_TIMEOUT_SECONDS)
+    runner = web.AppRunner(
+        app, access_log=None, keepalive_timeout=KEEP_ALIVE_TIMEOUT_SECONDS, auto_decompress=False
+    )
     await runner.setup()
     sock = listen_socket(settings, port)
     site = web.SockSite(runner, sock)

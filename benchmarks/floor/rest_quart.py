@@ -49,6 +49,9 @@ def build_app(settings: FloorSettings, body_of: BodyOf) -> Quart:
 
     @app.post("/records")
     async def create_records() -> Response:
+        refused = uploads.refused_encoding(request.headers.get("Content-Encoding"))
+        if refused is not None:
+            return Response(refused[1], status=refused[0], content_type=JSON)
         try:
             body = await request.get_data(cache=False, as_text=False, parse_form_data=False)
         except RequestEntityTooLarge:  # the rest of the body unread: the connection closes

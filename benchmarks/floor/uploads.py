@@ -15,6 +15,7 @@ SHAPE: dict[str, dict[str, type]] = {
     "driver": {"firstname": str, "lastname": str, "driverId": str},
 }
 _WRONG_CONTENT_TYPE = error_body(f"Content-Type must be {JSON}", 415)
+_ENCODED = error_body("Content-Encoding is not accepted: send the body uncompressed", 415)
 
 
 class Uploads:
@@ -24,6 +25,12 @@ class Uploads:
     def __init__(self, max_count: int, max_request_bytes: int) -> None:
         self._max_count = max_count
         self.too_large = error_body(f"request body larger than {max_request_bytes} bytes", 413)
+
+    def refused_encoding(self, content_encoding: str | None) -> tuple[int, bytes] | None:
+        """415 for a body under any Content-Encoding but identity, before it is read, as the lab."""
+        if content_encoding is None or content_encoding.strip().lower() in {"", "identity"}:
+            return None
+        return 415, _ENCODED
 
     def answer(self, content_type: str | None, body: bytes) -> tuple[int, bytes]:
         """The status and body of the reply: 415 unless application/json, 400 for a bad body, else

@@ -128,7 +128,10 @@ def openapi_document(max_count: int, default_count: int, max_request_bytes: int)
                             error_ref,
                         ),
                         "413": _json_response(f"A body over {max_request_bytes} bytes.", error_ref),
-                        "415": _json_response(f"A Content-Type other than {JSON}.", error_ref),
+                        "415": _json_response(
+                            f"A Content-Type other than {JSON}, or a Content-Encoding other than identity.",
+                            error_ref,
+                        ),
                     },
                 },
             },
@@ -213,6 +216,7 @@ def is_json(content_type: str | None) -> bool:
 
 
 _WRONG_CONTENT_TYPE = error_body(415, f"Content-Type must be {JSON}")
+_ENCODED = error_body(415, "Content-Encoding is not accepted: send the body uncompressed")
 
 
 class Uploads:
@@ -228,6 +232,14 @@ class Uploads:
     def __init__(self, max_count: int, max_request_bytes: int) -> None:
         self._max_count = max_count
         self.too_large = error_body(413, f"request body larger than {max_request_bytes} bytes")
+
+    def refused_encoding(self, content_encoding: str | None) -> tuple[int, bytes] | None:
+        """415 for a body under any Content-Encoding but identity, before it is read: every REST server
+        refuses them alike, so that none inflates a compressed body (a bomb) and none reads gzip as
+        JSON (issue 37)."""
+        if content_encoding is None or content_encoding.strip().lower() in {"", "identity"}:
+            return None
+        return HTTPStatus.UNSUPPORTED_MEDIA_TYPE, _ENCODED
 
     def answer(self, content_type: str | None, body: bytes) -> tuple[int, bytes]:
         """The status and body of the reply to an upload of body."""

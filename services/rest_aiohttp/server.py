@@ -41,6 +41,10 @@ _VERSIONS = {HttpVersion11: "1.1", HttpVersion10: "1.0"}
 Respond = Callable[[web.Request], web.Response]  # a route's answer; it awaits nothing
 AwaitRespond = Callable[[web.Request], Awaitable[web.Response]]  # one that awaits (reads the body)
 
+# The status nginx records for a client that closed its request before the answer: no client reads it,
+# the metrics count it as an abort instead of a server error.
+CLIENT_CLOSED_REQUEST = 499
+
 
 class _AnyPath(web.PlainResource):
     """A resource every request path matches ("*" and absolute-form too), registered last so that
@@ -158,10 +162,19 @@ def build_app(
         return _json(200, body)
 
     async def create_records(request: web.Request) -> web.Response:
+        refused = uploads.refused_encoding(request.headers.get("Content-Encoding"))
+        if refused is not None:
+            return _json(*refused)
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _json(413, uploads.too_large)
+        except ConnectionError:  # the client went away mid-body: an abort, not a server error
+            return _json(
+                CLIENT_CLOSED_REQUEST, error_body(CLIENT_CLOSED_REQUEST, "client closed the request")
+            )
+        except web.RequestPayloadError as error:  # a body its framing cannot deliver (chunked encoding)
+            return _json(400, error_body(400, f"body: {error}"))
         status, reply = uploads.answer(request.headers.get("Content-Type"), body)
         return _json(status, reply)
 
@@ -194,6 +207,7 @@ async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
     runner = web.AppRunner(
         build_app(context.records, health, settings, metrics),
         access_log=None,  # a log line per request would cost more than the request
+        auto_decompress=False,  # an encoded body is refused (Uploads.refused_encoding), never inflated
         keepalive_timeout=KEEP_ALIVE_TIMEOUT_SECONDS,
         shutdown_timeout=settings.shutdown_grace_seconds,
     )

@@ -133,6 +133,9 @@ def build_app(settings: Settings, records: RecordSource, health: Health) -> Quar
 
     @app.post("/records")
     async def create_records() -> Response:
+        refused = uploads.refused_encoding(request.headers.get("Content-Encoding"))
+        if refused is not None:
+            return _json(*refused)
         # Over MAX_CONTENT_LENGTH: RequestEntityTooLarge, answered by http_error.
         body = await request.get_data(cache=False, as_text=False, parse_form_data=False)
         status, reply = uploads.answer(request.headers.get("Content-Type"), body)
