@@ -1,6 +1,7 @@
-"""benchmarks/side_by_side.py's statistics and report, without running anything: the paired ratio of
-interleaved repeats with its t interval on the logarithms, the quota share, the groups --stack makes,
-the git state and the JSON file's content."""
+"""benchmarks/side_by_side.py's statistics and report, without running anything: the ratio per duet
+block with its t interval over blocks on the logarithms, the quota share, the stacks it reads from the
+one declaration and the groups --stack makes, the A/A control, the git state and the JSON file's
+content. tests/integration/test_side_by_side_duet.py runs it."""
 
 import argparse
 import json
@@ -9,19 +10,30 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from labrunner.model.duet import slot_of
+from labrunner.model.matrix import load_matrix
+from labrunner.model.scenario import Target
+from labrunner.report.stats import Ratio
 from scipy import stats as scipy_stats
 
 from benchmarks.side_by_side import (
     MEMORY_BYTES,
     ROOT,
     Measured,
+    bias_verdict,
     compare,
+    control_group,
     git_state,
+    main,
     quota_share,
     report,
     stack_groups,
+    stack_targets,
     write_report,
 )
+from services.common.stacks import STACKS
+
+TARGETS = load_matrix(ROOT / "matrix.toml").targets
 
 # Three rounds whose level swung widely (the host), the lab's log ratio to its floor each round
 # -0.02, -0.04 and -0.06 in req/s and +0.03, +0.05, +0.07 in CPU per request.
@@ -31,18 +43,33 @@ FLOOR_CPU = [0.12, 0.20, 0.15]
 CPU_LOGS = [0.03, 0.05, 0.07]
 
 
-def _measured(rps: list[float], cpu: list[float], quota: list[float]) -> list[Measured]:
+def _measured(rps: list[float], cpu: list[float], quota: list[float], side: int) -> list[Measured]:
     return [
-        Measured(r, c, q, 0, int(r * 10), c * r * 10 / 1000, 10.0)
-        for r, c, q in zip(rps, cpu, quota, strict=True)
+        Measured(
+            r,
+            c,
+            q,
+            0,
+            int(r * 10),
+            c * r * 10 / 1000,
+            10.4,
+            slot_of(side, block + 1),
+            2.0,
+            10.0,
+            0,
+            10,
+            100 * block + side,
+        )
+        for block, (r, c, q) in enumerate(zip(rps, cpu, quota, strict=True))
     ]
 
 
-FLOOR = _measured(FLOOR_RPS, FLOOR_CPU, [1.0, 0.98, 0.99])
+FLOOR = _measured(FLOOR_RPS, FLOOR_CPU, [1.0, 0.98, 0.99], 2)
 LAB = _measured(
     [r * math.exp(d) for r, d in zip(FLOOR_RPS, RPS_LOGS, strict=True)],
     [c * math.exp(d) for c, d in zip(FLOOR_CPU, CPU_LOGS, strict=True)],
     [0.97, 1.0, 0.99],
+    1,
 )
 
 
@@ -87,8 +114,53 @@ def test_the_quota_share_is_the_geometric_mean_and_range() -> None:
     assert (share["min"], share["max"]) == (0.97, 1.0)
 
 
-def test_stack_groups_put_each_floor_first_in_every_response_model() -> None:
-    groups = stack_groups(["rest_quart", "grpc_grpclib"], ["build", "prebuilt"])
+def test_the_stacks_are_the_declared_ones_each_with_its_floor_targets_script() -> None:
+    declared = stack_targets(TARGETS)
+    assert list(declared) == [stack.package for stack in STACKS]
+    for stack in STACKS:
+        lab, floor = declared[stack.package]
+        assert floor.module == stack.floor_module and lab.service == stack.package
+        assert floor.name == "floor-" + lab.name and lab.module is None
+        assert (lab.script, lab.protocol, lab.expect_proto) == (
+            floor.script,
+            floor.protocol,
+            floor.expect_proto,
+        )
+    groups = stack_groups([stack.package for stack in STACKS], [None], TARGETS)
+    assert [(g.name, g.module, g.variants[1].module) for g in groups] == [
+        (stack.package, f"services.{stack.package}", stack.floor_module) for stack in STACKS
+    ]
+
+
+def test_the_command_line_offers_exactly_the_declared_stacks(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    usage = capsys.readouterr().out
+    choices = usage.split("--stack {", 1)[1].split("}", 1)[0].split(",")
+    assert set(choices) == {stack.package for stack in STACKS} | {"all"}
+    with pytest.raises(SystemExit) as refused:
+        main(["--stack", "rest_undeclared"])
+    assert refused.value.code == 2 and "rest_undeclared" in capsys.readouterr().err
+
+
+def test_a_stack_without_its_floor_target_is_named() -> None:
+    without = {name: t for name, t in TARGETS.items() if t.module != "benchmarks.floor.grpc_grpclib"}
+    with pytest.raises(ValueError, match=r"benchmarks\.floor\.grpc_grpclib"):
+        stack_targets(without)
+
+
+def test_the_script_is_the_matrix_targets_not_a_name_prefix() -> None:
+    # A gRPC stack whose floor target drives it with another script: the group takes that script.
+    floor = TARGETS["floor-grpclib"]
+    streaming = {**TARGETS, floor.name: Target(**{**floor.__dict__, "script": "k6/grpc_stream.js"})}
+    lab = TARGETS["grpclib"]
+    streaming["grpclib"] = Target(**{**lab.__dict__, "script": "k6/grpc_stream.js"})
+    (group,) = stack_groups(["grpc_grpclib"], [None], streaming)
+    assert group.script == "k6/grpc_stream.js"
+
+
+def test_stack_groups_put_the_lab_first_and_its_floor_second_in_every_response_model() -> None:
+    groups = stack_groups(["rest_quart", "grpc_grpclib"], ["build", "prebuilt"], TARGETS)
     assert [g.name for g in groups] == [
         "rest_quart build",
         "rest_quart prebuilt",
@@ -99,10 +171,38 @@ def test_stack_groups_put_each_floor_first_in_every_response_model() -> None:
     assert (quart.module, quart.script) == ("services.rest_quart", "k6/rest.js")
     assert (grpclib.module, grpclib.script) == ("services.grpc_grpclib", "k6/grpc_unary.js")
     assert [(v.name, v.module, v.env) for v in quart.variants] == [
-        ("floor", "benchmarks.floor.rest_quart", {"RESPONSE_MODEL": "prebuilt"}),
         ("lab", None, {"RESPONSE_MODEL": "prebuilt"}),
+        ("floor", "benchmarks.floor.rest_quart", {"RESPONSE_MODEL": "prebuilt"}),
     ]
-    assert [g.variants[0].env for g in stack_groups(["grpc_aio"], [None])] == [{}]  # the servers' default
+    assert [g.variants[0].env for g in stack_groups(["grpc_aio"], [None], TARGETS)] == [{}]  # the default
+
+
+def test_the_aa_control_is_the_lab_server_beside_itself() -> None:
+    (group,) = stack_groups(["rest_aiohttp"], ["build"], TARGETS)
+    control = control_group(group)
+    assert control.control and not group.control
+    assert [v.name for v in control.variants] == ["aa1", "aa2"]
+    assert {(v.tree, v.module, tuple(v.env.items())) for v in control.variants} == {
+        (group.variants[0].tree, None, (("RESPONSE_MODEL", "build"),))
+    }
+
+
+@pytest.mark.parametrize(
+    ("low", "estimate", "high", "biased"),
+    [
+        (0.99, 1.005, 1.02, False),
+        (1.02, 1.035, 1.05, True),
+        (0.95, 1.03, 1.11, True),
+        (0.90, 0.985, 1.06, False),
+    ],
+)
+def test_the_aa_verdict_reads_the_runners_bias_rule(
+    low: float, estimate: float, high: float, biased: bool
+) -> None:
+    verdict = bias_verdict(Ratio(estimate, low, high, None, None))
+    assert ("carry a bias" in verdict) == biased
+    if biased:
+        assert f"{abs(estimate - 1):.1%}" in verdict
 
 
 def _git(tree: Path, *args: str) -> None:
@@ -121,46 +221,58 @@ def test_git_state_names_the_commit_and_whether_the_tree_differs(tmp_path: Path)
     assert git_state(tmp_path) == {**state, "dirty": True}
 
 
-def test_the_json_report_holds_conditions_provenance_raw_repeats_and_ratios(tmp_path: Path) -> None:
+def test_the_json_report_holds_conditions_provenance_raw_blocks_and_ratios(tmp_path: Path) -> None:
     args = argparse.Namespace(
-        cpus=0.5, service_cpu=1, k6_cpu=0, vus=10, count=100, warmup=3.0, duration=10.0, repeats=3
+        cpus=0.25, service_cpu=1, k6_cpu=0, vus=10, count=100, warmup=1.0, duration=10.0, blocks=3
     )
-    groups = stack_groups(["rest_aiohttp"], ["build"])
-    runs = {"rest_aiohttp build": {"floor": FLOOR, "lab": LAB}}
+    (group,) = stack_groups(["rest_aiohttp"], ["build"], TARGETS)
+    control = control_group(group)
+    runs = {group.name: (LAB, FLOOR), control.name: (LAB, LAB)}
     provenance = {
         "started": "2026-12-04T20:15:00+00:00",
         "git": git_state(ROOT),
         "host": {"cpu_model": "Intel Xeon", "cpus": 2},
     }
     path = tmp_path / "results" / "side-by-side.json"
-    write_report(path, report(args, groups, runs, provenance))
+    write_report(path, report(args, [control, group], runs, provenance))
     loaded = json.loads(path.read_text())
 
     assert loaded["git"]["commit"] is None or len(loaded["git"]["commit"]) == 40
     assert loaded["host"]["cpu_model"] == "Intel Xeon"
     assert loaded["conditions"] == {
-        "cpus": 0.5,
+        "design": "duet",
+        "cpus": 0.25,
+        "fits": True,
         "service_cpu": 1,
         "k6_cpu": 0,
         "vus": 10,
         "count": 100,
-        "warmup_seconds": 3.0,
+        "warmup_seconds": 1.0,
         "measured_seconds": 10.0,
-        "repeats": 3,
-        "repeats_done": 3,
+        "blocks": 3,
+        "blocks_done": 3,
         "memory_bytes": MEMORY_BYTES,
     }
-    (group,) = loaded["groups"]
-    assert group["reference"] == "floor"
-    assert [v["module"] for v in group["variants"]] == [
-        "benchmarks.floor.rest_aiohttp",
-        "services.rest_aiohttp",
+    aa, pair = loaded["groups"]
+    assert (aa["control"], pair["control"]) == (True, False)
+    assert aa["verdict"] == "no slot bias beyond ±2%" and aa["bias"] is None
+    assert pair["ratio"] == "lab / floor"
+    assert [s["module"] for s in pair["sides"]] == ["services.rest_aiohttp", "benchmarks.floor.rest_aiohttp"]
+    assert [b["sides"]["lab"]["requests_per_second"] for b in pair["blocks"]] == [
+        m.requests_per_second for m in LAB
     ]
-    assert [r["requests_per_second"] for r in group["repeats"]["lab"]] == [m.requests_per_second for m in LAB]
-    assert [r["cpu_seconds"] for r in group["repeats"]["floor"]] == [m.cpu_seconds for m in FLOOR]
+    assert [b["sides"]["floor"]["cpu_seconds"] for b in pair["blocks"]] == [m.cpu_seconds for m in FLOOR]
+    assert [(b["sides"]["lab"]["slot"], b["sides"]["floor"]["slot"]) for b in pair["blocks"]] == [
+        (1, 2),
+        (2, 1),
+        (1, 2),
+    ]
+    assert [b["requests_per_second_ratio"] for b in pair["blocks"]] == pytest.approx(
+        [math.exp(d) for d in RPS_LOGS]
+    )
     estimate, low, high = _expected(RPS_LOGS)
-    rps = group["ratios"]["lab"]["requests_per_second"]
+    rps = pair["ratios"]["requests_per_second"]
     assert (rps["estimate"], rps["low"], rps["high"]) == pytest.approx((estimate, low, high))
-    assert group["ratios"]["lab"]["cpu_ms_per_request"]["estimate"] == pytest.approx(_expected(CPU_LOGS)[0])
-    assert group["quota_used"]["lab"]["min"] == 0.97
+    assert pair["ratios"]["cpu_ms_per_request"]["estimate"] == pytest.approx(_expected(CPU_LOGS)[0])
+    assert pair["quota_used"]["lab"]["min"] == 0.97
     assert not list(path.parent.glob("*.tmp"))  # written whole, then renamed
