@@ -8,6 +8,8 @@ own k6 containers. A missing engine, Compose or image fails the tests and says w
 lab comes up once for every docker test (tests/e2e/conftest.py).
 """
 
+import json
+import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
@@ -17,7 +19,16 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.stacks import STACKS
-from tests.e2e.docker_lab import NOT_STARTED, STANDING, compose, compose_up, json_lines
+from tests.e2e.docker_lab import (
+    INFLUXDB,
+    INFLUXDB_READER,
+    NOT_STARTED,
+    STANDING,
+    compose,
+    compose_up,
+    docker,
+    json_lines,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -87,3 +98,42 @@ def test_the_standing_services_come_up_by_hand_healthy_and_answer_on_loopback(la
         # The runs below see the lab as a plain `up -d` leaves it: nothing idles beside them.
         compose(*STANDING, "rm", "--stop", "--force", *standing)
     assert set(_states()) == set(lab)
+
+
+def test_the_lab_runs_hardened_with_influxdb_auth_and_no_ca_key_in_the_shared_volume(lab: list[str]) -> None:
+    """What docs/docker.md's "Hardening" promises, as the engine applied it."""
+    states = _states()
+    running = [name for name in lab if name not in ONE_SHOTS]
+    assert running, "nothing to inspect"
+    for name in lab:
+        [inspected] = json.loads(docker("inspect", states[name]["ID"]))
+        host, config = inspected["HostConfig"], inspected["Config"]
+        assert host["CapDrop"] == ["ALL"] and not host["CapAdd"], name
+        assert "no-new-privileges:true" in host["SecurityOpt"], name
+        assert host["ReadonlyRootfs"] is True and host["PidsLimit"] > 0, name
+        assert host["LogConfig"]["Type"] == "json-file" and host["LogConfig"]["Config"]["max-size"], name
+        expected = "no" if name in ONE_SHOTS else "on-failure"
+        assert host["RestartPolicy"]["Name"] == expected, (name, host["RestartPolicy"])
+        if (
+            name in running
+        ):  # the user its processes run as (uid 0 shows as root), not only the configured one
+            users = [
+                line.split()[1]
+                for line in docker("top", states[name]["ID"], "-o", "pid,user").splitlines()[1:]
+            ]
+            assert users and "root" not in users, (name, users)
+        assert config["User"].split(":")[0] not in {"", "root", "0"}, (name, config["User"])
+    # InfluxDB refuses anyone without a password; its reader reads.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        opener.open(f"{INFLUXDB}/query?q=SHOW%20DATABASES", timeout=10)
+    assert refused.value.code == 401
+    user, password = INFLUXDB_READER
+    query = urllib.parse.urlencode({"q": "SHOW DATABASES", "u": user, "p": password})
+    with opener.open(f"{INFLUXDB}/query?{query}", timeout=10) as response:
+        assert '["myk6db"]' in response.read().decode()
+    # Every service mounts the certs volume: it holds no key that could sign a certificate.
+    listing = docker(
+        "run", "--rm", "-v", "protolab-certs:/certs:ro", "--entrypoint", "ls", "protolab-base:local", "/certs"
+    )
+    assert sorted(listing.split()) == ["ca.pem", "server-key.pem", "server.pem"]

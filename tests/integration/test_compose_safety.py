@@ -122,3 +122,42 @@ def test_generated_and_private_files_stay_out_of_the_build_context() -> None:
         ".env",
     ):
         assert not dockerignore_includes(ROOT, path), path
+
+
+# --- Hardening (docs/docker.md) ----------------------------------------------------------------
+
+ONE_SHOTS = {"certs", "k6"}  # exit when done: never restarted
+
+
+def test_every_container_is_hardened_like_the_services() -> None:
+    services = compose()["services"]
+    assert {"prometheus", "influxdb", "grafana", "k6", "certs"} <= set(services)
+    for name, service in services.items():
+        assert service.get("cap_drop") == ["ALL"] and not service.get("cap_add"), name
+        assert "no-new-privileges:true" in service.get("security_opt", []), name
+        assert service.get("read_only") is True, name
+        assert 0 < int(service["pids_limit"]) <= 4096, name
+        logging = service["logging"]
+        assert logging["driver"] == "json-file" and logging["options"]["max-size"], name
+        assert int(logging["options"]["max-file"]) >= 1, name
+        restart = str(service.get("restart"))
+        if name in ONE_SHOTS:
+            assert restart == "no", name
+        else:  # a crash is retried a few times, never looped for ever (unless-stopped, always)
+            assert re.fullmatch(r"on-failure:[1-9]\d?", restart), (name, restart)
+
+
+def test_no_container_of_the_lab_runs_as_root() -> None:
+    for name, service in compose()["services"].items():
+        # Built images: their USER; the official images: their own (prom/prometheus nobody,
+        # grafana 472, k6 12345), or the one compose names (InfluxDB 1.8's runs as root otherwise).
+        user = service.get("user") or (image_user(service["build"]) if "build" in service else None)
+        if name == "influxdb":
+            assert user == "influxdb", user
+        assert str(user).split(":")[0] not in {"root", "0"}, (name, user)
+
+
+def test_prometheus_has_no_lifecycle_api() -> None:
+    # With it, anyone who reaches the port can POST /-/quit (tests/integration/test_observability.py
+    # shows the refusal on a real Prometheus started as the local backend starts it).
+    assert not [flag for flag in compose()["services"]["prometheus"]["command"] if "lifecycle" in flag]

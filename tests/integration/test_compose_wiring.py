@@ -1,17 +1,10 @@
 """docker-compose.yml without a Docker engine, its shape and wiring: the services against the contract
 table and matrix.toml, health checks and dependencies, stop grace, volumes and mounts, documented
-variables, and clients pointed at compose's services.
+variables, and clients pointed at compose's services (InfluxDB's auth: test_compose_influxdb_auth.py).
 """
 
-import os
 import re
-import shutil
-import subprocess
-import time
 import tomllib
-import urllib.parse
-import urllib.request
-from pathlib import Path
 
 import yaml
 
@@ -27,7 +20,7 @@ from tests.integration.compose_support import (
     seconds,
     systems_under_test,
 )
-from tests.support import ROOT, free_ports
+from tests.support import ROOT
 
 # --- Shape and wiring ------------------------------------------------------------------------
 
@@ -173,40 +166,3 @@ def test_clients_point_at_compose_services() -> None:
     assert providers, "no dashboard provider found: the check below would check nothing"
     for provider in providers:
         assert provider["options"]["path"] in grafana_mounts, provider
-
-
-def test_influxdb_healthcheck_waits_for_the_k6_database(tmp_path: Path) -> None:
-    assert shutil.which("influxd") and shutil.which("curl"), "needs influxd and curl: run scripts/setup.sh"
-    kind, check = compose()["services"]["influxdb"]["healthcheck"]["test"]
-    assert kind == "CMD-SHELL" and "127.0.0.1:8086/" in check
-    http_port, rpc_port = free_ports(2)
-    data = {f"INFLUXDB_{key}_DIR": str(tmp_path / key.lower()) for key in ("META", "DATA", "DATA_WAL")}
-    env = {
-        **os.environ,
-        **data,
-        "INFLUXDB_HTTP_BIND_ADDRESS": f"{LOOPBACK}:{http_port}",
-        "INFLUXDB_BIND_ADDRESS": f"{LOOPBACK}:{rpc_port}",
-    }
-    argv = ["influxd", "-config", str(ROOT / "influxdb" / "influxdb.conf")]
-    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    url = f"http://{LOOPBACK}:{http_port}"
-    native_check = ["sh", "-c", check.replace("127.0.0.1:8086/", f"{LOOPBACK}:{http_port}/")]
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                opener.open(f"{url}/ping", timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and process.poll() is None, "influxd did not start"
-                time.sleep(0.1)
-        assert subprocess.run(native_check, check=False, timeout=10).returncode != 0, "healthy without myk6db"
-        # What the image's entrypoint does with /docker-entrypoint-initdb.d/*.iql on first start.
-        for iql in sorted((ROOT / "influxdb" / "init").glob("*.iql")):
-            body = urllib.parse.urlencode({"q": iql.read_text()}).encode()
-            opener.open(f"{url}/query", data=body, timeout=10).close()
-        assert subprocess.run(native_check, check=False, timeout=10).returncode == 0
-    finally:
-        process.terminate()
-        process.wait(timeout=15)

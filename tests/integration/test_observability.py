@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -207,3 +208,17 @@ def test_cli_start_status_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         )
     assert stopped.returncode == 0, stopped.stderr
     assert local_stack.status(tmp_path / "state") == {}
+
+
+def test_prometheus_cannot_be_stopped_or_reloaded_over_http(lab: tuple[dict[str, str], Path, Path]) -> None:
+    """Without --web.enable-lifecycle, anyone who reaches the port is refused /-/quit and /-/reload;
+    the runner stops its Prometheus by signal (local_stack.stop)."""
+    urls, _, _ = lab
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    for action in ("quit", "reload"):
+        request = urllib.request.Request(f"{urls['prometheus']}/-/{action}", data=b"", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            opener.open(request, timeout=10)
+        assert refused.value.code == 403, action
+    with opener.open(f"{urls['prometheus']}/-/ready", timeout=10) as response:
+        assert response.status == 200

@@ -53,11 +53,11 @@ def read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
-def writer(environ: Mapping[str, str] | None = None, env_file: Path = ENV_FILE) -> Credentials | None:
+def writer(environ: Mapping[str, str] | None = None, env_file: Path | None = None) -> Credentials | None:
     """The writer's credentials: INFLUXDB_WRITE_PASSWORD from the environment, else from .env;
     None when neither has one (an InfluxDB without auth, as the local backend starts)."""
     environ = os.environ if environ is None else environ
-    password = environ.get(PASSWORD_VARIABLE) or read_env_file(env_file).get(PASSWORD_VARIABLE)
+    password = environ.get(PASSWORD_VARIABLE) or read_env_file(env_file or ENV_FILE).get(PASSWORD_VARIABLE)
     return Credentials(WRITER, password) if password else None
 
 
