@@ -20,12 +20,13 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from importlib.metadata import version
 
 from google.protobuf.internal import api_implementation
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from services.common.cgroup import CgroupPaths, own_cgroup, read_stats
+from services.common.metrics_server import start_bounded_metrics_server
 
 log = logging.getLogger("protolab.metrics")
 
@@ -238,5 +239,4 @@ def start_metrics_server(host: str, port: int, service: str, server: str, worker
     MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
     registry.register(CgroupCollector())
     registry.register(ServiceInfoCollector(service, server, workers))
-    httpd, _thread = start_http_server(port, addr=host, registry=registry)
-    return int(httpd.server_port)
+    return start_bounded_metrics_server(host, port, registry)
