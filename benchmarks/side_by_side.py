@@ -75,7 +75,8 @@ from labrunner.results.trust import (
     K6_SATURATED,
     SERVICE_CPU_BOUND,
 )
-from labrunner.run.k6 import find_k6, k6_version, parse_summary
+from labrunner.run.k6.binary import find_k6, k6_version
+from labrunner.run.k6.output import parse_summary
 
 from services.common.cgroup import read_stats
 from services.common.stacks import STACKS
@@ -248,7 +249,7 @@ def k6_env(
     args: argparse.Namespace, target: Target, port: int, seconds: float, summary: Path
 ) -> dict[str, str]:
     """One closed-model k6 run of the target's script against the port, as the runner sets it
-    (labrunner.run.k6.build_invocation) for a plaintext target."""
+    (labrunner.run.k6.invocation.K6Setup) for a plaintext target."""
     env = {
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", "/tmp"),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from labrunner.run.k6 import K6Metrics, parse_summary
+from labrunner.run.k6.output import K6Metrics, parse_summary
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.common.records import load_pool

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from labrunner.run.k6 import find_k6
+from labrunner.run.k6.binary import find_k6
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.common.metrics import FLUSH_SECONDS

@@ -9,7 +9,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from labrunner.run.k6 import parse_summary, summary_trend_stats
+from labrunner.run.k6.invocation import summary_trend_stats
+from labrunner.run.k6.output import parse_summary
 
 from tests.e2e.k6_servers import (
     GrpcServer,

@@ -19,7 +19,7 @@ from docker.types import Ulimit
 from labrunner.backends.docker import DockerBackend
 from labrunner.cli import session
 from labrunner.network import docker_probe
-from labrunner.run.k6 import summary_trend_stats
+from labrunner.run.k6.invocation import summary_trend_stats
 
 from tests.docker_fake import (
     MEMORY_PEAK,

@@ -34,7 +34,8 @@ from labrunner.backends.cgroups import (
     reset_memory_peak,
     split_cpus,
 )
-from labrunner.run.k6 import K6Metrics, find_k6, parse_summary
+from labrunner.run.k6.binary import find_k6
+from labrunner.run.k6.output import K6Metrics, parse_summary
 
 from tests.support import ROOT, RunningService, k6_env, launch_service
 
@@ -229,7 +230,7 @@ def test_overload_is_shed_and_the_service_recovers(small_cgroup: Cgroup, tmp_pat
         not_served = metrics.errors + metrics.dropped_iterations
         assert not_served >= MIN_EXCESS_SHARE * scheduled, (metrics, scheduled)
         assert metrics.requests_per_second <= 1.5 * capacity, (metrics.requests_per_second, capacity)
-        # The runner's numbers (labrunner.k6.parse_summary) keep errors out of throughput.
+        # The runner's numbers (labrunner.run.k6.output.parse_summary) keep errors out of throughput.
         assert metrics.requests == over.count("protolab_reqs")
         assert metrics.errors == over.count("protolab_req_failed", "passes")
         assert metrics.requests + metrics.errors == metrics.attempts == metrics.iterations

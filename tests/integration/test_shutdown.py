@@ -23,7 +23,7 @@ import grpc
 import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from labrunner.run.k6 import find_k6
+from labrunner.run.k6.binary import find_k6
 
 from services.common.pb import cars_pb2, cars_pb2_grpc
 from tests.support import GRPC_SERVERS, REST_SERVERS, ROOT, RunningService, k6_env, launch_service

@@ -16,7 +16,7 @@ from labrunner.model.scenario import Overrides
 from labrunner.model.schema import MatrixError
 from labrunner.report.compare import compare_groups, group_results
 from labrunner.results.store import scenario_dict
-from labrunner.run.k6 import build_invocation
+from labrunner.run.k6.invocation import K6Setup
 from labrunner.run.uploads import upload_body
 
 from services.common.pb import cars_pb2
@@ -111,18 +111,17 @@ def _handle() -> ServiceHandle:
 def test_k6_is_told_the_upload_file_only_for_an_upload(tmp_path: Path, direction: str) -> None:
     overrides = Overrides(targets=("aiohttp-h1",), directions=(direction,))
     scenario = expand(load_matrix(MATRIX), "local", "ci", overrides).scenarios[0]
-    invocation = build_invocation(
+    invocation = K6Setup(
         scenario,
         _handle(),
         run_id="r1",
         root=ROOT,
         ca_file=tmp_path / "ca.pem",
-        summary_file=tmp_path / "s.json",
+        k6_dir=tmp_path,
         log_file=tmp_path / "k6.log",
         influxdb_url=None,
-        warmup=False,
         upload=upload_body(tmp_path, scenario),
-    )
+    ).window()
     upload_env = {k: v for k, v in invocation.env.items() if k.startswith("UPLOAD_")}
     if direction == "download":
         assert upload_env == {}

@@ -11,7 +11,7 @@ from docker.errors import NotFound
 from docker.types import Ulimit
 from labrunner.backends.base import BackendUnavailable, ScenarioFailed
 from labrunner.backends.docker import DockerBackend
-from labrunner.run import k6
+from labrunner.run.k6.invocation import K6Setup
 
 from tests.docker_fake import RUN_ID, FakeDocker, scenario, settings
 from tests.support import ROOT
@@ -148,17 +148,16 @@ def test_grpc_tls_k6_paths_move_into_the_mounts(tmp_path: Path, fake: FakeDocker
     backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
     target = scenario("grpc-tls")
     handle = backend.start_service(target)
-    invocation = k6.build_invocation(
+    invocation = K6Setup(
         target,
         handle,
         run_id=RUN_ID,
         root=ROOT,
         ca_file=tmp_path / "certs" / "ca.pem",
-        summary_file=tmp_path / "out" / "k6" / "grpc.json",
+        k6_dir=tmp_path / "out" / "k6",
         log_file=tmp_path / "out" / "logs" / "grpc.k6.log",
         influxdb_url=None,
-        warmup=True,
-    )
+    ).warmup()
     backend.run_k6(handle, invocation, measured=False)
     env = fake.created[1].params["environment"]
     assert (env["GRPC_ADDR"], env["PROTO_DIR"], env["SSL_CERT_FILE"]) == (
@@ -233,11 +232,10 @@ def test_a_ctrl_c_during_a_containers_create_leaves_no_container(
     backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
     with pytest.raises(KeyboardInterrupt):
         handle = backend.start_service(scenario("grpc"))
-        invocation = k6.build_invocation(
+        invocation = K6Setup(
             scenario("grpc"), handle, run_id=RUN_ID, root=ROOT, ca_file=tmp_path / "ca.pem",
-            summary_file=tmp_path / "out" / "k6" / "s.json", log_file=tmp_path / "out" / "logs" / "k6.log",
-            influxdb_url=None, warmup=False,
-        )  # fmt: skip
+            k6_dir=tmp_path / "out" / "k6", log_file=tmp_path / "out" / "logs" / "k6.log", influxdb_url=None,
+        ).window()  # fmt: skip
         backend.run_k6(handle, invocation, measured=True)
     backend.close()
     assert [c.name for c in fake.created if c.role == role], "the create must have been reached"

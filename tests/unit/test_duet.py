@@ -16,7 +16,7 @@ from labrunner.observe import interference
 from labrunner.report import aa_control
 from labrunner.report.compare import AA_CONTROL, compare_groups, group_results
 from labrunner.results.store import scenario_dict
-from labrunner.run.k6 import K6Run
+from labrunner.run.k6.result import K6Run
 
 from tests.support import ROOT
 

@@ -23,7 +23,7 @@ from labrunner.cli import run_matrix as cli
 from labrunner.model.engine_roles import Hosts
 from labrunner.model.matrix import parse_matrix
 from labrunner.model.schema import MatrixError
-from labrunner.run import k6
+from labrunner.run.k6.invocation import K6Setup
 
 from tests.docker_fake import FakeDocker, docker_stats, network_scenario, scenario, settings
 from tests.support import ROOT
@@ -201,18 +201,17 @@ def test_instances_beside_the_service_each_get_a_container_and_a_cpu(tmp_path: P
     backend = DockerBackend(settings(tmp_path), fake, say=lambda line: None)
     target = scenario("grpc")
     handle = backend.start_service(target)
-    invocation = k6.build_invocation(
-        target, handle, run_id="run1", root=ROOT, ca_file=tmp_path / "ca.pem",
-        summary_file=tmp_path / "out" / "k6" / "s.json", log_file=tmp_path / "out" / "logs" / "k6.log",
-        influxdb_url=None, warmup=False, instances=2, k6_cpus=handle.k6_cpus,
-    )  # fmt: skip
+    invocation = K6Setup(
+        target, handle, run_id="run1", root=ROOT, ca_file=tmp_path / "ca.pem", k6_dir=tmp_path / "out" / "k6",
+        log_file=tmp_path / "out" / "logs" / "k6.log", influxdb_url=None, instances=2,
+    ).window()  # fmt: skip
     processes = backend.run_k6_instances(handle, invocation.instances, measured=True)
     k6_params = [c.params for c in fake.created if c.role == "k6"]
     assert [p["name"] for p in k6_params] == [f"{fake.created[0].name}-k6-1", f"{fake.created[0].name}-k6-2"]
     assert [p["cpuset_cpus"] for p in k6_params] == [str(cpu) for cpu in handle.k6_cpus[:2]]
     assert all(p["network"] == "protolab" for p in k6_params)
     for index, params in enumerate(k6_params, start=1):  # raw samples where the mount puts them
-        assert f"csv=/results/s.k6-{index}.csv" in params["command"]
+        assert f"csv=/results/{target.id}.measure.k6-{index}.csv" in params["command"]
     assert [(p.cpus, p.placement) for p in processes] == [(1, None), (1, None)]
     backend.close()
     assert {c.name for c in fake.created} <= set(fake.removed)
@@ -220,7 +219,8 @@ def test_instances_beside_the_service_each_get_a_container_and_a_cpu(tmp_path: P
 
 def test_k6_on_a_load_engine_gets_its_files_in_and_its_results_out(tmp_path: Path) -> None:
     load = FakeDocker(ncpu=2)
-    load.k6_results = {"/results/s.k6-1.json": b'{"metrics": {}}', "/results/s.k6-1.csv": b"raw"}
+    stem = f"{scenario('grpc-tls').id}.measure"  # the measured window's files
+    load.k6_results = {f"/results/{stem}.k6-1.json": b'{"metrics": {}}', f"/results/{stem}.k6-1.csv": b"raw"}
     lab = dataclasses.replace(settings(tmp_path), hosts=Hosts("local", ("b",), "10.0.0.5"))
     service = FakeDocker()
     service.service_stats = [docker_stats(1.0, 0, 0, 0), docker_stats(2.0, 0, 0, 0)]
@@ -234,11 +234,11 @@ def test_k6_on_a_load_engine_gets_its_files_in_and_its_results_out(tmp_path: Pat
                 backend.start_service(target)
     handle = backend.start_service(target)
     assert str(handle.k6_address) == str(handle.address) == f"10.0.0.5:{service.host_port}"
-    invocation = k6.build_invocation(
+    invocation = K6Setup(
         target, handle, run_id="run1", root=ROOT, ca_file=tmp_path / "certs" / "ca.pem",
-        summary_file=tmp_path / "out" / "k6" / "s.json", log_file=tmp_path / "out" / "logs" / "k6.log",
-        influxdb_url="http://127.0.0.1:8086", warmup=False, instances=2, k6_cpus=handle.k6_cpus,
-    )  # fmt: skip
+        k6_dir=tmp_path / "out" / "k6", log_file=tmp_path / "out" / "logs" / "k6.log",
+        influxdb_url="http://127.0.0.1:8086", instances=2,
+    ).window()  # fmt: skip
     processes = backend.run_k6_instances(handle, invocation.instances, measured=True)
     [first, second] = [c for c in load.created if c.role == "k6"]
     assert {c.role for c in service.created} == {"service"}  # no k6 beside the service
@@ -252,9 +252,9 @@ def test_k6_on_a_load_engine_gets_its_files_in_and_its_results_out(tmp_path: Pat
         assert {"k6/rest.js", "k6/grpc_unary.js", "proto/cars.proto", "certs/ca.pem"} <= set(names)
         assert names["results"].isdir() and names["results"].mode == 0o1777
     # The first instance's summary and raw samples came out; the second wrote none.
-    assert (tmp_path / "out" / "k6" / "s.k6-1.json").read_bytes() == b'{"metrics": {}}'
-    assert (tmp_path / "out" / "k6" / "s.k6-1.csv").read_bytes() == b"raw"
-    assert not (tmp_path / "out" / "k6" / "s.k6-2.json").exists()
+    assert (tmp_path / "out" / "k6" / f"{stem}.k6-1.json").read_bytes() == b'{"metrics": {}}'
+    assert (tmp_path / "out" / "k6" / f"{stem}.k6-1.csv").read_bytes() == b"raw"
+    assert not (tmp_path / "out" / "k6" / f"{stem}.k6-2.json").exists()
     assert [p.placement for p in processes] == ["engine b CPU 0", "engine b CPU 1"]
     backend.close()
     assert {c.name for c in load.created} <= set(load.removed)

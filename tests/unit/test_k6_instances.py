@@ -28,14 +28,11 @@ from labrunner.model.scenario import LoadModel, Overrides, Scenario
 from labrunner.model.schema import MatrixError
 from labrunner.results.record import build_result
 from labrunner.results.trust import judge_outcome
-from labrunner.run.k6 import (
-    K6Run,
-    build_invocation,
-    execution_segments,
-    instances_for,
-    merge_exit_codes,
-    take_latency_samples,
-)
+from labrunner.run.k6.invocation import K6Setup
+from labrunner.run.k6.merge import merge_exit_codes, merge_runs
+from labrunner.run.k6.output import take_latency_samples
+from labrunner.run.k6.result import K6Run
+from labrunner.run.k6.segments import execution_segments, instances_for
 from labrunner.run.k6_stats import latency_stats
 from labrunner.run.outcome import ScenarioOutcome
 
@@ -75,19 +72,18 @@ def _handle(k6_cpus: tuple[int, ...] = (0, 1)) -> ServiceHandle:
 def _invocation(
     tmp_path: Path, warmup: bool, instances: int, k6_cpus: Sequence[int] = (0, 1)
 ) -> K6Invocation:
-    return build_invocation(
+    setup = K6Setup(
         _scenario(),
         _handle(tuple(k6_cpus)),
         run_id="r1",
         root=ROOT,
         ca_file=tmp_path / "ca.pem",
-        summary_file=tmp_path / "k6" / "s.measure.json",
+        k6_dir=tmp_path / "k6",
         log_file=tmp_path / "logs" / "s.k6.log",
         influxdb_url="http://127.0.0.1:8086",
-        warmup=warmup,
         instances=instances,
-        k6_cpus=k6_cpus,
     )
+    return setup.warmup() if warmup else setup.window()
 
 
 def _summary(requests: int, failed: int = 0, seconds: float = 3.0, vus: int = 5) -> dict[str, Any]:
@@ -209,7 +205,7 @@ def test_one_instance_keeps_todays_invocation(tmp_path: Path) -> None:
     one = _invocation(tmp_path, warmup=False, instances=1)
     assert one.instances == () and one.segment is None and one.cpus is None and one.raw_file is None
     assert "--execution-segment" not in one.args and not any(a.startswith("csv=") for a in one.args)
-    assert one.summary_file == tmp_path / "k6" / "s.measure.json"
+    assert one.summary_file == tmp_path / "k6" / f"{_scenario().id}.measure.json"
 
 
 @pytest.mark.parametrize("warmup", [False, True])
@@ -217,6 +213,7 @@ def test_split_invocation_has_a_segment_cpu_summary_and_log_per_instance(
     tmp_path: Path, warmup: bool
 ) -> None:
     whole = _invocation(tmp_path, warmup=warmup, instances=3, k6_cpus=(4, 5, 6, 7))
+    stem = f"{_scenario().id}.{'warmup' if warmup else 'measure'}"
     assert len(whole.instances) == 3
     for index, (instance, segment, cpu) in enumerate(
         zip(whole.instances, ("0:1/3", "1/3:2/3", "2/3:1"), (4, 5, 6), strict=True), start=1
@@ -227,11 +224,11 @@ def test_split_invocation_has_a_segment_cpu_summary_and_log_per_instance(
         assert args[args.index("--execution-segment-sequence") + 1] == "0,1/3,2/3,1"
         assert f"k6_instance={index}" in args
         assert instance.cpus == (cpu,)
-        assert instance.summary_file == tmp_path / "k6" / f"s.measure.k6-{index}.json"
+        assert instance.summary_file == tmp_path / "k6" / f"{stem}.k6-{index}.json"
         assert instance.env["SUMMARY_FILE"] == str(instance.summary_file)
         assert instance.log_file == tmp_path / "logs" / f"s.k6-{index}.log"
         # Raw samples only where percentiles are merged: the measured run.
-        raw = tmp_path / "k6" / f"s.measure.k6-{index}.csv"
+        raw = tmp_path / "k6" / f"{stem}.k6-{index}.csv"
         assert instance.raw_file == (None if warmup else raw)
         assert (f"csv={raw}" in args) is not warmup
         assert {k: v for k, v in instance.env.items() if k != "SUMMARY_FILE"} == {
@@ -280,7 +277,7 @@ def test_merged_run_sums_counts_and_takes_percentiles_over_all_samples() -> None
         _instance(600, fast, cpu_seconds=1.5, vus=3),
         _instance(400, slow, cpu_seconds=2.7, seconds=3.1, vus=2, failed=4),
     ]
-    merged = K6Run.merge(runs)
+    merged = merge_runs(runs)
     metrics = merged.metrics
     assert metrics is not None
     assert (metrics.requests, metrics.errors, metrics.attempts) == (1000, 4, 1004)
@@ -302,7 +299,7 @@ def test_merged_run_sums_counts_and_takes_percentiles_over_all_samples() -> None
 
 def test_merged_run_without_samples_keeps_only_exact_latency() -> None:
     runs = [_instance(300, None, cpu_seconds=1.0), _instance(100, None, cpu_seconds=1.0)]
-    latency = K6Run.merge(runs).metrics.latency_ms  # type: ignore[union-attr]
+    latency = merge_runs(runs).metrics.latency_ms  # type: ignore[union-attr]
     assert latency["avg"] == pytest.approx(1.0) and latency["max"] == 1.0
     assert latency["p99.9"] is None and latency["p99"] is None and latency["p50"] is None
 
@@ -313,12 +310,12 @@ def test_an_instance_whose_raw_output_misses_samples_fails_the_merge() -> None:
         ScenarioFailed,
         match="k6 instance 2: its raw output holds 2 protolab_req_duration samples, its summary 3",
     ):
-        K6Run.merge(runs)
+        merge_runs(runs)
 
 
 def test_an_instance_without_a_summary_leaves_no_merged_metrics() -> None:
     broken = K6Run(107, None, wall_seconds=1.0, cpu_seconds=0.1, cpus=1, output_tail="boom")
-    merged = K6Run.merge([_instance(3, [1.0, 2.0, 3.0], cpu_seconds=1.0), broken])
+    merged = merge_runs([_instance(3, [1.0, 2.0, 3.0], cpu_seconds=1.0), broken])
     assert merged.metrics is None and merged.exit_code == 107
     assert "[k6 instance 2 of 2, segment None]\nboom" in merged.output_tail
 
@@ -383,7 +380,7 @@ def test_split_result_reports_each_instance_and_flags_any_saturated_one() -> Non
         replace(_instance(600, [1.0] * 600, cpu_seconds=2.7), segment="0:1/2", cpu_ids=(0,)),  # 90%
         replace(_instance(400, [2.0] * 400, cpu_seconds=0.9), segment="1/2:1", cpu_ids=(1,)),  # 30%
     ]
-    result = _built(_outcome(K6Run.merge(runs)))
+    result = _built(_outcome(merge_runs(runs)))
     section = result["k6"]
     assert set(section) == ONE_K6_KEYS | {"instances"}
     assert section["metrics"]["requests"] == 1000
@@ -397,4 +394,4 @@ def test_split_result_reports_each_instance_and_flags_any_saturated_one() -> Non
     saturated = [r for r in result["suspect"] if "k6" in r]
     assert saturated == ["k6 instance 1 of 2 used 90% of its CPU 0 (load generator saturated)"]
     calm = [replace(runs[0], cpu_seconds=1.2), runs[1]]
-    assert not [r for r in _built(_outcome(K6Run.merge(calm)))["suspect"] if "k6" in r]
+    assert not [r for r in _built(_outcome(merge_runs(calm)))["suspect"] if "k6" in r]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from labrunner.report.compare import compare_groups, group_results
 from labrunner.report.stats import samples_needed, supports
-from labrunner.run.k6 import DEFAULT_LATENCY_METRIC, parse_summary
+from labrunner.run.k6.output import DEFAULT_LATENCY_METRIC, parse_summary
 from labrunner.run.k6_stats import quantile_grid
 
 

@@ -55,7 +55,7 @@ def test_a_backend_imports_neither_the_other_nor_the_runner(backend: str) -> Non
 
 
 @pytest.mark.parametrize(
-    "module", sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "run").glob("*.py"))
+    "module", sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "run").rglob("*.py"))
 )
 def test_the_runner_imports_no_concrete_backend(module: str) -> None:
     concrete = ("labrunner.backends.local", "labrunner.backends.docker")

@@ -14,7 +14,7 @@ from labrunner.cli import run_matrix as cli
 from labrunner.model.matrix import expand, load_matrix, parse_matrix, split_list
 from labrunner.model.scenario import Overrides, format_duration
 from labrunner.model.schema import MatrixError
-from labrunner.run.k6 import build_invocation
+from labrunner.run.k6.invocation import K6Setup
 
 from tests.support import ALL_TARGETS, FLOOR_TARGETS, IMPLEMENTATION_TARGETS, LAB_TARGETS, ROOT
 
@@ -320,24 +320,24 @@ def _handle(port: int = 8443) -> ServiceHandle:
 def test_k6_invocation_for_rest_h1_tls(tmp_path: Path, warmup: bool) -> None:
     plan = expand(load_matrix(MATRIX), "local", "ci", Overrides(targets=("quart-h1-tls",)))
     scenario = plan.scenarios[0]
-    invocation = build_invocation(
+    setup = K6Setup(
         scenario,
         _handle(),
         run_id="r1",
         root=ROOT,
         ca_file=tmp_path / "ca.pem",
-        summary_file=tmp_path / "s.json",
+        k6_dir=tmp_path,
         log_file=tmp_path / "k6.log",
         influxdb_url="http://127.0.0.1:8086/",
-        warmup=warmup,
     )
+    invocation = setup.warmup() if warmup else setup.window()
     env = invocation.env
     assert env["BASE_URL"] == "https://127.0.0.1:8443"
     assert env["EXPECT_PROTO"] == "HTTP/1.1"
     assert env["GODEBUG"] == "http2client=0"
     assert env["SSL_CERT_FILE"] == str(tmp_path / "ca.pem")
     assert env["K6_NO_USAGE_REPORT"] == "true"
-    assert env["SUMMARY_FILE"] == str(tmp_path / "s.json")
+    assert env["SUMMARY_FILE"] == str(tmp_path / f"{scenario.id}.{'warmup' if warmup else 'measure'}.json")
     assert (env["LOAD_MODEL"], env["VUS"], env["COUNT"]) == ("constant-vus", "10", "100")
     assert env["DURATION"] == ("1s" if warmup else "3s")
     args = list(invocation.args)
@@ -357,21 +357,23 @@ def test_k6_invocation_for_rest_h1_tls(tmp_path: Path, warmup: bool) -> None:
 def test_k6_invocation_for_grpc_and_ramp_warmup(tmp_path: Path) -> None:
     overrides = Overrides(targets=("grpc",), load_models=("ramp",))
     scenario = expand(load_matrix(MATRIX), "local", "ci", overrides).scenarios[0]
-    common = {
-        "run_id": "r1",
-        "root": ROOT,
-        "ca_file": tmp_path / "ca.pem",
-        "summary_file": tmp_path / "s.json",
-        "log_file": tmp_path / "k6.log",
-        "influxdb_url": None,
-    }
-    measured = build_invocation(scenario, _handle(50051), warmup=False, **common).env
+    setup = K6Setup(
+        scenario,
+        _handle(50051),
+        run_id="r1",
+        root=ROOT,
+        ca_file=tmp_path / "ca.pem",
+        k6_dir=tmp_path,
+        log_file=tmp_path / "k6.log",
+        influxdb_url=None,
+    )
+    measured = setup.window().env
     assert measured["GRPC_ADDR"] == "127.0.0.1:50051"
     assert measured["PROTO_DIR"] == str(ROOT / "proto")
     assert measured["TLS"] == "0"
     assert "GODEBUG" not in measured and "SSL_CERT_FILE" not in measured and "BASE_URL" not in measured
     assert (measured["LOAD_MODEL"], measured["STAGES"]) == ("ramping-vus", "5s:10,20s:10,5s:0")
-    warm = build_invocation(scenario, _handle(50051), warmup=True, **common).env
+    warm = setup.warmup().env
     assert (warm["LOAD_MODEL"], warm["VUS"], warm["DURATION"]) == ("constant-vus", "10", "1s")
 
 

@@ -21,8 +21,9 @@ from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Scenario
 from labrunner.results import trust
 from labrunner.results.trust import judge_outcome
-from labrunner.run import k6, live
-from labrunner.run.k6 import K6Run
+from labrunner.run import live
+from labrunner.run.k6.invocation import K6Setup
+from labrunner.run.k6.result import K6Run
 from labrunner.run.live import Counts, Window
 from labrunner.run.outcome import ScenarioOutcome
 
@@ -262,20 +263,18 @@ def test_the_measured_invocation_serves_k6s_api_on_a_local_port_per_instance(tmp
     assert handle is not None
 
     def build(api: bool, instances: int) -> Any:
-        return k6.build_invocation(
+        return K6Setup(
             scenario,
             handle,
             run_id="r",
             root=ROOT,
             ca_file=tmp_path / "ca.pem",
-            summary_file=tmp_path / "s.json",
+            k6_dir=tmp_path,
             log_file=tmp_path / "k6.log",
             influxdb_url=None,
-            warmup=False,
             instances=instances,
-            k6_cpus=(0, 1),
             api=api,
-        )
+        ).window()
 
     assert live.api_addresses(build(False, 1)) == ()  # off unless a live line shows it
     (one,) = live.api_addresses(build(True, 1))

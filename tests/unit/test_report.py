@@ -28,7 +28,7 @@ from labrunner.report.compare import (
 from labrunner.results.record import build_result
 from labrunner.results.store import RESULT_SCHEMA, result_path
 from labrunner.results.trust import judge_outcome
-from labrunner.run.k6 import K6Run
+from labrunner.run.k6.result import K6Run
 from labrunner.run.outcome import ScenarioOutcome
 from PIL import Image
 

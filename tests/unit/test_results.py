@@ -19,7 +19,8 @@ from labrunner.results.record import build_result
 from labrunner.results.store import completed_ok, load_results, result_path
 from labrunner.results.trust import judge_outcome, verdict_of
 from labrunner.run import capacity
-from labrunner.run.k6 import K6Run, parse_summary
+from labrunner.run.k6.output import parse_summary
+from labrunner.run.k6.result import K6Run
 from labrunner.run.outcome import ScenarioOutcome
 
 from tests.support import ROOT

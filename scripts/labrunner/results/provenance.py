@@ -13,7 +13,7 @@ from google.protobuf.internal import api_implementation
 from labrunner.observe import fingerprint, steal_clock
 from labrunner.paths import release
 from labrunner.results import methodology
-from labrunner.run.k6 import k6_version
+from labrunner.run.k6.binary import k6_version
 from services.common import interpreter
 from services.common.stacks import STACKS
 

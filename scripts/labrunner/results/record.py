@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 from labrunner.results.store import RESULT_SCHEMA, scenario_dict
 from labrunner.results.trust import Verdict
-from labrunner.run.k6 import K6Run
+from labrunner.run.k6.result import K6Run
 from labrunner.run.outcome import ScenarioOutcome
 
 if TYPE_CHECKING:  # service_checks imports the generated gRPC stubs; results do not need them

@@ -3,25 +3,23 @@
 import math
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from labrunner.backends.base import Backend, K6Invocation, ScenarioFailed, ServiceHandle
-from labrunner.model.scenario import CapacitySearch, LoadModel, Scenario, vus_for_rate
-from labrunner.run import k6
-from labrunner.run.k6 import K6Run
+from labrunner.backends.base import Backend, ScenarioFailed, ServiceHandle
+from labrunner.model.scenario import CapacitySearch, LoadModel, vus_for_rate
+from labrunner.run.k6.execute import execute
+from labrunner.run.k6.invocation import K6Setup
+from labrunner.run.k6.result import EXIT_THRESHOLDS_CROSSED, K6Run
 from labrunner.say import Say
 
 COOLDOWN_S = 1.0  # between steps, so the service finishes what the last k6 run abandoned
 RESOLUTION = 0.05  # stop bisecting once failing - passing rate is below this share of the passing one
 _CPU_SAMPLE = "protolab_cgroup_cpu_usage_seconds_total"
 _LIMIT_SAMPLE = "protolab_cgroup_cpu_limit_cores"
-
-# (warmup, the step's load model, step number) -> its k6 invocation; runner._invocation_factory
-Invocation = Callable[[bool, LoadModel, int], K6Invocation]
 
 
 @dataclass(frozen=True)
@@ -90,11 +88,9 @@ def sustainable(steps: Sequence[Step]) -> int | None:
     return max((s.rate for s in steps if s.passed and s.rate < ceiling), default=None)
 
 
-def search(
-    scenario: Scenario, handle: ServiceHandle, backend: Backend, invocation: Invocation, say: Say
-) -> Outcome:
+def search(k6_setup: K6Setup, backend: Backend, say: Say) -> Outcome:
     """Run steps until next_rate says stop; a step k6 could not run ends the scenario (ScenarioFailed)."""
-    model = scenario.load_model
+    model, handle = k6_setup.scenario.load_model, k6_setup.handle
     settings = model.search
     if settings is None or model.rate is None:
         raise ValueError(f"load model {model.name} has no capacity search")
@@ -107,7 +103,7 @@ def search(
         step_model = _step_model(model, rate, settings)
         before = service_cpu(handle)
         began = time.monotonic()
-        run = k6.run(backend, handle, invocation(False, step_model, len(steps) + 1), measured=True)
+        run = execute(backend, handle, k6_setup.step(step_model, len(steps) + 1), measured=True)
         cpu = _cpu_delta(before, service_cpu(handle))
         wall = time.monotonic() - began
         step = _evaluate(len(steps) + 1, step_model, run, settings, cpu=cpu, wall_seconds=wall)
@@ -144,7 +140,7 @@ def _evaluate(
     """cpu: (CPU seconds the service used during the step, its limit in cores)."""
     rate = model.rate or 0
     metrics = run.metrics
-    if metrics is None or run.exit_code not in (0, k6.EXIT_THRESHOLDS_CROSSED):
+    if metrics is None or run.exit_code not in (0, EXIT_THRESHOLDS_CROSSED):
         message = f"capacity step {number} at {rate}/s: k6 exited with code {run.exit_code}"
         raise ScenarioFailed("measure", message, run.output_tail)
     # The service idles while k6 starts its VUs: k6's load time is the fairer denominator.

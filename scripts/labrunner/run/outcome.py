@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from labrunner.backends.base import ScenarioFailed, ServiceHandle, ServiceUsage
 from labrunner.model.scenario import Scenario
 from labrunner.run import capacity
-from labrunner.run.k6 import K6Run
+from labrunner.run.k6.result import K6Run
 
 if TYPE_CHECKING:  # service_checks imports the generated gRPC stubs; reading results does not need them
     from labrunner.run.service_checks import Verification

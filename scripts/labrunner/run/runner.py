@@ -23,10 +23,13 @@ from labrunner.backends.base import (
     ServiceHandle,
     ServiceUsage,
 )
-from labrunner.model.scenario import LoadModel, Scenario
+from labrunner.model.scenario import Scenario
 from labrunner.observe import annotations, interference, prometheus_sd
-from labrunner.run import capacity, k6, live, service_checks, uploads
-from labrunner.run.k6 import K6Run
+from labrunner.run import capacity, live, service_checks, uploads
+from labrunner.run.k6.execute import execute
+from labrunner.run.k6.invocation import K6Setup
+from labrunner.run.k6.result import EXIT_THRESHOLDS_CROSSED, K6Run
+from labrunner.run.k6.segments import instances_for
 from labrunner.run.outcome import ScenarioOutcome
 from labrunner.say import Say
 from services.common.metrics import FLUSH_SECONDS
@@ -91,7 +94,7 @@ class ScenarioRun:
         self.verification: service_checks.Verification | None = None
         self.k6_run: K6Run | None = None
         self.search: capacity.Outcome | None = None
-        self._invocation: Callable[..., K6Invocation] | None = None  # set by prepare()
+        self.k6_setup: K6Setup | None = None  # set by prepare()
         self.failure: ScenarioFailed | None = None
         self.handle_to_stop: ServiceHandle | None = None  # the service, until stop() has stopped it
         self._stop_lock = threading.Lock()  # stop() may be asked by the main thread and the finisher
@@ -142,40 +145,55 @@ class ScenarioRun:
                 self.verification = service_checks.verify(handle, scenario, ca_file, upload)
             if not self.verification.ok:
                 raise ScenarioFailed("verify", "; ".join(self.verification.failures))
-            # k6 split into instances, one CPU of the k6 side each (k6_instances; "auto" resolves here).
-            instances = k6.instances_for(scenario.k6_instances, handle.k6_cpus, scenario.load_model)
-            if instances > 1:
-                places = handle.k6_places[:instances] or [f"CPU {c}" for c in handle.k6_cpus[:instances]]
-                say(f"    k6: {instances} instances by execution segments, one each on {', '.join(places)}")
-            api = config.watch is not None and self.backend.name in live.BACKENDS_WITH_K6_HERE
-            self._invocation = _invocation_factory(
-                scenario, config, settings, handle, instances=instances, api=api, upload=upload
-            )
+            self.k6_setup = self._k6_setup(handle, ca_file, upload)
+
+    def _k6_setup(self, handle: ServiceHandle, ca_file: Path, upload: uploads.UploadBody | None) -> K6Setup:
+        """What this scenario's k6 runs share: k6 split into instances, one CPU of the k6 side each
+        (k6_instances; "auto" resolves here), and k6's API for the live line when one shows the window."""
+        scenario, config, settings = self.scenario, self.config, self.settings
+        instances = instances_for(scenario.k6_instances, handle.k6_cpus, scenario.load_model)
+        if instances > 1:
+            places = handle.k6_places[:instances] or [f"CPU {c}" for c in handle.k6_cpus[:instances]]
+            self.say(f"    k6: {instances} instances by execution segments, one each on {', '.join(places)}")
+        k6_dir = config.out_dir / "k6"
+        k6_dir.mkdir(parents=True, exist_ok=True)
+        return K6Setup(
+            scenario,
+            handle,
+            run_id=config.run_id,
+            root=settings.root,
+            ca_file=ca_file,
+            k6_dir=k6_dir,
+            log_file=settings.logs_dir / f"{scenario.id}.k6.log",
+            influxdb_url=config.influxdb_url,
+            instances=instances,
+            api=config.watch is not None and self.backend.name in live.BACKENDS_WITH_K6_HERE,
+            upload=upload,
+        )
 
     def warm_up(self) -> None:
         """The unmeasured k6 run before the window, when the scenario has one; a failure is recorded."""
-        handle, invocation = self.handle, self._invocation
-        assert handle is not None and invocation is not None, "warm_up() before a prepare() that passed"
+        k6_setup = self.k6_setup
+        assert k6_setup is not None, "warm_up() before a prepare() that passed"
         if self.scenario.warmup_s <= 0:
             return
         with self._owned():
             with _timed(self.timings, "warmup"):
-                warmup = k6.run(self.backend, handle, invocation(True), measured=False)
+                warmup = execute(self.backend, k6_setup.handle, k6_setup.warmup(), measured=False)
             _check_warmup(warmup)
 
     def window(self) -> None:
         """The measured window (a capacity search's steps); a failure is recorded, never raised."""
-        scenario, config, handle = self.scenario, self.config, self.handle
-        assert handle is not None and self._invocation is not None, "window() before a prepare() that passed"
-        invocation = self._invocation
+        scenario, config, k6_setup = self.scenario, self.config, self.k6_setup
+        assert k6_setup is not None, "window() before a prepare() that passed"
         with self._owned(), _timed(self.timings, "measure"), _marked_window(config, scenario, self.say):
             if scenario.load_model.search is not None:
-                self.search = capacity.search(scenario, handle, self.metered, invocation, self.say)
+                self.search = capacity.search(k6_setup, self.metered, self.say)
                 self.k6_run = self.search.run  # the search checked every step
             else:
-                window_invocation = invocation(False)
-                with _watched(config, scenario, window_invocation):
-                    run = k6.run(self.metered, handle, window_invocation, measured=True)
+                invocation = k6_setup.window()
+                with _watched(config, scenario, invocation):
+                    run = execute(self.metered, k6_setup.handle, invocation, measured=True)
                 self.k6_run = run
                 _check_measured(run)
 
@@ -300,42 +318,6 @@ class ScenarioRun:
         )
 
 
-def _invocation_factory(
-    scenario: Scenario,
-    config: RunConfig,
-    settings: BackendSettings,
-    handle: ServiceHandle,
-    *,
-    instances: int = 1,
-    api: bool = False,
-    upload: uploads.UploadBody | None = None,
-) -> Callable[..., K6Invocation]:
-    """api: the measured run (not a warm-up or a search step) serves k6's REST API for the live line;
-    upload: the body an upload scenario sends."""
-
-    def invocation(warmup: bool, model: LoadModel | None = None, step: int | None = None) -> K6Invocation:
-        """model and step: one step of a capacity search, with its own summary file."""
-        phase = "warmup" if warmup else "measure" if step is None else f"step{step}"
-        return k6.build_invocation(
-            scenario if model is None else replace(scenario, load_model=model),
-            handle,
-            run_id=config.run_id,
-            root=settings.root,
-            ca_file=settings.certs_dir / certs.CA_FILE,
-            summary_file=config.out_dir / "k6" / f"{scenario.id}.{phase}.json",
-            log_file=settings.logs_dir / f"{scenario.id}.k6.log",
-            influxdb_url=config.influxdb_url,
-            warmup=warmup,
-            instances=instances,
-            k6_cpus=handle.k6_cpus,
-            api=api and not warmup and step is None,
-            upload=upload,
-        )
-
-    (config.out_dir / "k6").mkdir(parents=True, exist_ok=True)
-    return invocation
-
-
 def _await_final_scrape(prometheus_url: str, run_id: str, scenario: Scenario, say: Say) -> None:
     """Keep the service up until Prometheus has scraped it after its workers' last flush."""
     after = time.time() + FLUSH_SECONDS
@@ -348,7 +330,7 @@ def _await_final_scrape(prometheus_url: str, run_id: str, scenario: Scenario, sa
 
 def _check_warmup(run: K6Run) -> None:
     # Thresholds may fail while caches and connections warm up; anything else is fatal.
-    if run.exit_code not in (0, k6.EXIT_THRESHOLDS_CROSSED):
+    if run.exit_code not in (0, EXIT_THRESHOLDS_CROSSED):
         raise ScenarioFailed("warmup", f"k6 exited with code {run.exit_code}", run.output_tail)
 
 
@@ -358,7 +340,7 @@ def _check_measured(run: K6Run) -> None:
         raise ScenarioFailed(
             "measure", f"k6 exited with code {run.exit_code} without a summary", run.output_tail
         )
-    if run.exit_code == k6.EXIT_THRESHOLDS_CROSSED:
+    if run.exit_code == EXIT_THRESHOLDS_CROSSED:
         rate = f"{metrics.error_rate:.2%}" if metrics.error_rate is not None else "n/a"
         raise ScenarioFailed(
             "measure",
