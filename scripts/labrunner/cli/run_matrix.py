@@ -26,7 +26,7 @@ from labrunner.observe import local_stack
 from labrunner.paths import REPO
 from labrunner.results import methodology, provenance
 from labrunner.results.store import MANIFEST_FILE, load_results, read_manifest
-from labrunner.run.k6 import K6NotFound, find_k6
+from labrunner.run.k6.binary import K6NotFound, find_k6
 from labrunner.run.runner import RunConfig
 
 if TYPE_CHECKING:  # the session module loads scipy and matplotlib: only for a run (see _run)
