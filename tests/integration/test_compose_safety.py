@@ -20,9 +20,14 @@ from tests.integration.compose_support import (
 )
 from tests.support import ROOT
 
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 # --- Safety ------------------------------------------------------------------------------------
 
-_EXACT_TAG = re.compile(r"^[\w./-]+:v?\d+\.\d+\.\d+[\w.-]*$")
+# An exact version, and the digest scripts/pin_images.py adds once a registry is reachable.
+_DIGEST = r"(?:@sha256:[0-9a-f]{64})?"
+_EXACT_TAG = re.compile(r"^[\w./-]+:v?\d+\.\d+\.\d+[\w.-]*" + _DIGEST + "$")
 
 
 def test_every_image_is_pinned_to_an_exact_version() -> None:
@@ -34,7 +39,9 @@ def test_every_image_is_pinned_to_an_exact_version() -> None:
             assert _EXACT_TAG.match(image), f"{name}: {image!r} is not pinned to an exact version"
     stages = dockerfile_stages(ROOT / "services" / "Dockerfile")
     for base in {stage.base for stage in stages} - {stage.name for stage in stages}:
-        assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-[a-z]+", base), f"services/Dockerfile: FROM {base}"
+        assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-[a-z]+" + _DIGEST, base), (
+            f"services/Dockerfile: FROM {base}"
+        )
 
 
 def test_every_published_port_is_bound_to_loopback() -> None:
@@ -91,10 +98,12 @@ def test_service_images_do_not_run_as_root() -> None:
 
 
 def test_every_build_context_and_copy_source_exists() -> None:
+    checked: dict[str, int] = {}  # built service -> COPY sources checked
     for name, service in compose()["services"].items():
         build = service.get("build")
         if not build:
             continue
+        checked[name] = 0
         context = ROOT / build["context"]
         dockerfile = context / build["dockerfile"]
         assert dockerfile.is_file(), f"{name}: {dockerfile} is missing"
@@ -109,6 +118,10 @@ def test_every_build_context_and_copy_source_exists() -> None:
                 for source in sources:
                     assert (context / source).exists(), f"{dockerfile}: COPY {source} does not exist"
                     assert dockerignore_includes(context, source), f"{source} is excluded by .dockerignore"
+                    checked[name] += 1
+    # The loops ran: compose builds images, and each build copies something from its context.
+    assert checked, "no service in docker-compose.yml is built"
+    assert all(checked.values()), checked
 
 
 def test_generated_and_private_files_stay_out_of_the_build_context() -> None:
