@@ -59,13 +59,18 @@ def test_a_suspect_latency_repeat_is_named_in_its_finding() -> None:
     second = next(r for r in loaded if r["scenario"]["target"] == "quart-h1" and r["scenario"]["repeat"] == 2)
     second["suspect"] = ["5 iterations dropped"]
     finding = _one(_find(_run(CLOSED) + loaded), "gRPC vs REST", "vs quart-h1")
-    suspect = "quart-h1 at 200 req/s: 1 of 3 repeats suspect, summary.md says why"
-    assert finding.caveat.split("; ")[0] == suspect
+    suspect = "quart-h1 at 200 req/s: 1 of 3 repeats suspect, see summary.md"
+    assert suspect in finding.caveats
+    # ... in one note with what else is said about quart-h1 at that load, its rank a suspect's.
+    assert ("quart-h1 at 200 req/s: 1 of 3 repeats suspect, see summary.md; CPU 98%", findings.SUSPECT) in (
+        findings.by_question([finding]).notes
+    )
     # A suspect closed repeat is named by its target alone, as before.
     closed = _run(CLOSED)
     closed[0] = _result("grpc", 1, 600, suspect=("k6 used 90% of its CPUs",))
     both = _one(_find(closed + loaded), "gRPC vs REST", "vs quart-h1")
-    assert both.caveat.startswith("grpc: 1 of 3 repeats suspect, summary.md says why; quart-h1 at 200")
+    assert both.caveats[0] == "grpc, closed model: 1 of 3 repeats suspect, see summary.md"
+    assert suspect in both.caveats
 
 
 def test_an_interval_wider_than_three_times_is_no_finding_and_no_table_interval() -> None:
@@ -76,8 +81,11 @@ def test_an_interval_wider_than_three_times_is_no_finding_and_no_table_interval(
     tail = Ratio(0.05, 1e-6, 4376.40, 0.9, False, rounds=2)
     reason = too_few_rounds(tail.estimate, tail.low, tail.high, 2)
     assert reason is not None and reason.startswith("too few rounds: about ")
-    assert findings.describe_ratio(tail, "p99") == f"p99: {reason}"
-    assert findings._figure(tail, "CPU per request") == f"CPU per request: {reason}"
+    assert findings.glance(tail, "p99", "a vs b") == (
+        "p99 —",
+        [findings.Note(f"a vs b: {reason}", "p99 —", 1)],
+    )
+    assert findings._figure(tail, "CPU/req") == "CPU/req —"
     assert cells.ratio_cell(tail) == f"— ({reason})"
     assert repeats._ratio(tail) == f"— ({reason})"
     # A group's interval: the report's "174.63 [0.00, 2263326.83]" keeps its centre, not its interval.
@@ -92,7 +100,8 @@ def test_a_wide_significant_ratio_has_no_effect_to_rank_by() -> None:
     # req/s 1.5x every round but for one: significant, yet far wider than 3x over 3 rounds.
     results = _run({"grpc": [600, 6000, 590], "quart-h1": [400, 405, 395]})
     finding = _one(_find(results), "gRPC vs REST", "vs quart-h1")
-    assert "req/s: too few rounds: about " in finding.sentence
+    assert "req/s —, CPU/req" in finding.sentence
+    assert finding.caveats[-1].startswith("req/s —: grpc vs quart-h1: too few rounds: about ")
     assert finding.effect == 0.0
 
 

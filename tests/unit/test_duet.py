@@ -156,12 +156,12 @@ def test_the_aa_control_says_whether_the_runs_ratios_carry_a_bias() -> None:
     [clean] = aa_control.controls(group_results(_run()))
     assert clean.ratios["rps"].estimate == pytest.approx(1.0) and aa_control.bias(clean) is None
     [line] = aa_control.findings(group_results(_run()))
-    assert line.sentence.startswith("A/A control (aiohttp-h1 beside itself): req/s ")
-    assert line.sentence.endswith("no slot bias beyond ±2%.")
+    assert line.sentence.startswith("A/A control aiohttp-h1: req/s ")
+    assert line.sentence.endswith("no slot bias beyond ±2%")
     [biased] = aa_control.controls(group_results(_run(aa_side_1=1.05)))
     assert aa_control.bias(biased) == pytest.approx(0.05)
     [said] = aa_control.findings(group_results(_run(aa_side_1=1.05)))
-    assert said.sentence.endswith("the run's duet ratios carry a bias of about 5.0%.")
+    assert said.sentence.endswith("the run's duet ratios carry a bias of about 5.0%")
 
 
 def test_a_partners_cpu_counts_as_the_scenarios_own_not_as_others() -> None:

@@ -91,8 +91,8 @@ def test_a_significant_difference_names_its_ratio_interval_and_what_was_held_fix
     results = _run({"grpc": [600, 610, 590]}, cpu_per_request_s=0.0008) + _run({"quart-h1": [400, 405, 395]})
     finding = _one(_find(results), "gRPC vs REST", "grpc vs")
     assert finding.sentence.startswith("grpc vs quart-h1: req/s 1.50x [")
-    assert "], CPU/req 0.80x [0.80, 0.80]." in finding.sentence
-    assert "inconclusive" not in finding.sentence
+    assert finding.sentence.endswith("], CPU/req 0.80x")  # no latency measured: no p50 or p99
+    assert "?" not in finding.sentence and "≈" not in finding.sentence
     assert finding.held_fixed == "quarter profile (0.25 CPU), 100 records, build, closed model, no TLS"
     assert finding.effect > 0.4
 
@@ -102,7 +102,7 @@ def test_an_interval_that_holds_one_is_inconclusive_and_ranks_last() -> None:
         _run({"grpc": [500, 620, 420], "quart-h1": [480, 560, 450], "aiohttp-h1": [1500, 1510, 1490]})
     )
     close = _one(found, "gRPC vs REST", "vs quart-h1")
-    assert "req/s inconclusive (1.0" in close.sentence
+    assert "req/s 1.0" in close.sentence and "] ?, CPU/req" in close.sentence
     assert close.effect == 0.0
     ranked = [f for f in findings.ranked(found) if f.question == "gRPC vs REST"]
     assert ranked[-1] is close
@@ -111,27 +111,39 @@ def test_an_interval_that_holds_one_is_inconclusive_and_ranks_last() -> None:
 def test_only_an_equivalence_test_says_equivalent_else_inconclusive() -> None:
     # Two repeats of a tail percentile on the README's run: 1.40x [0.03, 66.96] tells nothing, so it
     # is no finding (wider than 3x) and says what would sharpen it (test_audit_fixes has the count).
+    glance = findings.glance
     wide = Ratio(1.40, 0.03, 66.96, 0.9, False, rounds=2)
-    assert findings.describe_ratio(wide, "p99") == "p99: too few rounds: about 302 needed for ±5%"
-    unsure = Ratio(1.40, 0.90, 2.10, 0.4, False, rounds=3)  # within 3x: inconclusive, with its interval
-    assert findings.describe_ratio(unsure, "p99") == "p99 inconclusive (1.40x [0.90, 2.10])"
-    narrow = Ratio(1.18, 0.93, 1.50, 0.2, False, equivalent=False)
-    assert findings.describe_ratio(narrow, "req/s") == "req/s inconclusive (1.18x [0.93, 1.50])"
-    same = Ratio(1.01, 0.97, 1.05, 0.6, False, equivalent=True)
-    assert findings.describe_ratio(same, "req/s") == "req/s 1.01x [0.97, 1.05], equivalent within ±10%"
-    clear = Ratio(13.3, 5.0, 14.9, 0.01, True)  # excluding 1 and under 3x wide: a difference
-    assert findings.describe_ratio(clear, "p50") == "p50 13.30x [5.00, 14.90]"
-    vague = Ratio(13.3, 1.2, 150.0, 0.01, True, rounds=3)  # excluding 1 but 125x wide: no finding
-    assert findings.describe_ratio(vague, "p50") == "p50: too few rounds: about 1,538 needed for ±5%"
-    away = Ratio(1.08, 1.01, 1.15, 0.03, False, findings.CORRECTED_AWAY)
-    assert (
-        findings.describe_ratio(away, "req/s") == "req/s inconclusive after correction (1.08x [1.01, 1.15])"
+    assert glance(wide, "p99", "a vs b") == (
+        "p99 —",
+        [findings.Note("a vs b: too few rounds: about 302 needed for ±5%", "p99 —", findings.VERDICT)],
     )
+    unsure = Ratio(1.40, 0.90, 2.10, 0.4, False, rounds=3)  # within 3x: inconclusive, its interval noted
+    assert glance(unsure, "p99", "a vs b") == (
+        "p99 ?",
+        [findings.Note("a vs b 1.40x [0.90, 2.10]", "p99 ? (inconclusive)", findings.VERDICT)],
+    )
+    narrow = Ratio(1.18, 0.93, 1.50, 0.2, False, equivalent=False)  # req/s shows its interval itself
+    assert glance(narrow, "req/s", "a vs b") == ("req/s 1.18x [0.93, 1.50] ?", [])
+    same = Ratio(1.01, 0.97, 1.05, 0.6, False, equivalent=True)
+    assert glance(same, "req/s", "a vs b") == ("req/s 1.01x [0.97, 1.05] ≈", [])
+    assert glance(same, "p50", "a vs b") == ("p50 ≈", [])
+    clear = Ratio(13.3, 5.0, 14.9, 0.01, True)  # excluding 1 and under 3x wide: a difference
+    assert glance(clear, "p50", "a vs b") == ("p50 13.30x [5.00, 14.90]", [])
+    vague = Ratio(13.3, 1.2, 150.0, 0.01, True, rounds=3)  # excluding 1 but 125x wide: no finding
+    assert glance(vague, "p50", "a vs b")[0] == "p50 —"
+    assert (
+        glance(vague, "p50", "a vs b")[1][0].alone
+        == "p50 —: a vs b: too few rounds: about 1,538 needed for ±5%"
+    )
+    away = Ratio(1.08, 1.01, 1.15, 0.03, False, findings.CORRECTED_AWAY)
+    [why] = glance(away, "req/s", "a vs b")[1]
+    assert glance(away, "req/s", "a vs b")[0] == "req/s 1.08x [1.01, 1.15] ?"
+    assert why.alone == "req/s ? (significant alone, not after Holm's correction): a vs b"
 
 
 def test_tight_repeats_within_ten_percent_are_equivalent_by_tost() -> None:
     found = _find(_run({"grpc": [500, 506, 494, 503], "quart-h1": [501, 497, 505, 499]}))
-    assert ", equivalent within ±10%" in _one(found, "gRPC vs REST", "vs quart-h1").sentence
+    assert "] ≈, CPU/req" in _one(found, "gRPC vs REST", "vs quart-h1").sentence
 
 
 def test_a_difference_significant_alone_is_inconclusive_after_holms_correction() -> None:
@@ -140,12 +152,13 @@ def test_a_difference_significant_alone_is_inconclusive_after_holms_correction()
     # multiplies the two smallest by 3 and 2 (0.10), so neither passes any more.
     alone = {"grpc": [600, 640, 620], "quart-h1": [560, 569, 578]}
     [finding] = [f for f in _find(_run(alone)) if f.question == "gRPC vs REST"]
-    assert "inconclusive" not in finding.sentence and finding.effect > 0
+    assert "?" not in finding.sentence and finding.effect > 0
     found = _find(_run({**alone, "aiohttp-h1": [600, 640, 620]}))
     grpc = _one(found, "gRPC vs REST", "grpc vs quart-h1")
-    assert "req/s inconclusive after correction (1.09x" in grpc.sentence and grpc.effect == 0.0
+    assert "req/s 1.09x [" in grpc.sentence and "] ?, CPU/req" in grpc.sentence and grpc.effect == 0.0
+    assert "req/s ? (significant alone, not after Holm's correction): grpc vs quart-h1" in grpc.caveats
     servers = _one(found, "server vs server", "quart-h1 vs aiohttp-h1")
-    assert "req/s inconclusive after correction (0.92x" in servers.sentence
+    assert "req/s 0.92x [" in servers.sentence and "] ?, CPU/req" in servers.sentence
 
 
 def test_a_round_that_slowed_every_target_cancels_in_the_paired_ratio() -> None:
@@ -193,7 +206,7 @@ def test_a_suspect_group_is_named_in_the_finding() -> None:
         {"quart-h1": [400, 405, 395]}, suspect=("other processes used 7.0% of the service's CPUs",)
     )
     finding = _one(_find(results), "gRPC vs REST", "vs quart-h1")
-    assert finding.caveat == "quart-h1: 3 of 3 repeats suspect, summary.md says why"
+    assert finding.caveats == ["quart-h1, closed model: 3 of 3 repeats suspect, see summary.md"]
 
 
 def test_streaming_is_compared_with_unary_grpc_never_with_rest() -> None:
@@ -212,8 +225,8 @@ def test_a_missing_baseline_is_said_and_the_preset_that_asks_is_named() -> None:
     found = _find(_run({"grpc-stream": [60, 62, 61], "quart-h1": [400, 405, 395]}))
     _one(found, "gRPC streaming vs unary", "without unary gRPC")
     [unasked] = findings.unasked(found, "default")
-    assert "server vs server (--preset implementations)" in unasked.sentence
-    assert "payload (--preset payload)" in unasked.sentence
+    assert unasked.sentence.startswith("Not asked: --preset implementations (server vs server), ")
+    assert unasked.sentence.endswith(", network, payload.")  # a preset named as its question: once
 
 
 def test_latency_comes_from_the_highest_offered_rate_both_carried_with_their_utilisation() -> None:
@@ -226,10 +239,9 @@ def test_latency_comes_from_the_highest_offered_rate_both_carried_with_their_uti
                 result["scenario"]["load_model"].update(executor="constant-arrival-rate", rate=rate)
                 loaded.append(result)
     finding = _one(_find(closed + loaded), "gRPC vs REST", "vs quart-h1")
-    assert "; at 200 req/s: p50 0.5" in finding.sentence
+    assert ", p50 0.5" in finding.sentence and finding.load == "200 req/s"
     # Where each side ran, and how much of its quota it used there, is the finding's note.
-    assert "grpc at 200 req/s: service CPU 98%" in finding.caveat
-    assert "at 50 req/s" not in finding.sentence
+    assert "grpc at 200 req/s: CPU 98%" in finding.caveats
     # Without open-model runs latency is not compared, and the findings say so.
     _one(_find(closed), "run", "Latency is not compared")
 
@@ -245,7 +257,7 @@ def test_latency_comes_from_the_highest_load_both_carried_before_a_higher_one_no
                 result["scenario"]["load_model"].update(executor="constant-arrival-rate", rate=rate)
                 loaded.append(result)
     finding = _one(_find(closed + loaded), "gRPC vs REST", "vs quart-h1")
-    assert "; at 50 req/s: p50" in finding.sentence and "did not carry" not in finding.caveat
+    assert finding.load == "50 req/s" and not [c for c in finding.caveats if "did not carry" in c]
 
 
 def test_an_open_model_target_that_did_not_carry_the_rate_is_named() -> None:
@@ -254,26 +266,35 @@ def test_an_open_model_target_that_did_not_carry_the_rate_is_named() -> None:
         _result("quart-h1", i, 30, model="open") for i in (1, 2, 3)
     ]
     finding = _one(_find(closed + equal_load), "gRPC vs REST", "vs quart-h1")
-    assert "quart-h1 did not carry 50 req/s (served 30)" in finding.caveat
+    assert "quart-h1 at 50 req/s: did not carry it (served 30): its latency is a queue's" in finding.caveats
 
 
 def test_findings_print_grouped_by_question() -> None:
     found = _find(
         _run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395], "quart-h2-tls": [300, 290, 310]})
+        + _run({"quart-h1-tls": [400, 405, 395]})
     )
     lines = findings.markdown(found)
-    # What every finding of the question holds fixed is said once, with the question.
-    held = "quarter profile (0.25 CPU), 100 records, build, closed model, no TLS"
-    assert lines[0] == f"- **gRPC vs REST** — {held}"
-    assert all(line.startswith(("- **", "  - ")) for line in lines)
-    assert findings.plain(found)[0] == f"gRPC vs REST — {held}"
-    assert not any("Held fixed" in line for line in lines)
+    # What every question's findings hold fixed is said once, at the top; what else each holds, with it.
+    held = "quarter profile (0.25 CPU), 100 records, build, closed model"
+    assert lines[:3] == [f"All held fixed: {held}.", "", "- **HTTP/2 vs HTTP/1.1**, TLS"]
+    assert lines[4] == "- **gRPC vs REST**, no TLS"
+    questions = lines[2 : lines.index("Notes:") - 1] if "Notes:" in lines else lines[2:]
+    assert all(line.startswith(("- ", "  - ")) for line in questions)
+    assert findings.plain(found)[0] == f"findings: {held}"
+    assert findings.plain(found)[2] == "  HTTP/2 vs HTTP/1.1, TLS"
 
 
 def test_the_terminal_shows_each_questions_strongest_findings_and_points_to_the_rest() -> None:
     found = [findings.Finding("server vs server", f"pair {i}", effect=i / 10) for i in range(5)]
-    lines = findings.plain(found)
-    assert lines == ["server vs server", "  pair 4", "  pair 3", "  pair 2", "  ... and 2 more in summary.md"]
+    lines = findings.plain(found)[2:]  # after what all held fixed and the method
+    assert lines == [
+        "  server vs server",
+        "    pair 4",
+        "    pair 3",
+        "    pair 2",
+        "    ... and 2 more in summary.md",
+    ]
     assert len(findings.markdown(found)) == 6  # summary.md: all of them
 
 
@@ -288,6 +309,7 @@ def test_floor_targets_enter_no_finding() -> None:
 # --- Where the findings are shown: a run directory as the runner leaves it ------------------
 
 _RESULTS = {"grpc": [600, 610, 590], "quart-h1": [400, 405, 395]}
+_HELD = "quarter profile (0.25 CPU), 100 records, build, closed model, no TLS"
 
 
 def _run_dir(path: Path) -> tuple[Path, list[str]]:
@@ -311,7 +333,16 @@ def test_summary_md_opens_with_the_findings(tmp_path: Path) -> None:
     run, order = _run_dir(tmp_path / "run1")
     write_summaries(run, "run1", order)
     lines = (run / "summary.md").read_text().splitlines()
-    assert lines[:5] == ["# protolab run run1", "", "## Findings", "", findings.CONFIDENCE_LINE]
+    assert lines[:7] == [
+        "# protolab run run1",
+        "",
+        "## Findings",
+        "",
+        f"All held fixed: {_HELD}.",
+        "",
+        "- **gRPC vs REST**",
+    ]
+    assert f"{findings.CONFIDENCE_LINE} {findings.LEGEND}" in lines  # the method, after the findings
     [question] = [line for line in lines if line.startswith("- **gRPC vs REST**")]
     assert "## Scenarios" in lines
     assert lines.index(question) < lines.index("## Scenarios") < lines.index("## Across repeats")
@@ -338,12 +369,10 @@ def test_the_end_of_a_run_prints_the_findings(tmp_path: Path) -> None:
     run, order = _run_dir(tmp_path / "run1")
     said: list[str] = []
     say_findings(run, order, "default", said.append)
-    assert said[0] == f"findings: {findings.CONFIDENCE_LINE}"
-    assert said[1:] == [
-        f"  {line}" for line in findings.plain(answers.for_run(group_results(_run(_RESULTS)), "default"))
-    ]
-    assert any(line.startswith("  gRPC vs REST — ") for line in said)
-    assert any(line.startswith("    grpc vs quart-h1") for line in said)
+    lines = "\n".join(said).splitlines()
+    assert lines == findings.plain(answers.for_run(group_results(_run(_RESULTS)), "default"))
+    assert lines[:3] == [f"findings: {_HELD}", f"  {findings.SHORT_METHOD}", "  gRPC vs REST"]
+    assert lines[3].startswith("    grpc vs quart-h1: req/s 1.50x [")
 
 
 def test_a_wide_ratio_says_how_many_repeats_would_bring_it_to_five_percent() -> None:
@@ -352,6 +381,6 @@ def test_a_wide_ratio_says_how_many_repeats_would_bring_it_to_five_percent() -> 
     # 1.35x [1.04, 1.76]: its wider side reaches 1.302x the estimate, t(2) 4.303 x sd / √3, so the
     # rounds' sd of log ratios is 0.1062; t(20) 2.086 x 0.1062 / √21 = 0.0484 is within ln 1.05 =
     # 0.0488, and t(19) 2.093 x 0.1062 / √20 = 0.0497 is not: 21 rounds (the t of 3 rounds kept: 88).
-    assert finding.caveat == "req/s ±30%: about 21 rounds for ±5% (--precision)"
+    assert finding.caveats == ["grpc vs quart-h1: req/s ±30%: about 21 rounds for ±5% (--precision)"]
     tight = _one(_find(_run({"grpc": [600, 601, 599], "quart-h1": [400, 401, 399]})), "gRPC vs REST", "vs")
-    assert tight.caveat == ""
+    assert tight.caveats == []

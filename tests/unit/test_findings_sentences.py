@@ -40,34 +40,37 @@ LATENCY = {"grpc": [3.1, 3.2, 3.3], "quart-h1": [6.1, 6.2, 6.3]}
 def test_latency_at_load_gives_both_percentiles() -> None:
     finding = _one(_find(_run(CLOSED) + _loaded(LATENCY, 200)), "gRPC vs REST", "vs quart-h1")
     assert finding.sentence == (
-        "grpc vs quart-h1: req/s 1.50x [1.48, 1.52], CPU/req 1.00x [1.00, 1.00]; at 200 req/s: "
-        "p50 0.52x [0.50, 0.54], p99 0.52x [0.50, 0.54]."
+        "grpc vs quart-h1: req/s 1.50x [1.48, 1.52], CPU/req 1.00x, p50 0.52x [0.50, 0.54], "
+        "p99 0.52x [0.50, 0.54]"
     )
-    assert finding.caveat == "grpc at 200 req/s: service CPU 98%; quart-h1 at 200 req/s: service CPU 98%"
+    assert finding.load == "200 req/s"
+    assert finding.caveats == ["grpc at 200 req/s: CPU 98%", "quart-h1 at 200 req/s: CPU 98%"]
 
 
 def test_a_percentile_with_too_few_samples_says_whose_and_how_many() -> None:
     # 300 samples a repeat put 3 beyond each repeat's p99, fewer than the 10 it needs: no p99 ratio.
     finding = _one(_find(_run(CLOSED) + _loaded(LATENCY, 30)), "gRPC vs REST", "vs quart-h1")
-    assert finding.sentence.endswith(
-        "; at 30 req/s: p50 0.52x [0.50, 0.54], no p99 (grpc: 300 samples in a repeat, too few)."
-    )
+    assert finding.sentence.endswith(", p50 0.52x [0.50, 0.54], p99 —")
+    assert "p99 —: no p99 (grpc: 300 samples in a repeat, too few)" in finding.caveats
 
 
 def test_one_repeat_a_side_shows_its_ratios_without_intervals() -> None:
     results = _run({"grpc": [600]}, cpu_per_request_s=0.0008) + _run({"quart-h1": [400]})
     finding = _one(_find(results + _loaded({"grpc": [3.0], "quart-h1": [6.0]}, 50)), "gRPC vs REST", "vs")
-    assert finding.sentence == (
-        "grpc vs quart-h1: req/s 1.50x (n/a: one repeat), CPU/req 0.80x; at 50 req/s: "
-        "p50 0.50x (n/a: one repeat), no p99 (grpc: 500 samples in a repeat, too few)."
-    )
+    assert finding.sentence == "grpc vs quart-h1: req/s 1.50x, CPU/req 0.80x, p50 0.50x, p99 —"
+    assert finding.caveats[2:4] == [
+        "no interval: grpc vs quart-h1 req/s (n/a: one repeat)",
+        "no interval: grpc vs quart-h1 p50 (n/a: one repeat)",
+    ]
     assert finding.effect == 0.0
 
 
 def test_a_ratio_without_interval_or_note_says_so() -> None:
-    assert findings.describe_ratio(Ratio(1.2, None, None, None, None), "req/s") == "req/s 1.20x (no interval)"
-    assert findings.describe_ratio(Ratio(1.2, 0.9, None, None, None), "req/s") == "req/s 1.20x (no interval)"
-    assert findings.describe_ratio(None, "p99") == "no p99 figure"
+    for r in (Ratio(1.2, None, None, None, None), Ratio(1.2, 0.9, None, None, None)):
+        cell, [note] = findings.glance(r, "req/s", "a vs b")
+        assert (cell, note.alone) == ("req/s 1.20x", "no interval: a vs b req/s (none)")
+    cell, [note] = findings.glance(None, "p99", "a vs b")
+    assert (cell, note.alone) == ("p99 —", "p99 —: a vs b: no figure")
 
 
 def test_an_unmeasured_service_cpu_is_a_question_mark() -> None:
@@ -75,8 +78,8 @@ def test_an_unmeasured_service_cpu_is_a_question_mark() -> None:
     for result in loaded:
         del result["service"]["usage"]["cpu_utilisation"]
     finding = _one(_find(_run(CLOSED) + loaded), "gRPC vs REST", "vs quart-h1")
-    assert "; at 200 req/s: p50 0.52x" in finding.sentence
-    assert "grpc at 200 req/s: service CPU ?" in finding.caveat
+    assert ", p50 0.52x" in finding.sentence
+    assert "grpc at 200 req/s: CPU ?" in finding.caveats
 
 
 def test_each_metric_is_corrected_over_the_runs_tests_of_it() -> None:
@@ -87,13 +90,11 @@ def test_each_metric_is_corrected_over_the_runs_tests_of_it() -> None:
     p50s = {"grpc": [3.0, 3.2, 3.1], "quart-h1": [3.3, 3.38, 3.46], "aiohttp-h1": [3.0, 3.2, 3.1]}
     found = _find(closed + _loaded(p50s, 100))
     grpc = _one(found, "gRPC vs REST", "grpc vs quart-h1")
-    assert grpc.sentence == (
-        "grpc vs quart-h1: req/s inconclusive after correction (1.09x [1.02, 1.17]), CPU/req "
-        "1.00x [1.00, 1.00]; at 100 req/s: p50 inconclusive after "
-        "correction (0.92x [0.85, 0.98]), p99 inconclusive after correction (0.92x [0.85, 0.98])."
-    )
+    assert grpc.sentence == "grpc vs quart-h1: req/s 1.09x [1.02, 1.17] ?, CPU/req 1.00x, p50 ?, p99 ?"
+    after = "(significant alone, not after Holm's correction): grpc vs quart-h1"
+    assert [c for c in grpc.caveats if "Holm" in c] == [f"{m} ? {after}" for m in ("req/s", "p50", "p99")]
     same = _one(found, "gRPC vs REST", "grpc vs aiohttp-h1")
-    assert "p50 1.00x [1.00, 1.00], equivalent within ±10%" in same.sentence
+    assert ", p50 ≈, p99 ≈" in same.sentence
     # One pair alone: req/s (p = 0.03) and p50 (p = 0.03) are tests of different metrics, each
     # significant in its own family of one.
     [alone] = [
@@ -102,7 +103,7 @@ def test_each_metric_is_corrected_over_the_runs_tests_of_it() -> None:
         if f.question == "gRPC vs REST"
     ]
     assert alone.sentence.startswith("grpc vs quart-h1: req/s 1.09x [1.02, 1.17], ")
-    assert alone.sentence.endswith(": p50 0.92x [0.85, 0.98], p99 0.92x [0.85, 0.98].")
+    assert alone.sentence.endswith(", p50 0.92x [0.85, 0.98], p99 0.92x [0.85, 0.98]")
 
 
 def test_a_capacity_search_is_no_offered_load_to_compare_latency_at() -> None:
@@ -113,7 +114,7 @@ def test_a_capacity_search_is_no_offered_load_to_compare_latency_at() -> None:
         result["scenario"]["group"] = result["scenario"]["group"].replace("loaded-50", "capacity")
     found = _find(_run(CLOSED) + search)
     finding = _one(found, "gRPC vs REST", "vs quart-h1")
-    assert finding.sentence == "grpc vs quart-h1: req/s 1.50x [1.48, 1.52], CPU/req 1.00x [1.00, 1.00]."
+    assert finding.sentence == "grpc vs quart-h1: req/s 1.50x [1.48, 1.52], CPU/req 1.00x"
     _one(found, "run", "Latency is not compared")
 
 
@@ -135,19 +136,27 @@ def test_a_suspect_group_and_a_rate_not_carried_are_both_in_the_caveat() -> None
     )
     loaded = _loaded(LATENCY, 50, served={"quart-h1": 30})
     finding = _one(_find(closed + loaded), "gRPC vs REST", "vs quart-h1")
-    assert finding.caveat == (
-        "quart-h1: 3 of 3 repeats suspect, summary.md says why; "
-        "quart-h1 did not carry 50 req/s (served 30): its latency is a queue's; "
-        "grpc at 50 req/s: service CPU 98%; quart-h1 at 50 req/s: service CPU 98%"
-    )
+    assert finding.caveats[:4] == [
+        "quart-h1, closed model: 3 of 3 repeats suspect, see summary.md",
+        "grpc at 50 req/s: CPU 98%",
+        "quart-h1 at 50 req/s: did not carry it (served 30): its latency is a queue's",
+        "quart-h1 at 50 req/s: CPU 98%",
+    ]
+    # Read together, the notes about one target at one load are one note.
+    assert findings.markdown([finding])[-3:-1] == [
+        "- [2] grpc at 50 req/s: CPU 98%",
+        "- [3] quart-h1 at 50 req/s: did not carry it (served 30): its latency is a queue's; CPU 98%",
+    ]
 
 
 def test_serving_ninety_five_percent_of_the_rate_is_carrying_it() -> None:
     exactly = _loaded(LATENCY, 40, served={"quart-h1": 38})  # 38 = 0.95 x 40
-    assert "did not carry" not in _one(_find(_run(CLOSED) + exactly), "gRPC vs REST", "vs quart-h1").caveat
+    carried = _one(_find(_run(CLOSED) + exactly), "gRPC vs REST", "vs quart-h1").caveats
+    assert not [c for c in carried if "did not carry" in c]
     short = _loaded(LATENCY, 40, served={"quart-h1": 37})
-    assert _one(_find(_run(CLOSED) + short), "gRPC vs REST", "vs quart-h1").caveat.startswith(
-        "quart-h1 did not carry 40 req/s (served 37): its latency is a queue's; "
+    assert (
+        "quart-h1 at 40 req/s: did not carry it (served 37): its latency is a queue's"
+        in _one(_find(_run(CLOSED) + short), "gRPC vs REST", "vs quart-h1").caveats
     )
 
 
@@ -179,9 +188,8 @@ def test_the_questions_not_asked_name_their_presets() -> None:
     [line] = findings.unasked(asked, "full")
     assert line.question == "run"
     assert line.sentence == (
-        "Not asked in this run: HTTP/2 vs HTTP/1.1 (--preset default); server vs server "
-        "(--preset implementations); gRPC streaming vs unary (--preset default); metrics on vs off "
-        "(--preset metrics-overhead); network (--preset network); payload (--preset payload)."
+        "Not asked: --preset default (HTTP/2 vs HTTP/1.1, gRPC streaming vs unary), implementations "
+        "(server vs server), metrics-overhead (metrics on vs off), network, payload."
     )
     every = [Finding(q, "") for q in findings.QUESTIONS]
     assert findings.unasked(every, "default") == []
@@ -231,27 +239,30 @@ def test_what_each_finding_held_fixed_heads_it_and_its_caveat_is_a_numbered_note
         Finding("gRPC vs REST", "second", effect=0.1, held_fixed="small profile"),
     ]
     assert findings.markdown(found) == [
-        "- **gRPC vs REST** — quarter profile",
+        "- **gRPC vs REST**, quarter profile",  # nothing held fixed by both: nothing said at the top
         "  - first [1]",
-        "- **gRPC vs REST** — small profile",
+        "- **gRPC vs REST**, small profile",
         "  - second",
-        "- Notes:",
-        "  - [1] one suspect",
+        "",
+        "Notes:",
+        "",
+        "- [1] one suspect",
     ]
 
 
 def test_exactly_the_terminals_limit_needs_no_pointer_to_the_rest() -> None:
     three = [Finding("server vs server", f"pair {i}", effect=i / 10) for i in range(3)]
-    assert findings.plain(three) == ["server vs server", "  pair 2", "  pair 1", "  pair 0"]
+    assert findings.plain(three)[2:] == ["  server vs server", "    pair 2", "    pair 1", "    pair 0"]
 
 
 def test_the_terminal_keeps_dashes_inside_a_sentence() -> None:
-    [question, sentence] = findings.plain([Finding("payload", "raw - gzip: 0.41x - 0.95x")])
-    assert (question, sentence) == ("payload", "  raw - gzip: 0.41x - 0.95x")
+    [_, _, question, sentence] = findings.plain([Finding("payload", "raw - gzip: 0.41x - 0.95x")])
+    assert (question, sentence) == ("  payload", "    raw - gzip: 0.41x - 0.95x")
 
 
 @pytest.mark.parametrize("found", [[], [Finding("payload", "the answer", answer=True)]])
 def test_the_summary_section_frames_the_findings(found: list[Finding]) -> None:
     body = findings.markdown(found) or [findings.NONE_YET]
-    assert findings.markdown_section(found) == ["## Findings", "", findings.CONFIDENCE_LINE, "", *body, ""]
+    method = f"{findings.CONFIDENCE_LINE} {findings.LEGEND}"
+    assert findings.markdown_section(found) == ["## Findings", "", *body, "", method, ""]
     assert body[0] in ("- No finding: the run has no successful throughput group yet.", "- **payload**")

@@ -51,7 +51,7 @@ def test_latency_is_compared_at_the_highest_rate_whatever_the_order() -> None:
     for rates in ((200, 50), (50, 200)):
         loaded = [result for rate in rates for result in _loaded(LATENCY, rate)]
         finding = _one(_find(_run(CLOSED) + loaded), "gRPC vs REST", "vs quart-h1")
-        assert "; at 200 req/s: " in finding.sentence, rates
+        assert finding.load == "200 req/s", rates
 
 
 def test_the_callers_thresholds_met_exactly_are_not_crossed() -> None:

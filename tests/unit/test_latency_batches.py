@@ -87,10 +87,8 @@ def test_a_tail_the_batches_cannot_hold_says_what_it_needs() -> None:
     fast = _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0, 5.2, 4.9, 5.1, 5.0]))
     slow = _open_result("quart-h1", "rest_quart", _batches([10.0, 10.5, 9.8, 10.2, 10.1]))
     [comparison] = compare_groups(group_results([fast, slow]))
-    assert findings._tail(comparison, comparison.ratios.get("p99")) == "no p99 interval"
-    assert findings._tail_note(comparison) == (
-        "p99: aiohttp-h1 had 200 samples a latency batch, 1,000 needed (a window 5.0x as long)"
-    )
+    assert findings._short_batches(comparison)
+    assert findings._conditions(comparison.candidate).alone.endswith(", 200 samples a batch")
 
 
 def test_batches_that_disagree_say_the_latency_moved_not_that_rounds_are_missing() -> None:
@@ -99,6 +97,6 @@ def test_batches_that_disagree_say_the_latency_moved_not_that_rounds_are_missing
     [comparison] = compare_groups(group_results([steady, queue]))
     p50 = comparison.ratios["p50"]
     assert p50.rounds is None
-    assert findings.describe_ratio(p50, "p50") == (
-        "p50: too wide: latency moved from batch to batch in its window (a queue near the quota)"
+    assert findings.glance(p50, "p50", "a vs b")[1][0].alone == (
+        "p50 —: too wide: latency moved from batch to batch in its window (a queue near the quota)"
     )

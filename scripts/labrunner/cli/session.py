@@ -476,11 +476,10 @@ def _keep(outcome: ScenarioOutcome, out: Path, run_id: str, order: Sequence[str]
 
 
 def say_findings(out_dir: Path, order: list[str], preset: str, say: Say) -> None:
-    """The run's findings as plain lines, the same as summary.md's first section."""
+    """The run's findings on one screen: summary.md's first section, its notes cut to the most
+    important when they would not fit (findings.plain)."""
     found = answers.for_run(group_results(load_results(out_dir, order)), preset)
-    say(f"findings: {findings.CONFIDENCE_LINE}")
-    for line in findings.plain(found) or [findings.NONE_YET.removeprefix("- ")]:
-        say(f"  {line}")
+    say("\n".join(findings.plain(found)))
 
 
 def finish(run_dir: Path, benchmark: bool, say: Say) -> None:

@@ -8,7 +8,9 @@ trust.MAX_INTERVAL_WIDTH is none of these, but says how many rounds it needs. Lo
 groups are named.
 """
 
+import itertools
 import math
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -20,9 +22,11 @@ from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, Ratio, holm, 
 from labrunner.results.trust import LIMITED_BY_K6, SETTLED_HALF_WIDTH, rounds_needed, verdict_of
 from labrunner.run.k6_stats import PERCENTILES
 
+CONTROL_QUESTION = "duet"  # the A/A control's: its line comes first, under no heading
+RUN_QUESTION = "run"  # what the run as a whole says (not asked, lower bounds): last, under no heading
 # The questions a run can answer, in the order findings are printed, and the preset that asks each.
 QUESTIONS = {
-    "duet": "",  # the A/A control of a duet run (report/aa_control.py): how far its ratios are to trust
+    CONTROL_QUESTION: "",  # a duet run's A/A control (report/aa_control.py): how far to trust its ratios
     "HTTP/2 vs HTTP/1.1": "default",
     "gRPC vs REST": "default",
     "server vs server": "implementations",
@@ -31,7 +35,7 @@ QUESTIONS = {
     "metrics on vs off": "metrics-overhead",
     "network": "network",
     "payload": "payload",
-    "run": "",
+    RUN_QUESTION: "",
 }
 # Which compare.py rule answers which question.
 _RULE_QUESTION = {
@@ -60,42 +64,93 @@ class Finding:
     caveat: str = ""
     held_fixed: str = ""  # said once for a question whose findings all hold the same fixed
     answer: bool = False  # the question's answer itself (the payload cost model): before the evidence
+    notes: tuple["Note", ...] = ()  # a pair's caveats, each about one target at one load or one verdict
+    load: str = ""  # where a pair's latency was compared ("40% load"): said once when all share it
+
+    @property
+    def caveats(self) -> list[str]:
+        """Every caveat in words: the caveat's parts, then each note as it reads alone."""
+        return [c for c in self.caveat.split("; ") if c] + [n.alone for n in self.notes]
+
+
+# How much a note matters to a reader at a glance; the terminal keeps the lowest ranks when it must cut.
+SUSPECT, VERDICT, PRECISION, CONDITIONS = range(4)
+
+
+@dataclass(frozen=True)
+class Note:
+    """A caveat of a finding. Notes with the same subject (a target at a load, a kind of verdict) are
+    one note: 'subject: detail; detail'; a note without a subject is its detail, and identical ones
+    are one note too."""
+
+    detail: str
+    subject: str = ""
+    rank: int = CONDITIONS
+
+    @property
+    def alone(self) -> str:
+        return f"{self.subject}: {self.detail}" if self.subject else self.detail
 
 
 @dataclass(frozen=True)
 class Answered:
-    """The findings as read: each question with what it held fixed and its sentences, each sentence
-    carrying the numbers of its notes ([1]); the notes (caveats), numbered once in reading order."""
+    """The findings as read: what every heading held fixed (shared), each question with what else it
+    held fixed and its lines, each line carrying the numbers of its notes ([1, 2]); the notes,
+    numbered once in reading order, each with its rank."""
 
-    questions: tuple[tuple[str, str, tuple[str, ...]], ...]  # (question, held fixed, sentences)
-    notes: tuple[str, ...]
+    shared: str  # what every heading held fixed, and where latency was compared when all agree
+    questions: tuple[tuple[str, str, tuple[str, ...]], ...]  # (question, held fixed besides, lines)
+    notes: tuple[tuple[str, int], ...]  # (text, rank), number = position + 1
 
 
 def by_question(findings: Sequence[Finding], limit: int | None = None) -> Answered:
     """The findings by question and what each held fixed (a heading each), in ranked order, one line
-    each, their caveats moved to numbered notes (a caveat shared by several findings is one note).
-    limit: at most that many findings per heading, then a line saying how many more summary.md
-    holds."""
+    each, their caveats moved to numbered notes: notes with one subject combine, identical ones merge.
+    What every heading held fixed is said once (shared), and so is the load latency was compared at
+    when every pair's is the same. limit: at most that many findings per heading, then a line saying
+    how many more summary.md holds."""
     members: dict[tuple[str, str], list[Finding]] = {}  # (question, held fixed) -> its findings
     for finding in ranked(findings):
         members.setdefault((finding.question, finding.held_fixed), []).append(finding)
-    notes: dict[str, int] = {}
+    helds = [held.split(", ") for _, held in members if held]
+    common = [part for part in helds[0] if all(part in h for h in helds)] if helds else []
+    loads = {f.load for f in findings if f.load}
+    shared = "; ".join(
+        s for s in (", ".join(common), f"latency at {min(loads)}" if len(loads) == 1 else "") if s
+    )
+    details: dict[str, list[str]] = {}  # subject (or the text of a note without one) -> details
+    ranks: dict[str, int] = {}
     questions = []
     for (question, held), found in members.items():
         lines = []
         for finding in found[:limit]:
-            caveats = [c for c in finding.caveat.split("; ") if c]
-            marks = "".join(f"[{notes.setdefault(c, len(notes) + 1)}]" for c in caveats)
-            lines.append(finding.sentence + (f" {marks}" if marks else ""))
+            # a caveat in words (lower bounds, below the quota) is about whether to trust the line
+            notes = [Note(c, rank=VERDICT) for c in finding.caveat.split("; ") if c] + list(finding.notes)
+            marks = []
+            for note in notes:
+                key = note.subject or note.detail
+                said = details.setdefault(key, [])
+                if note.subject and note.detail not in said:
+                    said.append(note.detail)
+                ranks[key] = min(ranks.get(key, note.rank), note.rank)
+                number = list(details).index(key) + 1
+                if number not in marks:
+                    marks.append(number)
+            line = finding.sentence
+            if finding.load and len(loads) > 1:
+                line = line.replace(", p50 ", f", at {finding.load}: p50 ", 1)
+            lines.append(line + (f" [{','.join(map(str, sorted(marks)))}]" if marks else ""))
         if limit is not None and len(found) > limit:
             lines.append(f"... and {len(found) - limit} more in summary.md")
-        questions.append((question, held, tuple(lines)))
-    return Answered(tuple(questions), tuple(notes))
+        rest = ", ".join(p for p in held.split(", ") if p and p not in common)
+        questions.append((question, rest, tuple(lines)))
+    texts = tuple((f"{key}: {'; '.join(said)}" if said else key, ranks[key]) for key, said in details.items())
+    return Answered(shared, tuple(questions), texts)
 
 
 def markdown_section(findings: Sequence[Finding]) -> list[str]:
-    """summary.md's Findings section: the heading, the method in one line, the findings."""
-    return ["## Findings", "", CONFIDENCE_LINE, "", *(markdown(findings) or [NONE_YET]), ""]
+    """summary.md's Findings section: the heading, the findings and their notes, then the method."""
+    return ["## Findings", "", *(markdown(findings) or [NONE_YET]), "", CONFIDENCE_LINE + " " + LEGEND, ""]
 
 
 def ranked(findings: Iterable[Finding]) -> list[Finding]:
@@ -104,39 +159,104 @@ def ranked(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (order.get(f.question, len(order)), not f.answer, -f.effect))
 
 
-def markdown(findings: Sequence[Finding], limit: int | None = None) -> list[str]:
-    """The findings as markdown lines: a bold question with what it held fixed, its sentences, then
-    the numbered notes."""
-    answered = by_question(findings, limit)
-    lines: list[str] = []
+def _heading(question: str, held: str) -> str:
+    return f"**{question}**" + (f", {held}" if held else "")
+
+
+def _lines(answered: Answered) -> list[tuple[str, str]]:
+    """(heading or "", line): the A/A control's lines first and the run's last, with no heading of their
+    own (they answer no question of the matrix: how far to trust the run, what it did not ask)."""
+    lines: list[tuple[str, str]] = []
     for question, held, sentences in answered.questions:
-        lines.append(f"- **{question}**" + (f" — {held}" if held else ""))
-        lines += [f"  - {sentence}" for sentence in sentences]
+        heading = "" if question in (CONTROL_QUESTION, RUN_QUESTION) else _heading(question, held)
+        lines += [(heading, sentence) for sentence in sentences]
+    return lines
+
+
+def markdown(findings: Sequence[Finding], limit: int | None = None) -> list[str]:
+    """The findings as markdown lines: what they all held fixed, each bold question with what else it
+    held fixed, its lines, then the numbered notes."""
+    answered = by_question(findings, limit)
+    lines: list[str] = [f"All held fixed: {answered.shared}.", ""] if answered.shared else []
+    for heading, members in itertools.groupby(_lines(answered), key=lambda line: line[0]):
+        lines += [f"- {heading}"] if heading else []
+        lines += [f"  - {sentence}" if heading else f"- {sentence}" for _, sentence in members]
     if answered.notes:
-        lines.append("- Notes:")
-        lines += [f"  - [{number}] {note}" for number, note in enumerate(answered.notes, start=1)]
+        lines += ["", "Notes:", ""]
+        lines += [f"- [{number}] {note}" for number, (note, _) in enumerate(answered.notes, start=1)]
     return lines
 
 
 def blocks(findings: Sequence[Finding]) -> list[Block]:
-    """The findings as a report's blocks: each question, its sentences, then the numbered notes."""
+    """The findings as a report's blocks: what they all held fixed, each question with its lines,
+    the numbered notes."""
     answered = by_question(findings)
-    found: list[Block] = []
-    for question, held, sentences in answered.questions:
-        found += [Paragraph(f"**{question}**" + (f" — {held}" if held else "")), Bullets(sentences)]
+    found: list[Block] = [Paragraph(f"All held fixed: {answered.shared}.")] if answered.shared else []
+    for heading, members in itertools.groupby(_lines(answered), key=lambda line: line[0]):
+        found += [Paragraph(heading)] if heading else []
+        found.append(Bullets(tuple(sentence for _, sentence in members)))
     if answered.notes:
-        notes = tuple(f"[{number}] {note}" for number, note in enumerate(answered.notes, start=1))
+        notes = tuple(f"[{number}] {note}" for number, (note, _) in enumerate(answered.notes, start=1))
         found += [Paragraph("**Notes**"), Bullets(notes)]
     return found
 
 
 # The terminal shows each question's strongest findings (by effect); summary.md has them all.
 TERMINAL_PER_QUESTION = 3
+# The terminal's answer fits a screen this wide and high (rows counted after wrapping): hyperfine's
+# verdict fits one screen, and so does this one, its notes cut to the most important when they overflow.
+SCREEN_COLUMNS, SCREEN_ROWS = 80, 40
+# No terminal line is longer: a longer sentence (a payload or network finding, a note that combines
+# many) is wrapped to WRAP_AT, its continuation indented under its start.
+LONGEST_LINE, WRAP_AT = 120, 100
 
 
-def plain(findings: Sequence[Finding], limit: int | None = TERMINAL_PER_QUESTION) -> list[str]:
-    """The findings for a terminal: the question, then its strongest sentences indented, then notes."""
-    return [line.replace("**", "").replace("- ", "", 1) for line in markdown(findings, limit)]
+def rows(lines: Sequence[str], columns: int = SCREEN_COLUMNS) -> int:
+    """How many rows of a terminal `columns` wide the lines take, each long one wrapped."""
+    return sum(max(1, -(-len(line) // columns)) for line in lines)
+
+
+def plain(
+    findings: Sequence[Finding], limit: int | None = TERMINAL_PER_QUESTION, screen: int = SCREEN_ROWS
+) -> list[str]:
+    """The findings for a terminal, from the "findings:" line on: what all held fixed, the method in
+    one line, the lines under their headings, the notes; when they would take more than `screen`
+    rows, the most important notes (by rank, then number) and how many more summary.md holds."""
+    answered = by_question(findings, limit)
+    if not answered.questions:
+        return ["findings: " + NONE_YET.removeprefix("- ")]
+    lines = [f"findings: {answered.shared}" if answered.shared else "findings:", f"  {SHORT_METHOD}"]
+    for heading, members in itertools.groupby(_lines(answered), key=lambda line: line[0]):
+        lines += ["  " + heading.replace("**", "")] if heading else []
+        lines += [f"    {sentence}" if heading else f"  {sentence}" for _, sentence in members]
+    notes = [f"  [{number}] {note}" for number, (note, _) in enumerate(answered.notes, start=1)]
+    if not notes:
+        return _wrapped(lines)
+    kept = list(range(len(notes)))
+    by_importance = sorted(kept, key=lambda i: (answered.notes[i][1], i))
+
+    def shown() -> list[str]:
+        return _wrapped([*lines, *(notes[i] for i in kept), *_more(len(notes) - len(kept))])
+
+    while kept and rows(shown()) > screen:
+        kept.remove(by_importance.pop())
+    return shown()
+
+
+def _wrapped(lines: Sequence[str]) -> list[str]:
+    """Each line longer than LONGEST_LINE wrapped to WRAP_AT, its continuation two columns further in."""
+    out: list[str] = []
+    for line in lines:
+        if len(line) <= LONGEST_LINE:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip()) + 2)
+        out += textwrap.wrap(line, WRAP_AT, subsequent_indent=indent, break_on_hyphens=False)
+    return out
+
+
+def _more(hidden: int) -> list[str]:
+    return [f"  {hidden} more note{'s' if hidden > 1 else ''} in summary.md"] if hidden else []
 
 
 def comparisons_findings(groups: Sequence[Group]) -> list[Finding]:
@@ -214,7 +334,7 @@ def cannot_compare(groups: Sequence[Group]) -> list[Finding]:
     )
     return [
         Finding(
-            "run",
+            RUN_QUESTION,
             f"No comparison between targets: every one of {len(closed)} closed-model groups is only a "
             f"lower bound of its service ({closed[0].lower_bound}), so this run measured its load "
             f"generator or host, not the servers; {remedy}.",
@@ -225,10 +345,14 @@ def cannot_compare(groups: Sequence[Group]) -> list[Finding]:
 def unasked(found: Sequence[Finding], preset: str | None) -> list[Finding]:
     """One line naming the presets that answer the questions this run did not ask."""
     asked = {f.question for f in found}
-    missing = [f"{q} (--preset {p})" for q, p in QUESTIONS.items() if p and q not in asked and p != preset]
+    missing: dict[str, list[str]] = {}  # preset -> its questions not asked
+    for question, asks in QUESTIONS.items():
+        if asks and question not in asked and asks != preset:
+            missing.setdefault(asks, []).append(question)
     if not missing:
         return []
-    return [Finding("run", "Not asked in this run: " + "; ".join(missing) + ".")]
+    named = [p if questions == [p] else f"{p} ({', '.join(questions)})" for p, questions in missing.items()]
+    return [Finding(RUN_QUESTION, "Not asked: --preset " + ", ".join(named) + ".")]
 
 
 def executor(group: Group) -> str:
@@ -236,40 +360,45 @@ def executor(group: Group) -> str:
     return str(group.results[0]["scenario"]["load_model"]["executor"]) if group.results else ""
 
 
-def describe_ratio(r: Ratio | None, what: str, digits: int = 2) -> str:
-    """'req/s 1.21x [1.06, 1.38]' when significant, with ', equivalent within ±10%' when TOST says
-    so; else 'req/s inconclusive (1.21x [0.51, 2.87])', 'inconclusive after correction' when only
-    Holm's correction over the run's tests took the significance away. An interval wider than
-    trust.MAX_INTERVAL_WIDTH is no finding either way: 'p99: too few rounds: about 40 needed for ±5%'."""
+def glance(r: Ratio | None, what: str, pair: str, digits: int = 2) -> tuple[str, list[Note]]:
+    """A ratio as a finding's line shows it, and the notes that say why it reads so: 'p50 1.29x [1.20,
+    1.40]' when significant; 'p50 ≈' when equivalent within ±10%; 'p50 ?' when inconclusive (its note
+    gives the interval); 'p50 —' when there is no interval or it is too wide to decide (its note says
+    why). req/s always shows its interval: 'req/s 1.01x [0.97, 1.05] ≈', 'req/s 1.18x [0.93, 1.50] ?'."""
     if r is None:
-        return f"no {what} figure"
-    value = f"{r.estimate:.{digits}f}x"
-    if r.low is None or r.high is None:
-        return f"{what} {value} ({r.note or 'no interval'})"
+        return f"{what} —", [Note(f"{pair}: no figure", f"{what} —", VERDICT)]
+    if r.low is None or r.high is None:  # the estimate alone (one repeat): said, and noted as such
+        return f"{what} {r.estimate:.{digits}f}x", [
+            Note(f"{pair} {what} ({r.note or 'none'})", "no interval", VERDICT)
+        ]
     if wide := ratio_too_wide(r):
-        return f"{what}: {wide}"
-    figure = f"{value} [{r.low:.{digits}f}, {r.high:.{digits}f}]"
+        return f"{what} —", [Note(wide if r.rounds is None else f"{pair}: {wide}", f"{what} —", VERDICT)]
+    figure = f"{r.estimate:.{digits}f}x [{r.low:.{digits}f}, {r.high:.{digits}f}]"
+    always = what not in {"p50", "p99"}  # throughput's interval is the line's point
     if r.significant:
-        return f"{what} {figure}"
-    if r.equivalent:
-        return f"{what} {figure}, equivalent within ±{EQUIVALENCE_MARGIN:.0%}"
-    after = " after correction" if r.note == CORRECTED_AWAY else ""
-    return f"{what} inconclusive{after} ({figure})"
+        return f"{what} {figure}", []
+    after = r.note == CORRECTED_AWAY
+    why = [Note(pair, f"{what} ? (significant alone, not after Holm's correction)", VERDICT)] if after else []
+    if r.equivalent and not after:
+        return (f"{what} {figure} ≈" if always else f"{what} ≈"), []
+    if always:
+        return f"{what} {figure} ?", why
+    return f"{what} ?", why or [Note(f"{pair} {figure}", f"{what} ? (inconclusive)", VERDICT)]
 
 
 def _figure(r: Ratio | None, what: str) -> str:
-    """A ratio shown without a verdict of its own: 'CPU per request 2.63x [2.40, 2.90]'."""
-    if r is None:
-        return f"no {what} figure"
-    if wide := ratio_too_wide(r):
-        return f"{what}: {wide}"
-    interval = f" [{r.low:.2f}, {r.high:.2f}]" if r.low is not None and r.high is not None else ""
-    return f"{what} {r.estimate:.2f}x{interval}"
+    """A ratio shown without a verdict or an interval of its own: 'CPU/req 2.63x' (the req/s beside
+    it carries the test and the interval), '—' when there is none or its interval decides nothing."""
+    if r is None or ratio_too_wide(r):
+        return f"{what} —"
+    return f"{what} {r.estimate:.2f}x"
 
 
 def _finding(
     question: str, closed: Comparison, at_load: Comparison | None, judged: dict[int, Ratio]
 ) -> Finding:
+    """A pair's line: req/s with its interval and verdict, CPU per request, and latency's p50 and p99
+    verdicts at the highest load both carried; its caveats as notes (_notes)."""
     c, b = closed.candidate, closed.baseline
 
     def verdict(r: Ratio | None) -> Ratio | None:
@@ -277,18 +406,31 @@ def _finding(
 
     rps = verdict(closed.ratios.get("rps"))
     candidate, baseline = _names(c, b)
+    pair = f"{candidate} vs {baseline}"
     if c.direction == UPLOAD == b.direction:  # the same records per request: records/s is req/s's ratio
-        sentence = f"{candidate} vs {baseline}, uploading: {describe_ratio(rps, 'records/s accepted')}"
+        cell, notes = glance(rps, "records/s accepted", pair)
+        line = f"{pair}, uploading: {cell}"
     else:
-        sentence = f"{candidate} vs {baseline}: {describe_ratio(rps, 'req/s')}"
-    sentence += f", {_figure(closed.ratios.get('cpu_per_1k'), 'CPU/req')}"
+        cell, notes = glance(rps, "req/s", pair)
+        line = f"{pair}: {cell}"
+    line += f", {_figure(closed.ratios.get('cpu_per_1k'), 'CPU/req')}"
+    load = ""
     if at_load is not None:
-        p50, p99 = verdict(at_load.ratios.get("p50")), verdict(at_load.ratios.get("p99"))
-        sentence += f"; at {_load(at_load)}: " + describe_ratio(p50, "p50")
-        sentence += ", " + _tail(at_load, p99)
+        load = _load(at_load)
+        for metric in ("p50", "p99"):
+            r = verdict(at_load.ratios.get(metric))
+            if metric == "p99" and (r is None or r.low is None) and _short_batches(at_load):
+                cell, why = "p99 —", [Note(_P99_SHORT, rank=VERDICT)]
+            elif r is None:
+                cell, why = f"{metric} —", [Note(_unsupported(at_load, metric), f"{metric} —", VERDICT)]
+            else:
+                cell, why = glance(r, metric, pair)
+            line += f", {cell}"
+            notes += why
     decided = rps is not None and rps.significant and not ratio_too_wide(rps)
     effect = abs(math.log(rps.estimate)) if rps is not None and decided else 0.0
-    return Finding(question, sentence + ".", effect, _caveat(c, b, at_load, rps), held_fixed(closed))
+    notes = _notes(c, b, at_load, rps, pair) + notes
+    return Finding(question, line, effect, held_fixed=held_fixed(closed), notes=tuple(notes), load=load)
 
 
 def _load(c: Comparison) -> str:
@@ -298,42 +440,38 @@ def _load(c: Comparison) -> str:
     return f"{share:.0%} load" if share else f"{_rate(c)} req/s"
 
 
-def _utilisation(c: Comparison) -> str:
-    """Each side's offered rate and service CPU there (a share of its quota): the note a latency
-    finding carries, since near a full quota p99 measures the CPU quota's throttling."""
-    sides = []
-    for g in (c.candidate, c.baseline):
-        s, throttled = g.summary("service_cpu"), g.summary("throttled_s")
-        cpu = f"{s.centre:.0%}" if s is not None else "?"
-        held = (
-            f", throttled {throttled.centre:.2f} s" if throttled is not None and throttled.centre > 0 else ""
-        )
-        sides.append(f"{g.target} at {_offered_rate(g)} req/s: service CPU {cpu}{held}")
-    return "; ".join(sides)
+def _at(g: Group) -> str:
+    """A latency group by its target and offered rate: the subject of every note about it."""
+    return f"{g.target} at {_offered_rate(g)} req/s"
 
 
-def _tail(c: Comparison, p99: Ratio | None) -> str:
-    """The p99 verdict, or "no p99 interval" where the latency batches were too small for p99 (its
-    note says how many samples a batch needs: _tail_note)."""
-    if p99 is not None and p99.low is not None:
-        return describe_ratio(p99, "p99")
-    if _tail_note(c):
-        return "no p99 interval"
-    return describe_ratio(p99, "p99") if p99 else _unsupported(c, "p99")
+def _conditions(g: Group) -> Note:
+    """A latency group's service CPU there (a share of its quota), its throttled seconds, and the
+    samples of its smallest latency batch when too few for p99: near a full quota p99 measures the CPU
+    quota's throttling, not the protocol."""
+    s, throttled = g.summary("service_cpu"), g.summary("throttled_s")
+    parts = [f"CPU {s.centre:.0%}" if s is not None else "CPU ?"]
+    if throttled is not None and throttled.centre > 0:
+        parts.append(f"throttled {throttled.centre:.2f} s")
+    fewest = g.fewest_in_a_batch
+    if fewest is not None and fewest < samples_needed(PERCENTILES["p99"]):
+        parts.append(f"{fewest:,} samples a batch")
+    return Note(", ".join(parts), _at(g), CONDITIONS)
 
 
-def _tail_note(c: Comparison) -> str:
-    """Why a latency comparison's p99 has no interval from its batches: the side whose batches held
-    too few samples, and how much longer a window (or higher a load) would give them; "" otherwise."""
+def _short_batches(c: Comparison) -> bool:
+    """Whether a side's latency batches held too few samples for p99 (its note says how many)."""
     needed = samples_needed(PERCENTILES["p99"])
-    for g in (c.candidate, c.baseline):
-        fewest = g.fewest_in_a_batch
-        if fewest is not None and fewest < needed:
-            return (
-                f"p99: {g.target} had {fewest:,} samples a latency batch, {needed:,} needed "
-                f"(a window {needed / fewest:.1f}x as long)"
-            )
-    return ""
+    return any(
+        g.fewest_in_a_batch is not None and g.fewest_in_a_batch < needed for g in (c.candidate, c.baseline)
+    )
+
+
+# Why a pair's p99 has no interval when its latency batches were too small: the same for every pair.
+_P99_SHORT = (
+    f"p99 —: latency batches under the {samples_needed(PERCENTILES['p99']):,} samples p99 needs "
+    "(longer windows)"
+)
 
 
 def _unsupported(c: Comparison, metric: str) -> str:
@@ -372,20 +510,29 @@ def held_fixed(comparison: Comparison) -> str:
     return ", ".join(parts)
 
 
-def _caveat(candidate: Group, baseline: Group, at_load: Comparison | None, rps: Ratio | None) -> str:
-    notes = [_suspect(g) for g in (candidate, baseline)]
-    if at_load is not None:  # the latency groups' repeats feed the finding's p50 and p99
-        notes += [_suspect(g, f" at {_rate(at_load)} req/s") for g in (at_load.candidate, at_load.baseline)]
-    notes.append(_rounds_needed(rps))
+def _notes(
+    candidate: Group, baseline: Group, at_load: Comparison | None, rps: Ratio | None, pair: str
+) -> list[Note]:
+    """A pair's caveats: its saturated groups' suspect repeats; how many rounds would bring req/s to
+    ±SETTLED_HALF_WIDTH; each latency side at its load (suspect repeats, whether it carried the rate,
+    its service CPU, throttling and batch size), one note per side combining them."""
+    notes = [n for g in (candidate, baseline) if (n := _suspect(g, _saturated(g)))]
+    if needed := _rounds_needed(rps):
+        notes.append(Note(needed, pair, PRECISION))
     if at_load is not None:
-        notes += [_not_carried(g) for g in (at_load.candidate, at_load.baseline)]
-        notes += [_utilisation(at_load), _tail_note(at_load)]
-    return "; ".join(n for n in notes if n)
+        for g in (at_load.candidate, at_load.baseline):
+            notes += [n for n in (_suspect(g, _at(g)), _not_carried(g)) if n] + [_conditions(g)]
+    return notes
+
+
+def _saturated(g: Group) -> str:
+    """A closed-model group by its target, and its partner when it ran beside one (a duet)."""
+    return f"{g.target} beside {g.partner}" if g.partner else f"{g.target}, closed model"
 
 
 def _rounds_needed(rps: Ratio | None) -> str:
     """About how many rounds would bring the req/s ratio's interval to ±SETTLED_HALF_WIDTH
-    (trust.rounds_needed), when it is wider now and not so wide that the sentence says it already."""
+    (trust.rounds_needed), when it is wider now and not so wide that the line says it already."""
     if rps is None or rps.low is None or rps.high is None or rps.rounds is None or rps.rounds < 2:
         return ""
     width = max(rps.high / rps.estimate, rps.estimate / rps.low)
@@ -395,23 +542,22 @@ def _rounds_needed(rps: Ratio | None) -> str:
     return f"req/s ±{width - 1:.0%}: about {needed} rounds for ±{SETTLED_HALF_WIDTH:.0%} (--precision)"
 
 
-def _suspect(group: Group, where: str = "") -> str:
-    """'quart-h1 at 100 req/s: 1 of 2 repeats suspect, ...' when any of the group's repeats is; where:
-    which of the target's groups it is, when the finding has more than one."""
+def _suspect(group: Group, subject: str) -> Note | None:
+    """'1 of 2 repeats suspect, see summary.md' about the group, when any of its repeats is."""
     flagged = [r for r in group.results if r.get("suspect")]
     if not flagged:
-        return ""
-    return (
-        f"{group.target}{where}: {len(flagged)} of {len(group.results)} repeats suspect, summary.md says why"
-    )
+        return None
+    return Note(f"{len(flagged)} of {len(group.results)} repeats suspect, see summary.md", subject, SUSPECT)
 
 
-def _not_carried(group: Group) -> str:
+def _not_carried(group: Group) -> Note | None:
+    """'did not carry it (served 30): its latency is a queue's' when a repeat served less than
+    CARRIED_SHARE of the offered rate."""
     rate = _offered_rate(group)
     served = group.values("rps")
     if rate is None or not served or min(served) >= CARRIED_SHARE * rate:
-        return ""
-    return f"{group.target} did not carry {rate} req/s (served {min(served):.0f}): its latency is a queue's"
+        return None
+    return Note(f"did not carry it (served {min(served):.0f}): its latency is a queue's", _at(group), VERDICT)
 
 
 def _offered_rate(group: Group) -> int | None:
@@ -422,7 +568,7 @@ def _offered_rate(group: Group) -> int | None:
 def _preferred(c: Comparison) -> tuple[bool, int]:
     """Which latency comparison of a pair a finding reads: the highest load both sides carried, else
     the highest load (its note says who did not carry it)."""
-    carried = not (_not_carried(c.candidate) or _not_carried(c.baseline))
+    carried = _not_carried(c.candidate) is None and _not_carried(c.baseline) is None
     return carried, _rate(c)
 
 
@@ -450,7 +596,9 @@ def _not_compared(closed: Sequence[Group], open_groups: Sequence[Group]) -> list
             where = f"{g.target} ({g.profile}, {g.count} records{uploads}"
             where += f", beside {g.partner})" if g.partner else ")"
             found.append(
-                Finding("run", f"{where}: throughput only a lower bound, {g.lower_bound}: in no ratio.")
+                Finding(
+                    RUN_QUESTION, f"{where}: throughput only a lower bound, {g.lower_bound}: in no ratio."
+                )
             )
     streams = [g for g in closed if is_streaming(g)]
     if streams and not any(not is_streaming(g) and g.protocol == "grpc" for g in closed):
@@ -464,7 +612,7 @@ def _not_compared(closed: Sequence[Group], open_groups: Sequence[Group]) -> list
     if closed and not open_groups:
         found.append(
             Finding(
-                "run",
+                RUN_QUESTION,
                 "Latency is not compared: no target ran under an offered load (open model); "
                 "latency at saturation says more about the CPU quota than the protocol.",
             )
@@ -478,5 +626,14 @@ CONFIDENCE_LINE = (
     "correction over the run's tests of each metric, "
     f"equivalent within ±{EQUIVALENCE_MARGIN:.0%} by two one-sided tests, else inconclusive; latency "
     "on k6's own timer of each request."
+)
+# The method as the terminal says it, in one line (summary.md and the report give CONFIDENCE_LINE).
+SHORT_METHOD = (
+    f"{CONFIDENCE:.0%} paired intervals, Holm; ≈ within ±{EQUIVALENCE_MARGIN:.0%}, ? inconclusive, "
+    "—: see its note"
+)
+LEGEND = (
+    f"In the lines: ≈ equivalent within ±{EQUIVALENCE_MARGIN:.0%}, ? inconclusive, — no interval that "
+    "decides (its note says why); CPU/req: the ratio of CPU time per request in the same windows as req/s."
 )
 NONE_YET = "- No finding: the run has no successful throughput group yet."

@@ -48,7 +48,8 @@ K6_CPU_PER_REQUEST = "{:.3f}"  # ms: k6's CPU per request is tens to hundreds of
 
 
 def findings(run: Run) -> list[Block]:
-    """The answers first: the method in one line, the run's host and date, then each question's findings."""
+    """The answers first: the findings' chart, each question's lines and their notes, then the method and
+    the run's host and date."""
     m = run.manifest
     host, preset = m.get("host", {}), m.get("matrix", {}).get("preset")
     on = (
@@ -58,7 +59,7 @@ def findings(run: Run) -> list[Block]:
     )
     bench = read_json(run.path / serialization.FILE)
     found = answers.for_run(run.groups, preset, cases=serialization.cases_from_document(bench))
-    blocks: list[Block] = [Heading(2, "Findings"), Paragraph(run_findings.CONFIDENCE_LINE), Paragraph(on)]
+    blocks: list[Block] = [Heading(2, "Findings")]
     if chart := charts.forest(forest_rows(run.groups), run.path / "charts" / "findings.png"):
         blocks.append(
             Image(chart, "the findings' ratios", "req/s ratios of the compared pairs, A/A control first")
@@ -66,7 +67,7 @@ def findings(run: Run) -> list[Block]:
     blocks += run_findings.blocks(found)
     if not found:
         blocks.append(Paragraph(run_findings.NONE_YET.removeprefix("- ")))
-    return blocks
+    return [*blocks, Paragraph(f"{run_findings.CONFIDENCE_LINE} {run_findings.LEGEND}"), Paragraph(on)]
 
 
 def forest_rows(groups: Sequence[Group]) -> list[tuple[str, Ratio]]:

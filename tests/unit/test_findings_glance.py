@@ -1,0 +1,150 @@
+"""The findings at a glance: a default run's answer, from the real default plan (duet blocks, the A/A
+control, the ladder's rungs at their shares of capacity) with synthetic results shaped like the
+2026-12-05 run on the lab's VM, fits one 80x40 terminal, one line of at most 120 characters a pair,
+its caveats numbered notes that combine what is said of one target at one load."""
+
+import math
+from typing import Any
+
+import pytest
+from labrunner.model import duet
+from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.scenario import Scenario
+from labrunner.report import answers, findings
+from labrunner.report.compare import group_results
+from labrunner.report.document import Bullets
+from labrunner.results import ladder
+from labrunner.results.store import scenario_dict
+
+from tests.support import ROOT
+
+# req/s at saturation at 0.25 CPU and CPU seconds a request, as the default run of 2026-12-05 read them.
+SERVED = {
+    "aiohttp-h1": 900.0,
+    "aiohttp-h1-tls": 700.0,
+    "quart-h1": 230.0,
+    "quart-h1-tls": 210.0,
+    "quart-h2-tls": 150.0,
+    "grpc": 260.0,
+    "grpc-tls": 240.0,
+    "grpc-stream": 21.0,
+}
+HOST = {1: 1.0, 2: 0.85, 3: 1.1}  # the host's speed block by block: both sides of a block move together
+
+
+def _wobble(key: str, spread: float) -> float:
+    """A fixed factor within ±spread for a name: each side's own noise, the same on every run."""
+    return 1.0 + spread * math.sin(sum(map(ord, key)))
+
+
+def _result(scenario: Scenario, rps: float, suspect: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "scenario_id": scenario.id,
+        "status": "ok",
+        "scenario": scenario_dict(scenario),
+        "k6": {
+            "cpu_utilisation": 0.4,
+            "metrics": {
+                "requests": int(rps * 5),
+                "requests_per_second": rps,
+                "errors": 0,
+                "latency_count": int(rps * 5),
+                "latency_ms": {"p50": 5.0, "p99": 20.0},
+            },
+        },
+        "service": {"usage": {"cpu_seconds": 1.25, "cpu_utilisation": 1.0}},
+        "suspect": list(suspect),
+    }
+
+
+def _rung(scenario: Scenario, closed: list[dict[str, Any]]) -> dict[str, Any]:
+    """A rung at its share of its target's capacity: it carries the rate, with latency batches too
+    small for p99 (a 5 s window), p50 a little noisy from batch to batch; quart-h1-tls queues."""
+    resolved = ladder.resolve(scenario, closed)
+    assert not isinstance(resolved, str), resolved
+    rate = resolved.load_model.rate
+    assert rate is not None
+    result = _result(resolved, float(rate))
+    target = scenario.target.name
+    base = 2.0 * _wobble(target, 0.5)
+    queue = target == "quart-h1-tls" and resolved.load_model.rung is not None and rate > 60
+    p50s = [base * (3.0**i if queue else _wobble(f"{target}{i}", 0.05)) for i in range(5)]
+    result["k6"]["latency_batches"] = [{"n": rate, "p50": v, "p99": 4 * v} for v in p50s]
+    result["service"]["usage"] = {
+        "cpu_seconds": 1.0,
+        "cpu_utilisation": 0.6 + 0.3 * abs(_wobble(target, 1.0) - 1),
+        "throttled_seconds": 0.3 if target.startswith("aiohttp") else 0.0,
+    }
+    return result
+
+
+def _default_run() -> list[dict[str, Any]]:
+    plan = duet.plan_duets(expand(load_matrix(ROOT / "matrix.toml"), "local", "default"), duet.AUTO)
+    closed = []
+    for s in plan.scenarios:
+        if s.load_model.rung is not None:
+            continue
+        name, repeat = s.target.name, s.repeat
+        spread = 0.2 if name in ("grpc-stream", "quart-h1-tls") else 0.02  # two pairs too wide for ±5%
+        rps = SERVED[name] * HOST[repeat] * _wobble(f"{s.id}", spread)
+        suspect = ("others used 7.1% of the service's CPUs",) if name == "grpc-tls" and repeat == 2 else ()
+        closed.append(_result(s, rps, suspect))
+    rungs = [_rung(s, closed) for s in plan.scenarios if s.load_model.rung is not None]
+    rungs[0]["suspect"] = ["5 iterations dropped"]
+    return closed + rungs
+
+
+@pytest.fixture(scope="module")
+def found() -> list[findings.Finding]:
+    return answers.for_run(group_results(_default_run()), "default")
+
+
+def test_a_default_runs_answer_fits_one_screen(found: list[findings.Finding]) -> None:
+    lines = findings.plain(found)
+    assert lines[0].startswith("findings: quarter profile (0.25 CPU), 100 records, build, closed model")
+    assert lines[1] == f"  {findings.SHORT_METHOD}"
+    assert lines[2].startswith("  A/A control aiohttp-h1: req/s ")  # the control first
+    pairs = [line for line in lines if line.startswith("    ") and " vs " in line]
+    assert len(pairs) == 9  # the default run's compared pairs, one line each
+    assert all(", CPU/req " in line and ", p50 " in line for line in pairs if "grpc-stream" not in line)
+    assert max(len(line) for line in lines) <= 120
+    assert max(len(line) for line in pairs) <= 115
+    assert findings.rows(lines) <= findings.SCREEN_ROWS
+    # Its notes did not all fit: the most important are shown and the rest counted.
+    summary = findings.markdown(found)
+    noted = [line for line in summary if line.startswith("- [")]
+    shown = [line for line in lines if line.startswith("  [")]
+    assert 0 < len(shown) < len(noted)
+    assert lines[-1] == f"  {len(noted) - len(shown)} more notes in summary.md"
+    assert all(f"- {line.strip()}" in summary for line in shown)
+    # Suspect repeats are the first notes a screen keeps.
+    assert [line for line in noted if "suspect" in line]
+    assert all(f"  {line[2:]}" in shown for line in noted if "suspect" in line)
+
+
+def test_notes_about_one_target_at_one_load_are_one_note(found: list[findings.Finding]) -> None:
+    notes = [text for text, _ in findings.by_question(found).notes]
+    subjects = [text.split(": ", 1)[0] for text in notes]
+    assert len(subjects) == len(set(subjects))
+    # aiohttp-h1 at its 40% rung is compared with grpc and with quart-h1: one note, referred to twice.
+    [aiohttp] = [n for n in notes if n.startswith("aiohttp-h1 at ") and " req/s: " in n]
+    number = notes.index(aiohttp) + 1
+    lines = findings.markdown(found)
+    marks = [(line.split(":")[0], line.rsplit("[", 1)[-1]) for line in lines if line.startswith("  - ")]
+    referring = [pair for pair, mark in marks if f",{number}," in f",{mark.rstrip(']')},"]
+    assert referring == ["  - grpc vs aiohttp-h1", "  - aiohttp-h1 vs quart-h1"]
+    # Every pair whose p99 has no interval refers to the one note saying why.
+    [p99] = [i + 1 for i, n in enumerate(notes) if n.startswith("p99 —: ")]
+    assert all(f"{p99}" in line.rsplit("[", 1)[1] for line in lines if line.endswith("]") and "p99 —" in line)
+
+
+def test_the_summary_and_the_report_open_with_the_same_lines(found: list[findings.Finding]) -> None:
+    section = findings.markdown_section(found)
+    assert section[2].startswith("All held fixed: quarter profile (0.25 CPU), 100 records")
+    assert section[4].startswith("- A/A control aiohttp-h1: req/s ")
+    assert max(len(line) for line in section if not line.startswith(("- [", findings.CONFIDENCE_LINE))) <= 120
+    bullets = [b for b in findings.blocks(found) if isinstance(b, Bullets)]
+    said = {item for b in bullets for item in b.items}
+    assert {line.strip().removeprefix("- ") for line in section if line.startswith(("- ", "  - "))} <= (
+        said | {line.strip().removeprefix("- ") for line in section if line.startswith("- **")}
+    )
