@@ -4,6 +4,7 @@ it. Anonymous: nothing. The writer (k6 and the runner's annotations): write, not
 (Grafana's data source and the health check): read, not write. The health check itself.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -24,6 +25,9 @@ from labrunner.observe import annotations, influx_auth
 from tests.compose_file import REQUIRED_ENV, compose
 from tests.integration.compose_support import LOOPBACK
 from tests.support import ROOT, free_ports
+
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
 
 DATABASE = "myk6db"
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -209,3 +213,35 @@ def test_the_runners_annotations_write_as_the_writer(
     with _OPENER.open(request, timeout=10) as response:
         answer = response.read().decode()
     assert '"values":[[' in answer and ",1]]" in answer, answer
+
+
+def _count(influx: Influx, measurement: str, tag: str) -> int:
+    user, password = influx.user("READ")
+    q = f'SELECT count("value") FROM "{measurement}" WHERE "probe" = \'{tag}\''
+    request = urllib.request.Request(f"{influx.url}/query?{urllib.parse.urlencode({'db': DATABASE, 'q': q})}")
+    request.add_header("Authorization", influx_auth.Credentials(user, password).basic())
+    with _OPENER.open(request, timeout=10) as response:
+        series = json.load(response)["results"][0].get("series", [])
+    return int(series[0]["values"][0][1]) if series else 0
+
+
+def test_k6_writes_its_samples_as_the_writer_from_its_environment(
+    initialised: Influx, tmp_path: Path
+) -> None:
+    """The real k6 with what the runner gives it (Credentials.k6_env) and what compose gives its k6."""
+    k6 = shutil.which("k6", path=str(ROOT / ".venv" / "bin")) or shutil.which("k6")
+    assert k6, "needs k6: run scripts/setup.sh"
+    script = tmp_path / "probe.js"
+    script.write_text("export const options = { iterations: 3, vus: 1 };\nexport default function () {}\n")
+    writer = influx_auth.Credentials(*initialised.user("WRITE"))
+
+    def run(tag: str, env: dict[str, str]) -> None:
+        argv = [k6, "run", "--quiet", "--no-color", "--address", "", "--tag", f"probe={tag}",
+                "--out", f"influxdb={initialised.url}/{DATABASE}", str(script)]  # fmt: skip
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("K6_")}
+        subprocess.run(argv, env={**clean, "K6_NO_USAGE_REPORT": "true", **env}, check=False, timeout=120)
+
+    run("with-password", writer.k6_env())
+    run("without-password", {})
+    assert _count(initialised, "iterations", "with-password") == 3
+    assert _count(initialised, "iterations", "without-password") == 0

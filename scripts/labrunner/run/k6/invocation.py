@@ -6,6 +6,7 @@ from pathlib import Path
 
 from labrunner.backends.base import K6Invocation, ServiceHandle
 from labrunner.model.scenario import LoadModel, Scenario, format_duration
+from labrunner.observe import influx_auth
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
 from labrunner.run import live
 from labrunner.run.k6 import segments
@@ -52,12 +53,11 @@ class K6Setup:
         instances write their raw samples (merged percentiles), as a measured open model does alone
         (its latency batches)."""
         summary_file = self.k6_dir / f"{self.scenario.id}.{phase}.json"
+        env = self._env(model, duration_s, summary_file)
+        if self.influxdb_url and measured and (credentials := influx_auth.writer()):
+            env.update(credentials.k6_env())  # compose's InfluxDB has auth on (docs/docker.md)
         whole = K6Invocation(
-            self.root / self.scenario.target.script,
-            self._args(measured),
-            self._env(model, duration_s, summary_file),
-            summary_file,
-            self.log_file,
+            self.root / self.scenario.target.script, self._args(measured), env, summary_file, self.log_file
         )
         if self.instances > 1:
             split = segments.split(whole, self.instances, self.handle.k6_cpus, raw=measured)
