@@ -9,7 +9,8 @@ one flat tuple. Its process is the server itself: no supervisor; with more than 
 above one CPU), the first process forks the others, which share the port through SO_REUSEPORT.
 
 From the lab it takes only what is not serving: the pool's data, the worker count the lab derives
-from the cgroup quota and the interpreter's description for the listening line (docs/CONTRACTS.md).
+from the cgroup quota, the environment's parser and defaults (services.common.environment) and the
+interpreter's description for the listening line (docs/CONTRACTS.md).
 import-linter (pyproject.toml) holds that.
 """
 
@@ -21,11 +22,13 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import orjson
 
 from services.common import interpreter
 from services.common.cgroup import worker_count
+from services.common.environment import ConfigError, env_int, read_workload
 from services.common.pool import load_pool
 
 # make, model, trim, color, year, mileage, firstname, lastname, driver_id: the proto's order.
@@ -58,12 +61,7 @@ class FloorSettings:
         return "prebuilt" if self.prebuilt else "build"
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    return int(raw) if raw else default
-
-
-def _refuse(message: str) -> None:
+def _refuse(message: str) -> NoReturn:
     print(f"configuration error: {message}", file=sys.stderr)
     sys.exit(2)
 
@@ -77,16 +75,20 @@ def floor_settings(service: str) -> FloorSettings:
     model = os.environ.get("RESPONSE_MODEL", "").strip() or "build"
     if model not in {"build", "prebuilt"}:
         _refuse(f"RESPONSE_MODEL={model!r} must be 'build' or 'prebuilt'")
+    try:  # the lab's own parser and defaults
+        work, port, workers = read_workload(), env_int("PORT", 0), env_int("WORKERS", 0)
+    except ConfigError as exc:
+        _refuse(str(exc))
     return FloorSettings(
         service=service,
-        host=os.environ.get("HOST", "").strip() or "127.0.0.1",
-        port=_env_int("PORT", 0),
-        workers=_env_int("WORKERS", 0) or worker_count(),
-        pool_size=_env_int("RECORD_POOL_SIZE", 10_000),
-        seed=_env_int("RECORD_SEED", 42),
-        default_count=_env_int("DEFAULT_COUNT", 100),
-        max_count=_env_int("MAX_COUNT", 1000),
-        max_request_bytes=_env_int("MAX_REQUEST_BYTES", 1 << 20),
+        host=work.host,
+        port=port,
+        workers=workers or worker_count(),
+        pool_size=work.record_pool_size,
+        seed=work.record_seed,
+        default_count=work.default_count,
+        max_count=work.max_count,
+        max_request_bytes=work.max_request_bytes,
         prebuilt=model == "prebuilt",
     )
 

@@ -1,17 +1,15 @@
-"""Service settings from environment variables: every knob and its default in one place."""
+"""Service settings from environment variables, every knob and its default: the ones a floor reads
+too (the workload) in services.common.environment, the rest here."""
 
 import os
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from services.common.environment import ConfigError, env_bool, env_float, env_int, read_workload
 from services.common.stacks import STACKS
 
 SECONDS = 1.0
-
-
-class ConfigError(ValueError):
-    """An environment variable holds a value the service cannot use."""
 
 
 class ResponseModel(StrEnum):
@@ -26,43 +24,6 @@ class ResponseModel(StrEnum):
 
     BUILD = "build"
     PREBUILT = "prebuilt"
-
-
-def _int(name: str, default: int, minimum: int = 0) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not an integer") from None
-    if value < minimum:
-        raise ConfigError(f"{name}={value} must be >= {minimum}")
-    return value
-
-
-def _float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number") from None
-    if value < 0:
-        raise ConfigError(f"{name}={value} must be >= 0")
-    return value
-
-
-def _bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw in {"1", "true", "yes", "on"}:
-        return True
-    if raw in {"0", "false", "no", "off"}:
-        return False
-    raise ConfigError(f"{name}={raw!r} is not a boolean (use 1 or 0)")
 
 
 def _response_model(record_mode: str) -> ResponseModel:
@@ -128,29 +89,26 @@ def load_settings(service: str) -> Settings:
     alpn = tuple(p.strip() for p in os.environ.get("ALPN_PROTOCOLS", "h2,http/1.1").split(",") if p.strip())
     if not alpn or not set(alpn) <= {"h2", "http/1.1"}:
         raise ConfigError(f"ALPN_PROTOCOLS={alpn!r} must list h2 and/or http/1.1")
-    max_count = _int("MAX_COUNT", 1000, minimum=1)
-    default_count = _int("DEFAULT_COUNT", 100, minimum=1)
-    if default_count > max_count:
-        raise ConfigError(f"DEFAULT_COUNT={default_count} exceeds MAX_COUNT={max_count}")
-    workers = _int("WORKERS", 0)
-    max_rpcs = _int("GRPC_MAX_CONCURRENT_RPCS", 0)
+    work = read_workload()
+    workers = env_int("WORKERS", 0)
+    max_rpcs = env_int("GRPC_MAX_CONCURRENT_RPCS", 0)
     return Settings(
-        host=os.environ.get("HOST", "127.0.0.1").strip() or "127.0.0.1",
-        port=_int("PORT", default_port),
-        metrics_port=_int("METRICS_PORT", default_metrics_port),
-        metrics_enabled=_bool("METRICS_ENABLED", True),
+        host=work.host,
+        port=env_int("PORT", default_port),
+        metrics_port=env_int("METRICS_PORT", default_metrics_port),
+        metrics_enabled=env_bool("METRICS_ENABLED", True),
         workers=workers or None,
         tls_cert_file=Path(cert) if cert else None,
         tls_key_file=Path(key) if key else None,
         alpn_protocols=alpn,
-        record_pool_size=_int("RECORD_POOL_SIZE", 10_000, minimum=1),
-        record_seed=_int("RECORD_SEED", 42),
+        record_pool_size=work.record_pool_size,
+        record_seed=work.record_seed,
         record_mode=record_mode,
         response_model=response_model,
-        default_count=default_count,
-        max_count=max_count,
-        max_request_bytes=_int("MAX_REQUEST_BYTES", 1 << 20, minimum=1),
-        shutdown_drain_seconds=_float("SHUTDOWN_DRAIN_SECONDS", 0.5 * SECONDS),
-        shutdown_grace_seconds=_float("SHUTDOWN_GRACE_SECONDS", 10 * SECONDS),
+        default_count=work.default_count,
+        max_count=work.max_count,
+        max_request_bytes=work.max_request_bytes,
+        shutdown_drain_seconds=env_float("SHUTDOWN_DRAIN_SECONDS", 0.5 * SECONDS),
+        shutdown_grace_seconds=env_float("SHUTDOWN_GRACE_SECONDS", 10 * SECONDS),
         grpc_max_concurrent_rpcs=max_rpcs or None,
     )

@@ -33,7 +33,8 @@ from types import FrameType
 
 from services.common import interpreter
 from services.common.cgroup import worker_count
-from services.common.config import ConfigError, Settings
+from services.common.config import Settings
+from services.common.environment import ConfigError
 from services.common.metrics import start_metrics_server
 from services.common.records import RecordSource, ensure_pool_cached, load_pool, record_from_json
 

@@ -12,6 +12,9 @@ from labrunner.report.compare import compare_groups, group_results
 from labrunner.report.document import Table, to_markdown
 from labrunner.results.store import scenario_dict
 
+from benchmarks.floor.common import floor_settings
+from services.common.config import load_settings
+from services.common.environment import ConfigError
 from services.common.stacks import STACKS
 from tests.support import ALL_TARGETS, FLOOR_TARGETS, LAB_TARGETS, ROOT
 
@@ -124,3 +127,38 @@ def test_runs_without_floors_have_no_floor_section() -> None:
     overrides = Overrides(targets=ALL_TARGETS[:2], repeats=2)
     scenarios = expand(load_matrix(MATRIX), "local", "ci", overrides).scenarios
     assert floor.section(group_results([_result(s, 100.0, 1.0) for s in scenarios])) == []
+
+
+SETTINGS = ("HOST", "RECORD_POOL_SIZE", "RECORD_SEED", "DEFAULT_COUNT", "MAX_COUNT", "MAX_REQUEST_BYTES")
+
+
+def test_a_floor_reads_the_workload_with_the_labs_parser_and_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in (*SETTINGS, "PORT", "WORKERS", "RESPONSE_MODEL", "TLS_CERT_FILE", "RECORD_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WORKERS", "1")
+    lab, floor_ = load_settings("rest_aiohttp"), floor_settings("floor_rest_aiohttp")
+    assert (floor_.host, floor_.pool_size, floor_.seed, floor_.default_count, floor_.max_count) == (
+        lab.host,
+        lab.record_pool_size,
+        lab.record_seed,
+        lab.default_count,
+        lab.max_count,
+    )
+    assert floor_.max_request_bytes == lab.max_request_bytes
+    monkeypatch.setenv("MAX_COUNT", "500")
+    assert floor_settings("floor_rest_aiohttp").max_count == load_settings("rest_aiohttp").max_count == 500
+
+
+def test_a_floor_refuses_what_the_lab_refuses_in_its_words(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DEFAULT_COUNT", "5")
+    monkeypatch.setenv("MAX_COUNT", "3")
+    with pytest.raises(ConfigError) as lab:
+        load_settings("rest_aiohttp")
+    with pytest.raises(SystemExit) as floor_exit:
+        floor_settings("floor_rest_aiohttp")
+    assert floor_exit.value.code == 2
+    assert capsys.readouterr().err == f"configuration error: {lab.value}\n"

@@ -12,7 +12,8 @@ from quart import Quart
 from quart.wrappers.response import DataBody
 
 from services.common import messages, rest
-from services.common.config import ConfigError, ResponseModel, Settings, load_settings
+from services.common.config import ResponseModel, Settings, load_settings
+from services.common.environment import ConfigError
 from services.common.pb import cars_pb2
 from services.common.rest import Health, RecordBodies
 from services.common.stacks import STACKS

@@ -1,0 +1,78 @@
+"""Reading a server's environment: the parsers, and the settings that decide what a request costs.
+
+The lab's servers (services.common.config) and the floors (benchmarks.floor.common) both read
+these here, with one set of defaults, so a floor cannot drift from the lab it is the floor of.
+"""
+
+import os
+from dataclasses import dataclass
+
+
+class ConfigError(ValueError):
+    """An environment variable holds a value the service cannot use."""
+
+
+def env_int(name: str, default: int, minimum: int = 0) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={value} must be >= {minimum}")
+    return value
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if value < 0:
+        raise ConfigError(f"{name}={value} must be >= 0")
+    return value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean (use 1 or 0)")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Where a server listens and the settings that decide a request's work, with the lab's defaults."""
+
+    host: str
+    record_pool_size: int
+    record_seed: int
+    default_count: int
+    max_count: int
+    # The largest request body (REST, else 413) or upload (gRPC, else RESOURCE_EXHAUSTED).
+    max_request_bytes: int
+
+
+def read_workload() -> Workload:
+    """HOST, RECORD_POOL_SIZE, RECORD_SEED, DEFAULT_COUNT, MAX_COUNT and MAX_REQUEST_BYTES."""
+    max_count = env_int("MAX_COUNT", 1000, minimum=1)
+    default_count = env_int("DEFAULT_COUNT", 100, minimum=1)
+    if default_count > max_count:
+        raise ConfigError(f"DEFAULT_COUNT={default_count} exceeds MAX_COUNT={max_count}")
+    return Workload(
+        host=os.environ.get("HOST", "").strip() or "127.0.0.1",
+        record_pool_size=env_int("RECORD_POOL_SIZE", 10_000, minimum=1),
+        record_seed=env_int("RECORD_SEED", 42),
+        default_count=default_count,
+        max_count=max_count,
+        max_request_bytes=env_int("MAX_REQUEST_BYTES", 1 << 20, minimum=1),
+    )
