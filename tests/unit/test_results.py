@@ -16,7 +16,7 @@ from labrunner.model.scenario import CapacitySearch, Overrides, Scenario
 from labrunner.observe import interference, prometheus_sd
 from labrunner.report.summary import summary_row, write_summaries
 from labrunner.results.record import build_result
-from labrunner.results.store import completed_ok, load_results, result_path
+from labrunner.results.store import load_results, result_path, resumable
 from labrunner.results.trust import judge_outcome, verdict_of
 from labrunner.run import capacity
 from labrunner.run.k6.output import parse_summary
@@ -211,8 +211,13 @@ def test_resume_skips_only_ok_results(tmp_path: Path) -> None:
     scenarios = _write_results(tmp_path)
     (tmp_path / "scenarios" / "broken.json").write_text("{not json")
     write_json_atomic(tmp_path / "scenarios" / "other.json", {"schema": "something else"})
-    assert completed_ok(tmp_path) == {scenarios[0].id}
-    assert completed_ok(tmp_path / "missing") == set()
+    found = resumable(tmp_path, scenarios)
+    assert found.done == {scenarios[0].id}
+    assert found.ignored == {
+        "broken.json": "unreadable (JSONDecodeError)",
+        "other.json": "not a lab result (its schema is not protolab.result/1)",
+    }
+    assert resumable(tmp_path / "missing", scenarios).done == set()
 
 
 def test_results_order_follows_the_plan_then_start_time(tmp_path: Path) -> None:

@@ -25,7 +25,13 @@ from labrunner.model.schema import MatrixError
 from labrunner.observe import local_stack
 from labrunner.paths import REPO
 from labrunner.results import methodology, provenance
-from labrunner.results.store import MANIFEST_FILE, load_results, read_manifest
+from labrunner.results.store import (
+    MANIFEST_FILE,
+    ManifestError,
+    checked_manifest,
+    load_results,
+    read_manifest,
+)
 from labrunner.run.k6.binary import K6NotFound, find_k6
 from labrunner.run.runner import RunConfig
 
@@ -77,8 +83,7 @@ def _run(
     argv: Sequence[str] | None,
 ) -> int:
     run_id, out_dir = _run_location(args)
-    if not args.resume and load_results(out_dir):
-        raise _Usage(f"{out_dir} already holds results; pass --resume or choose another --run-id")
+    _check_out_dir(out_dir, args.resume)
     plan, seed_origin = seed_plan(plan, args.seed, out_dir if args.resume else None)
     if args.resume and (measured_by := read_manifest(out_dir).get("methodology", 1)) != methodology.VERSION:
         raise _Usage(
@@ -248,7 +253,10 @@ def _run_location(args: argparse.Namespace) -> tuple[str, Path]:
         run_dir = _latest_unfinished_run()
         return run_dir.name, run_dir
     # A resumed run keeps the id its manifest gives, whatever its directory is called now.
-    resumed_id = read_manifest(args.out).get("run_id") if args.resume and args.out else None
+    try:
+        resumed_id = checked_manifest(args.out).get("run_id") if args.resume and args.out else None
+    except ManifestError as exc:
+        raise _Usage(f"{exc}: not a run to resume") from exc
     run_id = (
         args.run_id
         or resumed_id
@@ -257,6 +265,27 @@ def _run_location(args: argparse.Namespace) -> tuple[str, Path]:
     if not _RUN_ID.match(run_id):
         raise _Usage(f"run id {run_id!r} must be letters, digits, '.', '_' or '-'")
     return run_id, (args.out or RESULTS_DIR / run_id).resolve()
+
+
+# What a run reads from its directory when they are there before it starts, and does not write over:
+# report/build.py's PAYLOAD_FILE and SERIALIZATION_FILE (session.finish), named here because importing
+# the report loads scipy and matplotlib, which --dry-run and --list do without.
+_INPUTS = frozenset({"payload.json", "serialization.json"})
+
+
+def _check_out_dir(out_dir: Path, resume: bool) -> None:
+    """A run writes into an empty or new directory, or a lab run's own (one whose manifest.json the lab
+    wrote): never over another directory's files (its manifest, summaries and report, its charts/*.png).
+    A lab run that holds results is only resumed."""
+    try:
+        manifest = checked_manifest(out_dir)
+    except ManifestError as exc:
+        raise _Usage(f"{exc}; choose another --out") from exc
+    others = [p.name for p in out_dir.iterdir() if p.name not in _INPUTS] if out_dir.is_dir() else []
+    if others and not manifest:
+        raise _Usage(f"{out_dir} is not empty and holds no lab run (no manifest.json): choose another --out")
+    if not resume and load_results(out_dir):
+        raise _Usage(f"{out_dir} already holds results; pass --resume or choose another --run-id")
 
 
 def _latest_unfinished_run() -> Path:

@@ -27,9 +27,9 @@ from labrunner.results import ladder, record, trust
 from labrunner.results.store import (
     MANIFEST_FILE,
     build_manifest,
-    completed_ok,
     load_results,
     read_manifest,
+    resumable,
     write_result,
 )
 from labrunner.results.trust import Verdict
@@ -94,7 +94,7 @@ def run_plan(
     out = run.out_dir
     order = [s.id for s in plan.scenarios]  # the matrix's order, which the summaries read
     run_order = plan.run_order
-    done = completed_ok(out) if config.resume else set()
+    done = set(resumed(out, plan.run_order, say)) if config.resume else set()
     manifest_args = _manifest_args(plan, config, backend.name)
     to_run = [s for s in run_order if s.id not in done]
     # The same fixed workload before the first scenario and after the last, where the first
@@ -186,6 +186,25 @@ def run_plan(
     if grafana_url := grafana.dashboard_url(read_manifest(out)):
         say(f"grafana: {grafana_url}")
     return not scenarios.failed
+
+
+# Where --resume moves the result files it does not trust: kept, out of the run's results.
+IGNORED_DIR = "ignored"
+
+
+def resumed(out: Path, scenarios: Sequence[Scenario], say: Say) -> frozenset[str]:
+    """--resume: the scenarios whose ok result on disk is the planned one (store.resumable), which the
+    run skips; every result file it does not trust is named with why and moved to scenarios/ignored/,
+    out of the summaries and the report (its scenario, when planned, runs again)."""
+    found = resumable(out, scenarios)
+    if found.ignored:
+        aside = out / "scenarios" / IGNORED_DIR
+        aside.mkdir(exist_ok=True)
+        say(f"resume: {len(found.ignored)} result file(s) not trusted, moved to {aside}:")
+        for name, why in found.ignored.items():
+            (out / "scenarios" / name).replace(aside / name)
+            say(f"  {name}: {why}")
+    return found.done
 
 
 def _manifest_args(plan: Plan, config: SessionConfig, backend: str) -> dict[str, Any]:

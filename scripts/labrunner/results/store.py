@@ -1,9 +1,10 @@
 """Scenario result files and the run manifest: where they are, how they are written and read."""
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from datetime import datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +91,84 @@ def load_results(out_dir: Path, order: Sequence[str] = ()) -> list[dict[str, Any
     )
 
 
-def completed_ok(out_dir: Path) -> set[str]:
-    """Scenario ids whose result exists with status ok: what --resume skips."""
-    return {r["scenario_id"] for r in load_results(out_dir) if r.get("status") == "ok"}
+@dataclass(frozen=True)
+class Resumable:
+    """What --resume finds in a run's scenarios/: the planned scenarios whose ok result it keeps, and
+    the result files it does not trust (file name -> why): they run again, or are no part of the plan."""
+
+    done: frozenset[str]
+    ignored: Mapping[str, str]
+
+
+def _load_model(scenario: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: scenario["load_model"].get(key) for key in ("name", "executor")}
+
+
+# What a result must say as the plan does for --resume to keep it: which scenario it measured (a
+# ladder rung's rate is set as it runs, so its load model is compared by name and executor).
+_SAME: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "target": itemgetter("target"),
+    "profile": itemgetter("profile"),
+    "count": itemgetter("count"),
+    "load model": _load_model,
+    "direction": lambda scenario: scenario.get("direction", "download"),
+}
+
+
+def resumable(out_dir: Path, scenarios: Sequence[Scenario]) -> Resumable:
+    """The ok results of `out_dir` that --resume may keep: each file's scenario must be the plan's
+    scenario of that id (its id, target, profile, count, load model and direction as planned; a
+    further repeat of a planned group, which --precision adds, as its group's), and the file must be
+    named by that id; every other file is ignored, with why. A failed result is rerun, as a missing
+    one is, and not named."""
+    planned = {s.id: scenario_dict(s) for s in scenarios}
+    done: set[str] = set()
+    ignored: dict[str, str] = {}
+    for path in sorted((out_dir / "scenarios").glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            ignored[path.name] = f"unreadable ({type(exc).__name__})"
+            continue
+        if not isinstance(data, dict) or data.get("schema") != RESULT_SCHEMA:
+            ignored[path.name] = f"not a lab result (its schema is not {RESULT_SCHEMA})"
+            continue
+        if data.get("status") != "ok":
+            continue
+        if (why := _differs(path, data, planned)) is not None:
+            ignored[path.name] = why
+        else:
+            done.add(path.stem)
+    return Resumable(frozenset(done), ignored)
+
+
+def _differs(path: Path, result: Mapping[str, Any], planned: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """Why a result is not the planned scenario its file is named for; None when it is."""
+    scenario_id, scenario = result.get("scenario_id"), result.get("scenario")
+    if scenario_id != path.stem:
+        return f"it measured {scenario_id!r}, not the scenario its name says"
+    if not isinstance(scenario, Mapping) or scenario.get("id") != scenario_id:
+        return "its scenario section does not name it"
+    # A block --precision added is a further repeat of a planned group: checked against the group's.
+    plan = planned.get(path.stem) or next(
+        (s for s in planned.values() if s["group"] == scenario.get("group")), None
+    )
+    if plan is None:
+        return "no scenario of this plan has its id"
+    for what, read in _SAME.items():
+        try:
+            ours, theirs = read(scenario), read(plan)
+        except (KeyError, TypeError, AttributeError):
+            return f"its scenario has no {what}"
+        if ours != theirs:
+            return f"its {what} is {_said(ours)}, the plan's {_said(theirs)}"
+    return None
+
+
+def _said(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 def build_manifest(
@@ -149,6 +225,72 @@ def build_manifest(
 def not_run_of(manifest: Mapping[str, Any]) -> dict[str, str]:
     """The scenarios a run did not run, with why (empty for runs written before ladders)."""
     return dict(manifest.get("not_run") or {})
+
+
+class ManifestError(ValueError):
+    """A manifest.json the lab did not write, or that something changed since: said in one line."""
+
+
+# The sections of a manifest the runner reads back (--resume), each with the JSON type it must have.
+_MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {
+    "schema": str,
+    "run_id": str,
+    "complete": bool,
+    "started_at": str,
+    "resumed_at": list,
+    "resumed_by": list,
+    "methodology": int,
+    "matrix": dict,
+    "calibration": dict,
+    "not_run": dict,
+}
+_MATRIX_TYPES: dict[str, type | tuple[type, ...]] = {
+    "preset": (str, type(None)),
+    "seed": int,
+    "run_order": list,
+    "scenarios": list,
+}
+_JSON_NAMES = {
+    str: "a string",
+    bool: "true or false",
+    int: "a whole number",
+    list: "a list",
+    dict: "an object",
+}
+
+
+def checked_manifest(run_dir: Path) -> dict[str, Any]:
+    """A run's manifest.json when it is one the lab wrote, {} when there is none; ManifestError
+    naming the file and what is wrong when it is unreadable or a section has the wrong type."""
+    path = run_dir / MANIFEST_FILE
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ManifestError(f"{path} is unreadable: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ManifestError(f"{path} holds {type(data).__name__}, not a manifest's object")
+    if data.get("schema") != MANIFEST_SCHEMA:
+        raise ManifestError(
+            f"{path} is not a lab manifest (schema {data.get('schema')!r}, not {MANIFEST_SCHEMA})"
+        )
+    _check_types(path, "", data, _MANIFEST_TYPES)
+    _check_types(path, "matrix.", data.get("matrix", {}), _MATRIX_TYPES)
+    return data
+
+
+def _check_types(
+    path: Path, where: str, section: Mapping[str, Any], types: Mapping[str, type | tuple[type, ...]]
+) -> None:
+    for key, kind in types.items():
+        if key not in section:
+            continue
+        value = section[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            wanted = " or ".join(_JSON_NAMES.get(k, "null") for k in kinds)
+            raise ManifestError(f"{path}: {where}{key} is {json.dumps(value)}, not {wanted}")
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
