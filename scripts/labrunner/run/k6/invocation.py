@@ -53,11 +53,12 @@ class K6Setup:
         instances write their raw samples (merged percentiles), as a measured open model does alone
         (its latency batches)."""
         summary_file = self.k6_dir / f"{self.scenario.id}.{phase}.json"
-        env = self._env(model, duration_s, summary_file)
-        if self.influxdb_url and measured and (credentials := influx_auth.writer()):
-            env.update(credentials.k6_env())  # compose's InfluxDB has auth on (docs/docker.md)
         whole = K6Invocation(
-            self.root / self.scenario.target.script, self._args(measured), env, summary_file, self.log_file
+            self.root / self.scenario.target.script,
+            self._args(measured),
+            self._env(model, duration_s, summary_file, measured),
+            summary_file,
+            self.log_file,
         )
         if self.instances > 1:
             split = segments.split(whole, self.instances, self.handle.k6_cpus, raw=measured)
@@ -76,8 +77,9 @@ class K6Setup:
             args += ["--out", f"influxdb={self.influxdb_url.rstrip('/')}/{INFLUXDB_DATABASE}"]
         return tuple(args)
 
-    def _env(self, model: LoadModel, duration_s: float, summary_file: Path) -> dict[str, str]:
-        """What the script reads: the request, the load model, the duration and where the summary goes."""
+    def _env(self, model: LoadModel, duration_s: float, summary_file: Path, measured: bool) -> dict[str, str]:
+        """What the script reads: the request, the load model, the duration and where the summary goes;
+        and the writer's login for a run that writes to InfluxDB (k6's output reads it)."""
         env = {
             "K6_NO_USAGE_REPORT": "true",
             "SUMMARY_FILE": str(summary_file),
@@ -89,7 +91,10 @@ class K6Setup:
         if self.upload is not None:
             env["UPLOAD_FILE"] = str(self.upload.path)
             env["UPLOAD_COUNT"] = str(self.upload.count)
-        return {**env, **self._service_env()}
+        env.update(self._service_env())
+        if self.influxdb_url and measured and (credentials := influx_auth.writer()):
+            env.update(credentials.k6_env())  # compose's InfluxDB has auth on (docs/docker.md)
+        return env
 
     def _service_env(self) -> dict[str, str]:
         """How the script reaches the service: its address, the protocol it expects, the CA it trusts."""
