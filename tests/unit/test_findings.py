@@ -369,7 +369,7 @@ def test_the_end_of_a_run_prints_the_findings(tmp_path: Path) -> None:
     run, order = _run_dir(tmp_path / "run1")
     said: list[str] = []
     say_findings(run, order, "default", said.append)
-    lines = "\n".join(said).splitlines()
+    lines = said
     assert lines == findings.plain(answers.for_run(group_results(_run(_RESULTS)), "default"))
     assert lines[:3] == [f"findings: {_HELD}", f"  {findings.SHORT_METHOD}", "  gRPC vs REST"]
     assert lines[3].startswith("    grpc vs quart-h1: req/s 1.50x [")

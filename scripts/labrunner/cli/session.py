@@ -498,7 +498,8 @@ def say_findings(out_dir: Path, order: list[str], preset: str, say: Say) -> None
     """The run's findings on one screen: summary.md's first section, its notes cut to the most
     important when they would not fit (findings.plain)."""
     found = answers.for_run(group_results(load_results(out_dir, order)), preset)
-    say("\n".join(findings.plain(found)))
+    for line in findings.plain(found):
+        say(line)
 
 
 def finish(run_dir: Path, benchmark: bool, say: Say) -> None:
