@@ -109,6 +109,7 @@ async def _serve(
         # SO_REUSEPORT (grpc's default) only when workers share the port, so a busy port fails loudly.
         ("grpc.so_reuseport", int(settings.workers > 1)),
         ("grpc.max_receive_message_length", settings.max_request_bytes),  # else RESOURCE_EXHAUSTED
+        ("grpc.max_concurrent_streams", 100),  # the lab's per-connection stream bound
     ]
     server = grpc.aio.server(options=options)
     _add_record_service(servicer, server)

@@ -26,6 +26,7 @@ from benchmarks.floor.common import (
     run,
 )
 from benchmarks.floor.messages import Messages, Request, Uploads, UploadTooLarge, undecodable
+from services.common import grpclib_limits
 from services.common.pb import cars_grpc, cars_pb2
 
 
@@ -151,6 +152,7 @@ async def _serve(
 
 def main() -> None:
     settings = floor_settings("floor_grpc_grpclib")
+    grpclib_limits.install()
     grpclib.server.recv_message = _recv_message  # type: ignore[attr-defined,assignment]  # by name, as grpclib imports it
     records = RecordService(
         Messages(settings, Records(settings)), Uploads(settings.max_count, settings.max_request_bytes)

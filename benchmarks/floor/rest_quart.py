@@ -26,6 +26,8 @@ from benchmarks.floor.common import (
     run,
 )
 from benchmarks.floor.uploads import Uploads
+from services.common import hypercorn_limits
+from services.common.hypercorn_limits import MAX_REQUESTS_PER_CONNECTION
 
 JSON = "application/json"
 SERVING = orjson.dumps({"status": "SERVING"})
@@ -76,13 +78,14 @@ def build_app(settings: FloorSettings, body_of: BodyOf) -> Quart:
 
 def hypercorn_config(fd: int) -> Config:
     """What the lab's Hypercorn sets that a load test sees: no access log, its keep-alive and
-    backlog, and no close after Hypercorn's default 1,000 requests a connection."""
+    backlog, and the lab's per-connection budget (services/common/hypercorn_limits.py) instead of
+    Hypercorn's default 1,000 requests a connection."""
     config = Config()
     config.bind = [f"fd://{fd}"]
     config.accesslog = None
     config.backlog = LISTEN_BACKLOG
     config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT_SECONDS
-    config.keep_alive_max_requests = 1_000_000_000
+    config.keep_alive_max_requests = MAX_REQUESTS_PER_CONNECTION
     return config
 
 
@@ -102,6 +105,7 @@ async def _serve(settings: FloorSettings, app: Quart, port: int, ready: Callable
 
 def main() -> None:
     settings = floor_settings("floor_rest_quart")
+    hypercorn_limits.install()
     app = build_app(settings, body_maker(settings, Records(settings)))
     run(settings, lambda port, ready: uvloop.run(_serve(settings, app, port, ready)))
 

@@ -194,6 +194,10 @@ def _server_options(context: WorkerContext) -> list[tuple[str, int]]:
         # grpc sets SO_REUSEPORT by default, which would let a second server bind a busy
         # port silently; it is on only when the supervisor's workers share the port.
         ("grpc.so_reuseport", 1 if context.reuse_port else 0),
+        # At most 100 streams at once on a connection, as the other HTTP/2 servers (grpc core's default is
+        # unbounded); resets are grpc core's own to bound (its CVE-2023-44487 mitigation: the abuse
+        # suite's flood gets few streams through). A k6 VU has one call in flight on its connection.
+        ("grpc.max_concurrent_streams", 100),
         # Larger messages get RESOURCE_EXHAUSTED before any handler runs.
         ("grpc.max_receive_message_length", context.settings.max_request_bytes),
         # MAX_COUNT records plus room for the health and reflection responses.

@@ -17,6 +17,7 @@ from grpclib.health.service import Health
 from grpclib.reflection.service import ServerReflection
 from grpclib.server import Server
 
+from services.common import grpclib_limits
 from services.common.metrics import MetricBatch, worker_metrics
 from services.common.rest import LISTEN_BACKLOG
 from services.common.supervisor import WorkerContext, listen_socket
@@ -59,5 +60,6 @@ async def _serve(context: WorkerContext, batch: MetricBatch | None) -> None:
 def worker_main(context: WorkerContext) -> None:
     """One worker process: serve until SIGTERM, drain, finish in-flight calls, return (exit 0)."""
     install_bounded_receive()
+    grpclib_limits.install()
     with worker_metrics(context.settings.metrics_enabled) as batch:
         uvloop.run(_serve(context, batch))

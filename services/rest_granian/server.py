@@ -78,7 +78,9 @@ def _granian(app: Quart, settings: Settings, sock: socket.socket) -> _SocketServ
         sock,
         target=app,
         interface=Interfaces.ASGI,  # with the lifespan: Quart's serving hooks run
-        http=_HTTP_MODES.get(settings.alpn_protocols, HTTPModes.auto),
+        # Cleartext is HTTP/1.1 only: no target speaks h2c, and prior knowledge would give any client
+        # HTTP/2 on a target that offers HTTP/1.1 (issue 37).
+        http=_HTTP_MODES.get(settings.alpn_protocols, HTTPModes.auto) if settings.tls else HTTPModes.http1,
         websockets=False,
         backlog=LISTEN_BACKLOG,
         http1_settings=HTTP1Settings(),

@@ -15,6 +15,7 @@ from hypercorn.typing import ASGIReceiveCallable, ASGIReceiveEvent, ASGISendCall
 from quart import Quart, Response, request
 from werkzeug.exceptions import HTTPException
 
+from services.common import hypercorn_limits
 from services.common.config import Settings, load_settings
 from services.common.metrics import HttpServerDurations, MetricBatch
 from services.common.records import BadRequest, RecordSource
@@ -187,6 +188,7 @@ def create_app() -> Quart:
     """A Hypercorn worker's app, configured from the environment (the record pool is loaded here):
     build_app, with the drain flag the supervising process creates and the worker's start-up rules."""
     settings = load_settings("rest_quart")
+    hypercorn_limits.install()
     app = build_app(settings, record_source(settings), Health(flag_file=runtime_dir() / DRAIN_FLAG))
 
     @app.before_serving

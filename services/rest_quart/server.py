@@ -30,6 +30,7 @@ from hypercorn.run import run
 
 from services.common.cgroup import worker_count
 from services.common.config import Settings, load_settings
+from services.common.hypercorn_limits import MAX_REQUESTS_PER_CONNECTION
 from services.common.metrics import start_metrics_server
 from services.common.records import load_pool
 from services.common.rest import KEEP_ALIVE_TIMEOUT_SECONDS, LISTEN_BACKLOG
@@ -62,6 +63,7 @@ def hypercorn_config(settings: Settings, workers: int, fd: int) -> Config:
     config.workers = workers
     config.backlog = LISTEN_BACKLOG
     config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT_SECONDS
+    config.keep_alive_max_requests = MAX_REQUESTS_PER_CONNECTION
     config.graceful_timeout = settings.shutdown_grace_seconds
     config.alpn_protocols = list(settings.alpn_protocols)
     if settings.tls_cert_file is not None and settings.tls_key_file is not None:

