@@ -19,6 +19,7 @@ from docker.errors import ImageNotFound, NotFound
 from labrunner.backends.base import BackendSettings
 from labrunner.backends.docker import DockerBackend
 from labrunner.cli import session
+from labrunner.cli.session_config import SessionConfig
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Plan, Scenario
 from labrunner.network.profiles import NetworkProfile
@@ -342,8 +343,8 @@ def records_published(fake: "FakeDocker") -> Iterator["FakeDocker"]:
     server.server_close()
 
 
-def run_config(tmp_path: Path) -> session.SessionConfig:
-    return session.SessionConfig(
+def run_config(tmp_path: Path) -> SessionConfig:
+    return SessionConfig(
         run=runner.RunConfig(
             run_id=RUN_ID,
             out_dir=tmp_path / "out",

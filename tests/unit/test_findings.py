@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from labrunner.cli import report as cli
-from labrunner.cli.session import say_findings
+from labrunner.cli.run_end import say_findings
 from labrunner.files import write_json_atomic
 from labrunner.model.questions import is_streaming
 from labrunner.report import answers, findings, payload

@@ -16,7 +16,7 @@ import pytest
 from labrunner.backends.base import Endpoint, ServiceHandle, ServiceUsage
 from labrunner.cli import grafana, listing
 from labrunner.cli import live as live_line
-from labrunner.cli.session import outcome_line
+from labrunner.cli.progress import outcome_line
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Scenario
 from labrunner.results import trust

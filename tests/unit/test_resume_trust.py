@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from labrunner.cli import run_matrix
-from labrunner.cli.session import IGNORED_DIR, resumed
+from labrunner.cli.resume import IGNORED_DIR, resumed
 from labrunner.files import write_json_atomic
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Scenario

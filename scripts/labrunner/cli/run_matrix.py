@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from labrunner import backends, certs, interrupts
 from labrunner.backends.base import Backend, BackendSettings, BackendUnavailable
 from labrunner.cli import live
 from labrunner.cli.listing import describe_matrix, describe_plan
 from labrunner.cli.options import build_parser
+from labrunner.cli.session_config import SessionConfig
 from labrunner.model import duet
 from labrunner.model.duet import DuetError
 from labrunner.model.engine_roles import Hosts, HostsError, hosts
@@ -34,9 +34,6 @@ from labrunner.results.store import (
 )
 from labrunner.run.k6.binary import K6NotFound, find_k6
 from labrunner.run.runner import RunConfig
-
-if TYPE_CHECKING:  # the session module loads scipy and matplotlib: only for a run (see _run)
-    from labrunner.cli.session import SessionConfig
 
 RESULTS_DIR = REPO / "results"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -98,7 +95,7 @@ def _run(
     settings = _backend_settings(args, plan, run_id=run_id, out_dir=out_dir, k6_binary=k6_binary, roles=roles)
     # Imported only for a run: the session's summaries and report load scipy and matplotlib,
     # which --dry-run and --list do without.
-    from labrunner.cli import session  # noqa: PLC0415
+    from labrunner.cli import run_end, session  # noqa: PLC0415
 
     try:
         # From the backend's opening on, a Ctrl-C ends the run and cannot cut its cleanup short.
@@ -126,9 +123,9 @@ def _run(
         print(f"\ninterrupted; finish with: --resume --run-id {run_id}", file=sys.stderr)
         if (out_dir / MANIFEST_FILE).exists():  # else nothing was run to report
             with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C skips the partial report
-                session.finish(out_dir, benchmark=False, say=_say)
+                run_end.finish(out_dir, benchmark=False, say=_say)
         return EXIT_INTERRUPTED
-    session.finish(out_dir, benchmark=True, say=_say)
+    run_end.finish(out_dir, benchmark=True, say=_say)
     return EXIT_OK if ok else EXIT_FAILED
 
 
@@ -143,12 +140,11 @@ def _session_config(
     obs: local_stack.Endpoints,
     reason: str,
     k6_binary: Path,
-) -> "SessionConfig":
+) -> SessionConfig:
     """The run-wide choices the session reads, with the run's provenance; --precision and --budget
     when given, else the preset's."""
-    from labrunner.cli import session  # noqa: PLC0415  (see _run)
 
-    return session.SessionConfig(
+    return SessionConfig(
         run=RunConfig(
             run_id=run_id,
             out_dir=out_dir,
@@ -268,7 +264,7 @@ def _run_location(args: argparse.Namespace) -> tuple[str, Path]:
 
 
 # What a run reads from its directory when they are there before it starts, and does not write over:
-# report/build.py's PAYLOAD_FILE and SERIALIZATION_FILE (session.finish), named here because importing
+# report/build.py's PAYLOAD_FILE and SERIALIZATION_FILE (run_end.finish), named here because importing
 # the report loads scipy and matplotlib, which --dry-run and --list do without.
 _INPUTS = frozenset({"payload.json", "serialization.json"})
 

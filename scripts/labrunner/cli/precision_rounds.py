@@ -1,0 +1,91 @@
+"""--precision: rounds of one more block of each compared pair not yet within the precision, while
+--budget holds the next round, and the manifest's account of them."""
+
+import itertools
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from labrunner.cli.session_config import SessionConfig
+from labrunner.model import duet
+from labrunner.model.scenario import Plan, Scenario, units_of
+from labrunner.report import precision
+from labrunner.report.compare import group_results
+from labrunner.results.store import (
+    load_results,
+)
+from labrunner.say import Say
+
+# What a scenario adds beyond k6's time when a round's length is estimated against the budget.
+_ROUND_OVERHEAD_S = 2.0
+
+
+def sharpen(
+    plan: Plan,
+    config: SessionConfig,
+    order: list[str],
+    *,
+    run_unit: Callable[[int, tuple[Scenario, ...]], None],
+    settle: Callable[[], None],
+    extend: Callable[[Sequence[Scenario]], int],
+    say: Say,
+) -> list[str]:
+    """--precision: rounds of one more repeat of every closed group in a pair whose req/s ratio is
+    not yet within the precision, while the budget holds the next round (each shuffled by the run's
+    seed and its number). The ids it adds join `order` (the matrix's, in which pairs are read, so
+    which side of a pair is the candidate never depends on the order they ran in); returns them."""
+    assert config.precision is not None
+    out, deadline = config.run.out_dir, time.monotonic() + config.budget_s
+    closed = {s.group: s for s in plan.scenarios if s.load_model.rung is None}
+    added: list[str] = []
+    for number in itertools.count(1):
+        results = load_results(out, order)
+        groups = precision.to_repeat(precision.sharpness(group_results(results)), config.precision)
+        last_repeat = {r["scenario"]["group"]: _repeat(r) for r in sorted(results, key=_repeat)}
+        round_ = [duet.next_block(closed[g.id], last_repeat[g.id] + 1) for g in groups if g.id in closed]
+        if not round_:
+            return added
+        needed = sum(s.warmup_s + s.measured_seconds + _ROUND_OVERHEAD_S for s in round_)
+        if time.monotonic() + needed > deadline:
+            say(f"precision: round {number} ({len(round_)} scenarios, {needed:.0f} s) would outlast --budget")
+            return added
+        units = units_of(round_)  # a duet's two sides run as one block
+        random.Random(f"{plan.seed}-precision-{number}").shuffle(units)
+        say(
+            f"precision: round {number}: one more repeat of the {len(round_)} groups of the pairs "
+            f"not yet within ±{config.precision:.0%}"
+        )
+        index = extend([s for unit in units for s in unit])
+        for unit in units:
+            run_unit(index, unit)
+            index += len(unit)
+            added += [s.id for s in unit]
+            order += [s.id for s in unit]
+        settle()
+    raise AssertionError("unreachable: itertools.count never ends")
+
+
+def _repeat(result: dict[str, Any]) -> int:
+    return int(result["scenario"]["repeat"])
+
+
+def precision_record(
+    config: SessionConfig, pairs: Sequence[precision.Sharpness], added: int
+) -> dict[str, Any]:
+    """The manifest's account of --precision: what was asked, what it added, which pairs reached it."""
+    assert config.precision is not None
+    return {
+        "target": config.precision,
+        "budget_s": config.budget_s,
+        "scenarios_added": added,
+        "pairs": [
+            {
+                "pair": p.pair,
+                "question": p.question,
+                "half_width": p.half_width,
+                "reached": p.reached(config.precision),
+            }
+            for p in pairs
+        ],
+    }
