@@ -1,8 +1,10 @@
-"""Shared fixtures; gRPC runs without fork handlers, as in the runner; the docker tests only on request."""
+"""Shared fixtures; gRPC runs without fork handlers, as in the runner; the docker tests only on request;
+the two phases of scripts/test.sh (`--phase parallel`, `--phase serial`: docs/testing.md)."""
 
 import os
 import signal
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -57,6 +59,18 @@ def docker_quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
     quick_polls_and_compose_defaults(monkeypatch)
 
 
+# scripts/test.sh runs the suite in two phases. `--phase parallel` (on pytest-xdist's workers) takes
+# the tests that only use sockets on ephemeral ports, their own files and processes; `--phase serial`
+# (one test at a time) the rest: the tests that measure CPU, set cgroup quotas, drive k6 load or need
+# Docker, which a test beside them would disturb. By directory: tests/unit/ is parallel, tests/e2e/
+# serial; anywhere else (tests/integration/) a test is serial unless its module (or class, or itself)
+# is marked `parallel`, so a new load test can only be slower than need be, never measured beside
+# another. `serial` (and `docker`) wins over `parallel`: a parallel module marks its few load tests so.
+PARALLEL_DIRECTORIES = ("unit",)
+SERIAL_DIRECTORIES = ("e2e",)
+PHASES = ("parallel", "serial")
+_PHASE_NOTE = pytest.StashKey[str]()
+
 # The `docker` tests (tests/e2e/test_docker_*.py) need a Docker engine and the lab's images: they run
 # only when asked for, as CI does (.ci/run). Deselected, not skipped: without the variable they are
 # not part of the run; with it, a missing engine fails them.
@@ -64,19 +78,56 @@ DOCKER_TESTS_VARIABLE = "PROTOLAB_DOCKER_TESTS"
 _DOCKER_NOTE = pytest.StashKey[str]()
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get(DOCKER_TESTS_VARIABLE) == "1":
-        return
-    docker = [item for item in items if item.get_closest_marker("docker")]
-    if not docker:
-        return
-    items[:] = [item for item in items if not item.get_closest_marker("docker")]
-    config.hook.pytest_deselected(items=docker)
-    config.stash[_DOCKER_NOTE] = (
-        f"{len(docker)} docker test(s) deselected: they need a Docker engine; run them with "
-        f"{DOCKER_TESTS_VARIABLE}=1 (tests/docker/README.md)"
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--phase",
+        choices=PHASES,
+        default=None,
+        help="run only the tests of one phase of scripts/test.sh: parallel (safe beside each other, "
+        "for pytest-xdist) or serial (one at a time: tests/conftest.py says which); default: every test",
     )
 
 
-def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
-    return config.stash.get(_DOCKER_NOTE, None)
+def is_serial(item: pytest.Item) -> bool:
+    """Whether the test must run alone (the rule above)."""
+    if item.get_closest_marker("serial") or item.get_closest_marker("docker"):
+        return True
+    tests = Path(__file__).parent
+    if any(item.path.is_relative_to(tests / directory) for directory in SERIAL_DIRECTORIES):
+        return True
+    if any(item.path.is_relative_to(tests / directory) for directory in PARALLEL_DIRECTORIES):
+        return False
+    return item.get_closest_marker("parallel") is None
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item], keep: Callable[[pytest.Item], bool]) -> int:
+    dropped = [item for item in items if not keep(item)]
+    if dropped:
+        items[:] = [item for item in items if keep(item)]
+        config.hook.pytest_deselected(items=dropped)
+    return len(dropped)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m`, so `-m serial` selects the tests serial by directory too
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_serial(item) and not item.get_closest_marker("serial"):
+            item.add_marker(pytest.mark.serial)
+    if os.environ.get(DOCKER_TESTS_VARIABLE) != "1":
+        docker = _deselect(config, items, lambda item: not item.get_closest_marker("docker"))
+        if docker:
+            config.stash[_DOCKER_NOTE] = (
+                f"{docker} docker test(s) deselected: they need a Docker engine; run them with "
+                f"{DOCKER_TESTS_VARIABLE}=1 (tests/docker/README.md)"
+            )
+    phase = config.getoption("--phase")
+    if phase is not None:
+        serial = phase == "serial"
+        other = _deselect(config, items, lambda item: is_serial(item) == serial)
+        config.stash[_PHASE_NOTE] = (
+            f"phase {phase}: {len(items)} test(s), {other} of the other phase deselected"
+        )
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    return [note for key in (_DOCKER_NOTE, _PHASE_NOTE) if (note := config.stash.get(key, None))]

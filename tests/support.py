@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from labrunner.model.matrix import expand, parse_matrix
 from labrunner.model.scenario import Plan, Scenario
@@ -164,11 +164,12 @@ def launch_service(
     timeout: float = 60,
     preexec_fn: Callable[[], None] | None = None,
     package: str = "services",
+    stderr: IO[str] | None = None,
 ) -> RunningService:
     """Start `python -m <package>.<module>` on ports 0 and wait for its listening line.
 
     preexec_fn runs in the child before exec (e.g. to join a cgroup); package "benchmarks.floor"
-    starts a floor server.
+    starts a floor server; stderr, a file for its log (default: the test's own stderr).
     """
     full_env = {
         **os.environ,
@@ -184,6 +185,7 @@ def launch_service(
         cwd=ROOT,
         env=full_env,
         stdout=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         # Unsafe with threads only for callables that take locks; tests pass one os-level write.
         preexec_fn=preexec_fn,  # noqa: PLW1509

@@ -21,6 +21,8 @@ TARGETS = ("aiohttp-h1", "grpc", "granian-h2-tls")  # the preset's, in the matri
 DIRECTIONS = ("download", "upload")
 VARIANTS = ("lab", "floor")
 
+pytestmark = pytest.mark.serial  # callers measured under cgroup quotas: alone
+
 
 @pytest.fixture(scope="module")
 def caller_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:

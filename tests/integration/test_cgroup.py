@@ -10,6 +10,9 @@ import pytest
 from services.common.cgroup import own_cgroup, worker_count
 from tests.support import launch_service
 
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 AFFINITY = len(os.sched_getaffinity(0))
 
 
@@ -111,6 +114,7 @@ def real_cpu_cgroup() -> Iterator[Path]:
                 time.sleep(0.05)
 
 
+@pytest.mark.serial  # a real cgroup's CPU quota and accounting: alone
 def test_service_in_a_real_cgroup_sizes_its_workers_from_the_quota(real_cpu_cgroup: Path) -> None:
     procs = real_cpu_cgroup / "cgroup.procs"
 
@@ -130,6 +134,7 @@ def test_service_in_a_real_cgroup_sizes_its_workers_from_the_quota(real_cpu_cgro
         assert service.stop() == 0
 
 
+@pytest.mark.serial  # a real cgroup's CPU quota and accounting: alone
 def test_a_real_cgroup_splits_its_cpu_time_into_user_and_system(real_cpu_cgroup: Path) -> None:
     """A child that spins in Python, then in syscalls: both halves show, and they add up to the usage."""
     from services.common.cgroup import CgroupPaths, read_stats  # noqa: PLC0415

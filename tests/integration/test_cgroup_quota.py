@@ -2,9 +2,12 @@
 
 import os
 
+import pytest
 from labrunner.backends.cgroups import create_cgroup, remove_cgroup, set_cpu_quota
 
 from services.common.cgroup import cpu_limit_cores, worker_count
+
+pytestmark = pytest.mark.serial  # a live cgroup's CPU quota: alone
 
 
 def test_the_quota_changes_on_a_live_cgroup_and_the_worker_count_stays_the_same() -> None:

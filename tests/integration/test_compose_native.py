@@ -22,6 +22,9 @@ from tests.compose_file import compose
 from tests.integration.compose_support import LOOPBACK, image_environment, image_healthcheck, seconds
 from tests.support import ROOT, RunningService, launch_service
 
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 # --- The strongest one: each service's compose command and environment, run natively --------
 
 

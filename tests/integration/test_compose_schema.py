@@ -18,6 +18,9 @@ from tests.compose_file import COMPOSE_FILE, REQUIRED_ENV, compose, compose_vari
 from tests.integration.compose_support import contract_services, published, systems_under_test
 from tests.support import ROOT
 
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 # --- Schema and the real compose loader ------------------------------------------------------
 
 

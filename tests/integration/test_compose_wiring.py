@@ -6,6 +6,7 @@ variables, and clients pointed at compose's services (InfluxDB's auth: test_comp
 import re
 import tomllib
 
+import pytest
 import yaml
 
 from services.common.config import DEFAULT_PORTS
@@ -21,6 +22,9 @@ from tests.integration.compose_support import (
     systems_under_test,
 )
 from tests.support import ROOT
+
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
 
 # --- Shape and wiring ------------------------------------------------------------------------
 

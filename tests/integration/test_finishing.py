@@ -37,6 +37,9 @@ from tests.docker_fake import (
     settings,
 )
 
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 PLAN = flow_plan(repeats=3)
 FIRST, SECOND, THIRD = (s.id for s in PLAN.scenarios)
 

@@ -37,7 +37,8 @@ FUZZ_SETTINGS = settings(
     suppress_health_check=list(HealthCheck),
 )
 
-pytestmark = pytest.mark.timeout(120)
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.parallel]
 
 
 @dataclass

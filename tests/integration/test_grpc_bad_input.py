@@ -28,7 +28,8 @@ MAX_REQUEST_BYTES = 1 << 20  # MAX_REQUEST_BYTES' default (services/common/confi
 # library, UNAVAILABLE or INTERNAL a broken connection or a crash.
 REJECTED = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED}
 
-pytestmark = pytest.mark.timeout(120)
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.parallel]
 
 
 def varint(value: int) -> bytes:

@@ -29,7 +29,8 @@ from tests.integration.grpc_support import (
 )
 from tests.support import CERTS, GRPC_SERVERS, REST_SERVERS, RunningService, launch_service, tls_env
 
-pytestmark = pytest.mark.timeout(120)
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.parallel]
 
 
 @pytest.fixture(scope="module")

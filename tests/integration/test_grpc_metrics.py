@@ -43,7 +43,8 @@ GO_CODES = (
     "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
 )  # fmt: skip
 
-pytestmark = pytest.mark.timeout(120)
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.parallel]
 
 
 def series(name: str, labels: dict[str, str], **extra: str) -> tuple[str, frozenset[tuple[str, str]]]:
@@ -161,6 +162,7 @@ def test_metrics_move_with_traffic(start_service: Callable[..., RunningService],
     assert 2 <= sent < HELD_COUNT  # both sent some; the windows held both well short of the end
 
 
+@pytest.mark.serial  # a server at 0.1 CPU: alone
 def test_a_throttled_server_counts_its_deadlines(module: str) -> None:
     # At 0.1 CPU a server can sit throttled for 90 ms of every 100 ms: its copy of a call's deadline
     # then starts that much after the client's, whose cancel at its own deadline arrives first.

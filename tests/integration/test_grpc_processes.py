@@ -28,7 +28,8 @@ from tests.integration.grpc_support import (
 )
 from tests.support import RunningService
 
-pytestmark = pytest.mark.timeout(120)
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.parallel]
 
 
 # --- shutdown and overload

@@ -28,7 +28,8 @@ IMPLEMENTATIONS = [
 # Bytes no protobuf parser takes (a field number of 0 and wire type 7, repeated).
 UNDECODABLE = b"\xff" * 64
 
-pytestmark = pytest.mark.timeout(120)
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.parallel]
 
 JsonRecord = dict[str, dict[str, Any]]
 

@@ -21,6 +21,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.common import healthcheck
 
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 _CA_KEY_USAGE = x509.KeyUsage(
     digital_signature=False,
     content_commitment=False,

@@ -14,6 +14,9 @@ import pytest
 from services.common.contract import RECORD_SHAPE
 from tests.support import ROOT
 
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 # Evaluates recordChecks on each case and writes {check name: passed} per case to OUT.
 SCRIPT = """
 import { recordChecks } from '%(common)s';

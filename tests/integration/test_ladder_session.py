@@ -29,6 +29,9 @@ from tests.docker_fake import (
 )
 from tests.support import ROOT
 
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 NO_CLOSED = "no successful closed-model result of this target in this run to take {:.0%} of"
 
 

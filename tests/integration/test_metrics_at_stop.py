@@ -20,7 +20,8 @@ COUNTED = {
     **dict.fromkeys(GRPC_SERVERS, "grpc_server_handled_total"),
 }
 
-pytestmark = pytest.mark.timeout(120)
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.parallel]
 
 
 def send_requests(module: str, port: int) -> None:

@@ -51,6 +51,9 @@ from labrunner.network.profiles import NetworkProfile
 from tests.support import ROOT
 
 # Our own prefix, so that these tests never touch a run's namespaces (or another test session's).
+# Links measured for their RTT and rate, and a relay on a CPU of its own: alone.
+pytestmark = pytest.mark.serial
+
 PREFIX = f"protolab-t{os.getpid()}-"
 # The relay gets the last CPU; the test's sockets may run anywhere (the relay's wait is reported).
 RELAY_CPUS = [(os.cpu_count() or 1) - 1]

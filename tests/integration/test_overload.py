@@ -76,7 +76,7 @@ TARGETS = {
     ),
 }
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]  # k6 load under CPU quotas: alone
 
 
 @dataclass

@@ -3,9 +3,13 @@
 import urllib.request
 
 import grpc
+import pytest
 from labrunner.report import payload
 
 from services.common.pb import cars_pb2, cars_pb2_grpc
+
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
 
 
 def test_payload_bodies_are_what_the_services_send(start_service) -> None:

@@ -28,6 +28,9 @@ from tests.docker_fake import (
 )
 from tests.support import ROOT
 
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 # Requests per 2 s window, repeat by repeat: aiohttp-h1's spread narrows, quart-h1 never varies.
 # The ratio's 95% interval reaches ±12.6% at 3 repeats, ±6.4% at 4 and ±4.3% at 5 (Welch, log scale).
 REQUESTS = {"aiohttp-h1": [200, 220, 210, 210, 210, 210, 210], "quart-h1": [100] * 7}

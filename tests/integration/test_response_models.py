@@ -35,7 +35,8 @@ ENV = {
 }
 SERVERS = (*REST_SERVERS, *GRPC_SERVERS)
 
-pytestmark = pytest.mark.timeout(120)
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.parallel]
 
 
 @dataclass

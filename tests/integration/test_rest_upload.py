@@ -43,7 +43,8 @@ SERVERS: dict[str, tuple[str, str, bool]] = {
 LAB = [name for name, (package, _, tls) in SERVERS.items() if package == "services" and not tls]
 JSON = {"Content-Type": "application/json"}
 
-pytestmark = pytest.mark.timeout(120)
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.parallel]
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,15 @@
 """Oversized headers and slow or half-open connections against every server, one worker each:
-an oversized request is a prompt 4xx, and clients that send part of a request (or of a TLS
-handshake, or of the HTTP/2 preface) and stop do not stall anyone else.
+an oversized request is a 4xx and the server answers on, and clients that send part of a request (or
+of a TLS handshake, or of the HTTP/2 preface) and stop do not stall anyone else: another client is
+answered while they still wait, not once the server gave up on them. No figure of time is asserted
+(CONTRIBUTING.md): the order of what happened is, and HUNG_AFTER_S only ends a hung test.
 """
 
 import contextlib
 import socket
 import ssl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -19,7 +21,10 @@ from services.common.pb import cars_pb2, cars_pb2_grpc
 from tests.support import CERTS, RunningService, launch_service, tls_env
 
 HALF_OPEN = 50  # connections held open, each with part of a request
-ANSWER_WITHIN_S = 1.0  # what another client may wait while they are held
+# A bound on any one answer that only ends a hung test: far past an ordinary answer (milliseconds).
+# A server that answered only after dropping the slow clients fails on the held connections (they
+# are closed by then), not on this bound.
+HUNG_AFTER_S = 30.0
 BIG_HEADER = "a" * 64 * 1024
 # Kinds of server: module, TLS, extra env. One worker each: nothing else can pick up the slack.
 KINDS: dict[str, tuple[str, bool, dict[str, str]]] = {
@@ -40,7 +45,8 @@ PARTIAL_HEADERS = b"GET /records?count=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: 
 PARTIAL_CLIENT_HELLO = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
 PARTIAL_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM"
 
-pytestmark = pytest.mark.timeout(120)
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.parallel]
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +89,7 @@ def grpc_channel(service: RunningService) -> grpc.Channel:
 
 def rest_answers(service: RunningService) -> None:
     with rest_client(service) as http:
-        response = http.get("/records", params={"count": 5}, timeout=ANSWER_WITHIN_S)
+        response = http.get("/records", params={"count": 5}, timeout=HUNG_AFTER_S)
     assert response.status_code == 200
     assert len(response.json()["records"]) == 5
 
@@ -91,15 +97,8 @@ def rest_answers(service: RunningService) -> None:
 def grpc_answers(service: RunningService) -> None:
     with grpc_channel(service) as channel:
         stub = cars_pb2_grpc.RecordServiceStub(channel)
-        response = stub.ListRecords(cars_pb2.ListRecordsRequest(count=5), timeout=ANSWER_WITHIN_S)
+        response = stub.ListRecords(cars_pb2.ListRecordsRequest(count=5), timeout=HUNG_AFTER_S)
     assert len(response.records) == 5
-
-
-def timed(answer: Callable[[RunningService], None], service: RunningService) -> float:
-    """answer() on a new connection; the seconds it took (its own timeout is ANSWER_WITHIN_S)."""
-    began = time.monotonic()
-    answer(service)
-    return time.monotonic() - began
 
 
 @contextlib.contextmanager
@@ -151,10 +150,10 @@ def test_half_open_connections_do_not_stall_other_clients(
     answer = grpc_answers if name in GRPC else rest_answers
     for first_bytes in partial_for(name):
         with held_connections(service.port, first_bytes) as held:
-            took = [timed(answer, service) for _ in range(3)]
-            # The slow clients still wait: the answer did not come from dropping them.
+            for _ in range(3):
+                answer(service)  # each on a new connection, answered in full (5 records)
+            # The slow clients still wait: the answers did not come from dropping them.
             assert still_open(held) == HALF_OPEN, first_bytes
-        assert max(took) < ANSWER_WITHIN_S, (first_bytes, took)
 
 
 @pytest.mark.parametrize("name", [n for n in REST if not KINDS[n][1]])
@@ -166,23 +165,25 @@ def test_a_client_trickling_its_headers_does_not_stall_others(
         for _ in range(5):  # a byte per held connection between answers, as a slowloris client would
             for sock in held:
                 sock.sendall(b"a")
-            assert timed(rest_answers, service) < ANSWER_WITHIN_S
+            rest_answers(service)
+        # Answered between the trickles while every trickling client was still being read.
+        assert still_open(held) == len(held)
 
 
 @pytest.mark.parametrize("name", REST)
-def test_an_oversized_header_is_a_prompt_4xx(servers: dict[str, RunningService], name: str) -> None:
+def test_an_oversized_header_is_a_4xx_and_the_server_answers_on(
+    servers: dict[str, RunningService], name: str
+) -> None:
     service = servers[name]
-    began = time.monotonic()
     with rest_client(service) as http:
         if name == "quart-h2-tls":
             # HTTP/2 has no room for a 431 before the header block is decoded: Hypercorn's h2
             # ends the connection with ENHANCE_YOUR_CALM (0xb), as RFC 9113 allows.
             with pytest.raises(httpx.RemoteProtocolError, match="error_code:11"):
-                http.get("/records", headers={"x-big": BIG_HEADER}, timeout=5)
+                http.get("/records", headers={"x-big": BIG_HEADER}, timeout=HUNG_AFTER_S)
         else:
-            status = http.get("/records", headers={"x-big": BIG_HEADER}, timeout=5).status_code
+            status = http.get("/records", headers={"x-big": BIG_HEADER}, timeout=HUNG_AFTER_S).status_code
             assert status in {400, 431}, status
-    assert time.monotonic() - began < ANSWER_WITHIN_S
     rest_answers(service)
 
 
@@ -191,10 +192,10 @@ def test_grpc_health_answers_while_half_open_connections_are_held(
     servers: dict[str, RunningService], name: str
 ) -> None:
     service = servers[name]
-    with held_connections(service.port, partial_for(name)[0]), grpc_channel(service) as channel:
-        began = time.monotonic()
+    with held_connections(service.port, partial_for(name)[0]) as held, grpc_channel(service) as channel:
         response = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=""), timeout=ANSWER_WITHIN_S
+            health_pb2.HealthCheckRequest(service=""), timeout=HUNG_AFTER_S
         )
         assert response.status == health_pb2.HealthCheckResponse.SERVING
-        assert time.monotonic() - began < ANSWER_WITHIN_S
+        # Answered while every half-open connection still waited for the rest of its preface.
+        assert still_open(held) == HALF_OPEN

@@ -6,6 +6,9 @@ import time
 
 import pytest
 
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 
 def _children(pid: int) -> list[int]:
     tasks = f"/proc/{pid}/task/{pid}/children"

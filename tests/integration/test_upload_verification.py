@@ -26,7 +26,8 @@ from tests.support import CERTS, ROOT, RunningService, launch_service
 
 COUNT = 100
 CA_FILE = CERTS / "ca.pem"
-pytestmark = pytest.mark.timeout(120)
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.parallel]
 
 # (count, checksum) -> (count, checksum) the wrong server answers instead
 Answer = Callable[[int, int], tuple[int, int]]

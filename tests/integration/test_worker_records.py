@@ -7,7 +7,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.support import ROOT
+
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
 
 # A supervisor with two workers that each read their records once, report a port, and end; every call
 # of record_source is logged with the pid it ran in.

@@ -45,6 +45,7 @@ def test_the_newest_changelog_entry_is_the_pyproject_version() -> None:
 
 def test_changelog_entries_run_newest_first_and_each_says_whether_results_compare() -> None:
     entries = changelog_entries()
+    assert len(entries) >= 2, "CHANGELOG.md's entries were not found: nothing would be checked"
     versions = [tuple(int(part) for part in v.split(".")) for v, _, _ in entries]
     assert versions == sorted(versions, reverse=True), versions
     assert len(set(versions)) == len(versions), versions
