@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from labrunner.observe import local_stack
+from labrunner.observe import influx_auth, local_stack
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "start":
-            for name, url in local_stack.start(args.dir, args.targets_dir).items():
+            # InfluxDB with auth when .env has its three passwords (scripts/setup.sh), as compose's.
+            users = influx_auth.users()
+            for name, url in local_stack.start(args.dir, args.targets_dir, users=users).items():
                 print(f"{name}: {url}")
         elif args.command == "stop":
             local_stack.stop(args.dir)

@@ -22,13 +22,15 @@ import yaml
 from labrunner.files import write_json_atomic
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides
-from labrunner.observe import local_stack, prometheus_sd
+from labrunner.observe import influx_auth, local_stack, prometheus_sd
 from labrunner.observe.labels import INFLUXDB_DATABASE
 
 from tests.support import ROOT
 
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
 pytestmark = [
     pytest.mark.timeout(120),
+    pytest.mark.parallel,
     pytest.mark.skipif(
         not (shutil.which("prometheus") and shutil.which("influxd") and shutil.which("promtool")),
         reason="prometheus, promtool and influxd are needed",
@@ -222,3 +224,48 @@ def test_prometheus_cannot_be_stopped_or_reloaded_over_http(lab: tuple[dict[str,
         assert refused.value.code == 403, action
     with opener.open(f"{urls['prometheus']}/-/ready", timeout=10) as response:
         assert response.status == 200
+
+
+def _status(url: str, statement: str, auth: influx_auth.Credentials | None, path: str = "/query") -> int:
+    """The HTTP status of an InfluxQL statement (or a line-protocol write to /write) as auth;
+    a refusal InfluxQL reports inside a 200 counts as 403."""
+    body = statement.encode() if path == "/write" else urllib.parse.urlencode({"q": statement}).encode()
+    request = urllib.request.Request(f"{url}{path}?db={INFLUXDB_DATABASE}", data=body)
+    if auth is not None:
+        request.add_header("Authorization", auth.basic())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return 403 if b'"error"' in response.read() else response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_with_the_users_of_env_influxdb_has_auth_and_keeps_it_across_restarts(tmp_path: Path) -> None:
+    """What a run (and `local_obs.py start`) does when .env has the three passwords: compose's users."""
+    env_file = tmp_path / ".env"
+    influx_auth.ensure_passwords(env_file, ROOT / ".env.example")
+    users = influx_auth.users({}, env_file)
+    assert users is not None
+    state = tmp_path / "state"
+    for start in ("first", "again, on the same data"):
+        # Fresh ports: the stopped ones may linger in TIME_WAIT.
+        ports = local_stack.Ports(prometheus=free_port(), influxdb=free_port(), influxdb_rpc=free_port())
+        url = local_stack.start(state, targets_dir=tmp_path / "targets", ports=ports, users=users)["influxdb"]
+        try:
+            assert _status(url, "SHOW DATABASES", None) == 401, start
+            assert _status(url, "probe value=1", None, "/write") == 401, start
+            assert _status(url, "probe value=1", users.writer, "/write") == 204, start
+            assert _status(url, 'SELECT * FROM "probe"', users.writer) == 403, start
+            assert _status(url, 'SELECT * FROM "probe"', users.reader) == 200, start
+            assert _status(url, "probe value=2", users.reader, "/write") == 403, start
+            assert _status(url, "DROP DATABASE myk6db", users.reader) == 403, start
+        finally:
+            local_stack.stop(state)
+    # An admin password other than the data's: a clear refusal, not a half-started stack.
+    wrong = influx_auth.Users(
+        influx_auth.Credentials(influx_auth.ADMIN, "not-the-password"), users.writer, users.reader
+    )
+    ports = local_stack.Ports(prometheus=free_port(), influxdb=free_port(), influxdb_rpc=free_port())
+    with pytest.raises(local_stack.ObservabilityError, match="INFLUXDB_ADMIN_PASSWORD"):
+        local_stack.start(state, targets_dir=tmp_path / "targets", ports=ports, users=wrong)
+    assert local_stack.status(state) == {}

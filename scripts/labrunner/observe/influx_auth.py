@@ -11,8 +11,12 @@ from pathlib import Path
 
 from labrunner.paths import REPO
 
-WRITER = "protolab_writer"  # docker-compose.yml's INFLUXDB_WRITE_USER: WRITE on myk6db only
+# docker-compose.yml's INFLUXDB_ADMIN_USER, INFLUXDB_WRITE_USER (WRITE on myk6db only) and
+# INFLUXDB_READ_USER (READ on it); the local backend's InfluxDB makes the same three.
+ADMIN, WRITER, READER = "protolab_admin", "protolab_writer", "protolab_reader"
 PASSWORD_VARIABLE = "INFLUXDB_WRITE_PASSWORD"
+# The admin's, the writer's and the reader's passwords, as .env and compose name them.
+PASSWORD_VARIABLES = ("INFLUXDB_ADMIN_PASSWORD", PASSWORD_VARIABLE, "INFLUXDB_READ_PASSWORD")
 ENV_FILE = REPO / ".env"
 _ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=(.*)$")
 
@@ -53,6 +57,25 @@ def read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
+@dataclass(frozen=True)
+class Users:
+    """The three users and their passwords."""
+
+    admin: Credentials
+    writer: Credentials
+    reader: Credentials
+
+
+def users(environ: Mapping[str, str] | None = None, env_file: Path | None = None) -> Users | None:
+    """The three users with the passwords of the environment, else of .env; None unless all three
+    have one (then an InfluxDB the lab starts runs without auth)."""
+    values = {**read_env_file(env_file or ENV_FILE), **(os.environ if environ is None else environ)}
+    admin, writer, reader = (values.get(name, "") for name in PASSWORD_VARIABLES)
+    if not (admin and writer and reader):
+        return None
+    return Users(Credentials(ADMIN, admin), Credentials(WRITER, writer), Credentials(READER, reader))
+
+
 def writer(environ: Mapping[str, str] | None = None, env_file: Path | None = None) -> Credentials | None:
     """The writer's credentials: INFLUXDB_WRITE_PASSWORD from the environment, else from .env;
     None when neither has one (an InfluxDB without auth, as the local backend starts)."""
@@ -61,8 +84,6 @@ def writer(environ: Mapping[str, str] | None = None, env_file: Path | None = Non
     return Credentials(WRITER, password) if password else None
 
 
-# docker-compose.yml's InfluxDB users (admin, writer, reader): the passwords setup.sh generates.
-PASSWORD_VARIABLES = ("INFLUXDB_ADMIN_PASSWORD", PASSWORD_VARIABLE, "INFLUXDB_READ_PASSWORD")
 ENV_EXAMPLE = REPO / ".env.example"
 
 

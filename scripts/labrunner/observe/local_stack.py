@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from labrunner.observe import lab_cpu
+from labrunner.observe import influx_auth, lab_cpu
 from labrunner.observe.labels import INFLUXDB_DATABASE
 from labrunner.paths import REPO
 from labrunner.say import Say
@@ -84,11 +84,13 @@ def start(
     targets_dir: Path | str = DEFAULT_TARGETS_DIR,
     ports: Ports | None = None,
     cpus: Sequence[int] = (),
+    users: influx_auth.Users | None = None,
 ) -> dict[str, str]:
     """Start Prometheus and InfluxDB under directory, wait until ready, return their URLs.
 
     Idempotent: if both are already running from this directory, their URLs are returned.
     cpus: the CPUs to pin both to (taskset); empty: not pinned.
+    users: InfluxDB runs with auth and these three users, as compose's does; None: without auth.
     """
     directory = Path(directory).resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -108,11 +110,14 @@ def start(
     try:
         state["prometheus"] = _start_prometheus(directory, Path(targets_dir), ports.prometheus, cpus)
         _write_state(directory, state)
-        state["influxdb"] = _start_influxdb(directory, ports, cpus)
+        state["influxdb"] = _start_influxdb(directory, ports, cpus, auth=users is not None)
         _write_state(directory, state)
         _wait_ready(directory, "prometheus", f"{state['prometheus']['url']}/-/ready")
         _wait_ready(directory, "influxdb", f"{state['influxdb']['url']}/ping")
-        _create_database(state["influxdb"]["url"])
+        if users is None:
+            _create_database(state["influxdb"]["url"])
+        else:
+            _create_users(state["influxdb"]["url"], users)
     except BaseException:
         stop(directory)
         raise
@@ -182,13 +187,15 @@ def for_run(
     if wanted_auto and backend_name == "local" and len(wanted_auto) == len(requested):
         try:
             cpus = lab_cpu.daemon_cpus()
-            urls.update(start(LAB_DIR, targets_dir or DEFAULT_TARGETS_DIR, ports, cpus))
+            users = influx_auth.users()  # .env's, as compose's InfluxDB has them
+            urls.update(start(LAB_DIR, targets_dir or DEFAULT_TARGETS_DIR, ports, cpus, users))
             cleanup.callback(stop, LAB_DIR)
             lab_pids = tuple(int(proc["pid"]) for proc in status(LAB_DIR).values() if proc["running"])
             pinned = f"pinned to CPU(s) {','.join(map(str, cpus))}" if cpus else "not pinned (one CPU)"
             say(
                 f"observability: started Prometheus {urls['prometheus']} and InfluxDB {urls['influxdb']} "
-                f"for this run, {pinned}; they stop at its end, data stays in {LAB_DIR} "
+                f"for this run, {pinned}, InfluxDB {'with' if users else 'without'} auth; they stop at "
+                f"its end, data stays in {LAB_DIR} "
                 "(`scripts/local_obs.py start` to look again)"
             )
         except ObservabilityError as exc:
@@ -212,11 +219,12 @@ def _start_prometheus(directory: Path, targets_dir: Path, port: int, cpus: Seque
     return _spawn(directory, "prometheus", argv, os.environ.copy(), f"http://{HOST}:{port}", cpus=cpus)
 
 
-def _start_influxdb(directory: Path, ports: Ports, cpus: Sequence[int]) -> dict[str, Any]:
+def _start_influxdb(directory: Path, ports: Ports, cpus: Sequence[int], *, auth: bool) -> dict[str, Any]:
     data = directory / "influxdb"
     # influxd 1.x: environment variables override the shared config file.
     env = {
         **os.environ,
+        "INFLUXDB_HTTP_AUTH_ENABLED": "true" if auth else "false",
         "INFLUXDB_HTTP_BIND_ADDRESS": f"{HOST}:{ports.influxdb}",
         "INFLUXDB_BIND_ADDRESS": f"{HOST}:{ports.influxdb_rpc}",
         "INFLUXDB_META_DIR": str(data / "meta"),
@@ -289,6 +297,76 @@ def _create_database(influx_url: str) -> None:
     errors = [r["error"] for r in result.get("results", []) if "error" in r]
     if errors:
         raise ObservabilityError(f"CREATE DATABASE {INFLUXDB_DATABASE} failed: {errors}")
+
+
+def _create_users(influx_url: str, users: influx_auth.Users) -> None:
+    """What compose's InfluxDB image does on first start, and again on each start here (the data
+    outlives the process): the admin (the one statement InfluxDB takes anonymously while it has no
+    admin), then as the admin the database, the writer with WRITE and the reader with READ on it,
+    each with .env's password."""
+    if not _admin_exists(influx_url, users.admin):
+        _influxql(
+            influx_url,
+            f"CREATE USER {_name(users.admin)} WITH PASSWORD {_quote(users.admin)} WITH ALL PRIVILEGES",
+        )
+    admin = users.admin
+    _influxql(influx_url, f"CREATE DATABASE {INFLUXDB_DATABASE}", admin)
+    existing = _influxql(influx_url, "SHOW USERS", admin)
+    for user, privilege in ((users.writer, "WRITE"), (users.reader, "READ")):
+        if user.username in existing:
+            _influxql(influx_url, f"SET PASSWORD FOR {_name(user)} = {_quote(user)}", admin)
+        else:
+            _influxql(influx_url, f"CREATE USER {_name(user)} WITH PASSWORD {_quote(user)}", admin)
+        _influxql(influx_url, f"REVOKE ALL PRIVILEGES FROM {_name(user)}", admin)
+        _influxql(influx_url, f'GRANT {privilege} ON "{INFLUXDB_DATABASE}" TO {_name(user)}', admin)
+
+
+def _admin_exists(influx_url: str, admin: influx_auth.Credentials) -> bool:
+    """Whether the data already has an admin: anonymous statements get 401 then (403, "create admin
+    user first", before), and the admin must log in with .env's password."""
+    try:
+        _influxql(influx_url, "SHOW USERS")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 403:
+            return False
+        if exc.code != 401:
+            raise
+    else:
+        raise ObservabilityError(f"InfluxDB at {influx_url} answers without auth")
+    try:
+        _influxql(influx_url, "SHOW USERS", admin)
+    except urllib.error.HTTPError as exc:
+        raise ObservabilityError(
+            f"the InfluxDB data in {LAB_DIR} has an admin whose password is not INFLUXDB_ADMIN_PASSWORD's "
+            f"(HTTP {exc.code}): set it in .env, or delete the data to start again"
+        ) from exc
+    return True
+
+
+def _influxql(influx_url: str, statement: str, auth: influx_auth.Credentials | None = None) -> str:
+    """Run one statement (POST: CREATE and GRANT need it); its answer's text. An error in the answer
+    raises ObservabilityError (naming the statement up to its first quote: no password), one of
+    HTTP raises HTTPError."""
+    request = urllib.request.Request(
+        f"{influx_url}/query", data=urllib.parse.urlencode({"q": statement}).encode(), method="POST"
+    )
+    if auth is not None:
+        request.add_header("Authorization", auth.basic())
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        text: str = resp.read().decode()
+    errors = [r["error"] for r in json.loads(text).get("results", []) if "error" in r]
+    if errors:
+        shown = statement.partition("'")[0].strip()
+        raise ObservabilityError(f"InfluxDB refused {shown!r}: {errors}")
+    return text
+
+
+def _name(user: influx_auth.Credentials) -> str:
+    return '"' + user.username.replace('"', '\\"') + '"'
+
+
+def _quote(user: influx_auth.Credentials) -> str:
+    return "'" + user.password.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _running(proc: dict[str, Any]) -> bool:
