@@ -96,3 +96,23 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "generated CA and server certificate" in capsys.readouterr().out
     assert lab_certs.main(["--dir", str(tmp_path)]) == 0
     assert "kept the valid certificates" in capsys.readouterr().out
+
+
+def test_no_ca_key_signs_then_keeps_no_key_and_a_new_name_makes_a_new_ca(tmp_path: Path) -> None:
+    """compose's one-shot (--no-ca-key): the shared volume every service mounts never holds the CA key."""
+    assert lab_certs.main(["--dir", str(tmp_path), "--no-ca-key"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ca.pem", "server-key.pem", "server.pem"]
+    assert lab_certs.problem(tmp_path) is None  # still a valid set: the server certificate verifies
+    first_ca = (tmp_path / "ca.pem").read_bytes()
+    assert lab_certs.ensure_certs(tmp_path, keep_ca_key=False) is False  # kept as it is
+    # A name the certificate lacks cannot be signed without the key: a new CA signs it.
+    assert lab_certs.ensure_certs(tmp_path, extra=["10.0.0.5"], keep_ca_key=False) is True
+    assert (tmp_path / "ca.pem").read_bytes() != first_ca
+    assert not (tmp_path / "ca-key.pem").exists()
+    assert lab_certs.problem(tmp_path, ["10.0.0.5"]) is None
+    # A volume an older compose file filled, key included: the key goes, the certificates stay.
+    assert lab_certs.ensure_certs(tmp_path, force=True) is True
+    assert (tmp_path / "ca-key.pem").exists()
+    ca = (tmp_path / "ca.pem").read_bytes()
+    assert lab_certs.main(["--dir", str(tmp_path), "--no-ca-key"]) == 0
+    assert not (tmp_path / "ca-key.pem").exists() and (tmp_path / "ca.pem").read_bytes() == ca
