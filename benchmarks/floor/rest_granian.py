@@ -49,6 +49,7 @@ async def _serve(settings: FloorSettings, app: Quart, port: int, ready: Callable
         http=HTTPModes.http1,
         websockets=False,
         backlog=LISTEN_BACKLOG,
+        backpressure=65_536,  # as the lab's (services/rest_granian/server.py): idle clients lock no one out
         log_enabled=False,
     )
     stopping = asyncio.Event()

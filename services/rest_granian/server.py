@@ -47,6 +47,7 @@ _HTTP_MODES: dict[tuple[str, ...], HTTPModes] = {
     ("http/1.1",): HTTPModes.http1,
     ("h2",): HTTPModes.http2,
 }
+GRANIAN_MAX_CONNECTIONS = 65_536
 # Hypercorn's HTTP/2 limits (services/rest_quart/hypercorn.toml), so both servers offer the same.
 _HTTP2 = HTTP2Settings(max_concurrent_streams=100, max_headers_size=65536, max_frame_size=16384)
 # Granian logs to stdout by default, where the listening line must be the only output.
@@ -83,6 +84,10 @@ def _granian(app: Quart, settings: Settings, sock: socket.socket) -> _SocketServ
         http=_HTTP_MODES.get(settings.alpn_protocols, HTTPModes.auto) if settings.tls else HTTPModes.http1,
         websockets=False,
         backlog=LISTEN_BACKLOG,
+        # Granian holds at most backlog / workers connections at once (1,024) and leaves the rest in the
+        # kernel's queue: 5,000 idle clients locked everyone else out for as long as Granian keeps an
+        # idle one (its header_read_timeout, 30 s). Hypercorn and aiohttp hold every connection.
+        backpressure=GRANIAN_MAX_CONNECTIONS,
         http1_settings=HTTP1Settings(),
         http2_settings=_HTTP2,
         log_level=LogLevels.warning,
