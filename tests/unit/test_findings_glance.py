@@ -148,3 +148,15 @@ def test_the_summary_and_the_report_open_with_the_same_lines(found: list[finding
     assert {line.strip().removeprefix("- ") for line in section if line.startswith(("- ", "  - "))} <= (
         said | {line.strip().removeprefix("- ") for line in section if line.startswith("- **")}
     )
+
+
+def test_a_sentence_longer_than_the_longest_line_is_wrapped_under_itself() -> None:
+    # Other presets' findings are sentences (the payload answer runs to about 200 characters).
+    sentence = "grpc vs aiohttp-h1, CPU per request: " + "crosses at 165 records [120, 230], " * 6 + "end"
+    lines = findings.plain([findings.Finding("payload", sentence)])
+    body = lines[3:]
+    assert len(body) > 1 and max(len(line) for line in lines) <= findings.LONGEST_LINE
+    assert body[0].startswith("    grpc vs aiohttp-h1") and all(
+        line.startswith("      ") for line in body[1:]
+    )
+    assert " ".join(line.strip() for line in body) == sentence
