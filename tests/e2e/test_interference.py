@@ -15,6 +15,7 @@ import pytest
 from labrunner.backends.cgroups import split_cpus
 from labrunner.observe import interference
 
+from tests.e2e.local_runs import quick_benchmark
 from tests.support import ROOT
 
 pytestmark = pytest.mark.timeout(300)
@@ -52,6 +53,7 @@ def _run(out: Path) -> tuple[dict[str, Any], str, float]:
     of the runner: /proc/stat busy time over the whole run minus the run's own rusage)."""
     log = out.with_suffix(".log")
     out.parent.mkdir(parents=True, exist_ok=True)
+    quick_benchmark(out)  # the serialization benchmark is not under test here (test_e2e_local's run has it)
     before = interference.read_snapshot()
     with log.open("w") as output:
         process = subprocess.Popen(

@@ -17,6 +17,7 @@ from labrunner.network.emulators import kernel_has_netem
 from labrunner.network.namespaces import create_link, hold, plan_link, remove_leftovers, remove_link
 from labrunner.observe import local_stack
 
+from tests.e2e.local_runs import quick_benchmark
 from tests.support import ROOT, free_ports
 
 
@@ -34,6 +35,7 @@ def _namespaces() -> list[str]:
 def test_grpc_tls_over_wan(tmp_path: Path) -> None:
     run_id = f"nete2e-{os.getpid()}"
     out = tmp_path / run_id
+    quick_benchmark(out)  # the serialization benchmark is not under test here (test_e2e_local's run has it)
     completed = subprocess.run(
         [
             sys.executable, "scripts/run_matrix.py", "--backend", "local", "--preset", "ci",
@@ -96,6 +98,7 @@ def test_prometheus_scrapes_the_service_across_the_namespaces_on_lan(tmp_path: P
     try:
         run_id = f"netprom-{os.getpid()}"
         out = tmp_path / run_id
+        quick_benchmark(out)  # not under test here (test_e2e_local's run has it)
         began = datetime.now(UTC)
         completed = subprocess.run(
             [

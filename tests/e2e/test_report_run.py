@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from tests.e2e.local_runs import quick_benchmark
 from tests.support import ROOT
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -23,6 +24,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("report") / "report-ci"
+    quick_benchmark(out)  # the serialization benchmark is not under test here (test_e2e_local's run has it)
     completed = subprocess.run(
         [
             sys.executable, "scripts/run_matrix.py",
