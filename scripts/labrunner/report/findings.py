@@ -68,9 +68,15 @@ class Finding:
     load: str = ""  # where a pair's latency was compared ("40% load"): said once when all share it
 
     @property
+    def all_notes(self) -> list["Note"]:
+        """The caveat's parts (a caveat in words, such as a lower bound or a share below the quota, is
+        about whether to trust the line), then the notes."""
+        return [Note(c, rank=VERDICT) for c in self.caveat.split("; ") if c] + list(self.notes)
+
+    @property
     def caveats(self) -> list[str]:
-        """Every caveat in words: the caveat's parts, then each note as it reads alone."""
-        return [c for c in self.caveat.split("; ") if c] + [n.alone for n in self.notes]
+        """Every caveat as it reads alone."""
+        return [n.alone for n in self.all_notes]
 
 
 # How much a note matters to a reader at a glance; the terminal keeps the lowest ranks when it must cut.
@@ -124,10 +130,8 @@ def by_question(findings: Sequence[Finding], limit: int | None = None) -> Answer
     for (question, held), found in members.items():
         lines = []
         for finding in found[:limit]:
-            # a caveat in words (lower bounds, below the quota) is about whether to trust the line
-            notes = [Note(c, rank=VERDICT) for c in finding.caveat.split("; ") if c] + list(finding.notes)
             marks = []
-            for note in notes:
+            for note in finding.all_notes:
                 key = note.subject or note.detail
                 said = details.setdefault(key, [])
                 if note.subject and note.detail not in said:
