@@ -160,3 +160,22 @@ def test_a_sentence_longer_than_the_longest_line_is_wrapped_under_itself() -> No
         line.startswith("      ") for line in body[1:]
     )
     assert " ".join(line.strip() for line in body) == sentence
+
+
+def test_the_terminal_numbers_notes_as_summary_md_does_when_it_shows_fewer_findings() -> None:
+    # Five pairs of one question: the terminal shows the three largest; a note keeps its number.
+    found = [
+        findings.Finding("server vs server", f"pair {i}", effect=i / 10, caveat=f"note of pair {i}")
+        for i in range(5)
+    ]
+    summary = findings.markdown(found)
+    lines = findings.plain(found)
+    assert [line for line in lines if line.startswith("    pair")] == [
+        "    pair 4 [1]",
+        "    pair 3 [2]",
+        "    pair 2 [3]",
+    ]
+    shown = [line.strip() for line in lines if line.startswith("  [")]
+    assert shown == ["[1] note of pair 4", "[2] note of pair 3", "[3] note of pair 2"]
+    assert all(f"- {note}" in summary for note in shown)
+    assert "- [5] note of pair 0" in summary and lines[-1] == "  2 more notes in summary.md"

@@ -107,6 +107,7 @@ class Answered:
     shared: str  # what every heading held fixed, and where latency was compared when all agree
     questions: tuple[tuple[str, str, tuple[str, ...]], ...]  # (question, held fixed besides, lines)
     notes: tuple[tuple[str, int], ...]  # (text, rank), number = position + 1
+    shown: frozenset[int] = frozenset()  # the numbers of the notes the lines held refer to
 
 
 def by_question(findings: Sequence[Finding], limit: int | None = None) -> Answered:
@@ -114,7 +115,8 @@ def by_question(findings: Sequence[Finding], limit: int | None = None) -> Answer
     each, their caveats moved to numbered notes: notes with one subject combine, identical ones merge.
     What every heading held fixed is said once (shared), and so is the load latency was compared at
     when every pair's is the same. limit: at most that many findings per heading, then a line saying
-    how many more summary.md holds."""
+    how many more summary.md holds (the notes are numbered over all the findings, as summary.md
+    numbers them; shown says which the lines held refer to)."""
     members: dict[tuple[str, str], list[Finding]] = {}  # (question, held fixed) -> its findings
     for finding in ranked(findings):
         members.setdefault((finding.question, finding.held_fixed), []).append(finding)
@@ -127,9 +129,10 @@ def by_question(findings: Sequence[Finding], limit: int | None = None) -> Answer
     details: dict[str, list[str]] = {}  # subject (or the text of a note without one) -> details
     ranks: dict[str, int] = {}
     questions = []
+    shown: set[int] = set()
     for (question, held), found in members.items():
         lines = []
-        for finding in found[:limit]:
+        for position, finding in enumerate(found):
             marks = []
             for note in finding.all_notes:
                 key = note.subject or note.detail
@@ -143,13 +146,15 @@ def by_question(findings: Sequence[Finding], limit: int | None = None) -> Answer
             line = finding.sentence
             if finding.load and len(loads) > 1:
                 line = line.replace(", p50 ", f", at {finding.load}: p50 ", 1)
-            lines.append(line + (f" [{','.join(map(str, sorted(marks)))}]" if marks else ""))
+            if limit is None or position < limit:
+                lines.append(line + (f" [{','.join(map(str, sorted(marks)))}]" if marks else ""))
+                shown.update(marks)
         if limit is not None and len(found) > limit:
             lines.append(f"... and {len(found) - limit} more in summary.md")
         rest = ", ".join(p for p in held.split(", ") if p and p not in common)
         questions.append((question, rest, tuple(lines)))
     texts = tuple((f"{key}: {'; '.join(said)}" if said else key, ranks[key]) for key, said in details.items())
-    return Answered(shared, tuple(questions), texts)
+    return Answered(shared, tuple(questions), texts, frozenset(shown))
 
 
 def markdown_section(findings: Sequence[Finding]) -> list[str]:
@@ -236,7 +241,7 @@ def plain(
     notes = [f"  [{number}] {note}" for number, (note, _) in enumerate(answered.notes, start=1)]
     if not notes:
         return _wrapped(lines)
-    kept = list(range(len(notes)))
+    kept = [i for i in range(len(notes)) if i + 1 in answered.shown]
     by_importance = sorted(kept, key=lambda i: (answered.notes[i][1], i))
 
     def shown() -> list[str]:
