@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labrunner.cli import run_matrix
+from labrunner.cli import report, run_matrix
 from labrunner.cli.resume import IGNORED_DIR, resumed
 from labrunner.files import write_json_atomic
 from labrunner.model.matrix import expand, load_matrix
@@ -122,7 +122,7 @@ def test_a_manifest_that_is_not_the_labs_is_refused(
     for text, error in (
         ("[1, 2]", "holds list"),
         ("{", "is unreadable"),
-        ('{"matrix": {}}', "is not a lab manifest"),
+        ('{"schema": "other/1"}', "is not a lab manifest"),
     ):
         (tmp_path / "manifest.json").write_text(text)
         with pytest.raises(ManifestError, match=error):
@@ -164,3 +164,14 @@ def test_the_inputs_a_run_reads_are_no_reason_to_refuse_its_directory(tmp_path: 
     (out / "notes.txt").write_text("mine")
     with pytest.raises(run_matrix._Usage, match="holds no lab run"):
         run_matrix._check_out_dir(out, resume=False)
+
+
+def test_report_py_says_what_is_wrong_with_a_manifest_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "scenarios").mkdir()
+    write_json_atomic(tmp_path / "manifest.json", {"schema": MANIFEST_SCHEMA, "matrix": 5})
+    assert report.main([str(tmp_path)]) == EXIT_USAGE
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == f"report.py: error: {tmp_path / 'manifest.json'}: matrix is 5, not an object"
+    assert not (tmp_path / "summary.md").exists()

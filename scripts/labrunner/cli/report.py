@@ -10,7 +10,7 @@ from labrunner.cli import version
 from labrunner.report.build import write_report
 from labrunner.report.summary import write_summaries
 from labrunner.results.callers import is_caller_run
-from labrunner.results.store import read_manifest
+from labrunner.results.store import ManifestError, checked_manifest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,7 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if directory is not None and not (directory / "scenarios").is_dir():
             print(f"report.py: error: {directory} is not a run directory (no scenarios/)", file=sys.stderr)
             return 2
-    manifest = read_manifest(args.run_dir)
+    try:
+        manifest = checked_manifest(args.run_dir)
+    except ManifestError as exc:
+        print(f"report.py: error: {exc}", file=sys.stderr)
+        return 2
     order = [s["id"] for s in manifest.get("matrix", {}).get("scenarios", [])]
     write_summaries(args.run_dir, manifest.get("run_id", args.run_dir.name), order)
     md, html = write_report(args.run_dir, args.baseline)
