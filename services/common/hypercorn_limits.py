@@ -1,10 +1,9 @@
 """Hypercorn held to a per-connection budget (issue 37), for the lab's Quart server and its floor alike:
 a server limit, not harness, so it costs both the same.
 
-- At most MAX_RESETS_PER_CONNECTION streams the client resets (RST_STREAM) on one HTTP/2 connection;
-  past it the connection ends with GOAWAY ENHANCE_YOUR_CALM, before the batch that crossed it starts a
-  stream. Rapid reset (CVE-2023-44487) opens and resets streams for free, while each one still runs
-  its handler; no lab client resets streams.
+- At most MAX_RESETS_PER_CONNECTION streams the client resets on one HTTP/2 connection
+  (services/common/h2_budget.py): rapid reset (CVE-2023-44487) opens and resets streams for free,
+  while each one still runs its handler.
 - At most MAX_REQUESTS_PER_CONNECTION requests a connection (Hypercorn's keep_alive_max_requests),
   HTTP/1.1 or HTTP/2; docs/services.md says what that means for a k6 VU's connection.
 - HTTP/2 only where TLS negotiated it by ALPN: Hypercorn would otherwise switch any HTTP/1.1
@@ -18,30 +17,20 @@ subclasses, in the module that picks them per connection, in each process that s
 
 from typing import Any
 
-import h2.errors
-import h2.events
 import hypercorn.protocol
-from hypercorn.events import Closed
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import H11Protocol
 
-MAX_RESETS_PER_CONNECTION = 100
+from services.common.h2_budget import MAX_RESETS_PER_CONNECTION, budget
+
 MAX_REQUESTS_PER_CONNECTION = 100_000
+__all__ = ["MAX_REQUESTS_PER_CONNECTION", "MAX_RESETS_PER_CONNECTION", "install"]
 
 
 class _BudgetedH2Protocol(H2Protocol):
-    _resets = 0
-
-    async def _handle_events(self, events: list[h2.events.Event]) -> None:
-        for event in events:
-            if isinstance(event, h2.events.StreamReset) and event.remote_reset:
-                self._resets += 1
-        if self._resets > MAX_RESETS_PER_CONNECTION:
-            self.connection.close_connection(error_code=h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
-            await self._flush()
-            await self.send(Closed())
-            return
-        await super()._handle_events(events)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        budget(self.connection)
 
 
 class _H11Only(H11Protocol):
