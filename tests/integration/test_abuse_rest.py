@@ -1,8 +1,8 @@
 """The abuse suite's REST cases, on every REST server and floor, each in its cgroup at the small profile's
 limits: an upload under Content-Encoding gzip that is not gzip, a valid gzip bomb, a client that leaves
-mid-body, a body trickled slowly, and 5,000 idle connections. Each answer is a 4xx (or the connection
-closed, for a client that is gone), the memory peak stays under the limit, and the server serves a normal
-request afterwards (docs/guarantees.md)."""
+mid-body, a body trickled slowly, 5,000 idle connections, and cleartext HTTP/2 (prior knowledge, an h2c
+upgrade). Each answer is a 4xx (or the connection closed, for a client that is gone), the memory peak
+stays under the limit, and the server serves a normal request afterwards (docs/guarantees.md)."""
 
 import contextlib
 import gzip
@@ -29,7 +29,7 @@ IDLE_CONNECTIONS = 5000
 BOMB = gzip.compress(b"\0" * 2**30, compresslevel=9)
 TRICKLE_BYTES, TRICKLE_EVERY_SECONDS = 10, 0.2
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.serial]  # servers under CPU quotas: alone
 
 
 @pytest.fixture(scope="module", params=IMPLEMENTATIONS, ids=ids(IMPLEMENTATIONS))
@@ -120,3 +120,35 @@ def test_idle_connections_leave_the_server_serving(abused: Confined) -> None:
         answer = httpx.get(f"http://127.0.0.1:{abused.service.port}/healthz", timeout=30, trust_env=False)
         print(f"\n{opened} idle connections; /healthz {answer.status_code}")
         assert opened > 0 and answer.status_code == 200
+
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def _answer_to(port: int, request: bytes) -> bytes:
+    """What a cleartext server sends back to request, until it closes or 5 s pass."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except (TimeoutError, ConnectionResetError):
+            pass
+    return received
+
+
+def test_cleartext_http2_is_refused(abused: Confined) -> None:
+    # Every REST target offers HTTP/1.1 in cleartext (HTTP/2 only by ALPN, under TLS).
+    port = abused.service.port
+    preface = _answer_to(port, PREFACE)
+    upgrade = _answer_to(
+        port,
+        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+        b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
+    )
+    print(f"\npreface -> {preface[:40]!r}; h2c upgrade -> {upgrade[:40]!r}")
+    # An HTTP/2 server's first frame is SETTINGS (type 4) after a 3-byte length: never sent here.
+    assert not (len(preface) >= 4 and preface[3] == 4 and not preface.startswith(b"HTTP/")), preface[:40]
+    assert preface == b"" or re.match(rb"HTTP/1\.[01] 4\d\d", preface), preface[:40]  # closed, or a 4xx
+    assert upgrade.startswith(b"HTTP/1.1 200"), upgrade[:40]  # answered over HTTP/1.1, not switched
