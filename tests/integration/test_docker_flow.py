@@ -36,6 +36,9 @@ from tests.docker_fake import (
 )
 from tests.support import ROOT
 
+# Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 
 @pytest.fixture
 def fake() -> FakeDocker:
