@@ -86,10 +86,12 @@ def confined(package: str, module: str, env: dict[str, str] | None = None) -> It
 
 
 class RawH2:
-    """One cleartext HTTP/2 connection driven frame by frame with the h2 library."""
+    """One HTTP/2 connection (cleartext, or TLS with ALPN h2) driven frame by frame with the h2 library."""
 
-    def __init__(self, port: int, timeout: float = 10) -> None:
+    def __init__(self, port: int, timeout: float = 10, tls: bool = False) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        if tls:
+            self.sock = client_ssl_context(["h2"]).wrap_socket(self.sock, server_hostname="localhost")
         self.conn = h2.connection.H2Connection(
             h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
         )
@@ -113,7 +115,7 @@ class RawH2:
         """The events of what the server sent next; [] once it closed the connection."""
         try:
             data = self.sock.recv(65536)
-        except ConnectionResetError:
+        except (ConnectionResetError, ssl.SSLEOFError):  # closed without a TLS close_notify
             data = b""
         if not data:
             self.closed = True

@@ -9,11 +9,12 @@ import time
 from collections.abc import Callable
 
 import grpc
+import h2.events
 import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.integration.abuse_support import MEMORY_BYTES, Flood, client_ssl_context, confined
+from tests.integration.abuse_support import MEMORY_BYTES, Flood, RawH2, client_ssl_context, confined
 from tests.support import tls_env
 
 FLOOD_SECONDS = 4.0
@@ -75,3 +76,54 @@ def test_a_rapid_reset_flood_leaves_health_answering(package: str, module: str, 
         assert connects > 0 and latencies, "the flood or the health checks did not run"
         assert server.alive() and peak < MEMORY_BYTES and hits == 0, (peak, hits)
         check()
+
+
+# (id, package, module, TLS): the servers that end a connection past its reset budget (Hypercorn and
+# grpclib: services/common/h2_budget.py; Granian: hyper's own limit). grpc.aio's core throttles a
+# flooding connection instead of ending it (the flood above).
+BUDGETED = [f for f in FLOODED if "grpc_aio" not in f[2]]
+
+
+def _reset_streams(raw: RawH2, count: int, path: str, grpc_server: bool) -> None:
+    scheme = "http" if grpc_server else "https"
+    headers = [(":method", "POST" if grpc_server else "GET"), (":scheme", scheme), (":path", path),
+               (":authority", "localhost")]  # fmt: skip
+    if grpc_server:
+        headers += [("content-type", "application/grpc"), ("te", "trailers")]
+    for _ in range(count):
+        stream_id = raw.conn.get_next_available_stream_id()
+        raw.conn.send_headers(stream_id, headers, end_stream=not grpc_server)
+        raw.conn.reset_stream(stream_id)
+    raw.flush()
+
+
+def _ended_by_server(raw: RawH2) -> bool:
+    """Whether the server ends the connection (GOAWAY or close) within 5 s of silence."""
+    raw.sock.settimeout(5)
+    try:
+        while not raw.closed:
+            if any(isinstance(event, h2.events.ConnectionTerminated) for event in raw.events()):
+                return True
+    except TimeoutError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("package", "module", "tls"), [b[1:] for b in BUDGETED], ids=[b[0] for b in BUDGETED]
+)
+def test_a_connection_past_its_reset_budget_is_ended(package: str, module: str, tls: bool) -> None:
+    grpc_server = module.startswith("grpc")
+    path = "/protolab.cars.v1.RecordService/ListRecords" if grpc_server else "/healthz"
+    with confined(package, module, tls_env() if tls else None) as server:
+        within = RawH2(server.service.port, tls=tls)
+        past = RawH2(server.service.port, tls=tls)
+        try:
+            _reset_streams(within, 20, path, grpc_server)  # a client that cancels now and then
+            _reset_streams(past, 1000, path, grpc_server)
+            assert _ended_by_server(past), "1,000 resets on one connection and the server keeps it"
+            assert not _ended_by_server(within), "20 resets ended the connection"
+        finally:
+            within.close()
+            past.close()
+        assert server.alive()
