@@ -28,6 +28,8 @@ from labrunner.backends.cgroups import (
 
 from tests.support import CERTS, RunningService, launch_service
 
+__all__ = ["CERTS"]
+
 CPUS = 0.5  # matrix.toml profile "small"
 MEMORY_BYTES = 512 * 2**20
 GRPC_MODULES = ("grpc_aio", "grpc_grpclib")
