@@ -7,6 +7,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from services.common.environment import ConfigError, env_bool, env_float, env_int, read_workload
+from services.common.pool import DEFAULT_SHAPE
 from services.common.stacks import STACKS
 
 SECONDS = 1.0
@@ -54,6 +55,7 @@ class Settings:
     record_seed: int
     record_mode: str  # "pool" or "live"
     response_model: ResponseModel
+    shape: str  # the record shape served (SHAPE), services.common.shapes
     default_count: int
     max_count: int
     # The largest request body (REST, else 413) or message (gRPC, else RESOURCE_EXHAUSTED).
@@ -86,10 +88,12 @@ def load_settings(service: str) -> Settings:
     if record_mode not in {"pool", "live"}:
         raise ConfigError(f"RECORD_MODE={record_mode!r} must be 'pool' or 'live'")
     response_model = _response_model(record_mode)
+    work = read_workload()
+    if record_mode == "live" and work.shape != DEFAULT_SHAPE:
+        raise ConfigError(f"RECORD_MODE=live serves cars only, not SHAPE={work.shape}")
     alpn = tuple(p.strip() for p in os.environ.get("ALPN_PROTOCOLS", "h2,http/1.1").split(",") if p.strip())
     if not alpn or not set(alpn) <= {"h2", "http/1.1"}:
         raise ConfigError(f"ALPN_PROTOCOLS={alpn!r} must list h2 and/or http/1.1")
-    work = read_workload()
     workers = env_int("WORKERS", 0)
     max_rpcs = env_int("GRPC_MAX_CONCURRENT_RPCS", 0)
     return Settings(
@@ -105,6 +109,7 @@ def load_settings(service: str) -> Settings:
         record_seed=work.record_seed,
         record_mode=record_mode,
         response_model=response_model,
+        shape=work.shape,
         default_count=work.default_count,
         max_count=work.max_count,
         max_request_bytes=work.max_request_bytes,

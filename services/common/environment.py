@@ -7,6 +7,8 @@ these here, with one set of defaults, so a floor cannot drift from the lab it is
 import os
 from dataclasses import dataclass
 
+from services.common.pool import DEFAULT_SHAPE, SHAPES
+
 
 class ConfigError(ValueError):
     """An environment variable holds a value the service cannot use."""
@@ -60,10 +62,20 @@ class Workload:
     max_count: int
     # The largest request body (REST, else 413) or upload (gRPC, else RESOURCE_EXHAUSTED).
     max_request_bytes: int
+    # The record shape served, for the process's life (services.common.pool SHAPES; docs/CONTRACTS.md).
+    shape: str
+
+
+def read_shape() -> str:
+    """SHAPE: one of the record shapes, cars when unset."""
+    shape = os.environ.get("SHAPE", "").strip() or DEFAULT_SHAPE
+    if shape not in SHAPES:
+        raise ConfigError(f"SHAPE={shape!r} must be one of {', '.join(SHAPES)}")
+    return shape
 
 
 def read_workload() -> Workload:
-    """HOST, RECORD_POOL_SIZE, RECORD_SEED, DEFAULT_COUNT, MAX_COUNT and MAX_REQUEST_BYTES."""
+    """HOST, RECORD_POOL_SIZE, RECORD_SEED, DEFAULT_COUNT, MAX_COUNT, MAX_REQUEST_BYTES and SHAPE."""
     max_count = env_int("MAX_COUNT", 1000, minimum=1)
     default_count = env_int("DEFAULT_COUNT", 100, minimum=1)
     if default_count > max_count:
@@ -75,4 +87,5 @@ def read_workload() -> Workload:
         default_count=default_count,
         max_count=max_count,
         max_request_bytes=env_int("MAX_REQUEST_BYTES", 1 << 20, minimum=1),
+        shape=read_shape(),
     )

@@ -1,4 +1,5 @@
-"""The record pool's data: a Faker pool from a fixed seed, as JSON dicts, cached in a temp file.
+"""The record pool's data: a Faker pool from a fixed seed, as JSON dicts, cached in a temp file; one
+pool per record shape (SHAPES: cars, the default, and services.common.shape_pool's three).
 
 No serving code: the lab's servers (services.common.records turns the pool into their typed records),
 the floor servers (benchmarks/floor, which hold it as flat tuples) and the runner all start from
@@ -14,8 +15,10 @@ from typing import Any
 import orjson
 from faker import Faker
 
+from services.common.shape_pool import nested_record, numeric_record, text_record
+
 # A record as JSON, with the protobuf canonical field names (driverId, not driver_id).
-JsonRecord = dict[str, dict[str, Any]]
+JsonRecord = dict[str, Any]
 # make, model, trim, color, year, mileage, firstname, lastname, driver_id: the proto's order.
 Fields = tuple[str, str, str, str, int, int, str, str, str]
 
@@ -31,6 +34,10 @@ _CATALOGUE: dict[str, dict[str, tuple[str, ...]]] = {
     "Renault": {"Clio": ("Life", "Zen", "Intens"), "Megane": ("Zen", "Intens")},
 }
 _MODELS = [(make, model) for make, models in _CATALOGUE.items() for model in models]
+
+# The record shapes, cars first (the default: every result without a shape is of cars).
+SHAPES = ("cars", "numeric", "text", "nested")
+DEFAULT_SHAPE = SHAPES[0]
 
 
 def fake_fields(faker: Faker) -> Fields:
@@ -51,38 +58,54 @@ def json_record(fields: Fields) -> JsonRecord:
     return {"car": car, "driver": {"firstname": firstname, "lastname": lastname, "driverId": driver_id}}
 
 
-def generate_pool(size: int, seed: int) -> list[JsonRecord]:
-    """The deterministic pool as JSON: the same (size, seed) gives the same records in any process."""
+def _cars_record(faker: Faker) -> dict[str, Any]:
+    return json_record(fake_fields(faker))
+
+
+_GENERATORS = {"cars": _cars_record, "numeric": numeric_record, "text": text_record, "nested": nested_record}
+
+
+def generate_pool(size: int, seed: int, shape: str = DEFAULT_SHAPE) -> list[JsonRecord]:
+    """The deterministic pool of a shape as JSON: the same (size, seed, shape) gives the same records
+    in any process. A shape not in SHAPES is a ValueError naming them."""
+    try:
+        generator = _GENERATORS[shape]
+    except KeyError:
+        raise ValueError(f"shape {shape!r} is not one of {', '.join(SHAPES)}") from None
     faker = Faker("en_US")
     faker.seed_instance(seed)
-    return [json_record(fake_fields(faker)) for _ in range(size)]
+    return [generator(faker) for _ in range(size)]
 
 
-def load_pool(size: int, seed: int) -> list[JsonRecord]:
+def load_pool(size: int, seed: int, shape: str = DEFAULT_SHAPE) -> list[JsonRecord]:
     """generate_pool, cached in a temp file: 10,000 records take ~2.4 s to generate, ~20 ms to load.
 
     Spawned workers (Hypercorn) and repeated scenario starts then skip Faker entirely.
     The cache key holds the Faker version, whose data decides the records.
     """
-    cache = _pool_cache(size, seed)
+    cache = _pool_cache(size, seed, shape)
     try:
         cached: list[JsonRecord] = orjson.loads(cache.read_bytes())
         return cached
     except (FileNotFoundError, orjson.JSONDecodeError):
-        pool = generate_pool(size, seed)
+        pool = generate_pool(size, seed, shape)
         partial = cache.with_suffix(f".{os.getpid()}.tmp")
         partial.write_bytes(orjson.dumps(pool))
         partial.replace(cache)  # atomic: a concurrent reader never sees half a file
         return pool
 
 
-def ensure_pool_cached(size: int, seed: int) -> None:
+def ensure_pool_cached(size: int, seed: int, shape: str = DEFAULT_SHAPE) -> None:
     """Generate the pool's cache file when it is missing, without loading it when it is not: a process
     that forks workers calls this, and each worker loads the pool itself (see WorkerContext.records in
     services/common/supervisor.py)."""
-    if not _pool_cache(size, seed).exists():
-        load_pool(size, seed)
+    if not _pool_cache(size, seed, shape).exists():
+        load_pool(size, seed, shape)
 
 
-def _pool_cache(size: int, seed: int) -> Path:
-    return Path(tempfile.gettempdir()) / f"protolab-pool-{size}-{seed}-faker{version('faker')}.json"
+def _pool_cache(size: int, seed: int, shape: str) -> Path:
+    # cars keeps the name it had before there were shapes.
+    name = (
+        f"protolab-pool-{size}-{seed}" if shape == DEFAULT_SHAPE else f"protolab-pool-{shape}-{size}-{seed}"
+    )
+    return Path(tempfile.gettempdir()) / f"{name}-faker{version('faker')}.json"

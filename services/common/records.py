@@ -13,7 +13,7 @@ once, at start, into the neutral records it serves (record_from_json).
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from faker import Faker
 
@@ -126,7 +126,7 @@ def _window(items: list[T], extra: int) -> list[T]:
 class RecordSource:
     """Serves neutral records from the pool by (count, offset), or live Faker records when mode is 'live'."""
 
-    pool: list[Record]
+    pool: list[Any]  # the shape's neutral records (cars: Record; services.common.shapes)
     max_count: int
     default_count: int
     live: bool = False
@@ -153,7 +153,7 @@ class RecordSource:
             self._cursor = (self._cursor + count) % len(self.pool)
         return offset % len(self.pool)
 
-    def records(self, count: int, offset: int | None) -> list[Record]:
+    def records(self, count: int, offset: int | None) -> list[Any]:
         """count records from pool position offset; without offset, rotate through the pool."""
         if self._faker is not None:
             return [fake_record(self._faker) for _ in range(count)]

@@ -1,7 +1,8 @@
 """What every REST server shares: the OpenAPI document, JSON bodies and errors, query parsing, the upload
 (POST /records), health."""
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,9 @@ from services.common.records import (
     Prebuilt,
     Record,
     RecordSource,
-    checksum,
-    json_records,
     parse_query_int,
 )
+from services.common.shapes import CARS, Shape
 
 JSON = "application/json"
 ROUTES = ("/records", "/healthz", "/openapi.json")
@@ -187,22 +187,24 @@ def error_body(status: int, message: str | None = None) -> bytes:
 
 
 class RecordBodies:
-    """The /records bodies of both REST servers, under the response model (ResponseModel).
+    """The /records bodies of every REST server, of the shape (cars by default), under the response
+    model (ResponseModel).
 
-    build: each request maps its neutral records into new dicts (json_records), then encodes
-    them. prebuilt: the dicts are made once at start; a request slices and encodes them.
-    Encoded per request either way, as the gRPC server serializes per request.
+    build: each request maps its neutral records into new dicts (the shape's to_json, cars'
+    json_records), then encodes them. prebuilt: the dicts are made once at start; a request slices
+    and encodes them. Encoded per request either way, as the gRPC server serializes per request.
     """
 
-    def __init__(self, source: RecordSource, model: ResponseModel) -> None:
+    def __init__(self, source: RecordSource, model: ResponseModel, shape: Shape = CARS) -> None:
         self._source = source
-        self._prebuilt = Prebuilt(source, json_records) if model is ResponseModel.PREBUILT else None
+        self._to_json = shape.to_json
+        self._prebuilt = Prebuilt(source, shape.to_json) if model is ResponseModel.PREBUILT else None
 
     def document(self, count: int, offset: int | None) -> dict[str, list[JsonRecord]]:
         """The body's objects for valid (count, offset)."""
         if self._prebuilt is not None:
             return {"records": self._prebuilt.objects(count, offset)}
-        return {"records": json_records(self._source.records(count, offset))}
+        return {"records": self._to_json(self._source.records(count, offset))}
 
     def body(self, count: str | None, offset: str | None) -> bytes:
         """The body for the raw query values; BadRequest for a bad value."""
@@ -229,8 +231,13 @@ class Uploads:
     form (services.common.records.checksum).
     """
 
-    def __init__(self, max_count: int, max_request_bytes: int) -> None:
+    def __init__(self, max_count: int, max_request_bytes: int, shape: Shape = CARS) -> None:
         self._max_count = max_count
+        self._checksum = shape.checksum
+        decode = shape.from_upload
+        self._records: Callable[[bytes, int], list[Any]] = (
+            records_from_body if decode is None else functools.partial(shape_records_from_body, decode)
+        )
         self.too_large = error_body(413, f"request body larger than {max_request_bytes} bytes")
 
     def refused_encoding(self, content_encoding: str | None) -> tuple[int, bytes] | None:
@@ -246,19 +253,15 @@ class Uploads:
         if not is_json(content_type):
             return HTTPStatus.UNSUPPORTED_MEDIA_TYPE, _WRONG_CONTENT_TYPE
         try:
-            records = records_from_body(body, self._max_count)
+            records = self._records(body, self._max_count)
         except BadRequest as error:
             return HTTPStatus.BAD_REQUEST, error_body(400, str(error))
-        return HTTPStatus.OK, orjson.dumps({"count": len(records), "checksum": checksum(records)})
+        return HTTPStatus.OK, orjson.dumps({"count": len(records), "checksum": self._checksum(records)})
 
 
-def records_from_body(body: bytes, max_count: int) -> list[Record]:
-    """An upload's records as neutral records; BadRequest naming the first place that is wrong.
-
-    Exactly the GET body's shape: unknown fields are refused as missing ones are, strings must be
-    strings and numbers int32 (a bool is no integer). Each record takes one pass of lookups and
-    exact type checks; only a record that fails them is walked again, by _record_problem, to say why.
-    """
+def _record_items(body: bytes, max_count: int) -> list[Any]:
+    """An upload body's records array: BadRequest unless an object of exactly "records", an array of
+    1..max_count items."""
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as error:
@@ -275,8 +278,25 @@ def records_from_body(body: bytes, max_count: int) -> list[Record]:
         raise BadRequest("records: expected an array")
     if not 1 <= len(items) <= max_count:
         raise BadRequest(f"records: expected 1 to {max_count} records, got {len(items)}")
+    return items
+
+
+def shape_records_from_body(from_upload: Callable[[Any, str], Any], body: bytes, max_count: int) -> list[Any]:
+    """An upload's records of a shape beside cars as its neutral records; BadRequest naming the first
+    place that is wrong (services.common.shapes' decoders, field by field)."""
+    items = _record_items(body, max_count)
+    return [from_upload(item, f"records[{index}]") for index, item in enumerate(items)]
+
+
+def records_from_body(body: bytes, max_count: int) -> list[Record]:
+    """An upload's records as neutral records; BadRequest naming the first place that is wrong.
+
+    Exactly the GET body's shape: unknown fields are refused as missing ones are, strings must be
+    strings and numbers int32 (a bool is no integer). Each record takes one pass of lookups and
+    exact type checks; only a record that fails them is walked again, by _record_problem, to say why.
+    """
     records = []
-    for index, item in enumerate(items):
+    for index, item in enumerate(_record_items(body, max_count)):
         try:  # a lookup in anything but an object (a list, a string, a number) is a TypeError
             car, driver = item["car"], item["driver"]
             make, model, trim, color = car["make"], car["model"], car["trim"], car["color"]

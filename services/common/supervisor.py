@@ -36,7 +36,8 @@ from services.common.cgroup import worker_count
 from services.common.config import Settings
 from services.common.environment import ConfigError
 from services.common.metrics import start_metrics_server
-from services.common.records import RecordSource, ensure_pool_cached, load_pool, record_from_json
+from services.common.records import RecordSource, ensure_pool_cached, load_pool
+from services.common.shapes import shape_kit
 
 log = logging.getLogger("protolab.supervisor")
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -70,12 +71,13 @@ def _report_port(listening: "multiprocessing.SimpleQueue[tuple[int, int]]", inde
 
 
 def record_source(settings: Settings) -> RecordSource:
-    """The records a worker serves: the pool (loaded or generated once) in the neutral form, or live
-    Faker records."""
+    """The records a worker serves: the pool of its shape (loaded or generated once) in the shape's
+    neutral form, or live Faker records (cars only)."""
     live = settings.record_mode == "live"
-    pool = [] if live else load_pool(settings.record_pool_size, settings.record_seed)
+    pool = [] if live else load_pool(settings.record_pool_size, settings.record_seed, settings.shape)
+    from_json = shape_kit(settings.shape).from_json
     return RecordSource(
-        pool=[record_from_json(record) for record in pool],
+        pool=[from_json(record) for record in pool],
         max_count=settings.max_count,
         default_count=settings.default_count,
         live=live,
@@ -135,7 +137,7 @@ def run_service(
     if (
         settings.record_mode == "pool"
     ):  # once, so that the workers load the pool instead of each running Faker
-        ensure_pool_cached(settings.record_pool_size, settings.record_seed)
+        ensure_pool_cached(settings.record_pool_size, settings.record_seed, settings.shape)
     reuse_port = workers > 1
     reservation = _reserve_shared_port(settings.host, settings.port) if reuse_port else None
     port = reservation.getsockname()[1] if reservation else settings.port
@@ -176,7 +178,8 @@ def run_service(
 
 def print_listening(service: str, port: int, metrics_port: int, workers: int, settings: Settings) -> None:
     """Print the one JSON line (docs/CONTRACTS.md) that tests and the runner read: the bound ports, the
-    response model the results are recorded under and the Python build that serves."""
+    response model and the record shape the results are recorded under and the Python build that
+    serves."""
     event = {
         "event": "listening",
         "service": service,
@@ -185,6 +188,7 @@ def print_listening(service: str, port: int, metrics_port: int, workers: int, se
         "workers": workers,
         "tls": settings.tls,
         "response_model": settings.response_model.value,
+        "shape": settings.shape,
         "interpreter": interpreter.describe(),
     }
     print(json.dumps(event), flush=True)

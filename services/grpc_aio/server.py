@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 import grpc.aio
 import uvloop
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -18,22 +18,27 @@ from services.common.messages import RecordMessages, RecordUploads, UploadTooLar
 from services.common.metrics import MetricBatch, worker_metrics
 from services.common.pb import cars_pb2, cars_pb2_grpc
 from services.common.records import BadRequest, RecordSource
+from services.common.shapes import CARS, Shape, shape_kit
 from services.common.supervisor import WorkerContext
 from services.grpc_aio.metrics import instrument_servicer
 
-RECORD_SERVICE = cars_pb2.DESCRIPTOR.services_by_name["RecordService"]
 _KIB = 1024
-# A pool record serializes to ~100 bytes; 1 KiB each leaves room for live mode's longer names.
-_MAX_RECORD_BYTES = 1 * _KIB
+# A pool record serializes to ~100 bytes (cars) to ~1.1 KB (text, its 1,024-character body); 2 KiB
+# each leaves room for live mode's longer names.
+_MAX_RECORD_BYTES = 2 * _KIB
 
 
 class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
-    """RecordService: its messages (services.common.messages) under the response model, bad input
-    aborted with INVALID_ARGUMENT."""
+    """RecordService, or the shape's own service with the same methods (shape.service): its messages
+    (services.common.messages) under the response model, bad input aborted with INVALID_ARGUMENT."""
 
-    def __init__(self, source: RecordSource, model: ResponseModel, max_request_bytes: int) -> None:
-        self._messages = RecordMessages(source, model)
-        self._uploads = RecordUploads(source.max_count, max_request_bytes)
+    def __init__(
+        self, source: RecordSource, model: ResponseModel, max_request_bytes: int, shape: Shape = CARS
+    ) -> None:
+        self._messages = RecordMessages(source, model, shape)
+        self._uploads = RecordUploads(source.max_count, max_request_bytes, shape)
+        self._create = shape.create_message
+        self._record = shape.record_message
 
     async def _validated(
         self, request: cars_pb2.ListRecordsRequest | None, context: grpc.aio.ServicerContext[Any, Any]
@@ -47,13 +52,13 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
 
     async def ListRecords(
         self, request: cars_pb2.ListRecordsRequest | None, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> cars_pb2.ListRecordsResponse:
+    ) -> Message:
         count, offset = await self._validated(request, context)
         return self._messages.response(count, offset)
 
     async def StreamRecords(
         self, request: cars_pb2.ListRecordsRequest | None, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[cars_pb2.Record]:
+    ) -> AsyncIterator[Message]:
         count, offset = await self._validated(request, context)
         for message in self._messages.stream(count, offset):
             yield message
@@ -63,9 +68,9 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
     ) -> cars_pb2.CreateRecordsReply:
         # The request's bytes (add_record_service), decoded here so that bad bytes are INVALID_ARGUMENT.
         try:
-            return self._uploads.create(cars_pb2.CreateRecordsRequest.FromString(request))
+            return self._uploads.create(self._create.FromString(request))
         except DecodeError:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(cars_pb2.CreateRecordsRequest))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(self._create))
         except BadRequest as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
 
@@ -79,7 +84,7 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
                 upload.add_bytes(data)
             return upload.reply()
         except DecodeError:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(cars_pb2.Record))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(self._record))
         except BadRequest as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except UploadTooLarge as error:
@@ -96,9 +101,9 @@ class LimitedRecordServicer(RecordServicer):
     """
 
     def __init__(
-        self, source: RecordSource, model: ResponseModel, max_request_bytes: int, limit: int
+        self, source: RecordSource, model: ResponseModel, max_request_bytes: int, limit: int, shape: Shape
     ) -> None:
-        super().__init__(source, model, max_request_bytes)
+        super().__init__(source, model, max_request_bytes, shape)
         self._limit = limit
         self._active = 0
 
@@ -109,7 +114,7 @@ class LimitedRecordServicer(RecordServicer):
 
     async def ListRecords(
         self, request: cars_pb2.ListRecordsRequest | None, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> cars_pb2.ListRecordsResponse:
+    ) -> Message:
         await self._enter(context)
         try:
             return await super().ListRecords(request, context)
@@ -118,7 +123,7 @@ class LimitedRecordServicer(RecordServicer):
 
     async def StreamRecords(
         self, request: cars_pb2.ListRecordsRequest | None, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[cars_pb2.Record]:
+    ) -> AsyncIterator[Message]:
         await self._enter(context)
         try:
             async for message in super().StreamRecords(request, context):
@@ -146,12 +151,12 @@ class LimitedRecordServicer(RecordServicer):
 
 
 def record_servicer(
-    source: RecordSource, model: ResponseModel, max_request_bytes: int, limit: int | None
+    source: RecordSource, model: ResponseModel, max_request_bytes: int, limit: int | None, shape: Shape = CARS
 ) -> RecordServicer:
-    """The RecordService servicer, limited to `limit` concurrent calls when given one."""
+    """The shape's servicer, limited to `limit` concurrent calls when given one."""
     if limit is None:
-        return RecordServicer(source, model, max_request_bytes)
-    return LimitedRecordServicer(source, model, max_request_bytes, limit)
+        return RecordServicer(source, model, max_request_bytes, shape)
+    return LimitedRecordServicer(source, model, max_request_bytes, limit, shape)
 
 
 def lenient_request(data: bytes) -> cars_pb2.ListRecordsRequest | None:
@@ -163,18 +168,19 @@ def lenient_request(data: bytes) -> cars_pb2.ListRecordsRequest | None:
         return None
 
 
-def add_record_service(servicer: Any, server: grpc.aio.Server) -> None:
+def add_record_service(servicer: Any, server: grpc.aio.Server, shape: Shape = CARS) -> None:
     """cars_pb2_grpc.add_RecordServiceServicer_to_server, except that no deserializer raises: grpc.aio
     answers bytes its deserializer refuses with UNKNOWN, and logs a traceback for each, where the
     contract says INVALID_ARGUMENT. ListRecords and StreamRecords get None for such bytes
     (lenient_request); the uploads get their messages' bytes and decode them themselves, so that an
-    UploadRecords call's bytes are counted against its total before any is decoded."""
+    UploadRecords call's bytes are counted against its total before any is decoded. Registered under
+    the shape's service (cars: RecordService), with its messages' serializers."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         "ListRecords": grpc.unary_unary_rpc_method_handler(
-            servicer.ListRecords, lenient_request, cars_pb2.ListRecordsResponse.SerializeToString
+            servicer.ListRecords, lenient_request, shape.list_message.SerializeToString
         ),
         "StreamRecords": grpc.unary_stream_rpc_method_handler(
-            servicer.StreamRecords, lenient_request, cars_pb2.Record.SerializeToString
+            servicer.StreamRecords, lenient_request, shape.record_message.SerializeToString
         ),
         "CreateRecords": grpc.unary_unary_rpc_method_handler(
             servicer.CreateRecords, None, cars_pb2.CreateRecordsReply.SerializeToString
@@ -183,10 +189,9 @@ def add_record_service(servicer: Any, server: grpc.aio.Server) -> None:
             servicer.UploadRecords, None, cars_pb2.CreateRecordsReply.SerializeToString
         ),
     }
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(RECORD_SERVICE.full_name, handlers),)
-    )
-    server.add_registered_method_handlers(RECORD_SERVICE.full_name, handlers)
+    name = shape.service.full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)
 
 
 def _server_options(context: WorkerContext) -> list[tuple[str, int]]:
@@ -217,21 +222,23 @@ def _credentials(context: WorkerContext) -> grpc.ServerCredentials | None:
 async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
     settings = context.settings
     server = grpc.aio.server(options=_server_options(context))
+    shape = shape_kit(settings.shape)
     servicer = record_servicer(
         context.records,
         settings.response_model,
         settings.max_request_bytes,
         settings.grpc_max_concurrent_rpcs,
+        shape,
     )
     add_record_service(
-        servicer if metrics is None else instrument_servicer(servicer, RECORD_SERVICE, metrics), server
+        servicer if metrics is None else instrument_servicer(servicer, shape.service, metrics), server, shape
     )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for service in ("", RECORD_SERVICE.full_name):
+    for service in ("", shape.service.full_name):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection(
-        (RECORD_SERVICE.full_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        (shape.service.full_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
 
     host = f"[{settings.host}]" if ":" in settings.host else settings.host

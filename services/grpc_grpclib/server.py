@@ -20,6 +20,7 @@ from grpclib.server import Server
 from services.common import grpclib_limits
 from services.common.metrics import MetricBatch, worker_metrics
 from services.common.rest import LISTEN_BACKLOG
+from services.common.shapes import shape_kit
 from services.common.supervisor import WorkerContext, listen_socket
 from services.common.tls import server_ssl_context
 from services.grpc_grpclib.metrics import InstrumentedServicer
@@ -30,7 +31,10 @@ from services.grpc_grpclib.wire import install as install_bounded_receive
 async def _serve(context: WorkerContext, batch: MetricBatch | None) -> None:
     settings = context.settings
     calls = Calls(settings.grpc_max_concurrent_rpcs)
-    service = RecordService(context.records, settings.response_model, settings.max_request_bytes, calls)
+    shape = shape_kit(settings.shape)
+    service = RecordService(
+        context.records, settings.response_model, settings.max_request_bytes, calls, shape
+    )
     records = service if batch is None else InstrumentedServicer(service, batch)
     serving = ServiceStatus()
     serving.set(True)

@@ -9,14 +9,15 @@ import logging
 from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
-from grpclib.const import Status
+from grpclib.const import Cardinality, Handler, Status
 from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 
 from services.common.config import ResponseModel
 from services.common.messages import RecordMessages, RecordUploads, UploadTooLarge, undecodable
-from services.common.pb import cars_grpc
+from services.common.pb import cars_grpc, cars_pb2
 from services.common.records import BadRequest, RecordSource
+from services.common.shapes import CARS, Shape
 from services.grpc_grpclib.wire import count_received
 
 log = logging.getLogger("protolab.grpc_grpclib")
@@ -83,15 +84,40 @@ class Calls:
 
 
 class RecordService(cars_grpc.RecordServiceBase):
-    """RecordService: its messages (services.common.messages) under the response model, bad input
-    refused with INVALID_ARGUMENT."""
+    """RecordService, or the shape's own service with the same methods (shape.service): its messages
+    (services.common.messages) under the response model, bad input refused with INVALID_ARGUMENT."""
 
     def __init__(
-        self, source: RecordSource, model: ResponseModel, max_request_bytes: int, calls: Calls
+        self,
+        source: RecordSource,
+        model: ResponseModel,
+        max_request_bytes: int,
+        calls: Calls,
+        shape: Shape = CARS,
     ) -> None:
-        self._messages = RecordMessages(source, model)
-        self._uploads = RecordUploads(source.max_count, max_request_bytes)
+        self._messages = RecordMessages(source, model, shape)
+        self._uploads = RecordUploads(source.max_count, max_request_bytes, shape)
         self._calls = calls
+        self._shape = shape
+
+    def __mapping__(self) -> dict[str, Handler]:
+        """RecordServiceBase's four handlers under the shape's service name, with its messages."""
+        shape, prefix = self._shape, f"/{self._shape.service.full_name}/"
+        request, reply = cars_pb2.ListRecordsRequest, cars_pb2.CreateRecordsReply
+        return {
+            prefix + "ListRecords": Handler(
+                self.ListRecords, Cardinality.UNARY_UNARY, request, shape.list_message
+            ),
+            prefix + "StreamRecords": Handler(
+                self.StreamRecords, Cardinality.UNARY_STREAM, request, shape.record_message
+            ),
+            prefix + "CreateRecords": Handler(
+                self.CreateRecords, Cardinality.UNARY_UNARY, shape.create_message, reply
+            ),
+            prefix + "UploadRecords": Handler(
+                self.UploadRecords, Cardinality.STREAM_UNARY, shape.record_message, reply
+            ),
+        }
 
     async def _validated(self, stream: MessageStream) -> tuple[int, int | None]:
         request = await stream.recv_message()

@@ -28,6 +28,7 @@ from services.common.rest import (
     openapi_document,
     route_label,
 )
+from services.common.shapes import shape_kit
 from services.common.supervisor import WorkerContext
 from services.common.tls import server_ssl_context
 
@@ -150,8 +151,9 @@ def build_app(
     openapi = orjson.dumps(
         openapi_document(settings.max_count, settings.default_count, settings.max_request_bytes)
     )
-    bodies = RecordBodies(records, settings.response_model)
-    uploads = Uploads(settings.max_count, settings.max_request_bytes)
+    shape = shape_kit(settings.shape)  # the record shape, for the process's life (SHAPE)
+    bodies = RecordBodies(records, settings.response_model, shape)
+    uploads = Uploads(settings.max_count, settings.max_request_bytes, shape)
 
     def list_records(request: web.Request) -> web.Response:
         query = request.query

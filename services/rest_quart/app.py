@@ -28,6 +28,7 @@ from services.common.rest import (
     openapi_document,
     route_label,
 )
+from services.common.shapes import shape_kit
 from services.common.supervisor import record_source, signal_when_parent_dies
 from services.rest_quart import DRAIN_FLAG, READY_PREFIX, runtime_dir
 
@@ -106,8 +107,9 @@ def build_app(settings: Settings, records: RecordSource, health: Health) -> Quar
     openapi = orjson.dumps(
         openapi_document(settings.max_count, settings.default_count, settings.max_request_bytes)
     )
-    bodies = RecordBodies(records, settings.response_model)
-    uploads = Uploads(settings.max_count, settings.max_request_bytes)
+    shape = shape_kit(settings.shape)  # the record shape, for the process's life (SHAPE)
+    bodies = RecordBodies(records, settings.response_model, shape)
+    uploads = Uploads(settings.max_count, settings.max_request_bytes, shape)
 
     app = Quart(__name__)
     # OPTIONS answers 405 as on aiohttp, and as the OpenAPI document (no OPTIONS) says.

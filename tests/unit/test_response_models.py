@@ -2,6 +2,7 @@
 nothing; prebuilt maps each pool record once at start and shares those objects between requests."""
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from aiohttp.test_utils import make_mocked_request
 from quart import Quart
 from quart.wrappers.response import DataBody
 
-from services.common import messages, rest
+from services.common import shapes
 from services.common.config import ResponseModel, Settings, load_settings
 from services.common.environment import ConfigError
 from services.common.pb import cars_pb2
@@ -51,17 +52,18 @@ def settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, service: str, mode
     return load_settings(service)
 
 
-def counted(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
-    """Replace module.name (a function mapping one record, or a list of them) by one that counts the
+def counted(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """Replace the cars shape's mapping `name` (services.common.shapes.Shape: to_json maps a list of
+    records, fill one), which every server takes from shape_kit at start, by one that counts the
     records it maps: [records]."""
     calls = [0]
-    original = getattr(module, name)
+    original = getattr(shapes.CARS, name)
 
     def counting(records: Any, *args: Any) -> Any:
         calls[0] += len(records) if isinstance(records, list) else 1
         return original(records, *args)
 
-    monkeypatch.setattr(module, name, counting)
+    monkeypatch.setitem(shapes.SHAPE_KITS, "cars", dataclasses.replace(shapes.CARS, **{name: counting}))
     return calls
 
 
@@ -98,8 +100,12 @@ def _quart_app_request(app: Quart) -> Callable[[], Awaitable[bytes]]:
 
 
 def grpc_request(config: Settings) -> Callable[[], Awaitable[bytes]]:
-    servicer = grpc_server.RecordServicer(
-        record_source(config), config.response_model, config.max_request_bytes
+    servicer = grpc_server.record_servicer(  # as the worker makes it (services/grpc_aio/server.py)
+        record_source(config),
+        config.response_model,
+        config.max_request_bytes,
+        None,
+        shapes.shape_kit(config.shape),
     )
     responses: list[cars_pb2.ListRecordsResponse] = []
 
@@ -129,7 +135,11 @@ class OneRequestStream:
 
 def grpclib_request(config: Settings) -> Callable[[], Awaitable[bytes]]:
     service = grpclib_servicer.RecordService(
-        record_source(config), config.response_model, config.max_request_bytes, grpclib_servicer.Calls(None)
+        record_source(config),
+        config.response_model,
+        config.max_request_bytes,
+        grpclib_servicer.Calls(None),
+        shapes.shape_kit(config.shape),  # as the worker takes it (services/grpc_grpclib/server.py)
     )
     responses: list[cars_pb2.ListRecordsResponse] = []
 
@@ -151,13 +161,14 @@ REQUESTS = {
     "grpc_aio": grpc_request,
     "grpc_grpclib": grpclib_request,
 }
-# The function each server maps neutral records with: REST a list into dicts, gRPC one into a message.
+# The shape's function each server maps neutral records with: REST a list into dicts (to_json), gRPC
+# one into a message (fill).
 MAPPINGS = {
-    "rest_aiohttp": (rest, "json_records"),
-    "rest_quart": (rest, "json_records"),
-    "rest_granian": (rest, "json_records"),
-    "grpc_aio": (messages, "fill_record"),
-    "grpc_grpclib": (messages, "fill_record"),
+    "rest_aiohttp": "to_json",
+    "rest_quart": "to_json",
+    "rest_granian": "to_json",
+    "grpc_aio": "fill",
+    "grpc_grpclib": "fill",
 }
 
 
@@ -170,7 +181,7 @@ def test_every_declared_stack_is_asked_in_process() -> None:
 @pytest.mark.parametrize("service", SERVERS)
 def test_each_request_maps_its_records_only_under_build(monkeypatch, tmp_path, service, model) -> None:
     config = settings(monkeypatch, tmp_path, service, model)
-    calls = counted(monkeypatch, *MAPPINGS[service])
+    calls = counted(monkeypatch, MAPPINGS[service])
     request = REQUESTS[service](config)
     at_start = calls[0]
 
