@@ -524,8 +524,9 @@ def _notes(
 ) -> list[Note]:
     """A pair's caveats: its saturated groups' suspect repeats; how many rounds would bring req/s to
     ±SETTLED_HALF_WIDTH; each latency side at its load (suspect repeats, whether it carried the rate,
-    its service CPU, throttling and batch size), one note per side combining them."""
-    notes = [n for g in (candidate, baseline) if (n := _suspect(g, _saturated(g)))]
+    its service CPU, throttling and batch size), one note per side combining them. A duet's groups
+    ran for this pair alone: what is said of them is said of the pair, in one note with its rounds."""
+    notes = [n for g in (candidate, baseline) if (n := _saturated_suspect(g, pair))]
     if needed := _rounds_needed(rps):
         notes.append(Note(needed, pair, PRECISION))
     if at_load is not None:
@@ -534,9 +535,14 @@ def _notes(
     return notes
 
 
-def _saturated(g: Group) -> str:
-    """A closed-model group by its target, and its partner when it ran beside one (a duet)."""
-    return f"{g.target} beside {g.partner}" if g.partner else f"{g.target}, closed model"
+def _saturated_suspect(g: Group, pair: str) -> Note | None:
+    """A closed-model group's suspect repeats: said of the pair when the group is a duet's (it ran
+    beside the pair's other side only), else of the target's closed model (every pair it is in)."""
+    if g.partner is None:
+        return _suspect(g, f"{g.target}, closed model")
+    flagged = sum(1 for r in g.results if r.get("suspect"))
+    detail = f"{flagged} of {len(g.results)} repeats of {g.target} suspect, see summary.md"
+    return Note(detail, pair, SUSPECT) if flagged else None
 
 
 def _rounds_needed(rps: Ratio | None) -> str:
