@@ -88,14 +88,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def is_under(item: pytest.Item, directories: tuple[str, ...]) -> bool:
+    tests = Path(__file__).parent
+    return any(item.path.is_relative_to(tests / directory) for directory in directories)
+
+
 def is_serial(item: pytest.Item) -> bool:
     """Whether the test must run alone (the rule above)."""
     if item.get_closest_marker("serial") or item.get_closest_marker("docker"):
         return True
-    tests = Path(__file__).parent
-    if any(item.path.is_relative_to(tests / directory) for directory in SERIAL_DIRECTORIES):
+    if is_under(item, SERIAL_DIRECTORIES):
         return True
-    if any(item.path.is_relative_to(tests / directory) for directory in PARALLEL_DIRECTORIES):
+    if is_under(item, PARALLEL_DIRECTORIES):
         return False
     return item.get_closest_marker("parallel") is None
 
@@ -124,6 +128,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if phase is not None:
         serial = phase == "serial"
         other = _deselect(config, items, lambda item: is_serial(item) == serial)
+        if not serial:
+            # The modules that start servers first, the unit tests' many short ones last: xdist hands
+            # out files in this order, so the long ones (a pip install, the fuzzing) do not start at
+            # the end while the other workers idle.
+            items.sort(key=lambda item: is_under(item, PARALLEL_DIRECTORIES))
         config.stash[_PHASE_NOTE] = (
             f"phase {phase}: {len(items)} test(s), {other} of the other phase deselected"
         )
