@@ -1,13 +1,13 @@
-// gRPC streaming load (see docs/CONTRACTS.md): RecordService/StreamRecords({count: COUNT}), one
-// Record per message from the server; or, with UPLOAD_FILE set, RecordService/UploadRecords, each
+// gRPC streaming load (see docs/CONTRACTS.md): RecordService/StreamRecords({count: COUNT}) (or the
+// SHAPE's service's), one record per message from the server; or, with UPLOAD_FILE set, RecordService/UploadRecords, each
 // record of that file one message from the client, then the server's one reply. One protolab_reqs
 // per completed stream.
-// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, CHECK_EVERY, SUMMARY_FILE and the load model's
+// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE and the load model's
 // (k6/lib/common.js); UPLOAD_FILE and UPLOAD_COUNT (k6/lib/common.js uploadFile).
 import { check } from 'k6';
 import { Stream } from 'k6/net/grpc';
 import {
-  COUNT, buildOptions, connectOnce, grpcClient, uploadFile, logFirstFailure, record, recordChecks,
+  COUNT, buildOptions, connectOnce, grpcClient, method, uploadFile, logFirstFailure, record, recordChecks,
   sampled, summaryHandler, uploadReplyChecks,
   DECODED, UNDECODED,
 } from './lib/common.js';
@@ -17,9 +17,7 @@ const CLOCK = 'grpc_req_duration{decoded:no}';
 export const handleSummary = summaryHandler(CLOCK);
 
 const UPLOAD = uploadFile();
-const METHOD = UPLOAD
-  ? 'protolab.cars.v1.RecordService/UploadRecords'
-  : 'protolab.cars.v1.RecordService/StreamRecords';
+const METHOD = method(UPLOAD ? 'UploadRecords' : 'StreamRecords');
 const REQUEST = { count: COUNT };
 // Throughput streams drop each message in Go (k6 still emits an empty 'data' event per
 // message, so counting works); sampled streams decode them for checking.

@@ -1,11 +1,11 @@
-// gRPC unary load (see docs/CONTRACTS.md): RecordService/ListRecords({count: COUNT}); or, with
-// UPLOAD_FILE set, RecordService/CreateRecords with the records of that file (an upload).
-// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, CHECK_EVERY, SUMMARY_FILE and the load model's
+// gRPC unary load (see docs/CONTRACTS.md): RecordService/ListRecords({count: COUNT}) (or the SHAPE's
+// service's); or, with UPLOAD_FILE set, CreateRecords with the records of that file (an upload).
+// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE and the load model's
 // (k6/lib/common.js); UPLOAD_FILE and UPLOAD_COUNT (k6/lib/common.js uploadFile).
 import { check } from 'k6';
 import grpc from 'k6/net/grpc';
 import {
-  COUNT, buildOptions, connectOnce, grpcClient, uploadFile, logFirstFailure, record, recordChecks,
+  COUNT, buildOptions, connectOnce, grpcClient, method, uploadFile, logFirstFailure, record, recordChecks,
   sampled, summaryHandler, uploadReplyChecks,
   DECODED, UNDECODED,
 } from './lib/common.js';
@@ -15,9 +15,7 @@ const CLOCK = 'grpc_req_duration{decoded:no}';
 export const handleSummary = summaryHandler(CLOCK);
 
 const UPLOAD = uploadFile();
-const METHOD = UPLOAD
-  ? 'protolab.cars.v1.RecordService/CreateRecords'
-  : 'protolab.cars.v1.RecordService/ListRecords';
+const METHOD = method(UPLOAD ? 'CreateRecords' : 'ListRecords');
 // The one request of every call, made once here: k6 marshals it per call.
 const REQUEST = UPLOAD ? { records: UPLOAD.records } : { count: COUNT };
 // Throughput calls drop the response in Go; sampled calls decode it for checking.

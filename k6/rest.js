@@ -1,6 +1,6 @@
 // REST load (see docs/CONTRACTS.md): GET BASE_URL/records?count=COUNT over HTTP/1.1 or HTTP/2; or,
 // with UPLOAD_FILE set, an upload: POST BASE_URL/records with that file's bytes as the body.
-// Env: BASE_URL, EXPECT_PROTO, COUNT, CHECK_EVERY, SUMMARY_FILE and the load model's
+// Env: BASE_URL, EXPECT_PROTO, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE and the load model's
 // (k6/lib/common.js); for an upload UPLOAD_FILE (an absolute path to the exact body, written by the
 // runner before the run) and UPLOAD_COUNT (the records in it, default: as many as it holds), which
 // a checked reply's count and checksum must match (k6/lib/common.js restUpload).

@@ -43,6 +43,24 @@ export function envInt(name, fallback) {
 }
 
 export const COUNT = envInt('COUNT', 100);
+
+// The record shape the service serves (SHAPE, docs/CONTRACTS.md): its gRPC service, the checks of its
+// decoded records and an upload's checksum. cars: RecordService; the others their own service with
+// the same four methods, in proto/cars.proto.
+const SERVICES = {
+  cars: 'protolab.cars.v1.RecordService',
+  numeric: 'protolab.cars.v1.NumericRecordService',
+  text: 'protolab.cars.v1.TextRecordService',
+  nested: 'protolab.cars.v1.NestedRecordService',
+};
+export const SHAPE = envString('SHAPE', 'cars');
+if (!(SHAPE in SERVICES)) {
+  throw new Error(`protolab: SHAPE=${SHAPE}, want one of ${Object.keys(SERVICES).join(', ')}`);
+}
+// The full name of a method of the shape's service, e.g. method('ListRecords').
+export function method(name) {
+  return `${SERVICES[SHAPE]}/${name}`;
+}
 export const CHECK_EVERY = Math.max(1, envInt('CHECK_EVERY', 50));
 export const TLS = envString('TLS', '0') === '1';
 
@@ -132,17 +150,43 @@ export function buildOptions(clock) {
   };
 }
 
-// Check functions for decoded records: COUNT of them, each with every Car and Driver field.
-// grpcDefaults: k6 may drop proto3 zero-valued numbers from decoded gRPC messages (it does
-// for stream messages), and on the wire an absent number is 0, so year/mileage may be absent.
+// Check functions for decoded records: COUNT of them, each with every field of the shape's record
+// (cars: every Car and Driver field). grpcDefaults: k6 may drop proto3 zero-valued numbers from
+// decoded gRPC messages (it does for stream messages), and on the wire an absent number is 0, so
+// a number may be absent; k6 decodes gRPC's int64 as a string of digits (the protobuf JSON mapping).
 export function recordChecks(records, grpcDefaults) {
   const list = Array.isArray(records) ? records : [];
-  const valid = (rec) => hasAllFields(rec, grpcDefaults);
+  const fields = RECORD_FIELDS[SHAPE];
+  const valid = (rec) => fields(rec, grpcDefaults);
   return {
     'record count == COUNT': () => list.length === COUNT,
     'record fields present': () => list.length > 0 && list.every(valid),
   };
 }
+
+const NUMERIC_INTS = [
+  'id', 'timestampMs', 'sequence', 'accountId', 'quantity', 'volume', 'openInterest', 'tradeCount',
+];
+const NUMERIC_DOUBLES = ['price', 'bid', 'ask', 'open', 'high', 'low', 'close', 'vwap'];
+const TEXT_STRINGS = ['title', 'author', 'language', 'slug', 'body'];
+
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+const numberOr = (grpcDefaults) => (v) => typeof v === 'number' || (grpcDefaults && v === undefined);
+const int64Or = (grpcDefaults) => (v) =>
+  typeof v === 'number' || (typeof v === 'string' && /^-?\d+$/.test(v)) || (grpcDefaults && v === undefined);
+
+const RECORD_FIELDS = {
+  cars: hasAllFields,
+  numeric: (rec, grpcDefaults) => isObject(rec) &&
+    NUMERIC_INTS.every((f) => int64Or(grpcDefaults)(rec[f])) &&
+    NUMERIC_DOUBLES.every((f) => numberOr(grpcDefaults)(rec[f])),
+  text: (rec) => isObject(rec) && TEXT_STRINGS.every((f) => isString(rec[f])),
+  nested: (rec, grpcDefaults) => isObject(rec) && isString(rec.orderId) &&
+    Array.isArray(rec.items) && rec.items.length > 0 &&
+    rec.items.every((item) => isObject(item) && isString(item.sku) &&
+      numberOr(grpcDefaults)(item.quantity) && numberOr(grpcDefaults)(item.price)) &&
+    isObject(rec.attributes) && Object.values(rec.attributes).every(isString),
+};
 
 const CAR_STRINGS = ['make', 'model', 'trim', 'color'];
 const CAR_NUMBERS = ['year', 'mileage'];
@@ -196,7 +240,7 @@ export function summaryHandler(latencyMetric) {
   };
 }
 
-// gRPC client with cars.proto loaded from PROTO_DIR (relative paths resolve against the
+// gRPC client with cars.proto (every shape's messages and services) loaded from PROTO_DIR (relative paths resolve against the
 // script's folder); call from a script's init context.
 export function grpcClient() {
   const client = new grpc.Client();
@@ -209,9 +253,9 @@ export function grpcClient() {
 // UPLOAD_FILE: an absolute path to {"records": [...]} in the proto's canonical JSON names (the REST
 // body), written by the runner before the run; UPLOAD_COUNT: how many records it holds (checked;
 // default: as many as it holds). Read and parsed once per VU, here in init: every request sends these
-// same objects, which k6 marshals per request. checksum: what the server's reply must say
-// (services/common/records.py checksum(); JavaScript's string length is Python's for the pool's
-// characters, all in the Basic Multilingual Plane).
+// same objects, which k6 marshals per request. checksum: what the server's reply must say (the
+// shape's, services/common/shapes.py: UPLOAD_CHECKSUMS below computes the same; JavaScript's string
+// length is Python's for the pool's characters, all in the Basic Multilingual Plane).
 export function uploadFile() {
   const file = __ENV.UPLOAD_FILE;
   if (!file) return null;
@@ -220,14 +264,51 @@ export function uploadFile() {
   if (records.length !== count) {
     throw new Error(`protolab: ${file} holds ${records.length} records, UPLOAD_COUNT=${count}`);
   }
-  let total = 0;
-  for (const { car, driver } of records) {
-    // (|| 0: the proto's JSON mapping may leave a zero number out)
-    total += (car.year || 0) + (car.mileage || 0) + car.make.length + car.model.length + car.trim.length +
-      car.color.length + driver.firstname.length + driver.lastname.length + driver.driverId.length;
-  }
-  return { records, count, checksum: total % 2 ** 32 };
+  return { records, count, checksum: UPLOAD_CHECKSUMS[SHAPE](records) };
 }
+
+// Each shape's checksum of an upload's records, as services/common/shapes.py computes it: summed
+// modulo 2**32 record by record, each int64 first reduced modulo 2**32, so that no sum passes 2**53,
+// where a JavaScript number stops being exact (the pool's numbers are all >= 0). (|| 0: the proto's
+// JSON mapping may leave a zero number out.)
+const MOD = 2 ** 32;
+const UPLOAD_CHECKSUMS = {
+  cars: (records) => {
+    let total = 0;
+    for (const { car, driver } of records) {
+      total += (car.year || 0) + (car.mileage || 0) + car.make.length + car.model.length + car.trim.length +
+        car.color.length + driver.firstname.length + driver.lastname.length + driver.driverId.length;
+    }
+    return total % MOD;
+  },
+  numeric: (records) => {
+    let total = 0;
+    for (const rec of records) {
+      for (const f of NUMERIC_INTS) total = (total + (Number(rec[f] || 0) % MOD)) % MOD;
+      // the pool's doubles have three decimals: read in thousandths, as integers
+      for (const f of NUMERIC_DOUBLES) total = (total + Math.round((rec[f] || 0) * 1000)) % MOD;
+    }
+    return total;
+  },
+  text: (records) => {
+    let total = 0;
+    for (const rec of records) {
+      for (const f of TEXT_STRINGS) total += rec[f].length;
+    }
+    return total % MOD;
+  },
+  nested: (records) => {
+    let total = 0;
+    for (const { orderId, items, attributes } of records) {
+      total += orderId.length;
+      // the pool's prices have two decimals: read in hundredths, as integers
+      for (const item of items) total += item.sku.length + (item.quantity || 0) + Math.round((item.price || 0) * 100);
+      for (const [key, value] of Object.entries(attributes)) total += key.length + value.length;
+      total %= MOD;
+    }
+    return total;
+  },
+};
 
 // Checks of a decoded CreateRecordsReply (none: {}) against the upload sent.
 export function uploadReplyChecks(reply, upload) {

@@ -4,12 +4,15 @@ message comes back as the record it was made of, its checksum reads every field,
 and refused as the other settings are."""
 
 import tempfile
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 
 import orjson
 import pytest
 from google.protobuf import json_format
+from labrunner.model.matrix import MatrixError, expand, load_matrix
+from labrunner.model.scenario import Overrides
 
 from services.common import pool
 from services.common.config import load_settings
@@ -18,6 +21,7 @@ from services.common.pool import SHAPES, generate_pool, load_pool
 from services.common.records import BadRequest
 from services.common.rest import shape_records_from_body
 from services.common.shapes import CARS, SHAPE_KITS, shape_kit
+from tests.support import ROOT
 
 SIZE, SEED = 300, 7
 
@@ -167,3 +171,21 @@ def test_shape_is_read_once_from_the_environment_and_refused_by_name(monkeypatch
     monkeypatch.setenv("RECORD_MODE", "live")
     with pytest.raises(ConfigError, match="RECORD_MODE=live serves cars only"):
         load_settings("rest_aiohttp")
+
+
+def test_the_matrix_axis_keeps_cars_ids_and_names_the_other_shapes() -> None:
+    matrix = load_matrix(ROOT / "matrix.toml")
+    base = Overrides(targets=("aiohttp-h1", "grpc"), counts=(10,), repeats=1)
+    before = expand(matrix, "local", "default", base).scenarios
+    assert {scenario.shape for scenario in before} == {"cars"}
+    assert all(not scenario.id.endswith((".cars", ".numeric")) for scenario in before)
+    both = expand(matrix, "local", "default", replace(base, shapes=("cars", "numeric"))).scenarios
+    cars = [s.id for s in both if s.shape == "cars"]
+    numeric = [s.id for s in both if s.shape == "numeric"]
+    assert sorted(cars) == sorted(s.id for s in before)  # a cars scenario's id is the id it had
+    assert len(numeric) == len(before) and all(".numeric" in i for i in numeric)
+    alone = [s for s in both if s.shape == "numeric" and s.duet is None]
+    assert alone and all(s.group == s.group_under(s.load_model.name) for s in alone)
+    assert all(s.target_group.endswith(".numeric") for s in both if s.shape == "numeric")
+    with pytest.raises(MatrixError, match="shapes"):
+        expand(matrix, "local", "default", replace(base, shapes=("tall",)))

@@ -207,7 +207,12 @@ def listening_event(lines: Iterable[bytes]) -> dict[str, Any]:
 
 def service_env(scenario: Scenario) -> dict[str, str]:
     """What every backend sets for a scenario's service, besides where it listens and its TLS files."""
-    return {"RESPONSE_MODEL": scenario.response_model, **SERVICE_STOP_ENV, **dict(scenario.target.env)}
+    return {
+        "RESPONSE_MODEL": scenario.response_model,
+        "SHAPE": scenario.shape,
+        **SERVICE_STOP_ENV,
+        **dict(scenario.target.env),
+    }
 
 
 def check_listening(listening: Mapping[str, Any], scenario: Scenario, log_tail: str) -> None:
@@ -217,8 +222,12 @@ def check_listening(listening: Mapping[str, Any], scenario: Scenario, log_tail: 
         not isinstance(listening.get("port"), int)
         or bool(listening.get("tls")) != target.tls
         or listening.get("response_model") != scenario.response_model
+        # A floor states no shape: it serves cars only (and refuses another SHAPE).
+        or listening.get("shape", "cars") != scenario.shape
     ):
-        expected = f"target tls={target.tls}, response_model={scenario.response_model}"
+        expected = (
+            f"target tls={target.tls}, response_model={scenario.response_model}, shape={scenario.shape}"
+        )
         raise ScenarioFailed(
             "start", f"unexpected listening line {json.dumps(listening)} ({expected})", log_tail
         )

@@ -150,6 +150,12 @@ def _add_scenarios(pick: argparse._ArgumentGroup) -> None:
         "(the client sends them: POST /records, CreateRecords, UploadRecords)",
     )
     pick.add_argument(
+        "--shape",
+        action="append",
+        metavar="SHAPE[,SHAPE]",
+        help="the record the services serve: cars (default), numeric, text and/or nested (docs/matrix.md)",
+    )
+    pick.add_argument(
         "--network",
         action="append",
         metavar="NAME[,NAME]",

@@ -315,6 +315,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         load_models=split_list(args.load_model),
         response_models=split_list(args.response_model),
         directions=split_list(args.direction),
+        shapes=split_list(args.shape),
         networks=split_list(args.network),
         vus=args.vus,
         rate=args.rate,

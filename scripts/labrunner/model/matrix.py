@@ -107,6 +107,7 @@ def expand(
             response_model=response_model,
             network=matrix.networks[network],
             direction=direction,
+            shape=shape,
             k6_instances=settings.k6_instances,
         )
         for rungs in (False, True)
@@ -120,6 +121,7 @@ def expand(
         for direction in dict.fromkeys(settings.directions)
         # What a server sends is all a response model shapes: uploads run under the first model.
         if direction == DEFAULT_DIRECTION or response_model == settings.response_models[0]
+        for shape in dict.fromkeys(settings.shapes)
         for target in targets
         # A target pinned to one model runs only in that model.
         if matrix.targets[target].response_model in (None, response_model)

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from labrunner.model.engine_roles import Hosts
 from labrunner.network.profiles import NetworkProfile
+from services.common.pool import DEFAULT_SHAPE as POOL_DEFAULT_SHAPE
+from services.common.pool import SHAPES as POOL_SHAPES
 
 # The registry of backends: each name is a package, labrunner.backends.<name>, with probe() and
 # create(); `--backend auto` takes the first that can run here, so the users' default comes first.
@@ -29,6 +31,8 @@ DEFAULT_RESPONSE_MODEL = "build"
 # runs under the preset's first response model only.
 DEFAULT_DIRECTION, UPLOAD = "download", "upload"
 DIRECTIONS = (DEFAULT_DIRECTION, UPLOAD)
+# The record shapes a service serves (SHAPE), cars first and the default (services.common.pool).
+SHAPES, DEFAULT_SHAPE = POOL_SHAPES, POOL_DEFAULT_SHAPE
 # What a run measures: the service, driven by k6, or (preset caller, docs/caller.md) a Python caller,
 # each of the plan's scenarios read from the caller's side: its target the server called.
 SERVICE, CALLER = "service", "caller"
@@ -181,6 +185,7 @@ class Scenario:
     response_model: str = DEFAULT_RESPONSE_MODEL  # what each request builds (RESPONSE_MODEL)
     network: NetworkProfile = LOOPBACK  # the link between k6 and the service
     direction: str = DEFAULT_DIRECTION  # which way the records travel (DIRECTIONS)
+    shape: str = DEFAULT_SHAPE  # the record the service serves (SHAPES, the service's SHAPE)
     # k6 processes splitting the load model by execution segments, one CPU each; "auto": one
     # per CPU of the k6 side. Not part of the id: the load model is the same, only split.
     k6_instances: K6Instances = 1
@@ -191,8 +196,8 @@ class Scenario:
         """The scenario id without the repeat: repeats of one group are aggregated. A duet's group
         names its partner: its repeats ran beside that partner's, and pair with them only.
 
-        The default response model and direction add nothing, so groups keep the ids runs made
-        before the models and directions existed had.
+        The default response model, direction and shape add nothing, so groups keep the ids runs
+        made before the models, directions and shapes existed had.
         """
         target_group = self.target_group
         return target_group if self.duet is None else target_group + self.duet.suffix(self.target.name)
@@ -209,6 +214,8 @@ class Scenario:
             group = f"{group}.{self.response_model}"
         if self.direction != DEFAULT_DIRECTION:
             group = f"{group}.{self.direction}"
+        if self.shape != DEFAULT_SHAPE:
+            group = f"{group}.{self.shape}"
         return group if self.network.name == LOOPBACK.name else f"{group}.{self.network.name}"
 
     @property
@@ -245,6 +252,7 @@ class Overrides:
     load_models: tuple[str, ...] | None = None
     response_models: tuple[str, ...] | None = None
     directions: tuple[str, ...] | None = None
+    shapes: tuple[str, ...] | None = None
     networks: tuple[str, ...] | None = None
     vus: int | None = None
     rate: int | None = None

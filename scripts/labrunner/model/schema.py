@@ -28,8 +28,10 @@ from labrunner.model.scenario import (
     AUTO_INSTANCES,
     BACKENDS,
     DEFAULT_DIRECTION,
+    DEFAULT_SHAPE,
     DIRECTIONS,
     RESPONSE_MODELS,
+    SHAPES,
     CapacitySearch,
     K6Instances,
     LoadModel,
@@ -200,6 +202,10 @@ DirectionName = Annotated[
 DirectionNames = Annotated[
     list[DirectionName], BeforeValidator(_as_list), _must(len, "must list at least one direction")
 ]
+ShapeName = Annotated[
+    str, _must(SHAPES.__contains__, "{value} must be one of " + ", ".join(map(repr, SHAPES)))
+]
+ShapeNames = Annotated[list[ShapeName], BeforeValidator(_as_list), _must(len, "must list at least one shape")]
 K6InstancesSetting = Annotated[K6Instances, BeforeValidator(_k6_instances)]
 ResponseModelNames = Annotated[
     list[ResponseModelName], BeforeValidator(_as_list), _must(len, "must list at least one model")
@@ -500,6 +506,7 @@ class Settings(_Table):
     load_models: Names
     response_models: ResponseModelNames
     directions: DirectionNames = [DEFAULT_DIRECTION]
+    shapes: ShapeNames = [DEFAULT_SHAPE]
     networks: Names = ["loopback"]
     k6_instances: K6InstancesSetting = 1
     duration: PositiveDuration
@@ -529,6 +536,7 @@ class _Selection(_Table):
     load_models: Names | None = None
     response_models: ResponseModelNames | None = None
     directions: DirectionNames | None = None
+    shapes: ShapeNames | None = None
     networks: Names | None = None
     k6_instances: K6InstancesSetting | None = None
     duration: PositiveDuration | None = None

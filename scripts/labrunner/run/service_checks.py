@@ -2,6 +2,7 @@
 
 import ssl
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -9,16 +10,18 @@ from typing import Any
 import grpc
 import httpx
 from google.protobuf import json_format
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, ParseError
+from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from labrunner.backends.base import Backend, Endpoint, ScenarioFailed, ServiceHandle
 from labrunner.model.scenario import Scenario, Target
-from labrunner.run.uploads import UploadBody
+from labrunner.run.uploads import UploadBody, first_records
 from services.common.contract import RECORD_SHAPE
-from services.common.pb import cars_pb2, cars_pb2_grpc
+from services.common.pb import cars_pb2
+from services.common.shapes import CARS, Shape, shape_kit
 
-GRPC_SERVICE = "protolab.cars.v1.RecordService"
+GRPC_SERVICE = CARS.service.full_name  # protolab.cars.v1.RecordService; each shape has its own
 TIMEOUT_S = 10.0
 _HEALTH_POLL_S = 0.02
 _MAX_SHAPE_ERRORS = 3  # enough to see the pattern without burying the message
@@ -91,6 +94,36 @@ def verify(
     return Verification(protocol, scenario.target.tls, tuple(checks), tuple(failures))
 
 
+def canonical_checksum(message: Message) -> int:
+    """CRC-32 of a message's canonical serialization (deterministic: map entries in key order): equal
+    for two messages exactly when they hold the same records."""
+    return zlib.crc32(message.SerializeToString(deterministic=True))
+
+
+def _expected_records(scenario: Scenario) -> Message:
+    """The list message of the scenario's first `count` pool records, what (count, offset=0) returns."""
+    kit = shape_kit(scenario.shape)
+    expected: Message = kit.list_message()
+    add = expected.records.add  # type: ignore[attr-defined]  # every shape's list message has records
+    for record in first_records(scenario):
+        kit.fill(add(), kit.from_json(record))
+    return expected
+
+
+def _check_same_records(
+    got: Message, expected: Message, what: str, checks: list[str], failures: list[str]
+) -> None:
+    """Whether what a server sent decodes into the pool's records, compared by canonical checksum."""
+    mine, theirs = canonical_checksum(got), canonical_checksum(expected)
+    _expect(
+        mine == theirs,
+        f"{what}: the pool's records (canonical checksum {theirs:08x})",
+        f"{what}: records differ from the pool's (canonical checksum {mine:08x}, expected {theirs:08x})",
+        checks,
+        failures,
+    )
+
+
 def record_shape_errors(records: object, count: int) -> list[str]:
     """Why a list of records (canonical JSON field names) is not `count` complete records."""
     if not isinstance(records, list):
@@ -127,7 +160,7 @@ def _rest(
     handle: ServiceHandle, scenario: Scenario, ca_file: Path, checks: list[str], failures: list[str]
 ) -> str | None:
     target = scenario.target
-    url = f"{_base_url(handle.address, target.tls)}/records?count={scenario.count}"
+    url = f"{_base_url(handle.address, target.tls)}/records?count={scenario.count}&offset=0"
     try:
         # Offer h2 like k6 does: the server's ALPN choice is what gets verified.
         with _http_client(target.tls, ca_file, timeout_s=TIMEOUT_S) as client:
@@ -153,18 +186,28 @@ def _rest(
         failures.append(f"GET {url} body is not JSON: {response.text[:200]!r}")
         return protocol
     records = body.get("records") if isinstance(body, dict) else None
-    _check_records(records, scenario.count, "REST /records", checks, failures)
+    if scenario.shape == "cars":  # each missing or mistyped field named, from the proto's descriptor
+        _check_records(records, scenario.count, "REST /records", checks, failures)
+    kit = shape_kit(scenario.shape)
+    try:
+        got = json_format.Parse(response.content, kit.list_message())
+    except ParseError as exc:
+        failures.append(f"GET {url} body is not {kit.list_message.DESCRIPTOR.full_name}: {exc}")
+        return protocol
+    _check_same_records(got, _expected_records(scenario), "REST /records", checks, failures)
     return protocol
 
 
 def _grpc(
     handle: ServiceHandle, scenario: Scenario, ca_file: Path, checks: list[str], failures: list[str]
 ) -> str | None:
-    request = cars_pb2.ListRecordsRequest(count=scenario.count)
+    request = cars_pb2.ListRecordsRequest(count=scenario.count, offset=0)
+    kit = shape_kit(scenario.shape)
+    expected: Any = _expected_records(scenario)
     try:
         with _grpc_channel(handle.address, scenario.target.tls, ca_file) as channel:
             health_stub = health_pb2_grpc.HealthStub(channel)
-            for service in ("", GRPC_SERVICE):
+            for service in ("", kit.service.full_name):
                 # types-grpcio-health-checking declares HealthStub without its generated methods.
                 reply = health_stub.Check(  # type: ignore[attr-defined]
                     health_pb2.HealthCheckRequest(service=service), timeout=TIMEOUT_S
@@ -177,11 +220,17 @@ def _grpc(
                     checks,
                     failures,
                 )
-            stub = cars_pb2_grpc.RecordServiceStub(channel)
-            unary = stub.ListRecords(request, timeout=TIMEOUT_S)
-            _check_records(_as_dicts(unary.records), scenario.count, "ListRecords", checks, failures)
-            streamed = list(stub.StreamRecords(request, timeout=TIMEOUT_S))
-            _check_records(_as_dicts(streamed), scenario.count, "StreamRecords", checks, failures)
+            unary = _method(channel, kit, "ListRecords", kit.list_message)(request, timeout=TIMEOUT_S)
+            streamed = list(
+                _method(channel, kit, "StreamRecords", kit.record_message)(request, timeout=TIMEOUT_S)
+            )
+            if scenario.shape == "cars":  # each missing or mistyped field named
+                _check_records(_as_dicts(unary.records), scenario.count, "ListRecords", checks, failures)
+                _check_records(_as_dicts(streamed), scenario.count, "StreamRecords", checks, failures)
+            _check_same_records(unary, expected, "ListRecords", checks, failures)
+            _check_same_records(
+                kit.list_message(records=streamed), expected, "StreamRecords", checks, failures
+            )
     except grpc.RpcError as exc:
         failures.append(f"gRPC call to {handle.address} failed: {_describe(exc)}")
         return None
@@ -230,15 +279,17 @@ def _grpc_upload(
     checks: list[str],
     failures: list[str],
 ) -> None:
-    request = json_format.Parse(upload.path.read_bytes(), cars_pb2.CreateRecordsRequest())
+    kit = shape_kit(upload.shape)
+    request: Any = json_format.Parse(upload.path.read_bytes(), kit.create_message())
+    reply = cars_pb2.CreateRecordsReply
     try:
         with _grpc_channel(handle.address, target.tls, ca_file) as channel:
-            stub = cars_pb2_grpc.RecordServiceStub(channel)
-            unary = stub.CreateRecords(request, timeout=TIMEOUT_S)
+            unary = _method(channel, kit, "CreateRecords", reply)(request, timeout=TIMEOUT_S)
             _check_reply(
                 unary.count, unary.checksum, upload, "CreateRecords", checks=checks, failures=failures
             )
-            streamed = stub.UploadRecords(iter(request.records), timeout=TIMEOUT_S)
+            upload_records = _method(channel, kit, "UploadRecords", reply, streaming="stream_unary")
+            streamed = upload_records(iter(request.records), timeout=TIMEOUT_S)
             _check_reply(
                 streamed.count, streamed.checksum, upload, "UploadRecords", checks=checks, failures=failures
             )
@@ -287,6 +338,22 @@ def _expect(ok: bool, passed: str, failed: str, checks: list[str], failures: lis
 def _as_dicts(records: Any) -> list[dict[str, Any]]:
     # Zero-valued fields (mileage 0) are printed too, so the shape check sees every field.
     return [MessageToDict(r, always_print_fields_with_no_presence=True) for r in records]
+
+
+def _method(channel: grpc.Channel, kit: Shape, method: str, reply: type[Message], streaming: str = "") -> Any:
+    """A callable of one of the shape's service's methods (cars: RecordService), its reply decoded as
+    reply; streaming names the channel's factory for the streaming ones."""
+    kinds = {"ListRecords": "unary_unary", "StreamRecords": "unary_stream", "CreateRecords": "unary_unary"}
+    factory = getattr(channel, streaming or kinds[method])
+    return factory(
+        f"/{kit.service.full_name}/{method}",
+        request_serializer=_serialize,
+        response_deserializer=reply.FromString,
+    )
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
 
 
 def _base_url(address: Endpoint, tls: bool) -> str:

@@ -13,8 +13,9 @@ from pathlib import Path
 import orjson
 
 from labrunner.files import write_bytes_atomic
-from labrunner.model.scenario import UPLOAD, Scenario
-from services.common.records import checksum, load_pool, record_from_json
+from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD, Scenario
+from services.common.pool import JsonRecord, load_pool
+from services.common.shapes import shape_kit
 
 # The servers' defaults (services/common/config.py), unless the target's env sets them.
 POOL_SIZE, POOL_SEED = 10_000, 42
@@ -26,20 +27,36 @@ class UploadBody:
 
     path: Path
     count: int
-    checksum: int  # CreateRecordsReply.checksum of these records (services.common.records.checksum)
+    checksum: int  # CreateRecordsReply.checksum of these records (the shape's, services.common.shapes)
+    shape: str = DEFAULT_SHAPE  # the records' shape
+
+
+def pool_of(scenario: Scenario) -> tuple[int, int]:
+    """The (RECORD_POOL_SIZE, RECORD_SEED) the scenario's service serves from."""
+    env = dict(scenario.target.env)
+    return int(env.get("RECORD_POOL_SIZE", POOL_SIZE)), int(env.get("RECORD_SEED", POOL_SEED))
+
+
+def first_records(scenario: Scenario) -> list[JsonRecord]:
+    """The scenario's `count` records from pool position 0, of its shape: what its service answers to
+    (count, offset=0), and what an upload sends."""
+    size, seed = pool_of(scenario)
+    pool = load_pool(size, seed, scenario.shape)
+    return list(itertools.islice(itertools.cycle(pool), scenario.count))
 
 
 def upload_body(directory: Path, scenario: Scenario) -> UploadBody | None:
     """An upload scenario's body in directory (k6's files, which every backend hands to k6), written
-    once for each pool and count: every repeat and target of a run sends the same file. None for a
-    download."""
+    once for each pool, shape and count: every repeat and target of a run sends the same file. None
+    for a download."""
     if scenario.direction != UPLOAD:
         return None
-    env = dict(scenario.target.env)
-    size = int(env.get("RECORD_POOL_SIZE", POOL_SIZE))
-    seed = int(env.get("RECORD_SEED", POOL_SEED))
-    records = list(itertools.islice(itertools.cycle(load_pool(size, seed)), scenario.count))
-    path = directory / f"upload-p{size}-s{seed}-c{scenario.count}.json"
+    size, seed = pool_of(scenario)
+    records = first_records(scenario)
+    shape = "" if scenario.shape == DEFAULT_SHAPE else f"-{scenario.shape}"  # cars keeps its name
+    path = directory / f"upload{shape}-p{size}-s{seed}-c{scenario.count}.json"
     if not path.exists():
         write_bytes_atomic(path, orjson.dumps({"records": records}))
-    return UploadBody(path, scenario.count, checksum(record_from_json(r) for r in records))
+    kit = shape_kit(scenario.shape)
+    checksum = kit.checksum(kit.from_json(r) for r in records)
+    return UploadBody(path, scenario.count, checksum, scenario.shape)

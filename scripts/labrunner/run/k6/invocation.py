@@ -84,6 +84,7 @@ class K6Setup:
             "K6_NO_USAGE_REPORT": "true",
             "SUMMARY_FILE": str(summary_file),
             "COUNT": str(self.scenario.count),
+            "SHAPE": self.scenario.shape,
             "TLS": "1" if self.scenario.target.tls else "0",
             "DURATION": format_duration(duration_s),
             **_load_env(model),
