@@ -126,7 +126,10 @@ class RawH2:
         for event in events:
             if isinstance(event, h2.events.DataReceived):
                 self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-        self.flush()
+        try:
+            self.flush()
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLEOFError):  # the server has closed
+            self.closed = True
         return list(events)
 
     def grpc_status(self, stream_id: int) -> tuple[int | None, str]:
