@@ -10,6 +10,7 @@ import pytest
 from labrunner.report import cells, findings, repeats
 from labrunner.report import payload_model as pm
 from labrunner.report.stats import RATIO_METHOD_LINE, Ratio, Summary, too_few_rounds
+from labrunner.results.result import parse_results
 from labrunner.results.trust import MAX_INTERVAL_WIDTH, SETTLED_HALF_WIDTH, rounds_needed
 
 from tests.unit.test_findings import _find, _one, _result, _run
@@ -50,7 +51,7 @@ def test_the_method_lines_say_paired_rounds_and_holm_and_welch_only_where_unpair
     assert "geometric mean of the per-round ratios" in RATIO_METHOD_LINE
     assert "(Holm)" in RATIO_METHOD_LINE
     assert "Welch's t-test" in RATIO_METHOD_LINE.split("Where repeats have no partner", 1)[1]
-    md = "\n".join(repeats.across_repeats_markdown(_run(CLOSED)))
+    md = "\n".join(repeats.across_repeats_markdown(parse_results(_run(CLOSED))))
     assert RATIO_METHOD_LINE in md and "(Welch;" not in md
 
 

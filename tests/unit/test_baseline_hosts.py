@@ -8,6 +8,7 @@ from labrunner.report import baseline, host_conditions, sections
 from labrunner.report.compare import against_baseline, group_results
 from labrunner.report.document import Paragraph, Table
 from labrunner.report.runs import Run
+from labrunner.results.result import parse_results
 
 EPYC = {
     "cpu_model": "AMD EPYC",
@@ -42,7 +43,7 @@ def _result(target: str, repeat: int, rps: float) -> dict[str, Any]:
             "service": service,
             "protocol": protocol,
             "tls": False,
-            "profile": {"name": "quarter", "cpus": 0.25},
+            "profile": {"name": "quarter", "cpus": 0.25, "memory_bytes": 2**29},
             "count": 100,
             "duration_s": 10.0,
             "load_model": {"name": "closed", "executor": "constant-vus"},
@@ -67,7 +68,7 @@ def _run(name: str, fingerprint: dict[str, Any] | None, scale: float, grpc_over_
     manifest = {"run_id": name, "git": {"sha": name}, "host": {"cpu_model": "AMD EPYC"}}
     if fingerprint is not None:
         manifest["fingerprint"] = fingerprint
-    return Run(Path(name), name, manifest, tuple(results), tuple(group_results(results)))
+    return Run(Path(name), name, manifest, tuple(results), tuple(group_results(parse_results(results))))
 
 
 def _text(blocks: list[Any]) -> list[str]:

@@ -15,6 +15,7 @@ from labrunner.model.matrix import expand, load_matrix, parse_matrix
 from labrunner.model.scenario import Overrides
 from labrunner.model.schema import MatrixError
 from labrunner.report.compare import compare_groups, group_results
+from labrunner.results.result import parse_results
 from labrunner.results.store import scenario_dict
 from labrunner.run.k6.invocation import K6Setup
 from labrunner.run.uploads import upload_body
@@ -151,7 +152,12 @@ def _result(
     }
     if direction is not None:  # None: a result written before directions existed
         scenario["direction"] = direction
-    return {"scenario": scenario, "status": "ok", "k6": {"metrics": {"requests_per_second": rps}}}
+    return {
+        "scenario_id": scenario["id"],
+        "scenario": scenario,
+        "status": "ok",
+        "k6": {"metrics": {"requests_per_second": rps}},
+    }
 
 
 def test_uploads_compare_only_with_uploads_and_old_results_are_downloads() -> None:
@@ -161,7 +167,7 @@ def test_uploads_compare_only_with_uploads_and_old_results_are_downloads() -> No
         _result("aiohttp-h1.small.c100.closed.upload", "aiohttp-h1", "http1.1", "upload", 500.0),
         _result("grpc.small.c100.closed.upload", "grpc", "grpc", "upload", 900.0),
     ]
-    groups = group_results(results)
+    groups = group_results(parse_results(results))
     assert [g.direction for g in groups] == ["download", "download", "upload", "upload"]
     pairs = [(c.candidate.id, c.baseline.id) for c in compare_groups(groups) if c.kind == "gRPC vs REST"]
     assert pairs == [

@@ -15,6 +15,7 @@ from labrunner.model.schema import QuestionName
 from labrunner.observe import interference
 from labrunner.report import aa_control
 from labrunner.report.compare import AA_CONTROL, compare_groups, group_results
+from labrunner.results.result import parse_results
 from labrunner.results.store import scenario_dict
 from labrunner.run.k6.result import K6Run
 
@@ -141,7 +142,7 @@ def _run(aa_side_1: float = 1.0) -> list[dict[str, Any]]:
 
 
 def test_the_ratio_is_over_blocks_and_the_host_drift_cancels() -> None:
-    comparisons = compare_groups(group_results(_run()))
+    comparisons = compare_groups(group_results(parse_results(_run())))
     [grpc_rest] = [c for c in comparisons if c.kind == "gRPC vs REST"]
     assert (grpc_rest.candidate.target, grpc_rest.baseline.target) == ("grpc", "aiohttp-h1")
     assert grpc_rest.candidate.partner == "aiohttp-h1" and grpc_rest.baseline.partner == "grpc"
@@ -153,14 +154,14 @@ def test_the_ratio_is_over_blocks_and_the_host_drift_cancels() -> None:
 
 
 def test_the_aa_control_says_whether_the_runs_ratios_carry_a_bias() -> None:
-    [clean] = aa_control.controls(group_results(_run()))
+    [clean] = aa_control.controls(group_results(parse_results(_run())))
     assert clean.ratios["rps"].estimate == pytest.approx(1.0) and aa_control.bias(clean) is None
-    [line] = aa_control.findings(group_results(_run()))
+    [line] = aa_control.findings(group_results(parse_results(_run())))
     assert line.sentence.startswith("A/A control aiohttp-h1: req/s ")
     assert line.sentence.endswith("no slot bias beyond ±2%")
-    [biased] = aa_control.controls(group_results(_run(aa_side_1=1.05)))
+    [biased] = aa_control.controls(group_results(parse_results(_run(aa_side_1=1.05))))
     assert aa_control.bias(biased) == pytest.approx(0.05)
-    [said] = aa_control.findings(group_results(_run(aa_side_1=1.05)))
+    [said] = aa_control.findings(group_results(parse_results(_run(aa_side_1=1.05))))
     assert said.sentence.endswith("the run's duet ratios carry a bias of about 5.0%")
 
 
@@ -236,7 +237,7 @@ def test_the_matrix_order_stays_by_target_so_servers_compare_in_it() -> None:
     results = [_result(s, 100.0) for s in plan.scenarios]
     servers = {
         (c.candidate.target, c.baseline.target)
-        for c in compare_groups(group_results(results))
+        for c in compare_groups(group_results(parse_results(results)))
         if c.kind == "REST server vs REST server"
     }
     assert servers == {("aiohttp-h1", "quart-h1"), ("aiohttp-h1-tls", "quart-h1-tls")}

@@ -15,6 +15,7 @@ from labrunner.report import answers, findings, payload
 from labrunner.report.compare import compare_groups, group_results
 from labrunner.report.stats import Ratio, holm
 from labrunner.report.summary import write_summaries
+from labrunner.results.result import parse_results
 from labrunner.results.store import RESULT_SCHEMA, result_path
 
 TARGETS = {
@@ -79,7 +80,7 @@ def _run(spec: dict[str, list[float]], **kwargs: Any) -> list[dict[str, Any]]:
 
 
 def _find(results: list[dict[str, Any]]) -> list[findings.Finding]:
-    return findings.comparisons_findings(group_results(results))
+    return findings.comparisons_findings(group_results(parse_results(results)))
 
 
 def _one(found: list[findings.Finding], question: str, text: str) -> findings.Finding:
@@ -196,7 +197,7 @@ def test_a_lower_bound_enters_no_ratio_and_is_named() -> None:
 
 
 def test_every_group_a_lower_bound_says_the_run_cannot_compare_and_what_would() -> None:
-    groups = group_results(_run({"grpc": [600, 610], "aiohttp-h1": [900, 910]}, k6_cpu=0.95))
+    groups = group_results(parse_results(_run({"grpc": [600, 610], "aiohttp-h1": [900, 910]}, k6_cpu=0.95)))
     [finding] = findings.cannot_compare(groups)
     assert "No comparison between targets" in finding.sentence and "--load-engine" in finding.sentence
 
@@ -211,7 +212,7 @@ def test_a_suspect_group_is_named_in_the_finding() -> None:
 
 def test_streaming_is_compared_with_unary_grpc_never_with_rest() -> None:
     results = _run({"grpc-stream": [60, 62, 61], "grpc": [600, 610, 590], "quart-h1": [400, 405, 395]})
-    comparisons = compare_groups(group_results(results))
+    comparisons = compare_groups(group_results(parse_results(results)))
     assert comparisons
     for c in comparisons:
         if is_streaming(c.candidate) or is_streaming(c.baseline):
@@ -299,9 +300,11 @@ def test_the_terminal_shows_each_questions_strongest_findings_and_points_to_the_
 
 
 def test_floor_targets_enter_no_finding() -> None:
-    groups = group_results(_run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395]}))
+    groups = group_results(parse_results(_run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395]})))
     with_floor = group_results(
-        _run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395], "floor-quart-h1": [800, 805, 795]})
+        parse_results(
+            _run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395], "floor-quart-h1": [800, 805, 795]})
+        )
     )
     assert answers.for_run(with_floor, "default") == answers.for_run(groups, "default")
 
@@ -370,7 +373,7 @@ def test_the_end_of_a_run_prints_the_findings(tmp_path: Path) -> None:
     said: list[str] = []
     say_findings(run, order, "default", said.append)
     lines = said
-    assert lines == findings.plain(answers.for_run(group_results(_run(_RESULTS)), "default"))
+    assert lines == findings.plain(answers.for_run(group_results(parse_results(_run(_RESULTS))), "default"))
     assert lines[:3] == [f"findings: {_HELD}", f"  {findings.SHORT_METHOD}", "  gRPC vs REST"]
     assert lines[3].startswith("    grpc vs quart-h1: req/s 1.50x [")
 

@@ -14,6 +14,7 @@ from labrunner.report import answers, findings
 from labrunner.report.compare import group_results
 from labrunner.report.document import Bullets
 from labrunner.results import ladder
+from labrunner.results.result import parse_results
 from labrunner.results.store import scenario_dict
 
 from tests.support import ROOT
@@ -96,7 +97,7 @@ def _default_run() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def found() -> list[findings.Finding]:
-    return answers.for_run(group_results(_default_run()), "default")
+    return answers.for_run(group_results(parse_results(_default_run())), "default")
 
 
 def test_a_default_runs_answer_fits_one_screen(found: list[findings.Finding]) -> None:

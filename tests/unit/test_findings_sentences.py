@@ -10,6 +10,7 @@ from labrunner.report import findings
 from labrunner.report.compare import group_results
 from labrunner.report.findings import Finding
 from labrunner.report.stats import Ratio
+from labrunner.results.result import parse_results
 
 from tests.unit.test_findings import _find, _one, _result, _run
 
@@ -161,7 +162,7 @@ def test_serving_ninety_five_percent_of_the_rate_is_carrying_it() -> None:
 
 
 def test_a_run_of_lower_bounds_says_what_limited_it_and_what_would_answer() -> None:
-    k6_bound = group_results(_run({"grpc": [600, 610], "aiohttp-h1": [900, 910]}, k6_cpu=0.95))
+    k6_bound = group_results(parse_results(_run({"grpc": [600, 610], "aiohttp-h1": [900, 910]}, k6_cpu=0.95)))
     [finding] = findings.cannot_compare(k6_bound)
     assert finding.question == "run"
     assert finding.sentence == (
@@ -173,14 +174,16 @@ def test_a_run_of_lower_bounds_says_what_limited_it_and_what_would_answer() -> N
     idle = _run({"grpc": [600, 610], "aiohttp-h1": [900, 910]})
     for result in idle:
         result["service"]["usage"]["cpu_utilisation"] = 0.3
-    [finding] = findings.cannot_compare(group_results(idle + _loaded(LATENCY, 50)))  # open groups aside
+    [finding] = findings.cannot_compare(
+        group_results(parse_results(idle + _loaded(LATENCY, 50)))
+    )  # open groups aside
     assert finding.sentence.endswith(
         "; run a profile whose quota the service fills (--profile quarter locally), or a host or engine "
         "with CPUs to spare for k6."
     )
     # One closed group the service's: the run compares that one, and says nothing of the kind.
     mixed = _run({"grpc": [600, 610]}, k6_cpu=0.95) + _run({"aiohttp-h1": [900, 910]})
-    assert findings.cannot_compare(group_results(mixed)) == []
+    assert findings.cannot_compare(group_results(parse_results(mixed))) == []
 
 
 def test_the_questions_not_asked_name_their_presets() -> None:

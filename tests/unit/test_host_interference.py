@@ -17,8 +17,9 @@ from labrunner.model.scenario import Overrides, Scenario
 from labrunner.observe import interference, steal_clock
 from labrunner.observe.interference import CpuTimes, MeteredBackend, Snapshot, Window
 from labrunner.report import host_conditions, payload
+from labrunner.results.result import parse_host
 from labrunner.results.store import RESULT_SCHEMA, result_path
-from labrunner.results.trust import verdict_of
+from labrunner.results.trust import _host_reasons
 
 from tests.support import ROOT, ok_result
 
@@ -162,8 +163,8 @@ def _with_share(service: float, k6: float, steal: float = 0.0, shared: bool = Fa
 
 
 def _suspect(section: dict[str, Any] | None) -> list[str]:
-    """The judge's reasons on a result that has only this host section."""
-    return list(verdict_of({"host": section}).suspect)
+    """The judge's reasons on a result that has only this host section (the host's reasons alone)."""
+    return [reason.text for reason in _host_reasons(parse_host(section))]
 
 
 def test_suspect_above_five_percent_of_either_cpu_set_or_of_steal() -> None:

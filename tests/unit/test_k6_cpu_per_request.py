@@ -12,6 +12,7 @@ from labrunner.report.compare import group_results
 from labrunner.report.document import Table
 from labrunner.report.runs import Run
 from labrunner.report.summary import summary_markdown, summary_row
+from labrunner.results.result import parse_result, parse_results
 
 from tests.support import ROOT, latency_from_p50, ok_result
 
@@ -51,14 +52,14 @@ def _results(with_k6_cpu: bool = True) -> list[dict[str, Any]]:
 
 
 def _summary_table(results: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
-    run = Run(Path("run"), "run", {}, tuple(results), tuple(group_results(results)))
+    run = Run(Path("run"), "run", {}, tuple(results), tuple(group_results(parse_results(results))))
     (table,) = [b for b in sections.summary(run, {}, None) if isinstance(b, Table)]
     return {row[0].strip("`"): dict(zip(table.headers, row, strict=True)) for row in table.rows}
 
 
 def test_the_report_summary_gives_k6s_cpu_per_request_for_each_group() -> None:
     results = _results()
-    groups = {g.target: g for g in group_results(results)}
+    groups = {g.target: g for g in group_results(parse_results(results))}
     assert set(groups) == set(RUNS)
     grpc, rest = groups["grpc"].summary("k6_cpu_per_1k"), groups["aiohttp-h1"].summary("k6_cpu_per_1k")
     assert grpc is not None and rest is not None
@@ -76,7 +77,7 @@ def test_without_k6_cpu_seconds_the_figure_is_a_dash() -> None:
 
 def test_summary_md_gives_k6s_cpu_per_request_for_each_scenario() -> None:
     results = _results()
-    rows = [summary_row(r) for r in results]
+    rows = [summary_row(r) for r in parse_results(results)]
     text = summary_markdown("run", rows)
     header = next(line for line in text.splitlines() if line.startswith("| scenario |"))
     names = [cell.strip() for cell in header.strip("|").split("|")]
@@ -88,5 +89,5 @@ def test_summary_md_gives_k6s_cpu_per_request_for_each_scenario() -> None:
         assert len(cells) == len(names)
         expected = "0.060" if result["scenario"]["target"] == "grpc" else "0.025"
         assert cells[column] == expected, line
-    no_cpu = summary_row(_result(_scenarios()[0], None))
+    no_cpu = summary_row(parse_result(_result(_scenarios()[0], None)))
     assert no_cpu["k6_cpu_per_request_ms"] is None

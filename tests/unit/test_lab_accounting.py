@@ -10,7 +10,8 @@ import pytest
 from labrunner.observe import interference, lab_cpu, local_stack
 from labrunner.observe.interference import CpuTimes, Snapshot, Window
 from labrunner.report import host_conditions
-from labrunner.results.trust import _host, _host_reasons
+from labrunner.results.result import parse_host as _host
+from labrunner.results.trust import _host_reasons
 
 # A daemon whose command name holds a space and a parenthesis; utime 700, stime 120, cutime 30,
 # cstime 50 ticks (fields 14-17).

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from labrunner.report import findings
 from labrunner.report.compare import compare_groups, group_results
+from labrunner.results.result import parse_results
 from labrunner.run.k6_stats import LATENCY_BATCHES, batch_percentiles, percentile
 
 
@@ -63,7 +64,7 @@ def _batches(p50s: list[float], n: float = 200.0) -> list[dict[str, float]]:
 def test_one_window_a_side_gives_a_latency_ratio_with_an_interval() -> None:
     fast = _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0, 5.2, 4.9, 5.1, 5.0]))
     slow = _open_result("quart-h1", "rest_quart", _batches([10.0, 10.5, 9.8, 10.2, 10.1]))
-    [comparison] = compare_groups(group_results([fast, slow]))
+    [comparison] = compare_groups(group_results(parse_results([fast, slow])))
     p50 = comparison.ratios["p50"]
     assert p50.estimate == pytest.approx(0.5, rel=0.02)
     assert p50.low is not None and p50.high is not None and p50.low < 0.5 < p50.high and p50.significant
@@ -78,7 +79,7 @@ def test_one_window_a_side_gives_a_latency_ratio_with_an_interval() -> None:
 def test_batches_that_support_p99_give_it_a_ratio() -> None:
     fast = _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0, 5.2, 4.9, 5.1, 5.0], n=1000))
     slow = _open_result("quart-h1", "rest_quart", _batches([10.0, 10.5, 9.8, 10.2, 10.1], n=1000))
-    [comparison] = compare_groups(group_results([fast, slow]))
+    [comparison] = compare_groups(group_results(parse_results([fast, slow])))
     p99 = comparison.ratios["p99"]
     assert p99.estimate == pytest.approx(0.5, rel=0.02) and p99.low is not None
 
@@ -86,7 +87,7 @@ def test_batches_that_support_p99_give_it_a_ratio() -> None:
 def test_a_tail_the_batches_cannot_hold_says_what_it_needs() -> None:
     fast = _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0, 5.2, 4.9, 5.1, 5.0]))
     slow = _open_result("quart-h1", "rest_quart", _batches([10.0, 10.5, 9.8, 10.2, 10.1]))
-    [comparison] = compare_groups(group_results([fast, slow]))
+    [comparison] = compare_groups(group_results(parse_results([fast, slow])))
     assert findings._short_batches(comparison)
     assert findings._conditions(comparison.candidate).alone.endswith(", 200 samples a batch")
 
@@ -94,7 +95,7 @@ def test_a_tail_the_batches_cannot_hold_says_what_it_needs() -> None:
 def test_batches_that_disagree_say_the_latency_moved_not_that_rounds_are_missing() -> None:
     steady = _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0, 5.2, 4.9, 5.1, 5.0]))
     queue = _open_result("quart-h1", "rest_quart", _batches([5.0, 20.0, 80.0, 300.0, 900.0]))
-    [comparison] = compare_groups(group_results([steady, queue]))
+    [comparison] = compare_groups(group_results(parse_results([steady, queue])))
     p50 = comparison.ratios["p50"]
     assert p50.rounds is None
     assert findings.glance(p50, "p50", "a vs b")[1][0].alone == (

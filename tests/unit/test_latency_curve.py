@@ -14,6 +14,7 @@ from labrunner.report.compare import group_results
 from labrunner.report.document import Bullets, Table
 from labrunner.report.summary import write_summaries
 from labrunner.results.ladder import resolve
+from labrunner.results.result import parse_results
 from labrunner.results.store import MANIFEST_FILE, RESULT_SCHEMA, build_manifest, result_path
 from PIL import Image
 
@@ -62,7 +63,7 @@ def _results() -> list[dict[str, Any]]:
 
 
 def test_the_table_gives_each_target_at_each_offered_rate() -> None:
-    rows = latency_curve.rows(group_results(_results()))
+    rows = latency_curve.rows(group_results(parse_results(_results())))
     # target, held fixed, offered, ok, served, service CPU, p50, p99 (centres of the two repeats)
     # Each rung at its share of its target's closed req/s: the real offered rate of each.
     assert [row[:4] for row in rows] == [
@@ -86,12 +87,12 @@ def test_conditions_offered_one_rate_make_no_curve() -> None:
         if r["scenario"]["target"] == "aiohttp-h1"
         and r["scenario"]["load_model"]["name"] in ("closed", "loaded-25pct")
     ]
-    assert latency_curve.rows(group_results(one_rate)) == []
-    assert latency_curve.section(group_results(one_rate), {}) == []
+    assert latency_curve.rows(group_results(parse_results(one_rate))) == []
+    assert latency_curve.section(group_results(parse_results(one_rate)), {}) == []
 
 
 def test_the_section_names_the_rungs_not_run() -> None:
-    blocks = latency_curve.section(group_results(_results()), {"not_run": NOT_RUN})
+    blocks = latency_curve.section(group_results(parse_results(_results())), {"not_run": NOT_RUN})
     tables = [b for b in blocks if isinstance(b, Table)]
     assert len(tables) == 1 and tables[0].headers[2:] == (
         "offered /s",
@@ -106,7 +107,7 @@ def test_the_section_names_the_rungs_not_run() -> None:
 
 
 def test_unary_and_streaming_curves_are_drawn_apart(tmp_path: Path) -> None:
-    drawn = latency_curve.drawn(group_results(_results()), tmp_path)
+    drawn = latency_curve.drawn(group_results(parse_results(_results())), tmp_path)
     paths = [path for path, _, _ in drawn]
     assert paths == [tmp_path / "latency_curve.png", tmp_path / "latency_curve_streaming.png"]
     for path in paths:
@@ -114,7 +115,9 @@ def test_unary_and_streaming_curves_are_drawn_apart(tmp_path: Path) -> None:
         with Image.open(path) as image:
             assert image.format == "PNG" and image.width > 500
     unary_only = [r for r in _results() if r["scenario"]["target"] != "grpc-stream"]
-    assert [path for path, _, _ in latency_curve.drawn(group_results(unary_only), tmp_path / "u")] == [
+    assert [
+        path for path, _, _ in latency_curve.drawn(group_results(parse_results(unary_only)), tmp_path / "u")
+    ] == [
         tmp_path / "u" / "latency_curve.png",
         None,
     ]

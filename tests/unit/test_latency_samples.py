@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from labrunner.report.compare import compare_groups, group_results
 from labrunner.report.stats import samples_needed, supports
+from labrunner.results.result import parse_results
 from labrunner.run.k6.output import DEFAULT_LATENCY_METRIC, parse_summary
 from labrunner.run.k6_stats import quantile_grid
 
@@ -51,6 +52,7 @@ def _result(
 ) -> dict[str, Any]:
     metrics = parse_summary({"metrics": {"protolab_req_duration": {"values": _trend(scale, count)}}})
     return {
+        "scenario_id": f"{target}.quarter.c100.{executor}.r{repeat}",
         "status": "ok",
         "scenario": {
             "group": f"{target}.quarter.c100.{executor}",
@@ -59,7 +61,7 @@ def _result(
             "script": "k6/grpc_unary.js" if protocol == "grpc" else "k6/rest.js",
             "protocol": protocol,
             "tls": False,
-            "profile": {"name": "quarter", "cpus": 0.25},
+            "profile": {"name": "quarter", "cpus": 0.25, "memory_bytes": 2**29},
             "count": 100,
             "response_model": "build",
             "network": {"name": "loopback"},
@@ -89,7 +91,7 @@ def test_a_group_shows_the_centre_its_ratios_pair_and_compares_only_what_its_rep
         _result("aiohttp-h1", "http1.1", 1, 3.0, 1200, open_model),
         _result("aiohttp-h1", "http1.1", 2, 3.0, 1200, open_model),
     ]
-    grpc, rest = group_results(results)
+    grpc, rest = group_results(parse_results(results))
     summary = grpc.summary("p50")
     assert summary is not None
     # U(0, 2) and U(0, 4): the repeats' medians 1 and 2, their geometric mean √2 (the pooled median
@@ -113,7 +115,7 @@ def test_a_percentile_beyond_each_repeats_samples_enters_no_ratio() -> None:
         for t, p in (("grpc", "grpc"), ("aiohttp-h1", "http1.1"))
         for r in (1, 2)
     ]
-    grpc, rest = group_results(results)
+    grpc, rest = group_results(parse_results(results))
     (comparison,) = compare_groups([grpc, rest])
     # 1,200 samples over the two repeats, but each repeat's own p99 is what is paired: 600 a repeat
     # put 6 samples beyond it, and p99 needs 1,000 a repeat.

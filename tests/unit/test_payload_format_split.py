@@ -14,6 +14,7 @@ from labrunner.report import payload_sweep as ps
 from labrunner.report.compare import group_results
 from labrunner.report.document import to_markdown
 from labrunner.report.serialization import Case
+from labrunner.results.result import parse_results
 
 from tests.support import ROOT
 from tests.unit.test_payload_sweep import ROWS, _rates, _result
@@ -46,7 +47,9 @@ def _groups(direction: str) -> Any:
     rates = _rates()
     scenarios = [s for s in _scenarios(direction) if not s.target.tls]
     assert {s.direction for s in scenarios} == {direction}
-    return group_results([_result(s, rates[s.target.name, s.count][s.repeat - 1]) for s in scenarios])
+    return group_results(
+        parse_results([_result(s, rates[s.target.name, s.count][s.repeat - 1]) for s in scenarios])
+    )
 
 
 def _split_sentence(direction: str, cases: Sequence[Case] = CASES) -> str:

@@ -14,6 +14,7 @@ from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
 from labrunner.report import payload_model as pm
 from labrunner.report.compare import Group, group_results
 from labrunner.report.serialization import Case
+from labrunner.results.result import parse_results
 from scipy import stats as scipy_stats
 
 from tests.support import ROOT, ok_result
@@ -57,7 +58,7 @@ def _groups(costs: Costs, idle: Mapping[tuple[str, int], float] | None = None) -
         if s.count in costs.get(s.target.name, {}) and not s.target.tls
     ]
     by_target: dict[str, list[Group]] = {}
-    for g in group_results(results):
+    for g in group_results(parse_results(results)):
         by_target.setdefault(g.target, []).append(g)
     return {target: sorted(groups, key=lambda g: g.count) for target, groups in by_target.items()}
 

@@ -20,6 +20,7 @@ from labrunner.report.document import to_markdown
 from labrunner.report.payload import SCHEMA as PAYLOAD_SCHEMA
 from labrunner.report.payload import PayloadRow
 from labrunner.report.serialization import Case
+from labrunner.results.result import parse_results
 from labrunner.results.store import RESULT_SCHEMA, result_path, write_json_atomic
 
 from tests.support import ROOT, ok_result
@@ -98,12 +99,12 @@ def _rates(
 
 
 def _sweep(rates: Rates, targets: tuple[str, ...] = ("aiohttp-h1", "grpc")) -> ps.Sweep:
-    (sweep,) = ps.sweeps(group_results(_results(rates, targets)), ROWS)
+    (sweep,) = ps.sweeps(group_results(parse_results(_results(rates, targets))), ROWS)
     return sweep
 
 
 def _pair_finding(rates: Rates, cases: Sequence[Case] = ()) -> ps.Finding:
-    found = ps.findings(group_results(_results(rates)), ROWS, cases)
+    found = ps.findings(group_results(parse_results(_results(rates))), ROWS, cases)
     (pair,) = [f for f in found if f.sentence.startswith("grpc vs aiohttp-h1, CPU per request: ")]
     return pair
 
@@ -185,7 +186,7 @@ def test_per_record_costs_equal_within_the_noise_leave_the_crossover_unbounded()
 
 def test_one_repeat_at_two_counts_gives_a_crossover_without_an_interval_and_no_check() -> None:
     rates = {k: v[:1] for k, v in _rates(counts=(10, 100)).items()}
-    found = ps.findings(group_results(_results(rates)), ROWS)
+    found = ps.findings(group_results(parse_results(_results(rates))), ROWS)
     assert "(no interval: a line through two points)" in found[0].sentence
     assert "cost model not checked: a held-out count needs three or more counts." in [
         f.sentence for f in found
@@ -193,7 +194,7 @@ def test_one_repeat_at_two_counts_gives_a_crossover_without_an_interval_and_no_c
 
 
 def test_the_model_check_is_a_finding() -> None:
-    found = ps.findings(group_results(_results(_rates())), ROWS)
+    found = ps.findings(group_results(parse_results(_results(_rates()))), ROWS)
     (check,) = [f for f in found if f.sentence.startswith("cost model check")]
     # Affine inputs: each fit without 1,000 records predicts it within the repeats' jitter.
     assert re.fullmatch(
@@ -204,7 +205,7 @@ def test_the_model_check_is_a_finding() -> None:
 
 
 def test_with_the_serialization_benchmark_a_finding_splits_the_per_record_difference() -> None:
-    groups = group_results(_results(_rates()))
+    groups = group_results(parse_results(_results(_rates())))
     assert not [f for f in ps.findings(groups, ROWS) if "per record:" in f.sentence]
     (split,) = [f for f in ps.findings(groups, ROWS, CASES) if "per record:" in f.sentence]
     match = re.fullmatch(
@@ -218,7 +219,7 @@ def test_with_the_serialization_benchmark_a_finding_splits_the_per_record_differ
 
 
 def test_the_section_shows_the_cost_model_the_crossover_and_the_measured_ratios() -> None:
-    groups = group_results(_results(_rates()))
+    groups = group_results(parse_results(_results(_rates())))
     text = to_markdown(ps.section(groups, ROWS, CASES), Path())
     assert "Cost model, quarter profile, build, closed (10 VUs), loopback:" in text
     (grpc_row,) = [line for line in text.splitlines() if line.startswith("| grpc | 1, 10, 100, 1,000 |")]
@@ -244,7 +245,7 @@ def test_a_lower_bound_is_left_out_of_the_ratios_but_kept_in_the_fit_and_named()
     for r in results:
         if r["scenario"]["target"] == "aiohttp-h1" and r["scenario"]["count"] == 1:
             r["service"]["usage"]["cpu_utilisation"] = 0.3
-    groups = group_results(results)
+    groups = group_results(parse_results(results))
     (sweep,) = ps.sweeps(groups, ROWS)
     assert [p.count for p in sweep.points["rps"]] == [10, 100, 1000]
     assert [label for label, _ in sweep.left_out] == ["aiohttp-h1 c1"]
@@ -263,7 +264,7 @@ def test_a_streaming_target_is_never_swept_against_rest() -> None:
         _result(s, rates["grpc" if s.target.name == "grpc-stream" else s.target.name, s.count][s.repeat - 1])
         for s in scenarios
     ]
-    sweeps = ps.sweeps(group_results(results), ROWS)
+    sweeps = ps.sweeps(group_results(parse_results(results)), ROWS)
     # One sweep per direction, each unary gRPC against REST.
     assert [(s.grpc_target, s.rest_target, s.grpc[0].direction) for s in sweeps] == [
         ("grpc", "aiohttp-h1", "download"),
@@ -273,7 +274,7 @@ def test_a_streaming_target_is_never_swept_against_rest() -> None:
 
 def test_a_run_with_one_count_has_no_payload_findings_or_section() -> None:
     rates = {k: v for k, v in _rates().items() if k[1] == 100}
-    groups = group_results(_results(rates))
+    groups = group_results(parse_results(_results(rates)))
     assert ps.findings(groups, ROWS) == [] and ps.section(groups, ROWS) == []
 
 

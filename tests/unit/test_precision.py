@@ -5,6 +5,7 @@ import pytest
 from labrunner.report import precision
 from labrunner.report.compare import group_results
 from labrunner.report.stats import Ratio
+from labrunner.results.result import parse_results
 
 from tests.unit.test_findings import _run
 
@@ -19,8 +20,10 @@ def test_only_the_groups_of_pairs_not_yet_sharp_are_repeated() -> None:
     # grpc vs aiohttp-h1 and aiohttp-h1 vs quart-h1 are tight; grpc vs quart-h1 too, but
     # quart-h1-tls vs quart-h2-tls (HTTP/2 vs HTTP/1.1) spreads.
     groups = group_results(
-        _run({"grpc": [600, 601, 599], "aiohttp-h1": [1500, 1501, 1499], "quart-h1": [400, 401, 399]})
-        + _run({"quart-h1-tls": [300, 360, 250], "quart-h2-tls": [200, 201, 199]})
+        parse_results(
+            _run({"grpc": [600, 601, 599], "aiohttp-h1": [1500, 1501, 1499], "quart-h1": [400, 401, 399]})
+            + _run({"quart-h1-tls": [300, 360, 250], "quart-h2-tls": [200, 201, 199]})
+        )
     )
     pairs = precision.sharpness(groups)
     assert {p.pair for p in pairs if not p.reached(0.05)} == {"quart-h2-tls vs quart-h1-tls"}
@@ -33,7 +36,7 @@ def test_only_the_groups_of_pairs_not_yet_sharp_are_repeated() -> None:
 
 
 def test_one_repeat_has_no_interval_and_is_repeated() -> None:
-    groups = group_results(_run({"grpc": [600], "quart-h1": [400]}))
+    groups = group_results(parse_results(_run({"grpc": [600], "quart-h1": [400]})))
     [pair] = precision.sharpness(groups)
     assert pair.half_width is None and not pair.reached(0.5)
     assert "not: grpc vs quart-h1 no interval" in precision.outcome([pair], 0.05)

@@ -12,6 +12,7 @@ from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Scenario
 from labrunner.report.compare import budget_pairs, compare_groups, group_results
 from labrunner.report.repeats import across_repeats_markdown
+from labrunner.results.result import parse_result, parse_results
 from labrunner.results.store import scenario_dict
 from labrunner.results.trust import verdict_of
 
@@ -54,7 +55,7 @@ def test_a_k6_bound_group_is_a_lower_bound_that_enters_no_ratio() -> None:
     results = [
         _result(s, 500.0 + s.repeat, k6_cpu=0.9 if s.target.name == "aiohttp-h1" else 0.4) for s in scenarios
     ]
-    groups = {g.target: g for g in group_results(results)}
+    groups = {g.target: g for g in group_results(parse_results(results))}
     assert groups["aiohttp-h1"].lower_bound == "3 of 3 repeats not service-bound (k6 used 90% of its CPUs)"
     assert groups["quart-h1"].lower_bound is None
     pairs = {(c.candidate.target, c.baseline.target) for c in compare_groups(list(groups.values()))}
@@ -63,25 +64,25 @@ def test_a_k6_bound_group_is_a_lower_bound_that_enters_no_ratio() -> None:
 
 def test_an_idle_service_under_a_closed_model_is_a_lower_bound_but_not_under_an_open_one() -> None:
     closed = _scenarios(("grpc",), repeats=1)[0]
-    idle = verdict_of(_result(closed, 100.0, service_cpu=0.3))
+    idle = verdict_of(parse_result(_result(closed, 100.0, service_cpu=0.3)))
     assert idle.lower_bound == "the service used 30% of its quota"
-    assert verdict_of(_result(closed, 100.0)).lower_bound is None
+    assert verdict_of(parse_result(_result(closed, 100.0))).lower_bound is None
     open_model = expand(
         load_matrix(ROOT / "matrix.toml"),
         "local",
         "ci",
         Overrides(targets=("grpc",), load_models=("open",)),
     ).scenarios[0]
-    assert verdict_of(_result(open_model, 100.0, service_cpu=0.3)).lower_bound is None
+    assert verdict_of(parse_result(_result(open_model, 100.0, service_cpu=0.3))).lower_bound is None
 
 
 def test_lower_bounds_enter_no_budget_scaling() -> None:
     overrides = Overrides(targets=("aiohttp-h1",), profiles=("quarter", "small"))
     scenarios = expand(load_matrix(ROOT / "matrix.toml"), "local", "ci", overrides).scenarios
     results = [_result(s, 800.0, k6_cpu=0.95 if s.profile.name == "small" else 0.5) for s in scenarios]
-    assert budget_pairs(group_results(results)) == []
+    assert budget_pairs(group_results(parse_results(results))) == []
     results = [_result(s, 800.0) for s in scenarios]
-    assert len(budget_pairs(group_results(results))) == 1
+    assert len(budget_pairs(group_results(parse_results(results)))) == 1
 
 
 def test_summary_gives_every_group_an_interval_and_marks_lower_bounds() -> None:
@@ -95,7 +96,7 @@ def test_summary_gives_every_group_an_interval_and_marks_lower_bounds() -> None:
         )
         for s in scenarios
     ]
-    text = "\n".join(across_repeats_markdown(results))
+    text = "\n".join(across_repeats_markdown(parse_results(results)))
     quart = next(line for line in text.splitlines() if line.startswith("| `quart-h1."))
     # Geometric mean of 303, 306, 309 is 305.99; sd of the logs 0.00980, t(0.975, 2) x 0.00980 / sqrt(3)
     # = 0.0244, so the interval is 305.99 x e^(-+0.0244).
@@ -110,13 +111,13 @@ def test_summary_gives_every_group_an_interval_and_marks_lower_bounds() -> None:
 
 def test_one_repeat_says_so_instead_of_an_interval() -> None:
     results = [_result(s, 100.0) for s in _scenarios(("grpc",), repeats=1)]
-    assert "100.0 (one repeat)" in "\n".join(across_repeats_markdown(results))
+    assert "100.0 (one repeat)" in "\n".join(across_repeats_markdown(parse_results(results)))
 
 
 def test_build_is_compared_with_prebuilt_per_server_and_never_across_models() -> None:
     scenarios = _scenarios(("aiohttp-h1", "grpc"), repeats=2, models=("build", "prebuilt"))
     results = [_result(s, 400.0 if s.response_model == "build" else 500.0) for s in scenarios]
-    comparisons = compare_groups(group_results(results))
+    comparisons = compare_groups(group_results(parse_results(results)))
     kinds = {
         (c.kind, c.candidate.target, c.candidate.response_model, c.baseline.response_model)
         for c in comparisons

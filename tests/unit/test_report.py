@@ -26,6 +26,7 @@ from labrunner.report.compare import (
     is_regression,
 )
 from labrunner.results.record import build_result
+from labrunner.results.result import parse_results
 from labrunner.results.store import RESULT_SCHEMA, result_path
 from labrunner.results.trust import judge_outcome
 from labrunner.run.k6.result import K6Run
@@ -69,7 +70,7 @@ def _pairs(comparisons: list[Any]) -> set[tuple[str, str, str]]:
 
 def test_pairs_come_from_target_attributes() -> None:
     results = [_result(s, 100.0 + s.repeat) for s in _scenarios(REST_AND_GRPC, ("small",), 2)]
-    groups = group_results(results)
+    groups = group_results(parse_results(results))
     assert [g.target for g in groups] == list(REST_AND_GRPC)
     assert all(len(g.results) == 2 and g.kind == THROUGHPUT for g in groups)
     assert _pairs(compare_groups(groups)) == {
@@ -94,7 +95,9 @@ def test_second_implementations_pair_with_the_first_at_equal_protocol() -> None:
         "granian-h2-tls",
         "grpclib",
     )
-    groups = group_results([_result(s, 100.0 + s.repeat) for s in _scenarios(targets, ("small",), 2)])
+    groups = group_results(
+        parse_results([_result(s, 100.0 + s.repeat) for s in _scenarios(targets, ("small",), 2)])
+    )
     pairs = _pairs(compare_groups(groups))
     assert {pair for pair in pairs if "server vs" in pair[0]} == {
         ("REST server vs REST server", "quart-h1-tls", "granian-h1-tls"),
@@ -107,7 +110,9 @@ def test_second_implementations_pair_with_the_first_at_equal_protocol() -> None:
 def test_uninstrumented_targets_answer_only_metrics_on_vs_off() -> None:
     # grpc-stream (instrumented) is no "metrics on" side for unary grpc-nometrics: a different request.
     targets = ("aiohttp-h1", "grpc", "grpc-stream", "aiohttp-h1-nometrics", "grpc-nometrics")
-    groups = group_results([_result(s, 100.0 + s.repeat) for s in _scenarios(targets, ("small",), 2)])
+    groups = group_results(
+        parse_results([_result(s, 100.0 + s.repeat) for s in _scenarios(targets, ("small",), 2)])
+    )
     assert _pairs(compare_groups(groups)) == {
         ("metrics on vs off", "aiohttp-h1", "aiohttp-h1-nometrics"),
         ("metrics on vs off", "grpc", "grpc-nometrics"),
@@ -122,7 +127,7 @@ def test_budget_pairs_compare_consecutive_profiles_of_one_target() -> None:
     results = [
         _result(s, {"small": 100.0, "p1": 400.0, "p2": 700.0}[s.profile.name] + s.repeat) for s in scenarios
     ]
-    comparisons = budget_pairs(group_results(results))
+    comparisons = budget_pairs(group_results(parse_results(results)))
     assert _pairs(comparisons) == {
         ("p1 vs small (4x CPUs)", "grpc", "grpc"),
         ("p2 vs p1 (2x CPUs)", "grpc", "grpc"),
@@ -136,7 +141,7 @@ def test_budget_pairs_compare_consecutive_profiles_of_one_target() -> None:
 
 def test_comparisons_only_within_the_same_profile_count_and_load_model() -> None:
     scenarios = _scenarios(("grpc", "aiohttp-h1"), ("small", "p1"), 1)
-    groups = group_results([_result(s, 100.0) for s in scenarios])
+    groups = group_results(parse_results([_result(s, 100.0) for s in scenarios]))
     comparisons = compare_groups(groups)
     assert {(c.candidate.profile, c.baseline.profile) for c in comparisons} == {
         ("small", "small"),
@@ -149,7 +154,9 @@ def test_comparisons_only_within_the_same_profile_count_and_load_model() -> None
 def test_sequential_groups_compare_latency() -> None:
     overrides = Overrides(targets=("grpc", "aiohttp-h1"), load_models=("seq-100",), repeats=2)
     scenarios = expand(load_matrix(ROOT / "matrix.toml"), "local", "ci", overrides).scenarios
-    groups = group_results([_result(s, 500.0 + s.repeat, p99=2.0 + s.repeat) for s in scenarios])
+    groups = group_results(
+        parse_results([_result(s, 500.0 + s.repeat, p99=2.0 + s.repeat) for s in scenarios])
+    )
     assert {(g.kind, g.iterations) for g in groups} == {(SEQUENTIAL, 100)}
     [comparison] = compare_groups(groups)
     assert set(comparison.ratios) == {"avg", "p50", "p99"}
@@ -159,10 +166,14 @@ def test_regressions_are_significant_changes_for_the_worse() -> None:
     scenarios = _scenarios(("grpc",), ("small",), 3)
     jitter = {1: 1.0, 2: 1.02, 3: 0.98}
     baseline = group_results(
-        [_result(s, 1000 * jitter[s.repeat], p99=10 * jitter[s.repeat]) for s in scenarios]
+        parse_results([_result(s, 1000 * jitter[s.repeat], p99=10 * jitter[s.repeat]) for s in scenarios])
     )
-    slower = group_results([_result(s, 500 * jitter[s.repeat], p99=30 * jitter[s.repeat]) for s in scenarios])
-    faster = group_results([_result(s, 2000 * jitter[s.repeat], p99=5 * jitter[s.repeat]) for s in scenarios])
+    slower = group_results(
+        parse_results([_result(s, 500 * jitter[s.repeat], p99=30 * jitter[s.repeat]) for s in scenarios])
+    )
+    faster = group_results(
+        parse_results([_result(s, 2000 * jitter[s.repeat], p99=5 * jitter[s.repeat]) for s in scenarios])
+    )
     [worse] = against_baseline(slower, baseline).values()
     assert set(is_regression(worse)) == {"rps", "p50", "p99", "cpu_per_1k"}  # same CPU, half the requests
     [better] = against_baseline(faster, baseline).values()

@@ -14,6 +14,7 @@ from labrunner.report.compare import group_results
 from labrunner.report.document import Heading, Table, to_markdown
 from labrunner.report.payload import SCHEMA as PAYLOAD_SCHEMA
 from labrunner.report.payload import PayloadRow
+from labrunner.results.result import parse_results
 from labrunner.results.store import RESULT_SCHEMA, result_path
 
 from tests.support import ROOT, latency_from_p50, ok_result
@@ -87,22 +88,22 @@ def test_the_network_preset_runs_the_closed_and_the_open_model() -> None:
 
 def test_one_network_profile_has_no_network_section() -> None:
     results = [r for r in _results() if r["network"]["profile"] == "loopback"]
-    assert net.section(group_results(results)) == []
+    assert net.section(group_results(parse_results(results))) == []
 
 
 def test_protocols_compare_within_each_network_profile_never_across() -> None:
-    pairs = _pairs(net.within_profile(group_results(_results(models=("closed",)))))
+    pairs = _pairs(net.within_profile(group_results(parse_results(_results(models=("closed",))))))
     for network in ("loopback", "wan"):
         assert (network, "HTTP/2 vs HTTP/1.1", "quart-h2-tls", "quart-h1-tls") in pairs
         assert (network, "gRPC vs REST", "grpc-tls", "quart-h1-tls") in pairs
         assert (network, "gRPC vs REST", "grpc-tls", "quart-h2-tls") in pairs
-    comparisons = net.within_profile(group_results(_results(models=("closed",))))
+    comparisons = net.within_profile(group_results(parse_results(_results(models=("closed",)))))
     assert all(c.candidate.network == c.baseline.network for c in comparisons)
     assert len(comparisons) == 6
 
 
 def test_with_repeats_the_comparisons_carry_intervals() -> None:
-    groups = group_results(_results(repeats=3, models=("closed",)))
+    groups = group_results(parse_results(_results(repeats=3, models=("closed",))))
     (wan_h2,) = [
         c
         for c in net.within_profile(groups)
@@ -120,7 +121,7 @@ def test_with_repeats_the_comparisons_carry_intervals() -> None:
 
 
 def test_a_link_costs_each_target_against_itself_on_loopback() -> None:
-    groups = group_results(_results(models=("closed",)))
+    groups = group_results(parse_results(_results(models=("closed",))))
     costs = {c.group.target: c for c in net.link_costs(groups)}
     assert set(costs) == set(TARGETS)
     for target, cost in costs.items():
@@ -138,7 +139,7 @@ def test_a_link_costs_each_target_against_itself_on_loopback() -> None:
 
 
 def test_the_open_model_shows_offered_and_achieved_rate_and_dropped_iterations() -> None:
-    groups = group_results(_results())
+    groups = group_results(parse_results(_results()))
     open_wan = {g.target: g for g in groups if net.load_kind(g) == net.OPEN and g.network == "wan"}
     h2 = open_wan["quart-h2-tls"]
     rate = net.offered_rate(h2)
@@ -156,7 +157,7 @@ def test_the_open_model_shows_offered_and_achieved_rate_and_dropped_iterations()
 
 
 def test_the_section_has_a_closed_and_an_open_part_with_their_tables() -> None:
-    blocks = net.section(group_results(_results()))
+    blocks = net.section(group_results(parse_results(_results())))
     headings = [b.text for b in blocks if isinstance(b, Heading)]
     assert headings == ["Network profiles", "Closed model", "Open model"]
     tables = [b for b in blocks if isinstance(b, Table)]
@@ -195,7 +196,7 @@ def test_link_bound_groups_are_compared_within_their_profile_and_marked() -> Non
     for r in results:
         if r["network"]["profile"] == "wan":
             r["service"]["usage"]["cpu_utilisation"] = 0.3
-    groups = group_results(results)
+    groups = group_results(parse_results(results))
     assert all(g.lower_bound for g in groups if g.network == "wan")
     wan = [c for c in net.within_profile(groups) if c.candidate.network == "wan"]
     assert {(c.kind, c.candidate.target, c.baseline.target) for c in wan} == {

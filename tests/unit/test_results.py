@@ -16,6 +16,7 @@ from labrunner.model.scenario import CapacitySearch, Overrides, Scenario
 from labrunner.observe import interference, prometheus_sd
 from labrunner.report.summary import summary_row, write_summaries
 from labrunner.results.record import build_result
+from labrunner.results.result import parse_result
 from labrunner.results.store import load_results, result_path, resumable
 from labrunner.results.trust import judge_outcome, verdict_of
 from labrunner.run import capacity
@@ -176,7 +177,7 @@ def test_result_of_a_failed_scenario() -> None:
         "log_tail": "log",
     }
     assert result["k6"] is None
-    row = summary_row(result)
+    row = summary_row(parse_result(result))
     assert row["failure"] == "verify: negotiated HTTP/1.1, target expects HTTP/2.0"
     assert row["requests"] is None
 
@@ -446,5 +447,5 @@ def test_a_saved_result_is_judged_as_the_scenario_was_even_without_its_stored_ve
     assert (result["suspect"], result["lower_bound"]) == (list(verdict.suspect), verdict.lower_bound)
     # A result written before the verdict was stored: the same figures, read from the JSON.
     older = {k: v for k, v in json.loads(json.dumps(result)).items() if k not in ("suspect", "lower_bound")}
-    assert verdict_of(older) == verdict
-    assert verdict_of(result) == verdict
+    assert verdict_of(parse_result(older)) == verdict
+    assert verdict_of(parse_result(result)) == verdict

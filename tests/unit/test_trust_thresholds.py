@@ -3,6 +3,7 @@ the progress line, in summary.md and the report. Every threshold is met exactly 
 and passed once (suspect), and a stored result written before the verdict was kept is judged from
 its figures as the live outcome was."""
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -11,6 +12,7 @@ from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides
 from labrunner.results import trust
 from labrunner.results.record import build_result
+from labrunner.results.result import parse_result, parse_results
 from labrunner.results.trust import Figures, Host, K6Instance, Others, Requests, Step, judge, verdict_of
 
 from tests.support import ROOT
@@ -209,12 +211,27 @@ def test_flags_are_each_kind_once_in_the_order_of_the_sentences() -> None:
     assert verdict == trust.Verdict(verdict.suspect, verdict.lower_bound)
 
 
+# What a scenario section names besides the figures the judge reads (store.scenario_dict).
+IDENTITY = {
+    "group": "grpc.small.c100.closed",
+    "target": "grpc",
+    "service": "grpc_aio",
+    "protocol": "grpc",
+    "tls": False,
+    "count": 100,
+    "repeat": 1,
+}
+
+
 def _legacy(**sections: Any) -> dict[str, Any]:
     """A result written before its verdict was stored (no lower_bound key): judged from its figures."""
     return {
+        "scenario_id": "grpc.small.c100.closed.r1",
+        "status": "ok",
         "scenario": {
+            **IDENTITY,
             "duration_s": 30.0,
-            "profile": {"cpus": 0.5},
+            "profile": {"name": "small", "cpus": 0.5, "memory_bytes": 2**29},
             "load_model": {"executor": "constant-vus"},
             **sections.pop("scenario", {}),
         },
@@ -229,68 +246,80 @@ def _legacy(**sections: Any) -> dict[str, Any]:
 
 
 def test_a_result_from_before_the_stored_verdict_is_judged_from_its_figures() -> None:
-    assert verdict_of(_legacy()) == trust.Verdict((), None)
+    assert verdict_of(parse_result(_legacy())) == trust.Verdict((), None)
     split = verdict_of(
-        _legacy(
-            k6={
-                "cpu_utilisation": 0.95,
-                "instances": [{"cpu_utilisation": 0.4, "cpus": [2]}, {"cpu_utilisation": 0.9, "cpus": [3]}],
-            }
+        parse_result(
+            _legacy(
+                k6={
+                    "cpu_utilisation": 0.95,
+                    "instances": [
+                        {"cpu_utilisation": 0.4, "cpus": [2]},
+                        {"cpu_utilisation": 0.9, "cpus": [3]},
+                    ],
+                }
+            )
         )
     )
     assert split.suspect == ("k6 instance 2 of 2 used 90% of its CPU 3 (load generator saturated)",)
     assert split.lower_bound == "k6 instance 2 of 2 used 90% of its CPU" and split.limited_by == "k6"
     requests = verdict_of(
-        _legacy(k6={"metrics": {"dropped_iterations": 4, "error_rate": 0.05, "attempts": 9}})
+        parse_result(_legacy(k6={"metrics": {"dropped_iterations": 4, "error_rate": 0.05, "attempts": 9}}))
     )
     assert requests.suspect == ("4 iterations dropped", "error rate 5.00%")
     capped = verdict_of(
-        _legacy(
-            scenario={"load_model": {"executor": "shared-iterations", "iterations": 10}},
-            k6={"metrics": {"dropped_iterations": 1, "error_rate": 0.0, "attempts": 9}},
+        parse_result(
+            _legacy(
+                scenario={"load_model": {"executor": "shared-iterations", "iterations": 10}},
+                k6={"metrics": {"dropped_iterations": 1, "error_rate": 0.0, "attempts": 9}},
+            )
         )
     )
     assert capped.suspect == ("only 9 of 10 requests within the 30s cap",)
-    idle = verdict_of(_legacy(service={"usage": {"cpu_utilisation": 0.2}}))
+    idle = verdict_of(parse_result(_legacy(service={"usage": {"cpu_utilisation": 0.2}})))
     assert idle.suspect == (
         "service used 20% of its 0.5-CPU quota under a closed model: not CPU-bound, so something else "
         "limited throughput",
     )
     assert idle.limited_by == "other"
     searched = verdict_of(
-        _legacy(capacity={"steps": [{"rate": 50, "passed": False, "k6_cpu_utilisation": 0.99}]})
+        parse_result(_legacy(capacity={"steps": [{"rate": 50, "passed": False, "k6_cpu_utilisation": 0.99}]}))
     )
     assert searched.suspect == (
         "k6 used 99% of its CPUs at 50/s, the rate that failed: the capacity found may be the load "
         "generator's",
     )
-    stolen = verdict_of(_legacy(host={"measured": True, "steal_share": 0.2, "steal_seconds": 6.0}))
+    stolen = verdict_of(
+        parse_result(_legacy(host={"measured": True, "steal_share": 0.2, "steal_seconds": 6.0}))
+    )
     assert stolen.flags == ("steal",)
-    assert verdict_of(_legacy(host={"measured": False, "steal_share": 0.2})).suspect == ()
+    assert verdict_of(parse_result(_legacy(host={"measured": False, "steal_share": 0.2}))).suspect == ()
 
 
 def test_a_stored_verdict_keeps_its_sentences_and_says_what_limited_a_lower_bound() -> None:
     stored = _legacy(suspect=["as the run judged it"], lower_bound="k6 used 95% of its CPUs")
     stored["k6"]["cpu_utilisation"] = 0.95
-    verdict = verdict_of(stored)
+    verdict = verdict_of(parse_result(stored))
     assert verdict.suspect == ("as the run judged it",) and verdict.lower_bound == "k6 used 95% of its CPUs"
     assert verdict.limited_by == "k6"
     # A bound the figures no longer show (the thresholds moved): still a bound, by something else.
-    moved = verdict_of(_legacy(suspect=[], lower_bound="k6 used 79% of its CPUs"))
+    moved = verdict_of(parse_result(_legacy(suspect=[], lower_bound="k6 used 79% of its CPUs")))
     assert (moved.lower_bound, moved.limited_by) == ("k6 used 79% of its CPUs", "other")
-    none = verdict_of(_legacy(suspect=None, lower_bound=None, service={"usage": {"cpu_utilisation": 0.1}}))
+    none = verdict_of(
+        parse_result(_legacy(suspect=None, lower_bound=None, service={"usage": {"cpu_utilisation": 0.1}}))
+    )
     assert (none.suspect, none.lower_bound, none.limited_by) == ((), None, None)
 
 
 def test_a_result_without_its_executor_is_not_judged_as_closed() -> None:
     result = _legacy(service={"usage": {"cpu_utilisation": 0.1}})
     del result["scenario"]["load_model"]["executor"]
-    assert verdict_of(result) == trust.Verdict((), None)
+    assert verdict_of(parse_result(result)) == trust.Verdict((), None)
 
 
 def test_the_judge_of_a_live_outcome_and_of_its_stored_figures_agree() -> None:
-    """judge_outcome (the progress line) and verdict_of (the report, for a result without its stored
-    verdict) read the same figures from two places: a capped sequential run and a closed one."""
+    """judge_outcome (the progress line) judges the typed result the outcome stores (record.unjudged),
+    the one path verdict_of takes for a result without its stored verdict: a capped sequential run
+    and a closed one, judged live and again from the written JSON, agree."""
     matrix = load_matrix(ROOT / "matrix.toml")
     [sequential] = expand(
         matrix, "local", "ci", Overrides(targets=("grpc",), load_models=("seq-100",))
@@ -305,22 +334,30 @@ def test_the_judge_of_a_live_outcome_and_of_its_stored_figures_agree() -> None:
     for outcome, live in ((capped, verdict), (busy, busy_verdict)):
         result = build_result(outcome, live)
         del result["lower_bound"], result["suspect"]
-        stored = verdict_of(result)
+        stored = verdict_of(parse_result(json.loads(json.dumps(result))))
         assert (stored, stored.flags, stored.limited_by) == (live, live.flags, live.limited_by)
 
 
 def _repeats(*windows_and_rates: tuple[float, float]) -> list[dict[str, Any]]:
     return [
         {
-            "scenario": {"duration_s": window, "load_model": {"executor": "constant-vus"}},
+            "scenario_id": f"grpc.small.c100.closed.r{repeat}",
+            "status": "ok",
+            "scenario": {
+                **IDENTITY,
+                "repeat": repeat,
+                "profile": {"name": "small", "cpus": 0.5, "memory_bytes": 2**29},
+                "duration_s": window,
+                "load_model": {"executor": "constant-vus"},
+            },
             "k6": {"metrics": {"requests_per_second": rps}},
         }
-        for window, rps in windows_and_rates
+        for repeat, (window, rps) in enumerate(windows_and_rates, start=1)
     ]
 
 
 def _spread(rates: list[float], duration_s: float = 10.0) -> trust.Spread | None:
-    return trust.unexplained_spread(_repeats(*((duration_s, rps) for rps in rates)))
+    return trust.unexplained_spread(parse_results(_repeats(*((duration_s, rps) for rps in rates))))
 
 
 def test_a_spread_at_exactly_the_threshold_is_explained_by_the_window() -> None:
@@ -335,7 +372,7 @@ def test_the_first_repeats_window_sets_the_threshold() -> None:
     # CV 14.1% (90 and 110): above 10% for a 10 s window, under the 20% a 5 s window allows.
     assert _spread([90.0, 110.0], duration_s=10.0) is not None
     assert _spread([90.0, 110.0], duration_s=5.0) is None
-    assert trust.unexplained_spread(_repeats((5.0, 90.0), (10.0, 110.0))) is None
-    assert trust.unexplained_spread(_repeats((10.0, 90.0), (5.0, 110.0))) is not None
+    assert trust.unexplained_spread(parse_results(_repeats((5.0, 90.0), (10.0, 110.0)))) is None
+    assert trust.unexplained_spread(parse_results(_repeats((10.0, 90.0), (5.0, 110.0)))) is not None
     assert trust.spread_threshold(5.0) == pytest.approx(0.2) and trust.spread_threshold(10.0) == 0.1
     assert trust.spread_threshold(None) == trust.spread_threshold(60.0) == 0.1

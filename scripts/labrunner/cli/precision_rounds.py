@@ -42,7 +42,9 @@ def sharpen(
     for number in itertools.count(1):
         results = load_results(out, order)
         groups = precision.to_repeat(precision.sharpness(group_results(results)), config.precision)
-        last_repeat = {r["scenario"]["group"]: _repeat(r) for r in sorted(results, key=_repeat)}
+        last_repeat = {
+            r.scenario.group: r.scenario.repeat for r in sorted(results, key=lambda r: r.scenario.repeat)
+        }
         round_ = [duet.next_block(closed[g.id], last_repeat[g.id] + 1) for g in groups if g.id in closed]
         if not round_:
             return added
@@ -64,10 +66,6 @@ def sharpen(
             order += [s.id for s in unit]
         settle()
     raise AssertionError("unreachable: itertools.count never ends")
-
-
-def _repeat(result: dict[str, Any]) -> int:
-    return int(result["scenario"]["repeat"])
 
 
 def precision_record(

@@ -20,6 +20,7 @@ from labrunner.model.scenario import Plan
 from labrunner.report import precision
 from labrunner.report.compare import group_results
 from labrunner.results import ladder
+from labrunner.results.result import Result
 from labrunner.results.store import (
     MANIFEST_FILE,
     build_manifest,
@@ -69,7 +70,7 @@ def run_plan(
     scenarios = Scenarios(config, backend=backend, settings=settings, progress=progress, order=order, say=say)
     run_one, settle = scenarios.run_one, scenarios.settle
     interrupted = True
-    closed_results: list[dict[str, Any]] | None = None  # read once, when the first rung comes
+    closed_results: list[Result] | None = None  # read once, when the first rung comes
     sharpness: list[precision.Sharpness] = []  # --precision: each compared pair, once its rounds are done
     try:
         if run_order:

@@ -3,7 +3,6 @@
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from labrunner.model.questions import pairs
 from labrunner.model.scenario import DEFAULT_DIRECTION
@@ -15,10 +14,10 @@ from labrunner.report.stats import (
     summarize,
     supports,
 )
+from labrunner.results.result import LoadModel, Metrics, Result, Usage
 from labrunner.results.trust import verdict_of
 from labrunner.run.k6_stats import LATENCY_BATCHES, LATENCY_STATS, PERCENTILES
 
-Result = Mapping[str, Any]
 Reader = Callable[[Result], float | None]
 
 THROUGHPUT, SEQUENTIAL, CAPACITY = "throughput", "sequential", "capacity"
@@ -34,27 +33,26 @@ class Metric:
     read: Reader
 
 
-def _k6(key: str) -> Reader:
-    return lambda r: ((r.get("k6") or {}).get("metrics") or {}).get(key)
+def _k6(read: Callable[[Metrics], float | None]) -> Reader:
+    return lambda r: read(r.metrics) if r.metrics else None
 
 
 def _latency(key: str) -> Reader:
-    return lambda r: (((r.get("k6") or {}).get("metrics") or {}).get("latency_ms") or {}).get(key)
+    return _k6(lambda m: m.latency_ms.get(key))
 
 
-def _usage(key: str) -> Reader:
-    return lambda r: ((r.get("service") or {}).get("usage") or {}).get(key)
+def _usage(read: Callable[[Usage], float | None]) -> Reader:
+    return lambda r: read(r.usage) if r.usage else None
 
 
 def _k6_cpu_seconds(result: Result) -> float | None:
     """k6's process CPU seconds over the measured run (results record them beside cpu_utilisation)."""
-    value = (result.get("k6") or {}).get("cpu_seconds")
-    return float(value) if value is not None else None
+    return result.k6.cpu_seconds if result.k6 else None
 
 
 def _per_request(numerator: Reader, scale: float) -> Reader:
     def read(result: Result) -> float | None:
-        value, requests = numerator(result), _k6("requests")(result)
+        value, requests = numerator(result), _k6(lambda m: m.requests)(result)
         return value * scale / requests if value is not None and requests else None
 
     return read
@@ -63,26 +61,26 @@ def _per_request(numerator: Reader, scale: float) -> Reader:
 METRICS = {
     m.name: m
     for m in (
-        Metric("rps", "req/s", True, _k6("requests_per_second")),
+        Metric("rps", "req/s", True, _k6(lambda m: m.requests_per_second)),
         # Older results lack the later percentiles (p99.9): a missing one reads None, as any metric.
         *(Metric(k, k, False, _latency(k)) for k in LATENCY_STATS),
         # CPU over the measured window per successful request: what a request costs the budget.
-        Metric("cpu_per_1k", "CPU s / 1k req", False, _per_request(_usage("cpu_seconds"), 1000)),
+        Metric("cpu_per_1k", "CPU s / 1k req", False, _per_request(_usage(lambda u: u.cpu_seconds), 1000)),
         # Everything k6 read from the socket (headers, framing, TLS) per successful request.
-        Metric("bytes", "bytes / response", False, _per_request(_k6("data_received_bytes"), 1)),
-        Metric("service_cpu", "service CPU", False, _usage("cpu_utilisation")),
+        Metric("bytes", "bytes / response", False, _per_request(_k6(lambda m: m.data_received_bytes), 1)),
+        Metric("service_cpu", "service CPU", False, _usage(lambda u: u.cpu_utilisation)),
         # CFS throttling over the window: near a full quota, the tail waits for the next period.
-        Metric("throttled_s", "throttled s", False, _usage("throttled_seconds")),
-        Metric("k6_cpu", "k6 CPU", False, lambda r: (r.get("k6") or {}).get("cpu_utilisation")),
+        Metric("throttled_s", "throttled s", False, _usage(lambda u: u.throttled_seconds)),
+        Metric("k6_cpu", "k6 CPU", False, lambda r: r.k6.cpu_utilisation if r.k6 else None),
         # k6's CPU per successful request, in ms (its process's CPU seconds, start-up included, every
         # instance's of a split run): what the load generator spends on a request of this protocol.
         Metric("k6_cpu_per_1k", "k6 CPU / req (ms)", False, _per_request(_k6_cpu_seconds, 1000)),
-        Metric("seconds", "k6 run s", False, _k6("test_run_seconds")),
+        Metric("seconds", "k6 run s", False, _k6(lambda m: m.test_run_seconds)),
         Metric(
             "sustainable",
             "sustainable req/s",
             True,
-            lambda r: (r.get("capacity") or {}).get("sustainable_rate"),
+            lambda r: r.capacity.sustainable_rate if r.capacity else None,
         ),
     )
 }
@@ -106,16 +104,16 @@ class Group:
     target: str
     service: str
     protocol: str
-    script: str  # the k6 script ("" in results written before it was recorded)
+    script: str  # the k6 script
     tls: bool
     instrumented: bool  # request metrics on (METRICS_ENABLED is not "0" in the target's env)
     profile: str
     cpus: float
     count: int
     load_model: str
-    response_model: str  # "build" or "prebuilt" ("" in results written before it was recorded)
-    direction: str  # "download" or "upload" (results written before uploads existed: "download")
-    network: str  # the network profile ("loopback" in results written before it was recorded)
+    response_model: str  # "build" or "prebuilt"
+    direction: str  # "download" or "upload"
+    network: str  # the network profile
     kind: str  # THROUGHPUT, SEQUENTIAL or CAPACITY
     iterations: int | None  # sequential: requests per repeat
     order: int  # position of the target in the run (matrix order)
@@ -132,7 +130,7 @@ class Group:
     def by_repeat(self, metric: str) -> dict[int, float]:
         """Each successful repeat's value of `metric`, by repeat number (its round in the run)."""
         read = METRICS[metric].read
-        found = ((int(r["scenario"]["repeat"]), read(r)) for r in self.results)
+        found = ((r.scenario.repeat, read(r)) for r in self.results)
         return {repeat: value for repeat, value in found if value is not None}
 
     def summary(self, metric: str) -> Summary | None:
@@ -160,11 +158,11 @@ class Group:
 
     @property
     def _latency_batches(self) -> list[Mapping[str, float]]:
-        return [b for r in self.results for b in (r.get("k6") or {}).get("latency_batches") or ()]
+        return [b for r in self.results if r.k6 for b in r.k6.latency_batches]
 
     @property
     def samples(self) -> int:
-        """Latency samples over every repeat (results written before the count: their requests)."""
+        """Latency samples over every repeat."""
         return sum(_latency_count(r) for r in self.results)
 
     def supports(self, metric: str) -> bool:
@@ -180,7 +178,7 @@ class Group:
 
     @property
     def open_model(self) -> bool:
-        return bool(self.results) and self.results[0]["scenario"]["load_model"]["executor"] in OPEN_EXECUTORS
+        return bool(self.results) and self.results[0].scenario.load_model.executor in OPEN_EXECUTORS
 
     @property
     def lower_bound(self) -> str | None:
@@ -219,36 +217,36 @@ def group_results(results: Iterable[Result]) -> list[Group]:
     members: dict[str, list[Result]] = {}
     targets: dict[str, int] = {}
     for result in results:
-        members.setdefault(result["scenario"]["group"], []).append(result)
-        targets.setdefault(result["scenario"]["target"], len(targets))
+        members.setdefault(result.scenario.group, []).append(result)
+        targets.setdefault(result.scenario.target, len(targets))
     groups = []
     for group_id, rs in members.items():
-        scenario = rs[0]["scenario"]
-        model = scenario["load_model"]
-        ok = sorted((r for r in rs if r.get("status") == "ok"), key=lambda r: r["scenario"]["repeat"])
+        scenario = rs[0].scenario
+        model = scenario.load_model
+        ok = sorted((r for r in rs if r.status == "ok"), key=lambda r: r.scenario.repeat)
         groups.append(
             Group(
                 id=group_id,
-                target=scenario["target"],
-                service=scenario["service"],
-                protocol=scenario["protocol"],
-                script=scenario.get("script", ""),
-                tls=scenario["tls"],
-                instrumented=scenario.get("env", {}).get("METRICS_ENABLED") != "0",
-                profile=scenario["profile"]["name"],
-                cpus=scenario["profile"]["cpus"],
-                count=scenario["count"],
-                load_model=model["name"],
-                response_model=scenario.get("response_model", ""),
-                direction=scenario.get("direction", DEFAULT_DIRECTION),
-                network=(scenario.get("network") or {}).get("name", "loopback"),
+                target=scenario.target,
+                service=scenario.service,
+                protocol=scenario.protocol,
+                script=scenario.script,
+                tls=scenario.tls,
+                instrumented=scenario.instrumented,
+                profile=scenario.profile.name,
+                cpus=scenario.profile.cpus,
+                count=scenario.count,
+                load_model=model.name,
+                response_model=scenario.response_model,
+                direction=scenario.direction,
+                network=rs[0].network.profile,
                 kind=_kind(model),
-                iterations=model.get("iterations"),
-                order=targets[scenario["target"]],
+                iterations=model.iterations,
+                order=targets[scenario.target],
                 results=tuple(ok),
                 attempted=len(rs),
-                partner=(scenario.get("duet") or {}).get("partner"),
-                side=(scenario.get("duet") or {}).get("side"),
+                partner=scenario.duet.partner if scenario.duet else None,
+                side=scenario.duet.side if scenario.duet else None,
             )
         )
     return groups
@@ -459,18 +457,13 @@ def _compare(kind: str, candidate: Group, baseline: Group, same_run: bool = True
     return Comparison(kind, candidate, baseline, ratios)
 
 
-def _k6_metrics(result: Result) -> Mapping[str, Any]:
-    return (result.get("k6") or {}).get("metrics") or {}
-
-
 def _latency_count(result: Result) -> int:
-    metrics = _k6_metrics(result)
-    return int(metrics.get("latency_count") or metrics.get("requests") or 0)
+    return result.metrics.latency_count if result.metrics else 0
 
 
-def _kind(model: Mapping[str, Any]) -> str:
-    if model.get("search"):
+def _kind(model: LoadModel) -> str:
+    if model.searched:
         return CAPACITY
-    if model["executor"] == "shared-iterations":
+    if model.executor == "shared-iterations":
         return SEQUENTIAL
     return THROUGHPUT

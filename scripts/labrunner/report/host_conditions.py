@@ -4,14 +4,13 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from labrunner.observe import fingerprint, interference
+from labrunner.observe import fingerprint
 from labrunner.report.cells import fmt
 from labrunner.report.compare import Group, group_results
 from labrunner.report.document import Block, Heading, Paragraph, table
+from labrunner.results.result import Result, Usage
 from labrunner.results.trust import SUSPECT_SHARE
 from labrunner.run import calibration
-
-Result = Mapping[str, Any]
 
 
 def calibration_unit(manifest: Mapping[str, Any]) -> float | None:
@@ -22,10 +21,11 @@ def calibration_unit(manifest: Mapping[str, Any]) -> float | None:
 def others_max(results: Sequence[Result]) -> float | None:
     """The largest share of the service's or k6's CPUs that others took in any of the results."""
     shares = [
-        share
+        figure.share
         for r in results
-        for key in ("service_cpus", "k6_cpus")
-        if (share := interference.share(r.get("host"), key)) is not None
+        if r.host
+        for figure in (r.host.service_cpus, r.host.k6_cpus)
+        if figure and figure.share is not None
     ]
     return max(shares) if shares else None
 
@@ -170,7 +170,7 @@ def _cpu_per_request_in_units(found: Mapping[str, Any] | None, results: Sequence
     rows = []
     for g in group_results(results):
         per_request = _geometric_mean([_cpu_per_request(r) for r in g.results])
-        user = _geometric_mean([user_share((r.get("service") or {}).get("usage") or {}) for r in g.results])
+        user = _geometric_mean([user_share(r.usage) if r.usage else None for r in g.results])
         if per_request is None:
             continue
         rows.append(
@@ -197,18 +197,17 @@ def _cpu_per_request_in_units(found: Mapping[str, Any] | None, results: Sequence
     ]
 
 
-def user_share(usage: Mapping[str, Any]) -> float | None:
+def user_share(usage: Usage) -> float | None:
     """The user part of the service's CPU time (user / (user + system)); None where not split."""
-    user, system = usage.get("user_cpu_seconds"), usage.get("system_cpu_seconds")
+    user, system = usage.user_cpu_seconds, usage.system_cpu_seconds
     if user is None or system is None or user + system <= 0:
         return None
     return float(user / (user + system))
 
 
 def _cpu_per_request(result: Result) -> float | None:
-    usage = (result.get("service") or {}).get("usage") or {}
-    requests = ((result.get("k6") or {}).get("metrics") or {}).get("requests")
-    cpu = usage.get("cpu_seconds")
+    requests = result.metrics.requests if result.metrics else None
+    cpu = result.usage.cpu_seconds if result.usage else None
     return cpu / requests if cpu and requests else None
 
 

@@ -4,7 +4,7 @@ targets."""
 from collections.abc import Iterable
 
 from labrunner.report.cells import interval_text
-from labrunner.report.compare import THROUGHPUT, Group, Result, compare_groups, group_results
+from labrunner.report.compare import THROUGHPUT, Group, compare_groups, group_results
 from labrunner.report.floor import floor_comparisons, lab_groups
 from labrunner.report.stats import (
     CENTRE,
@@ -15,6 +15,7 @@ from labrunner.report.stats import (
     Summary,
     ratio_too_wide,
 )
+from labrunner.results.result import Result
 
 
 def across_repeats_markdown(results: Iterable[Result]) -> list[str]:

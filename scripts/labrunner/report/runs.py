@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.report.compare import Group, group_results
+from labrunner.results.result import Result
 from labrunner.results.store import load_results, read_manifest
 
 
@@ -17,7 +18,7 @@ class Run:
     path: Path
     run_id: str
     manifest: Mapping[str, Any]  # empty when manifest.json is missing or unreadable
-    results: tuple[Mapping[str, Any], ...]
+    results: tuple[Result, ...]
     groups: tuple[Group, ...]
 
 

@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.files import write_text_atomic
-from labrunner.model.scenario import DEFAULT_DIRECTION
-from labrunner.observe import interference
 from labrunner.report import answers, findings
 from labrunner.report.compare import group_results
 from labrunner.report.host_conditions import user_share
 from labrunner.report.repeats import across_repeats_markdown
+from labrunner.results.result import Result
 from labrunner.results.store import load_results, not_run_of, read_manifest
 from labrunner.results.trust import SUSPECT_SHARE, unexplained_spread, verdict_of
 from labrunner.run import calibration
@@ -74,70 +73,63 @@ NOT_RUN_LINE = (
 
 
 def summary_row(
-    result: Mapping[str, Any], calibration_unit_s: float | None = None, kernel_unit_s: float | None = None
+    result: Result, calibration_unit_s: float | None = None, kernel_unit_s: float | None = None
 ) -> dict[str, Any]:
     """One flat row of summary.csv from a result; calibration_unit_s and kernel_unit_s: the run's
-    CPU and kernel calibration units."""
-    scenario = result["scenario"]
-    metrics = (result.get("k6") or {}).get("metrics") or {}
-    latency = metrics.get("latency_ms") or {}
-    usage = (result.get("service") or {}).get("usage") or {}
-    verification = result.get("verification") or {}
-    failure = result.get("failure") or {}
-    timings = result.get("timings_s") or {}
-    requests = metrics.get("requests")
-    received = metrics.get("data_received_bytes")
-    cpu_seconds = usage.get("cpu_seconds")
-    section = result.get("host")
-    network = result.get("network") or {}
-    rtt = network.get("measured_rtt_s")
+    CPU and kernel calibration units. Its columns are the ones the result model declares
+    (result.columns())."""
+    scenario, metrics, usage, host = result.scenario, result.metrics, result.usage, result.host
+    latency = metrics.latency_ms if metrics else {}
+    requests = metrics.requests if metrics else None
+    received = metrics.data_received_bytes if metrics else None
+    cpu_seconds = usage.cpu_seconds if usage else None
+    rtt = result.network.measured_rtt_s
+    k6_cpu_seconds = result.k6.cpu_seconds if result.k6 else None
+    service_cpus, k6_cpus = (host.service_cpus, host.k6_cpus) if host else (None, None)
     return {
-        "scenario": result["scenario_id"],
-        "status": result["status"],
-        "target": scenario["target"],
-        "service": scenario["service"],
-        "protocol": scenario["protocol"],
-        "tls": scenario["tls"],
-        "profile": scenario["profile"]["name"],
-        "cpus": scenario["profile"]["cpus"],
-        "memory_mib": scenario["profile"]["memory_bytes"] / 2**20,
-        "count": scenario["count"],
-        # Results written before the response models existed name none.
-        "response_model": scenario.get("response_model", ""),
-        # Results written before uploads existed were downloads.
-        "direction": scenario.get("direction", DEFAULT_DIRECTION),
-        "load_model": scenario["load_model"]["name"],
-        "repeat": scenario["repeat"],
-        # Results written before network profiles existed ran on loopback.
-        "network": network.get("profile", "loopback"),
+        "scenario": result.scenario_id,
+        "status": result.status,
+        "target": scenario.target,
+        "service": scenario.service,
+        "protocol": scenario.protocol,
+        "tls": scenario.tls,
+        "profile": scenario.profile.name,
+        "cpus": scenario.profile.cpus,
+        "memory_mib": scenario.profile.memory_bytes / 2**20,
+        "count": scenario.count,
+        "response_model": scenario.response_model,
+        "direction": scenario.direction,
+        "load_model": scenario.load_model.name,
+        "repeat": scenario.repeat,
+        "network": result.network.profile,
         "network_rtt_ms": rtt * 1000 if rtt is not None else None,
         "requests": requests,
-        "requests_per_s": metrics.get("requests_per_second"),
-        "errors": metrics.get("errors"),
-        "error_rate": metrics.get("error_rate"),
+        "requests_per_s": metrics.requests_per_second if metrics else None,
+        "errors": metrics.errors if metrics else None,
+        "error_rate": metrics.error_rate if metrics else None,
         **{f"latency_{k}_ms": latency.get(k) for k in ("avg", "p50", "p90", "p95", "p99", "max")},
         "received_bytes": received,
         "received_bytes_per_request": received / requests if requests and received is not None else None,
-        "dropped_iterations": metrics.get("dropped_iterations"),
-        "service_cpu_s": usage.get("cpu_seconds"),
-        "service_cpu_utilisation": usage.get("cpu_utilisation"),
-        "service_user_cpu_share": user_share(usage),
-        "throttled_periods": usage.get("throttled_periods"),
-        "throttled_s": usage.get("throttled_seconds"),
-        "memory_peak_mib": _mib(usage.get("memory_peak_bytes")),
-        "k6_cpu_utilisation": (result.get("k6") or {}).get("cpu_utilisation"),
-        "k6_cpu_per_request_ms": _k6_cpu_per_request_ms(result, requests),
-        "others_service_cpus_share": interference.share(section, "service_cpus"),
-        "others_k6_cpus_share": interference.share(section, "k6_cpus"),
-        "relay_k6_cpus_share": interference.relay_share(section),
-        "steal_share": (section or {}).get("steal_share"),
+        "dropped_iterations": metrics.dropped_iterations if metrics else None,
+        "service_cpu_s": cpu_seconds,
+        "service_cpu_utilisation": usage.cpu_utilisation if usage else None,
+        "service_user_cpu_share": user_share(usage) if usage else None,
+        "throttled_periods": usage.throttled_periods if usage else None,
+        "throttled_s": usage.throttled_seconds if usage else None,
+        "memory_peak_mib": _mib(usage.memory_peak_bytes if usage else None),
+        "k6_cpu_utilisation": result.k6.cpu_utilisation if result.k6 else None,
+        "k6_cpu_per_request_ms": _in_units(k6_cpu_seconds, requests, 1 / 1000),
+        "others_service_cpus_share": service_cpus.share if service_cpus else None,
+        "others_k6_cpus_share": k6_cpus.share if k6_cpus else None,
+        "relay_k6_cpus_share": k6_cpus.relay_share if k6_cpus else None,
+        "steal_share": host.steal_share if host else None,
         # Service CPU per request over the calibration's CPU per unit: comparable across CPU models.
         "service_cpu_per_request_cal": _in_units(cpu_seconds, requests, calibration_unit_s),
         "service_cpu_per_request_kcal": _in_units(cpu_seconds, requests, kernel_unit_s),
-        "protocol_verified": verification.get("protocol") if verification.get("ok") else None,
-        "overhead_s": timings.get("overhead"),
+        "protocol_verified": result.protocol_verified,
+        "overhead_s": result.overhead_s,
         "suspect": "; ".join(verdict_of(result).suspect),
-        "failure": f"{failure['phase']}: {failure['message']}" if failure else "",
+        "failure": result.failure,
     }
 
 
@@ -158,7 +150,7 @@ def write_summaries(out_dir: Path, run_id: str, order: Sequence[str] = ()) -> No
     write_text_atomic(out_dir / "summary.md", markdown + across)
 
 
-def spread_notes(results: Sequence[Mapping[str, Any]]) -> list[str]:
+def spread_notes(results: Sequence[Result]) -> list[str]:
     """One line per group whose repeats spread more than interference explains (trust.unexplained_spread)."""
     notes = []
     for g in group_results(results):
@@ -239,11 +231,6 @@ def summary_markdown(
         lines += ["", "## Not run", "", NOT_RUN_LINE, ""]
         lines += [f"- `{scenario}`: {reason}" for scenario, reason in not_run.items()]
     return "\n".join(lines) + "\n"
-
-
-def _k6_cpu_per_request_ms(result: Mapping[str, Any], requests: int | None) -> float | None:
-    cpu_seconds = (result.get("k6") or {}).get("cpu_seconds")
-    return cpu_seconds * 1000 / requests if cpu_seconds is not None and requests else None
 
 
 def _in_units(cpu_seconds: float | None, requests: int | None, unit_s: float | None) -> float | None:

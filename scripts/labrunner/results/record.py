@@ -3,17 +3,28 @@
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from labrunner.results.result import Result, parse_result
 from labrunner.results.store import RESULT_SCHEMA, scenario_dict
-from labrunner.results.trust import Verdict
 from labrunner.run.k6.result import K6Run
 from labrunner.run.outcome import ScenarioOutcome
 
 if TYPE_CHECKING:  # service_checks imports the generated gRPC stubs; results do not need them
+    from labrunner.results.trust import Verdict  # trust judges what unjudged() builds
     from labrunner.run.service_checks import Verification
 
 
-def build_result(outcome: ScenarioOutcome, verdict: Verdict) -> dict[str, Any]:
+def build_result(outcome: ScenarioOutcome, verdict: "Verdict") -> dict[str, Any]:
     """The result JSON of one scenario; verdict: trust.judge_outcome(outcome)."""
+    return _result(outcome, verdict)
+
+
+def unjudged(outcome: ScenarioOutcome) -> Result:
+    """The result of one scenario before its verdict: what trust.judge_outcome judges, so a live
+    outcome and a stored result are judged from the same typed figures."""
+    return parse_result(_result(outcome, None))
+
+
+def _result(outcome: ScenarioOutcome, verdict: "Verdict | None") -> dict[str, Any]:
     failure = outcome.failure
     return {
         "schema": RESULT_SCHEMA,
@@ -44,8 +55,7 @@ def build_result(outcome: ScenarioOutcome, verdict: Verdict) -> dict[str, Any]:
                 else {}
             ),
         },
-        "suspect": list(verdict.suspect),
-        "lower_bound": verdict.lower_bound,
+        **({"suspect": list(verdict.suspect), "lower_bound": verdict.lower_bound} if verdict else {}),
         **({"capacity": outcome.search.as_dict()} if outcome.search is not None else {}),
     }
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from labrunner.files import write_json_atomic
 from labrunner.model.scenario import Plan, Scenario
+from labrunner.results.result import Result, ResultError, parse_result
 
 RESULT_SCHEMA = "protolab.result/1"
 MANIFEST_SCHEMA = "protolab.manifest/1"
@@ -73,22 +74,19 @@ def write_result(out_dir: Path, result: Mapping[str, Any]) -> Path:
     return path
 
 
-def load_results(out_dir: Path, order: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Every readable result of a run: in `order` (scenario ids), then by start time."""
+def load_results(out_dir: Path, order: Sequence[str] = ()) -> list[Result]:
+    """Every readable result of a run, parsed (result.parse_result): in `order` (scenario ids), then
+    by start time."""
     results = []
     for path in (out_dir / "scenarios").glob("*.json"):
         try:
             data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            if isinstance(data, dict) and data.get("schema") == RESULT_SCHEMA:
+                results.append(parse_result(data))
+        except (OSError, ValueError, ResultError):
             continue  # unreadable results are rerun by --resume, never trusted
-        if isinstance(data, dict) and data.get("schema") == RESULT_SCHEMA:
-            results.append(data)
-    # Keyed for lookups by a result's scenario_id, which a foreign file may lack (None).
-    position: dict[str | None, int] = {scenario_id: i for i, scenario_id in enumerate(order)}
-    return sorted(
-        results,
-        key=lambda r: (position.get(r.get("scenario_id"), len(position)), r.get("started_at", "")),
-    )
+    position = {scenario_id: i for i, scenario_id in enumerate(order)}
+    return sorted(results, key=lambda r: (position.get(r.scenario_id, len(position)), r.started_at))
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,17 @@ takes it from here.
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from scipy import stats as scipy_stats
 
 from labrunner.backends.base import cpu_list
+from labrunner.results import record
+from labrunner.results.result import Host, K6Instance, Others, Result, Step
 from labrunner.run.outcome import ScenarioOutcome
+
+__all__ = ["Host", "K6Instance", "Others", "Step"]  # the judge's figures, from the result model
 
 K6_SATURATED = 0.8  # above this share of its CPUs, k6 may be what limits throughput
 # Below this share of its quota under a closed model, something else held the service back.
@@ -56,53 +59,12 @@ LIMITED_BY_OTHER = "other"  # the service left its quota unused: something else 
 
 
 @dataclass(frozen=True)
-class K6Instance:
-    """One k6 instance of a split run: its share of its CPU, and which CPU."""
-
-    cpu_utilisation: float | None
-    cpus: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class Requests:
     """What k6's summary says about the requests (old results may lack attempts)."""
 
     dropped_iterations: int
     error_rate: float | None
     attempts: int | None
-
-
-@dataclass(frozen=True)
-class Others:
-    """What processes outside the scenario took on one set of its CPUs over the measured window."""
-
-    cpus: tuple[int, ...]
-    share: float | None
-    others_cpu_seconds: float | None
-    relay_cpu_seconds: float | None  # the userspace link emulator's part of it, on k6's CPUs
-    # The lab's own Prometheus and InfluxDB's part of it, on k6's CPUs: shown, not held against the host.
-    lab_cpu_seconds: float | None = None
-    lab_share: float | None = None
-
-
-@dataclass(frozen=True)
-class Host:
-    """A measured window's interference: one figure per CPU set (one for both when they overlap)."""
-
-    service_cpus: Others | None
-    k6_cpus: Others | None
-    shared: bool
-    steal_share: float | None
-    steal_seconds: float | None
-
-
-@dataclass(frozen=True)
-class Step:
-    """A capacity search step as the judge sees it."""
-
-    rate: int
-    passed: bool
-    k6_cpu_utilisation: float | None
 
 
 @dataclass(frozen=True)
@@ -167,26 +129,19 @@ def spread_threshold(window_s: float | None) -> float:
     return SPREAD_CV * SPREAD_WINDOW_S / window_s
 
 
-def unexplained_spread(results: Sequence[Mapping[str, Any]]) -> Spread | None:
+def unexplained_spread(results: Sequence[Result]) -> Spread | None:
     """A throughput group's (its successful repeats') spread that the lab cannot explain, or None.
 
     Not flagged when any repeat is suspect for interference or steal: that explains it already.
     """
-    closed = all(
-        ((r.get("scenario") or {}).get("load_model") or {}).get("executor") in CLOSED_EXECUTORS
-        for r in results
-    )
-    rates = [
-        float(rps)
-        for r in results
-        if (rps := ((r.get("k6") or {}).get("metrics") or {}).get("requests_per_second"))
-    ]
+    closed = all(r.scenario.load_model.executor in CLOSED_EXECUTORS for r in results)
+    rates = [m.requests_per_second for r in results if (m := r.metrics) and m.requests_per_second]
     if not closed or len(rates) < 2 or len(rates) != len(results):
         return None
-    if any(_host_reasons(_host(r.get("host"))) for r in results):
+    if any(_host_reasons(r.host) for r in results):
         return None
     cv = statistics.stdev(rates) / statistics.mean(rates)
-    window = (results[0].get("scenario") or {}).get("duration_s")
+    window = results[0].scenario.duration_s
     if cv <= spread_threshold(window):
         return None
     n = len(rates)
@@ -235,97 +190,39 @@ def judge(figures: Figures) -> Verdict:
 
 
 def judge_outcome(outcome: ScenarioOutcome) -> Verdict:
-    """The verdict on a scenario that just ran."""
-    k6_run, model = outcome.k6_run, outcome.scenario.load_model
-    metrics = k6_run.metrics if k6_run else None
-    steps = outcome.search.steps if outcome.search else ()
-    return judge(
-        Figures(
-            executor=model.executor,
-            iterations=model.iterations,
-            duration_s=outcome.scenario.duration_s,
-            profile_cpus=outcome.scenario.profile.cpus,
-            k6_cpu_utilisation=k6_run.cpu_utilisation if k6_run else None,
-            k6_instances=tuple(K6Instance(i.cpu_utilisation, i.cpu_ids) for i in k6_run.instances)
-            if k6_run
-            else (),
-            requests=None
-            if metrics is None
-            else Requests(metrics.dropped_iterations, metrics.error_rate, metrics.attempts),
-            service_cpu_utilisation=outcome.service_cpu_utilisation,
-            host=_host(outcome.host),
-            steps=tuple(Step(s.rate, s.passed, s.k6_cpu_utilisation) for s in steps),
-        )
-    )
+    """The verdict on a scenario that just ran: judged from the result it stores, as a stored one is."""
+    return judge(figures_of(record.unjudged(outcome)))
 
 
-def verdict_of(result: Mapping[str, Any]) -> Verdict:
+def verdict_of(result: Result) -> Verdict:
     """A saved result's verdict: its stored sentences (what the run judged, even if the thresholds
     moved since), with what limited a lower bound judged from its figures; all of it judged from
-    the figures when it predates the stored verdict (results written before the lower_bound key)."""
-    if "lower_bound" not in result:
-        return judge(_figures_of_result(result))
+    the figures when it predates the stored verdict (result.StoredVerdict)."""
+    stored = result.verdict
+    if stored is None:
+        return judge(figures_of(result))
     limited_by = None
-    if result["lower_bound"]:
-        limited_by = judge(_figures_of_result(result)).limited_by or LIMITED_BY_OTHER
-    return Verdict(tuple(result.get("suspect") or ()), result["lower_bound"], limited_by=limited_by)
+    if stored.lower_bound:
+        limited_by = judge(figures_of(result)).limited_by or LIMITED_BY_OTHER
+    return Verdict(stored.suspect, stored.lower_bound, limited_by=limited_by)
 
 
-def _figures_of_result(result: Mapping[str, Any]) -> Figures:
-    scenario = result.get("scenario") or {}
-    model = scenario.get("load_model") or {}
-    k6_section = result.get("k6") or {}
-    metrics = k6_section.get("metrics")
-    usage = (result.get("service") or {}).get("usage") or {}
+def figures_of(result: Result) -> Figures:
+    """The figures the judge reads, from a result just measured or stored long ago alike."""
+    scenario, k6, metrics = result.scenario, result.k6, result.metrics
     return Figures(
-        executor=model.get("executor", ""),
-        iterations=model.get("iterations"),
-        duration_s=scenario.get("duration_s"),
-        profile_cpus=(scenario.get("profile") or {}).get("cpus"),
-        k6_cpu_utilisation=k6_section.get("cpu_utilisation"),
-        k6_instances=tuple(
-            K6Instance(i.get("cpu_utilisation"), tuple(i.get("cpus") or ()))
-            for i in k6_section.get("instances") or ()
-        ),
+        executor=scenario.load_model.executor,
+        iterations=scenario.load_model.iterations,
+        duration_s=scenario.duration_s,
+        profile_cpus=scenario.profile.cpus,
+        k6_cpu_utilisation=k6.cpu_utilisation if k6 else None,
+        k6_instances=k6.instances if k6 else (),
         requests=None
-        if not metrics
-        else Requests(
-            metrics.get("dropped_iterations") or 0, metrics.get("error_rate"), metrics.get("attempts")
-        ),
-        service_cpu_utilisation=usage.get("cpu_utilisation"),
-        host=_host(result.get("host")),
-        steps=tuple(
-            Step(s["rate"], s["passed"], s.get("k6_cpu_utilisation"))
-            for s in (result.get("capacity") or {}).get("steps") or ()
-        ),
-    )
-
-
-def _host(section: Mapping[str, Any] | None) -> Host | None:
-    """The typed figures of a result's "host" section (interference.interference())."""
-    if not section or not section.get("measured"):
-        return None
-    figures = section.get("interference") or {}
-
-    def others(key: str) -> Others | None:
-        figure = figures.get(key)
-        if not figure:
-            return None
-        return Others(
-            tuple(figure.get("cpus") or ()),
-            figure.get("share"),
-            figure.get("others_cpu_seconds"),
-            figure.get("relay_cpu_seconds"),
-            figure.get("lab_cpu_seconds"),
-            figure.get("lab_share"),
-        )
-
-    return Host(
-        others("service_cpus"),
-        others("k6_cpus"),
-        bool(figures.get("shared")),
-        section.get("steal_share"),
-        section.get("steal_seconds"),
+        if metrics is None
+        else Requests(metrics.dropped_iterations, metrics.error_rate, metrics.attempts),
+        service_cpu_utilisation=result.usage.cpu_utilisation if result.usage else None,
+        host=result.host,
+        steps=result.capacity.steps if result.capacity else (),
     )
 
 
