@@ -27,7 +27,7 @@ import orjson
 
 from benchmarks.floor.bodies import documents
 from benchmarks.floor.common import FlatRecord
-from benchmarks.floor.messages import _filled as fill_flat
+from benchmarks.floor.messages import filled as fill_flat
 from services.common.messages import fill_record
 from services.common.pb import cars_pb2
 from services.common.pool import load_pool

@@ -1,6 +1,6 @@
 """The floors' /records bodies: the lab's JSON bytes from flat tuples, orjson-encoded per request."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -11,7 +11,7 @@ from benchmarks.floor.common import FlatRecord, FloorSettings, Records, query_in
 BodyOf = Callable[[str | None, str | None], bytes]
 
 
-def documents(records: list[FlatRecord]) -> list[dict[str, dict[str, Any]]]:
+def documents(records: Sequence[FlatRecord]) -> list[dict[str, Any]]:
     """The records as the body's dicts, with the proto's canonical JSON names (driverId)."""
     return [
         {
@@ -29,9 +29,12 @@ def documents(records: list[FlatRecord]) -> list[dict[str, dict[str, Any]]]:
     ]
 
 
-def body_maker(settings: FloorSettings, records: Records) -> BodyOf:
-    """build: each request maps its tuples into new dicts; prebuilt: the dicts are made once and a
-    request slices them. Encoded per request either way, as in the lab."""
+def body_maker(
+    settings: FloorSettings, records: Records, documents: Callable[[Any], list[dict[str, Any]]] = documents
+) -> BodyOf:
+    """build: each request maps its tuples into new dicts (documents: the shape's, cars' by default);
+    prebuilt: the dicts are made once and a request slices them. Encoded per request either way, as in
+    the lab."""
     window = records.window
     start_of = records.start
     if settings.prebuilt:

@@ -3,7 +3,7 @@
 A floor server is the least a skilled engineer would run for the lab's contract: the same records
 and bytes on the wire and the same answers to bad input, nothing else. It reads the lab's settings
 by name (the ones that decide the work: HOST, PORT, WORKERS, RECORD_POOL_SIZE, RECORD_SEED,
-DEFAULT_COUNT, MAX_COUNT, MAX_REQUEST_BYTES, RESPONSE_MODEL), takes the record pool's data
+DEFAULT_COUNT, MAX_COUNT, MAX_REQUEST_BYTES, RESPONSE_MODEL, SHAPE), takes the record pool's data
 (services.common.pool's load_pool, the JSON every lab server starts from) and holds each record as
 one flat tuple. Its process is the server itself: no supervisor; with more than one worker (a quota
 above one CPU), the first process forks the others, which share the port through SO_REUSEPORT.
@@ -20,9 +20,9 @@ import signal
 import socket
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import orjson
 
@@ -55,6 +55,7 @@ class FloorSettings:
     max_count: int
     max_request_bytes: int  # the largest upload body (REST) or message (gRPC)
     prebuilt: bool  # RESPONSE_MODEL=prebuilt: the protocol's objects built once at start
+    shape: str  # SHAPE: the record served (benchmarks/floor/shapes.py)
 
     @property
     def response_model(self) -> str:
@@ -79,8 +80,6 @@ def floor_settings(service: str) -> FloorSettings:
         work, port, workers = read_workload(), env_int("PORT", 0), env_int("WORKERS", 0)
     except ConfigError as exc:
         _refuse(str(exc))
-    if work.shape != "cars":  # the floors of the other shapes are issue 38's step 5, not yet built
-        _refuse(f"the floor servers serve SHAPE=cars only, not {work.shape}")
     return FloorSettings(
         service=service,
         host=work.host,
@@ -92,21 +91,17 @@ def floor_settings(service: str) -> FloorSettings:
         max_count=work.max_count,
         max_request_bytes=work.max_request_bytes,
         prebuilt=model == "prebuilt",
+        shape=work.shape,
     )
 
 
 class Records:
-    """The pool as flat tuples, served by (count, offset): a response is one slice of a window that
-    repeats the pool's first max_count records, and without offset the server rotates through it."""
+    """The pool of the shape as flat tuples (flat: one JSON record's tuple), served by (count, offset): a
+    response is one slice of a window that repeats the pool's first max_count records, and without
+    offset the server rotates through it."""
 
-    def __init__(self, settings: FloorSettings) -> None:
-        pool: list[FlatRecord] = []
-        for record in load_pool(settings.pool_size, settings.seed):
-            car, driver = record["car"], record["driver"]
-            pool.append(
-                (car["make"], car["model"], car["trim"], car["color"], car["year"], car["mileage"],
-                 driver["firstname"], driver["lastname"], driver["driverId"])
-            )  # fmt: skip
+    def __init__(self, settings: FloorSettings, flat: Callable[[dict[str, Any]], tuple[Any, ...]]) -> None:
+        pool = [flat(record) for record in load_pool(settings.pool_size, settings.seed, settings.shape)]
         self.pool = pool
         self.window = pool + (pool * (settings.max_count // len(pool) + 1))[: settings.max_count]
         self._size = len(pool)
@@ -217,6 +212,7 @@ def _print_listening(settings: FloorSettings, port: int) -> None:
         "workers": settings.workers,
         "tls": False,
         "response_model": settings.response_model,
+        "shape": settings.shape,
         "interpreter": interpreter.describe(),
     }
     print(json.dumps(event), flush=True)
@@ -227,7 +223,7 @@ def error_body(message: str, status: int = 400) -> bytes:
     return orjson.dumps({"error": message, "status": status})
 
 
-def checksum(records: list[FlatRecord]) -> int:
+def checksum(records: Sequence[FlatRecord]) -> int:
     """An upload's CreateRecordsReply.checksum: over each record, its two ints and the lengths of its
     seven strings, summed modulo 2**32 (the contract's definition, proto/cars.proto)."""
     total = 0

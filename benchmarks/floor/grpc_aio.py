@@ -1,4 +1,5 @@
-"""grpc.aio floor: RecordService and health on grpc.aio and uvloop; nothing else (see common.py)."""
+"""grpc.aio floor: RecordService (or the SHAPE's service) and health on grpc.aio and uvloop; nothing else
+(see common.py)."""
 
 import asyncio
 import signal
@@ -8,23 +9,26 @@ from typing import Any
 import grpc
 import grpc.aio
 import uvloop
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from benchmarks.floor.common import BadRequest, FlatRecord, FloorSettings, Records, floor_settings, run
+from benchmarks.floor.common import BadRequest, FloorSettings, Records, floor_settings, run
 from benchmarks.floor.messages import Messages, Request, Uploads, UploadTooLarge, undecodable
+from benchmarks.floor.shapes import FLOOR_SHAPES, FloorShape
 from services.common.pb import cars_pb2, cars_pb2_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
-RECORD_SERVICE = cars_pb2.DESCRIPTOR.services_by_name["RecordService"].full_name
 
 
 class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
-    def __init__(self, messages: Messages, uploads: Uploads) -> None:
+    """RecordService, or the shape's service with its four methods."""
+
+    def __init__(self, messages: Messages, uploads: Uploads, shape: FloorShape) -> None:
         self._messages = messages
         self._uploads = uploads
+        self._create, self._record = shape.create_message, shape.record_message
 
-    async def ListRecords(self, request: Request | None, context: Context) -> cars_pb2.ListRecordsResponse:
+    async def ListRecords(self, request: Request | None, context: Context) -> Message:
         if request is None:  # bytes that did not parse (_lenient)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(Request))
         try:
@@ -32,9 +36,7 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
         except BadRequest as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
 
-    async def StreamRecords(
-        self, request: Request | None, context: Context
-    ) -> AsyncIterator[cars_pb2.Record]:
+    async def StreamRecords(self, request: Request | None, context: Context) -> AsyncIterator[Message]:
         if request is None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(Request))
         try:
@@ -47,9 +49,9 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
     async def CreateRecords(self, request: bytes, context: Context) -> cars_pb2.CreateRecordsReply:
         # Its bytes (_add_record_service): grpc.aio answers what its deserializer refuses with UNKNOWN.
         try:
-            return self._uploads.create(cars_pb2.CreateRecordsRequest.FromString(request))
+            return self._uploads.create(self._create.FromString(request))
         except DecodeError:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(cars_pb2.CreateRecordsRequest))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(self._create))
         except BadRequest as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
 
@@ -57,15 +59,15 @@ class RecordServicer(cars_pb2_grpc.RecordServiceServicer):
         self, requests: AsyncIterator[bytes], context: Context
     ) -> cars_pb2.CreateRecordsReply:
         # Each message's bytes (_add_record_service): counted against the call's total, then decoded.
-        records: list[FlatRecord] = []
+        records: list[Any] = []
         total = 0
         try:
             async for data in requests:
                 total = self._uploads.counted(total, len(data))
-                self._uploads.add(records, cars_pb2.Record.FromString(data))
+                self._uploads.add(records, self._record.FromString(data))
             return self._uploads.reply(records)
         except DecodeError:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(cars_pb2.Record))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(self._record))
         except BadRequest as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except UploadTooLarge as error:
@@ -81,15 +83,15 @@ def _lenient(data: bytes) -> Request | None:
         return None
 
 
-def _add_record_service(servicer: RecordServicer, server: grpc.aio.Server) -> None:
+def _add_record_service(servicer: RecordServicer, server: grpc.aio.Server, shape: FloorShape) -> None:
     """The generated add_RecordServiceServicer_to_server, but no deserializer raises: the uploads get
     their messages' bytes, ListRecords and StreamRecords None for bytes that do not parse."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         "ListRecords": grpc.unary_unary_rpc_method_handler(
-            servicer.ListRecords, _lenient, cars_pb2.ListRecordsResponse.SerializeToString
+            servicer.ListRecords, _lenient, shape.list_message.SerializeToString
         ),
         "StreamRecords": grpc.unary_stream_rpc_method_handler(
-            servicer.StreamRecords, _lenient, cars_pb2.Record.SerializeToString
+            servicer.StreamRecords, _lenient, shape.record_message.SerializeToString
         ),
         "CreateRecords": grpc.unary_unary_rpc_method_handler(
             servicer.CreateRecords, None, cars_pb2.CreateRecordsReply.SerializeToString
@@ -98,8 +100,8 @@ def _add_record_service(servicer: RecordServicer, server: grpc.aio.Server) -> No
             servicer.UploadRecords, None, cars_pb2.CreateRecordsReply.SerializeToString
         ),
     }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(RECORD_SERVICE, handlers),))
-    server.add_registered_method_handlers(RECORD_SERVICE, handlers)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(shape.service, handlers),))
+    server.add_registered_method_handlers(shape.service, handlers)
 
 
 async def _serve(
@@ -112,10 +114,11 @@ async def _serve(
         ("grpc.max_concurrent_streams", 100),  # the lab's per-connection stream bound
     ]
     server = grpc.aio.server(options=options)
-    _add_record_service(servicer, server)
+    shape = FLOOR_SHAPES[settings.shape]
+    _add_record_service(servicer, server, shape)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for service in ("", RECORD_SERVICE):
+    for service in ("", shape.service):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     bound = server.add_insecure_port(f"{host}:{port}")
@@ -129,8 +132,11 @@ async def _serve(
 
 def main() -> None:
     settings = floor_settings("floor_grpc_aio")
+    shape = FLOOR_SHAPES[settings.shape]
     servicer = RecordServicer(
-        Messages(settings, Records(settings)), Uploads(settings.max_count, settings.max_request_bytes)
+        Messages(settings, Records(settings, shape.flat), shape),
+        Uploads(settings.max_count, settings.max_request_bytes, shape),
+        shape,
     )
     run(settings, lambda port, ready: uvloop.run(_serve(settings, servicer, port, ready)))
 

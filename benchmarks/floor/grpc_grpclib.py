@@ -9,7 +9,7 @@ from typing import Any
 import grpclib.server
 import uvloop
 from google.protobuf.message import DecodeError
-from grpclib.const import Status
+from grpclib.const import Cardinality, Handler, Status
 from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 from grpclib.health.service import Health
@@ -18,7 +18,6 @@ from grpclib.server import Server, Stream
 from benchmarks.floor.common import (
     LISTEN_BACKLOG,
     BadRequest,
-    FlatRecord,
     FloorSettings,
     Records,
     floor_settings,
@@ -26,6 +25,7 @@ from benchmarks.floor.common import (
     run,
 )
 from benchmarks.floor.messages import Messages, Request, Uploads, UploadTooLarge, undecodable
+from benchmarks.floor.shapes import FLOOR_SHAPES, FloorShape
 from services.common import grpclib_limits
 from services.common.pb import cars_grpc, cars_pb2
 
@@ -74,9 +74,30 @@ async def _recv_message(stream: Any, codec: Codec, message_type: Any) -> Any:
 
 
 class RecordService(cars_grpc.RecordServiceBase):
-    def __init__(self, messages: Messages, uploads: Uploads) -> None:
+    """RecordService, or the shape's service with its four methods."""
+
+    def __init__(self, messages: Messages, uploads: Uploads, shape: FloorShape) -> None:
         self._messages = messages
         self._uploads = uploads
+        self._shape = shape
+
+    def __mapping__(self) -> dict[str, Handler]:
+        shape, prefix = self._shape, f"/{self._shape.service}/"
+        request, reply = cars_pb2.ListRecordsRequest, cars_pb2.CreateRecordsReply
+        return {
+            prefix + "ListRecords": Handler(
+                self.ListRecords, Cardinality.UNARY_UNARY, request, shape.list_message
+            ),
+            prefix + "StreamRecords": Handler(
+                self.StreamRecords, Cardinality.UNARY_STREAM, request, shape.record_message
+            ),
+            prefix + "CreateRecords": Handler(
+                self.CreateRecords, Cardinality.UNARY_UNARY, shape.create_message, reply
+            ),
+            prefix + "UploadRecords": Handler(
+                self.UploadRecords, Cardinality.STREAM_UNARY, shape.record_message, reply
+            ),
+        }
 
     async def _request(self, stream: Stream[Request, Any]) -> Request:
         request = await stream.recv_message()
@@ -84,7 +105,7 @@ class RecordService(cars_grpc.RecordServiceBase):
             raise GRPCError(Status.INVALID_ARGUMENT, "no request message")
         return request
 
-    async def ListRecords(self, stream: Stream[Request, cars_pb2.ListRecordsResponse]) -> None:
+    async def ListRecords(self, stream: Stream[Request, Any]) -> None:
         request = await self._request(stream)
         try:
             response = self._messages.response(request)
@@ -92,7 +113,7 @@ class RecordService(cars_grpc.RecordServiceBase):
             raise GRPCError(Status.INVALID_ARGUMENT, str(error)) from None
         await stream.send_message(response)
 
-    async def StreamRecords(self, stream: Stream[Request, cars_pb2.Record]) -> None:
+    async def StreamRecords(self, stream: Stream[Request, Any]) -> None:
         request = await self._request(stream)
         try:
             messages = self._messages.stream(request)
@@ -101,9 +122,7 @@ class RecordService(cars_grpc.RecordServiceBase):
         for message in messages:
             await stream.send_message(message)
 
-    async def CreateRecords(
-        self, stream: Stream[cars_pb2.CreateRecordsRequest, cars_pb2.CreateRecordsReply]
-    ) -> None:
+    async def CreateRecords(self, stream: Stream[Any, cars_pb2.CreateRecordsReply]) -> None:
         request = await stream.recv_message()
         if request is None:
             raise GRPCError(Status.INVALID_ARGUMENT, "no request message")
@@ -113,8 +132,8 @@ class RecordService(cars_grpc.RecordServiceBase):
             raise GRPCError(Status.INVALID_ARGUMENT, str(error)) from None
         await stream.send_message(reply)
 
-    async def UploadRecords(self, stream: Stream[cars_pb2.Record, cars_pb2.CreateRecordsReply]) -> None:
-        records: list[FlatRecord] = []
+    async def UploadRecords(self, stream: Stream[Any, cars_pb2.CreateRecordsReply]) -> None:
+        records: list[Any] = []
         total = 0
 
         def count(size: int) -> None:
@@ -154,8 +173,11 @@ def main() -> None:
     settings = floor_settings("floor_grpc_grpclib")
     grpclib_limits.install()
     grpclib.server.recv_message = _recv_message  # type: ignore[attr-defined,assignment]  # by name, as grpclib imports it
+    shape = FLOOR_SHAPES[settings.shape]
     records = RecordService(
-        Messages(settings, Records(settings)), Uploads(settings.max_count, settings.max_request_bytes)
+        Messages(settings, Records(settings, shape.flat), shape),
+        Uploads(settings.max_count, settings.max_request_bytes, shape),
+        shape,
     )
     run(settings, lambda port, ready: uvloop.run(_serve(settings, records, port, ready)))
 

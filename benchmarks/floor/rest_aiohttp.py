@@ -20,6 +20,7 @@ from benchmarks.floor.common import (
     listen_socket,
     run,
 )
+from benchmarks.floor.shapes import FLOOR_SHAPES
 from benchmarks.floor.uploads import Uploads
 
 JSON = "application/json"
@@ -38,7 +39,8 @@ def _refused(status: int, allow: str | None = None) -> Callable[[web.Request], A
 
 
 def build_app(settings: FloorSettings, body_of: BodyOf) -> web.Application:
-    uploads = Uploads(settings.max_count, settings.max_request_bytes)
+    shape = FLOOR_SHAPES[settings.shape]
+    uploads = Uploads(settings.max_count, settings.max_request_bytes, shape.records_of_body, shape.checksum)
 
     async def list_records(request: web.Request) -> web.Response:
         query = request.query
@@ -100,7 +102,8 @@ async def _serve(
 
 def main() -> None:
     settings = floor_settings("floor_rest_aiohttp")
-    app = build_app(settings, body_maker(settings, Records(settings)))
+    shape = FLOOR_SHAPES[settings.shape]
+    app = build_app(settings, body_maker(settings, Records(settings, shape.flat), shape.documents))
     run(settings, lambda port, ready: uvloop.run(_serve(settings, app, port, ready)))
 
 

@@ -16,6 +16,7 @@ from quart import Quart
 from benchmarks.floor.bodies import body_maker
 from benchmarks.floor.common import LISTEN_BACKLOG, FloorSettings, Records, floor_settings, listen_socket, run
 from benchmarks.floor.rest_quart import build_app
+from benchmarks.floor.shapes import FLOOR_SHAPES
 
 
 class _SocketServer(Server):
@@ -63,7 +64,8 @@ async def _serve(settings: FloorSettings, app: Quart, port: int, ready: Callable
 
 def main() -> None:
     settings = floor_settings("floor_rest_granian")
-    app = build_app(settings, body_maker(settings, Records(settings)))
+    shape = FLOOR_SHAPES[settings.shape]
+    app = build_app(settings, body_maker(settings, Records(settings, shape.flat), shape.documents))
     run(settings, lambda port, ready: uvloop.run(_serve(settings, app, port, ready)))
 
 

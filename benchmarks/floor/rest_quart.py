@@ -25,6 +25,7 @@ from benchmarks.floor.common import (
     listen_socket,
     run,
 )
+from benchmarks.floor.shapes import FLOOR_SHAPES
 from benchmarks.floor.uploads import Uploads
 from services.common import hypercorn_limits
 from services.common.hypercorn_limits import MAX_REQUESTS_PER_CONNECTION
@@ -35,7 +36,8 @@ SERVING = orjson.dumps({"status": "SERVING"})
 
 def build_app(settings: FloorSettings, body_of: BodyOf) -> Quart:
     """The Quart app, which the Granian floor (benchmarks.floor.rest_granian) serves too."""
-    uploads = Uploads(settings.max_count, settings.max_request_bytes)
+    shape = FLOOR_SHAPES[settings.shape]
+    uploads = Uploads(settings.max_count, settings.max_request_bytes, shape.records_of_body, shape.checksum)
     app = Quart(__name__)
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False  # OPTIONS is a 405, as in the lab
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes  # reading more raises RequestEntityTooLarge
@@ -106,7 +108,8 @@ async def _serve(settings: FloorSettings, app: Quart, port: int, ready: Callable
 def main() -> None:
     settings = floor_settings("floor_rest_quart")
     hypercorn_limits.install()
-    app = build_app(settings, body_maker(settings, Records(settings)))
+    shape = FLOOR_SHAPES[settings.shape]
+    app = build_app(settings, body_maker(settings, Records(settings, shape.flat), shape.documents))
     run(settings, lambda port, ready: uvloop.run(_serve(settings, app, port, ready)))
 
 

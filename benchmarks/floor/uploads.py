@@ -1,6 +1,7 @@
 """The floors' POST /records: an upload decoded into flat tuples and answered with its count and
 checksum, with the lab's statuses and messages (services/common/rest.py Uploads, word for word)."""
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -22,8 +23,17 @@ class Uploads:
     """The answer to an upload's body once the server has read it; the framework holds the body to
     max_request_bytes and the server answers too_large (413) past it."""
 
-    def __init__(self, max_count: int, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        max_count: int,
+        max_request_bytes: int,
+        records_of_body: Callable[[bytes, int], list[Any]] | None = None,
+        checksum_of: Callable[[Sequence[Any]], int] | None = None,
+    ) -> None:
+        """records_of_body and checksum_of: the shape's (benchmarks/floor/shapes.py), cars' by default."""
         self._max_count = max_count
+        self._records = flat_records if records_of_body is None else records_of_body
+        self._checksum = checksum if checksum_of is None else checksum_of
         self.too_large = error_body(f"request body larger than {max_request_bytes} bytes", 413)
 
     def refused_encoding(self, content_encoding: str | None) -> tuple[int, bytes] | None:
@@ -38,10 +48,10 @@ class Uploads:
         if content_type is None or content_type.partition(";")[0].strip().lower() != JSON:
             return 415, _WRONG_CONTENT_TYPE
         try:
-            records = flat_records(body, self._max_count)
+            records = self._records(body, self._max_count)
         except BadRequest as error:
             return 400, error_body(str(error))
-        return 200, orjson.dumps({"count": len(records), "checksum": checksum(records)})
+        return 200, orjson.dumps({"count": len(records), "checksum": self._checksum(records)})
 
 
 def flat_records(body: bytes, max_count: int) -> list[FlatRecord]:

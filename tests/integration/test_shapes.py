@@ -1,7 +1,7 @@
-"""Every record shape beside cars (SHAPE) on every lab server over real sockets: the listening line
-states the shape; REST bodies are the pool's records of that shape byte for byte and parse into the
-very message gRPC's ListRecords and StreamRecords return; an upload's reply is the shape's checksum on
-every server, and a bad one is refused naming its place (REST) or with INVALID_ARGUMENT (gRPC)."""
+"""Every record shape beside cars (SHAPE) on every lab server and its floor over real sockets: REST
+bodies are the pool's records of that shape byte for byte and parse into the very message gRPC's
+ListRecords and StreamRecords return; an upload's reply is the shape's checksum on every server, and a
+bad one is refused naming its place (REST) or with INVALID_ARGUMENT (gRPC)."""
 
 from collections.abc import Iterator
 
@@ -21,6 +21,7 @@ from tests.support import GRPC_SERVERS, REST_SERVERS, RunningService, launch_ser
 POOL_SIZE = 2000
 SEED = 42
 OTHER_SHAPES = [shape for shape in SHAPES if shape != "cars"]
+PACKAGES = ("services", "benchmarks.floor")  # every lab server, and its floor
 
 # Sockets on ephemeral ports, no CPU measured: beside other tests (tests/conftest.py).
 pytestmark = [pytest.mark.timeout(180), pytest.mark.parallel]
@@ -37,8 +38,8 @@ def _env(shape: str, model: ResponseModel) -> dict[str, str]:
 
 @pytest.fixture
 def service(request: pytest.FixtureRequest) -> Iterator[RunningService]:
-    module, shape, model = request.param
-    running = launch_service(module, _env(shape, model))
+    module, shape, model, package = request.param
+    running = launch_service(module, _env(shape, model), package=package)
     try:
         yield running
     finally:
@@ -72,12 +73,18 @@ def _invoke(channel: grpc.Channel, shape: str, method: str, kind: str) -> grpc.U
 
 @pytest.mark.parametrize(
     "service",
-    [(module, shape, model) for shape in OTHER_SHAPES for module in REST_SERVERS for model in ResponseModel],
+    [
+        (module, shape, model, package)
+        for shape in OTHER_SHAPES
+        for module in REST_SERVERS
+        for model in ResponseModel
+        for package in PACKAGES
+    ],
     indirect=True,
     ids=lambda p: "-".join(str(part) for part in p),
 )
 def test_rest_serves_and_takes_the_shape(service: RunningService, request: pytest.FixtureRequest) -> None:
-    module, shape, _ = request.node.callspec.params["service"]
+    module, shape, _, _ = request.node.callspec.params["service"]
     kit = shape_kit(shape)
     base = f"http://127.0.0.1:{service.port}"
     for count, offset in ((1, 0), (7, POOL_SIZE - 3), (1000, 123)):
@@ -109,12 +116,18 @@ def test_rest_serves_and_takes_the_shape(service: RunningService, request: pytes
 
 @pytest.mark.parametrize(
     "service",
-    [(module, shape, model) for shape in OTHER_SHAPES for module in GRPC_SERVERS for model in ResponseModel],
+    [
+        (module, shape, model, package)
+        for shape in OTHER_SHAPES
+        for module in GRPC_SERVERS
+        for model in ResponseModel
+        for package in PACKAGES
+    ],
     indirect=True,
     ids=lambda p: "-".join(str(part) for part in p),
 )
 def test_grpc_serves_and_takes_the_shape(service: RunningService, request: pytest.FixtureRequest) -> None:
-    module, shape, _ = request.node.callspec.params["service"]
+    module, shape, _, _ = request.node.callspec.params["service"]
     kit = shape_kit(shape)
     with grpc.insecure_channel(f"127.0.0.1:{service.port}") as channel:
         list_records = _invoke(channel, shape, "ListRecords", "unary_unary")

@@ -222,7 +222,7 @@ def check_listening(listening: Mapping[str, Any], scenario: Scenario, log_tail: 
         not isinstance(listening.get("port"), int)
         or bool(listening.get("tls")) != target.tls
         or listening.get("response_model") != scenario.response_model
-        # A floor states no shape: it serves cars only (and refuses another SHAPE).
+        # A line without a shape (a service from before shapes) served cars.
         or listening.get("shape", "cars") != scenario.shape
     ):
         expected = (
