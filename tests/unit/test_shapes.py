@@ -13,6 +13,7 @@ import pytest
 from google.protobuf import json_format
 from labrunner.model.matrix import MatrixError, expand, load_matrix
 from labrunner.model.scenario import Overrides
+from labrunner.results.store import RESULT_SCHEMA, resumable, scenario_dict
 
 from services.common import pool
 from services.common.config import load_settings
@@ -194,3 +195,24 @@ def _with_shape(scenario_id: str, shape: str) -> str:
     """A loopback cars id (no duet partner) with the shape where the group puts it: before .r<repeat>."""
     group, _, repeat = scenario_id.rpartition(".")
     return f"{group}.{shape}.{repeat}"
+
+
+def test_a_result_records_its_shape_and_resume_keeps_only_the_planned_one(tmp_path: Path) -> None:
+    matrix = load_matrix(ROOT / "matrix.toml")
+    base = Overrides(targets=("aiohttp-h1",), counts=(10,), load_models=("closed",), repeats=1)
+    (cars,) = expand(matrix, "local", "default", base).scenarios
+    (numeric,) = expand(matrix, "local", "default", replace(base, shapes=("numeric",))).scenarios
+    assert scenario_dict(cars)["shape"] == "cars" and scenario_dict(numeric)["shape"] == "numeric"
+    (tmp_path / "scenarios").mkdir()
+
+    def written(scenario_id: str, scenario: dict[str, object]) -> None:
+        result = {"schema": RESULT_SCHEMA, "status": "ok", "scenario_id": scenario_id, "scenario": scenario}
+        (tmp_path / "scenarios" / f"{scenario_id}.json").write_text(orjson.dumps(result).decode())
+
+    before_shapes = {k: v for k, v in scenario_dict(cars).items() if k != "shape"}
+    written(cars.id, before_shapes)  # a cars result written before shapes: no shape, and kept
+    # A file named as the numeric scenario that measured cars under that name: not kept, and why.
+    written(numeric.id, {**scenario_dict(numeric), "shape": "cars"})
+    kept = resumable(tmp_path, [cars, numeric])
+    assert kept.done == {cars.id}
+    assert kept.ignored == {f"{numeric.id}.json": "its shape is cars, the plan's numeric"}

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.files import write_json_atomic
-from labrunner.model.scenario import Plan, Scenario
+from labrunner.model.scenario import DEFAULT_SHAPE, Plan, Scenario
 from labrunner.results.result import Result, ResultError, parse_result
 
 RESULT_SCHEMA = "protolab.result/1"
@@ -40,6 +40,7 @@ def scenario_dict(scenario: Scenario) -> dict[str, Any]:
         "count": scenario.count,
         "response_model": scenario.response_model,
         "direction": scenario.direction,
+        "shape": scenario.shape,  # a result without it (written before shapes) is of cars
         "network": asdict(scenario.network) | {"rtt_s": scenario.network.rtt_s},
         "load_model": {
             "name": model.name,
@@ -110,12 +111,13 @@ _SAME: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "count": itemgetter("count"),
     "load model": _load_model,
     "direction": lambda scenario: scenario.get("direction", "download"),
+    "shape": lambda scenario: scenario.get("shape", DEFAULT_SHAPE),
 }
 
 
 def resumable(out_dir: Path, scenarios: Sequence[Scenario]) -> Resumable:
     """The ok results of `out_dir` that --resume may keep: each file's scenario must be the plan's
-    scenario of that id (its id, target, profile, count, load model and direction as planned; a
+    scenario of that id (its id, target, profile, count, load model, direction and shape as planned; a
     further repeat of a planned group, which --precision adds, as its group's), and the file must be
     named by that id; every other file is ignored, with why. A failed result is rerun, as a missing
     one is, and not named."""
