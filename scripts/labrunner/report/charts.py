@@ -95,19 +95,18 @@ def capacity(groups: Sequence[Group], path: Path) -> Path | None:
         slo = None
         for g in members:
             for result in g.results:
-                search = result["capacity"]
-                slo = search["slo_p99_ms"]
-                steps = sorted(
-                    (s for s in search["steps"] if s["p99_ms"] is not None), key=lambda s: s["rate"]
-                )
-                label = f"{g.target} r{result['scenario']['repeat']}"
-                line = ax.plot(
-                    [s["rate"] for s in steps], [s["p99_ms"] for s in steps], marker="o", label=label
-                )
-                failed = [s for s in steps if not s["passed"]]
+                search = result.capacity
+                if search is None:
+                    continue
+                slo = search.slo_p99_ms
+                # (rate, p99, passed) of each step that measured its p99, by rate
+                steps = sorted((s.rate, s.p99_ms, s.passed) for s in search.steps if s.p99_ms is not None)
+                label = f"{g.target} r{result.scenario.repeat}"
+                line = ax.plot([s[0] for s in steps], [s[1] for s in steps], marker="o", label=label)
+                failed = [s for s in steps if not s[2]]
                 ax.scatter(
-                    [s["rate"] for s in failed],
-                    [s["p99_ms"] for s in failed],
+                    [s[0] for s in failed],
+                    [s[1] for s in failed],
                     marker="x",
                     s=60,
                     color=line[0].get_color(),
@@ -273,7 +272,7 @@ def _saturating(groups: Sequence[Group]) -> list[Group]:
 
 
 def _executor(group: Group) -> str:
-    return str(group.results[0]["scenario"]["load_model"]["executor"]) if group.results else ""
+    return group.results[0].scenario.load_model.executor if group.results else ""
 
 
 def _grouped_bars(ax: Axes, labels: Sequence[str], series: dict[str, list[list[float]]]) -> None:

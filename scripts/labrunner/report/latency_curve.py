@@ -76,8 +76,8 @@ def offered_rate(group: Group) -> int | None:
     """The group's offered rate when it is an open-model one with successful repeats, else None."""
     if group.kind != THROUGHPUT or not group.results:
         return None
-    model = group.results[0]["scenario"]["load_model"]
-    return int(model["rate"]) if model["executor"] == OPEN_EXECUTOR and model.get("rate") else None
+    model = group.results[0].scenario.load_model
+    return int(model.rate) if model.executor == OPEN_EXECUTOR and model.rate else None
 
 
 def drawn(groups: Sequence[Group], out: Path) -> list[tuple[Path | None, str, str]]:

@@ -11,7 +11,7 @@ Only for runs with more than one network profile. For the closed and the open lo
   iterations, or as an achieved rate below the offered one.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 from typing import Any
@@ -37,14 +37,12 @@ _SAME = (
 )
 COMPARED_HERE = ("rps", "p50", "p99", "bytes")
 
-Result = Mapping[str, Any]
-
 
 def load_kind(group: Group) -> str | None:
     """CLOSED (constant or ramping VUs), OPEN (constant arrival rate) or None (not compared here)."""
     if group.kind != THROUGHPUT or not group.results:
         return None
-    executor = group.results[0]["scenario"]["load_model"]["executor"]
+    executor = group.results[0].scenario.load_model.executor
     return OPEN if executor == "constant-arrival-rate" else CLOSED
 
 
@@ -140,13 +138,13 @@ def offered_rate(group: Group) -> float | None:
     """An open model's arrival rate (iterations/s); None for a closed model."""
     if load_kind(group) != OPEN:
         return None
-    rate = group.results[0]["scenario"]["load_model"].get("rate")
+    rate = group.results[0].scenario.load_model.rate
     return float(rate) if rate else None
 
 
 def dropped(group: Group) -> int:
     """Iterations k6 could not start on time, over every repeat (open model)."""
-    return sum(int(_metrics(r).get("dropped_iterations") or 0) for r in group.results)
+    return sum(r.metrics.dropped_iterations for r in group.results if r.metrics)
 
 
 def achieved_share(group: Group) -> float | None:
@@ -157,18 +155,18 @@ def achieved_share(group: Group) -> float | None:
 
 def measured_rtt_ms(group: Group) -> float | None:
     """The median RTT verification measured before the group's repeats, in ms."""
-    rtts = [rtt for r in group.results if (rtt := (r.get("network") or {}).get("measured_rtt_s")) is not None]
+    rtts = [rtt for r in group.results if (rtt := r.network.measured_rtt_s) is not None]
     return median(rtts) * 1000 if rtts else None
 
 
 def relay_cpu_s(group: Group) -> float | None:
     """The median CPU seconds the userspace link emulator took over a measured window."""
-    values = [v for r in group.results if (v := (r.get("network") or {}).get("relay_cpu_s")) is not None]
+    values = [v for r in group.results if (v := r.network.relay_cpu_s) is not None]
     return median(values) if values else None
 
 
 def emulator(group: Group) -> str:
-    names = sorted({str((r.get("network") or {}).get("emulator") or "-") for r in group.results})
+    names = sorted({r.network.emulator or "-" for r in group.results})
     return ", ".join(names) if group.network != LOOPBACK else "-"
 
 
@@ -346,10 +344,6 @@ def _added(here: Group, loopback: Group, metric: str) -> float | None:
 def _centre(g: Group, metric: str) -> float | None:
     s = g.summary(metric)
     return s.centre if s else None
-
-
-def _metrics(result: Result) -> Mapping[str, Any]:
-    return (result.get("k6") or {}).get("metrics") or {}
 
 
 def _ratio_cell(r: Ratio | None) -> str:

@@ -196,11 +196,10 @@ def _added(ms: float | None) -> str:
 
 
 def _load(g: Group) -> str:
-    model = g.results[0]["scenario"]["load_model"]
     rate = offered_rate(g)
-    return f"{rate:g}/s offered" if rate is not None else f"{model.get('vus')} VUs"
+    return f"{rate:g}/s offered" if rate is not None else f"{g.results[0].scenario.load_model.vus} VUs"
 
 
 def _suspects(groups: Sequence[Group]) -> list[str]:
-    seen = dict.fromkeys(g.id for g in groups if any(r.get("suspect") for r in g.results))
+    seen = dict.fromkeys(g.id for g in groups if any(r.verdict and r.verdict.suspect for r in g.results))
     return [f"{group_id} has suspect repeats" for group_id in seen]

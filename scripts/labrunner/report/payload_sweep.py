@@ -67,7 +67,7 @@ class Sweep:
     def scenario(self) -> str:
         """What the pair held fixed besides TLS, in words."""
         g = next((g for g in self.rest if g.results), self.rest[0])
-        vus = g.results[0]["scenario"]["load_model"].get("vus") if g.results else None
+        vus = g.results[0].scenario.load_model.vus if g.results else None
         load = f"{g.load_model} ({vus} VUs)" if vus else g.load_model
         made = "uploads" if g.direction == UPLOAD else g.response_model or "build"
         return f"{g.profile} profile, {made}, {load}, {g.network}"
@@ -231,7 +231,7 @@ def _caveat(s: Sweep) -> str:
     missing = [f"{m.target} c{count}" for m in models for count in m.missing]
     if missing:
         caveats.append(f"no CPU per request: {', '.join(missing)}")
-    suspect = [g for g in (*s.grpc, *s.rest) if any(r.get("suspect") for r in g.results)]
+    suspect = [g for g in (*s.grpc, *s.rest) if any(r.verdict and r.verdict.suspect for r in g.results)]
     if suspect:
         caveats.append(f"{len(suspect)} of {len(s.grpc) + len(s.rest)} groups with suspect repeats")
     return "; ".join(caveats)

@@ -2,7 +2,6 @@
 the failed and suspect results, and provenance."""
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from labrunner.report import aa_control, answers, charts, floor, host_conditions, serialization
 from labrunner.report import findings as run_findings
@@ -40,6 +39,7 @@ from labrunner.report.stats import (
     Ratio,
     samples_needed,
 )
+from labrunner.results.result import Result
 from labrunner.results.trust import verdict_of
 from labrunner.run.k6_stats import PERCENTILES
 
@@ -92,7 +92,7 @@ def provenance(run: Run) -> list[Block]:
         return [Heading(2, "Provenance"), Paragraph("manifest.json is missing: no provenance for this run.")]
     host, versions, git = m.get("host", {}), m.get("versions", {}), m.get("git", {})
     planned = len(m.get("matrix", {}).get("scenarios", []))
-    ok = sum(1 for r in run.results if r.get("status") == "ok")
+    ok = sum(1 for r in run.results if r.status == "ok")
     state = "complete" if m.get("complete") else "partial (interrupted or still running)"
     memory = host.get("memory_bytes")
     rows = [
@@ -114,7 +114,7 @@ def provenance(run: Run) -> list[Block]:
         *_service_paths(run.results),
         ("command", f"`{' '.join(m.get('argv', []))}`"),
     ]
-    notes = sorted({note for r in run.results for note in r.get("notes", [])})
+    notes = sorted({note for r in run.results for note in r.notes})
     blocks: list[Block] = [Heading(2, "Provenance"), table(("", "value"), rows, (False, False))]
     if notes:
         blocks += [Paragraph("Conditions noted by the runner:"), Bullets(tuple(notes))]
@@ -127,19 +127,18 @@ def provenance(run: Run) -> list[Block]:
     return blocks
 
 
-def _service_paths(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+def _service_paths(results: Sequence[Result]) -> list[tuple[str, str]]:
     """The services' Python builds and k6's network paths, as the results recorded them."""
     interpreters: set[str] = set()
     paths: set[str] = set()
     for r in results:
-        service = r.get("service") or {}
-        if build := service.get("interpreter"):
+        if build := r.interpreter:
             interpreters.add(
                 f"{build['implementation']} {build['version']} `{build['executable']}`, optimized: "
                 f"{build['optimized']}, libpython {build['libpython']}"
             )
-        if service.get("network_path"):
-            paths.add(service["network_path"])
+        if r.network_path:
+            paths.add(r.network_path)
     rows = [("service interpreter", interpreters), ("k6 to service", paths)]
     return [(name, "; ".join(sorted(values))) for name, values in rows if values]
 
@@ -175,7 +174,7 @@ def summary(run: Run, changes: Mapping[str, Comparison], baseline: Run | None) -
     rows = []
     for g in groups:
         rps, p99 = g.summary("rps"), g.summary("p99")
-        errors = sum((r["k6"]["metrics"] or {}).get("errors") or 0 for r in g.results)
+        errors = sum(r.metrics.errors or 0 for r in g.results if r.metrics)
         row = [
             f"`{g.id}`" + (" (lower bound)" if g.lower_bound else ""),
             f"{len(g.results)}/{g.attempted}",
@@ -335,18 +334,19 @@ def capacity(run: Run) -> list[Block]:
     rows = []
     for g in groups:
         for result in g.results:
-            search = result["capacity"]
-            best = next((s for s in search["steps"] if s["rate"] == search["sustainable_rate"]), None)
+            if (search := result.capacity) is None:
+                continue
+            best = next((s for s in search.steps if s.rate == search.sustainable_rate), None)
             rows.append(
                 [
                     f"`{g.id}`",
-                    str(result["scenario"]["repeat"]),
-                    f"{search['slo_p99_ms']:g} ms",
-                    fmt(search["sustainable_rate"], "{:.0f}") if search["sustainable_rate"] else "none",
-                    search["limit"],
-                    fmt(best["p99_ms"] if best else None, LATENCY_FORMAT),
-                    fmt(best["service_cpu_utilisation"] if best else None, "{:.0%}"),
-                    str(len(search["steps"])),
+                    str(result.scenario.repeat),
+                    f"{search.slo_p99_ms:g} ms",
+                    fmt(search.sustainable_rate, "{:.0f}") if search.sustainable_rate else "none",
+                    search.limit,
+                    fmt(best.p99_ms if best else None, LATENCY_FORMAT),
+                    fmt(best.service_cpu_utilisation if best else None, "{:.0%}"),
+                    str(len(search.steps)),
                 ]
             )
     centres = [
@@ -442,10 +442,9 @@ def comparisons(run: Run) -> list[Block]:
 def problems(run: Run) -> list[Block]:
     items = []
     for r in run.results:
-        failure = r.get("failure")
-        if failure:
-            items.append(f"`{r['scenario_id']}` failed in {failure['phase']}: {failure['message']}")
-        items += [f"`{r['scenario_id']}` suspect: {reason}" for reason in verdict_of(r).suspect]
+        if r.failure:
+            items.append(f"`{r.scenario_id}` failed in {r.failure.phase}: {r.failure.message}")
+        items += [f"`{r.scenario_id}` suspect: {reason}" for reason in verdict_of(r).suspect]
     if not items:
         return [Heading(2, "Failed and suspect results"), Paragraph("None.")]
     return [Heading(2, "Failed and suspect results"), Bullets(tuple(items))]

@@ -129,7 +129,7 @@ def summary_row(
         "protocol_verified": result.protocol_verified,
         "overhead_s": result.overhead_s,
         "suspect": "; ".join(verdict_of(result).suspect),
-        "failure": result.failure,
+        "failure": str(result.failure or ""),
     }
 
 

@@ -38,6 +38,7 @@ class LoadModel:
     name: str = field(metadata=_shown("load_model"))
     executor: str  # "" in a result that does not say (then it is judged as no closed model)
     iterations: int | None  # shared-iterations: the request cap
+    vus: int | None  # a closed model's
     rate: float | None  # an open model's offered rate
     share: float | None  # a ladder rung's share of its target's closed-model req/s
     searched: bool  # a capacity search
@@ -107,9 +108,8 @@ class K6Instance:
 @dataclass(frozen=True)
 class K6Section:
     cpu_seconds: float | None  # k6's process CPU seconds over the run (every instance's)
-    cpu_utilisation: float | None = field(
-        metadata=_shown("k6_cpu_utilisation")
-    )  # a split run's: its busiest instance's
+    # A split run's: its busiest instance's.
+    cpu_utilisation: float | None = field(metadata=_shown("k6_cpu_utilisation"))
     instances: tuple[K6Instance, ...]  # empty unless k6 was split
     metrics: Metrics | None  # None when k6 wrote no summary
     latency_batches: tuple[Mapping[str, float], ...]  # an open model's: n and percentiles of each
@@ -157,10 +157,13 @@ class Host:
 
 @dataclass(frozen=True)
 class Network:
+    """The link a result ran over: its profile, and for an emulated one the emulator and what it measured."""
+
     profile: str = field(metadata=_shown("network"))
-    measured_rtt_s: float | None = field(
-        metadata=_shown("network_rtt_ms")
-    )  # an emulated link's, before the service
+    # Measured on an emulated link before the service started.
+    measured_rtt_s: float | None = field(metadata=_shown("network_rtt_ms"))
+    emulator: str | None  # None on loopback
+    relay_cpu_s: float | None  # the userspace link emulator's CPU time, on k6's CPUs
 
 
 @dataclass(frozen=True)
@@ -170,12 +173,29 @@ class Step:
     rate: int
     passed: bool
     k6_cpu_utilisation: float | None
+    p99_ms: float | None = None
+    service_cpu_utilisation: float | None = None
 
 
 @dataclass(frozen=True)
 class Capacity:
+    """A capacity search (run.capacity.SearchResult, stored): its SLO, what stopped it, its steps."""
+
     sustainable_rate: float | None
     steps: tuple[Step, ...]
+    slo_p99_ms: float | None
+    limit: str
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Where a failed scenario failed (its phase: start, verify, k6 ...) and why."""
+
+    phase: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.phase}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -193,7 +213,7 @@ class Result(Mapping[str, Any]):
     raw: Mapping[str, Any] = field(repr=False, compare=False)
     scenario_id: str = field(metadata=_shown("scenario"))
     status: str = field(metadata=_shown("status"))  # "ok" or "failed"
-    failure: str = field(metadata=_shown("failure"))  # "phase: message"; "" when it did not fail
+    failure: Failure | None = field(metadata=_shown("failure"))  # None when it did not fail
     started_at: str
     scenario: ScenarioInfo
     k6: K6Section | None  # None when k6 never ran
@@ -202,9 +222,11 @@ class Result(Mapping[str, Any]):
     network: Network
     capacity: Capacity | None  # a capacity search's
     verdict: StoredVerdict | None  # None in results written before the verdict was stored
-    protocol_verified: str | None = field(
-        metadata=_shown("protocol_verified")
-    )  # the negotiated protocol, once verified
+    notes: tuple[str, ...]  # what the backend noted while running it
+    interpreter: Mapping[str, Any] | None  # the Python build the service ran on, where recorded
+    network_path: str | None  # how k6 reached the service, where the backend says
+    # The negotiated protocol, once verified.
+    protocol_verified: str | None = field(metadata=_shown("protocol_verified"))
     overhead_s: float | None = field(metadata=_shown("overhead_s"))
 
     @property
@@ -257,27 +279,33 @@ def _result(data: Mapping[str, Any]) -> Result:
     failure = data.get("failure") or {}
     verification = data.get("verification") or {}
     network = data.get("network") or {}
+    service = data.get("service") or {}
     scenario = _scenario(data["scenario"])
     return Result(
         raw=data,
         scenario_id=data["scenario_id"],
         status=data["status"],
-        failure=f"{failure['phase']}: {failure['message']}" if failure else "",
+        failure=Failure(failure["phase"], failure["message"]) if failure else None,
         started_at=data.get("started_at", ""),
         scenario=scenario,
         k6=_k6(data.get("k6")),
-        usage=_usage((data.get("service") or {}).get("usage")),
+        usage=_usage(service.get("usage")),
         host=parse_host(data.get("host")),
         # Results written before network profiles existed ran on loopback.
         network=Network(
             network.get("profile") or (data["scenario"].get("network") or {}).get("name") or BEFORE_NETWORKS,
             network.get("measured_rtt_s"),
+            network.get("emulator"),
+            network.get("relay_cpu_s"),
         ),
         capacity=_capacity(data.get("capacity")),
         # Results written before the lower_bound key stored no verdict: it is judged from the figures.
         verdict=StoredVerdict(tuple(data.get("suspect") or ()), data["lower_bound"])
         if "lower_bound" in data
         else None,
+        notes=tuple(data.get("notes") or ()),
+        interpreter=service.get("interpreter") or None,
+        network_path=service.get("network_path") or None,
         protocol_verified=verification.get("protocol") if verification.get("ok") else None,
         overhead_s=(data.get("timings_s") or {}).get("overhead"),
     )
@@ -303,6 +331,7 @@ def _scenario(s: Mapping[str, Any]) -> ScenarioInfo:
             name=model.get("name", ""),
             executor=model.get("executor", ""),
             iterations=model.get("iterations"),
+            vus=model.get("vus"),
             rate=model.get("rate"),
             share=model.get("share"),
             searched=bool(model.get("search")),
@@ -392,7 +421,16 @@ def parse_host(section: Mapping[str, Any] | None) -> Host | None:
 def _capacity(section: Mapping[str, Any] | None) -> Capacity | None:
     if not section:
         return None
+    steps = tuple(
+        Step(
+            s["rate"],
+            s["passed"],
+            s.get("k6_cpu_utilisation"),
+            s.get("p99_ms"),
+            s.get("service_cpu_utilisation"),
+        )
+        for s in section.get("steps") or ()
+    )
     return Capacity(
-        section.get("sustainable_rate"),
-        tuple(Step(s["rate"], s["passed"], s.get("k6_cpu_utilisation")) for s in section.get("steps") or ()),
+        section.get("sustainable_rate"), steps, section.get("slo_p99_ms"), section.get("limit", "")
     )
