@@ -187,6 +187,8 @@ def test_the_matrix_axis_keeps_cars_ids_and_names_the_other_shapes() -> None:
     assert all(s.target_group.endswith(".numeric") for s in numeric)
     with pytest.raises(MatrixError, match="one shape per run"):
         expand(matrix, "local", "default", replace(base, shapes=("cars", "numeric")))
+    with pytest.raises(MatrixError, match="the callers call cars only"):
+        expand(matrix, "local", "caller", replace(base, targets=("aiohttp-h1",), shapes=("text",)))
     with pytest.raises(MatrixError, match="shapes"):
         expand(matrix, "local", "default", replace(base, shapes=("tall",)))
 

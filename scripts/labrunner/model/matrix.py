@@ -11,6 +11,7 @@ from labrunner.model.engine_roles import HostsError, hosts
 from labrunner.model.scenario import (
     BACKENDS,
     DEFAULT_DIRECTION,
+    DEFAULT_SHAPE,
     LOOPBACK,
     LoadModel,
     Matrix,
@@ -98,6 +99,9 @@ def expand(
             f"{where}: shapes {', '.join(settings.shapes)}: one shape per run for now (issue 38: the "
             "findings do not yet keep shapes apart); run each shape with --shape"
         )
+    if settings.measure == "caller" and settings.shapes != [DEFAULT_SHAPE]:
+        # The Python callers (labrunner.callers, benchmarks.callers) call and decode cars only.
+        raise MatrixError(f"{where}: the callers call cars only, not shapes {', '.join(settings.shapes)}")
     targets = _names(settings.targets, matrix.targets, "target", where)
     profiles = _names(settings.profiles, matrix.profiles, "profile", where)
     networks = _names(settings.networks, matrix.networks, "network", where)
