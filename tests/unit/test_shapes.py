@@ -218,3 +218,16 @@ def test_a_result_records_its_shape_and_resume_keeps_only_the_planned_one(tmp_pa
     kept = resumable(tmp_path, [cars, numeric])
     assert kept.done == {cars.id}
     assert kept.ignored == {f"{numeric.id}.json": "its shape is cars, the plan's numeric"}
+
+
+@pytest.mark.parametrize("backend", ["local", "docker"])
+def test_the_shapes_preset_asks_aiohttp_quart_and_grpc_at_a_quarter_cpu_for_one_shape(backend: str) -> None:
+    matrix = load_matrix(ROOT / "matrix.toml")
+    for shape in SHAPES:
+        plan = expand(matrix, backend, "shapes", Overrides(shapes=(shape,), repeats=1))
+        got = {(s.target.name, s.profile.name, s.count, s.load_model.name, s.shape) for s in plan.scenarios}
+        assert got == {
+            (target, "quarter", count, "closed", shape)
+            for target in ("aiohttp-h1", "quart-h1", "grpc")
+            for count in (10, 100)
+        }
