@@ -61,7 +61,7 @@ def _result(scenario: Scenario, rps: float, suspect: tuple[str, ...] = ()) -> di
 def _rung(scenario: Scenario, closed: list[dict[str, Any]]) -> dict[str, Any]:
     """A rung at its share of its target's capacity: it carries the rate, with latency batches too
     small for p99 (a 5 s window), p50 a little noisy from batch to batch; quart-h1-tls queues."""
-    resolved = ladder.resolve(scenario, closed)
+    resolved = ladder.resolve(scenario, parse_results(closed))
     assert not isinstance(resolved, str), resolved
     rate = resolved.load_model.rate
     assert rate is not None

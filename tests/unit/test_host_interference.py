@@ -337,7 +337,9 @@ def test_the_userspace_relay_is_interference_on_k6s_cpus_reported_apart() -> Non
     # Without a relay, nothing about one.
     plain = interference.interference(Window(BEFORE, AFTER, 0.6), (1,), (0,), service_cpu_seconds=2.0)
     assert "relay_share" not in plain["interference"]["k6_cpus"] and interference.relay_share(plain) is None
-    cell = host_conditions._figure(section["interference"]["k6_cpus"])[1]
+    host = parse_host(section)
+    assert host is not None
+    cell = host_conditions._figure(host.k6_cpus)[1]
     assert cell == "12.5% (0.50 CPU s), of which relay 10.0% (0.40 CPU s)"
 
 

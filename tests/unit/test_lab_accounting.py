@@ -76,7 +76,9 @@ def test_the_labs_daemons_are_others_on_k6s_cpus_reported_apart() -> None:
     assert interference.describe(section).endswith(
         "/12.5%"
     )  # the short line; the lab's part is in summary.md
-    assert host_conditions._figure(k6)[1] == "12.5% (0.50 CPU s), of which lab 10.0% (0.40 CPU s)"
+    host = _host(section)
+    assert host is not None
+    assert host_conditions._figure(host.k6_cpus)[1] == "12.5% (0.50 CPU s), of which lab 10.0% (0.40 CPU s)"
     plain = _section(None)
     assert interference.lab_share(plain) is None and "lab" not in interference.describe(plain)
 

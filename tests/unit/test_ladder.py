@@ -17,6 +17,7 @@ from labrunner.model.matrix import expand, load_matrix, parse_matrix
 from labrunner.model.scenario import Overrides, Plan, Scenario, round_of
 from labrunner.model.schema import MatrixError
 from labrunner.results.ladder import closed_capacity, resolve
+from labrunner.results.result import parse_results
 from labrunner.results.store import MANIFEST_FILE, build_manifest
 
 from tests.support import ALL_TARGETS, ROOT, latency_from_p50, ok_result
@@ -79,7 +80,7 @@ def test_a_ladder_is_one_open_model_per_share_without_a_rate_until_the_run() -> 
 
 
 def _resolved(scenario: Scenario, results: list[dict[str, Any]]) -> Scenario:
-    resolved = resolve(scenario, results)
+    resolved = resolve(scenario, parse_results(results))
     assert isinstance(resolved, Scenario), resolved
     return resolved
 
@@ -167,7 +168,7 @@ def test_a_rung_runs_at_its_share_of_its_targets_closed_capacity_or_says_why_not
         _closed_result(_one(plan, "grpc.quarter.c100.closed.r1"), 500, status="failed"),  # no capacity
     ]
     quart = _one(plan, "quart-h2-tls.quarter.c100.loaded-40pct.r1")
-    assert closed_capacity(quart, closed) == pytest.approx(120)
+    assert closed_capacity(quart, parse_results(closed)) == pytest.approx(120)
     resolved = _resolved(quart, closed)
     assert resolved.load_model.rate == 48  # 40% of 120
     assert resolved.id == quart.id and resolved.load_model.name == "loaded-40pct"
@@ -177,18 +178,19 @@ def test_a_rung_runs_at_its_share_of_its_targets_closed_capacity_or_says_why_not
     streams = [_one(plan, f"grpc-stream.quarter.c100.loaded-stream-{p}pct.r1") for p in (10, 25, 40)]
     assert [_resolved(s, closed).load_model.rate for s in streams] == [1, 1, 1]
     assert (
-        resolve(_one(plan, "grpc.quarter.c100.loaded-25pct.r1"), closed)
+        resolve(_one(plan, "grpc.quarter.c100.loaded-25pct.r1"), parse_results(closed))
         == "no successful closed-model result of this target in this run to take 25% of"
     )
     not_a_rung = _one(plan, "grpc.quarter.c100.closed.r2")
-    assert resolve(not_a_rung, closed) is not_a_rung
+    assert resolve(not_a_rung, parse_results(closed)) is not_a_rung
 
 
 def test_a_closed_result_under_other_conditions_is_no_capacity_of_the_rung() -> None:
     plan = _default(targets=("grpc",), counts=(10, 100), repeats=1)
     closed = [_closed_result(_one(plan, "grpc.quarter.c10.closed.r1"), 1000)]
-    assert closed_capacity(_one(plan, "grpc.quarter.c100.loaded-25pct.r1"), closed) is None
-    assert closed_capacity(_one(plan, "grpc.quarter.c10.loaded-25pct.r1"), closed) == pytest.approx(1000)
+    assert closed_capacity(_one(plan, "grpc.quarter.c100.loaded-25pct.r1"), parse_results(closed)) is None
+    c10 = _one(plan, "grpc.quarter.c10.loaded-25pct.r1")
+    assert closed_capacity(c10, parse_results(closed)) == pytest.approx(1000)
 
 
 def test_a_duets_closed_results_count_for_their_target_pooled_with_the_others() -> None:
@@ -206,8 +208,9 @@ def test_a_duets_closed_results_count_for_their_target_pooled_with_the_others() 
     other = copy.deepcopy(beside)
     other["scenario"] |= {"target_group": "aiohttp-h1.quarter.c100.closed"}
     rung = _one(plan, "grpc.quarter.c100.loaded-25pct.r1")
-    assert closed_capacity(rung, [alone, beside, other]) == pytest.approx(200)  # 100 and 400's mean
-    assert closed_capacity(rung, [beside, aa]) == pytest.approx(400)
+    mixed = parse_results([alone, beside, other])
+    assert closed_capacity(rung, mixed) == pytest.approx(200)  # 100 and 400's mean
+    assert closed_capacity(rung, parse_results([beside, aa])) == pytest.approx(400)
     assert _resolved(rung, [alone, beside, other]).load_model.rate == 50  # 25% of 200
 
 
@@ -221,7 +224,7 @@ def test_the_default_run_gives_every_target_its_curve_in_its_old_ladder_time() -
         for s in plan.scenarios
         if s.load_model.rung is None
     ]
-    rungs = [resolve(s, closed) for s in plan.scenarios if s.load_model.rung is not None]
+    rungs = [resolve(s, parse_results(closed)) for s in plan.scenarios if s.load_model.rung is not None]
     assert all(isinstance(s, Scenario) for s in rungs)
     assert len(closed) == 24 and len(rungs) == 24 and len(plan.scenarios) == 48
     assert plan.estimated_seconds == 48 * 6  # 5 s windows after a 1 s warm-up

@@ -54,7 +54,11 @@ def _results() -> list[dict[str, Any]]:
         for s in _plan()
         if s.load_model.rung is None
     ]
-    rungs = [resolve(s, closed) for s in _plan() if s.load_model.rung is not None and s.id not in NOT_RUN]
+    rungs = [
+        resolve(s, parse_results(closed))
+        for s in _plan()
+        if s.load_model.rung is not None and s.id not in NOT_RUN
+    ]
     return closed + [
         _result(s, float(s.load_model.rate), s.load_model.rate / 50, s.load_model.rate / 800)
         for s in rungs

@@ -366,7 +366,7 @@ def unasked(found: Sequence[Finding], preset: str | None) -> list[Finding]:
 
 def executor(group: Group) -> str:
     """The k6 executor of a group's load model."""
-    return str(group.results[0]["scenario"]["load_model"]["executor"]) if group.results else ""
+    return group.results[0].scenario.load_model.executor if group.results else ""
 
 
 def glance(r: Ratio | None, what: str, pair: str, digits: int = 2) -> tuple[str, list[Note]]:
@@ -445,7 +445,7 @@ def _finding(
 def _load(c: Comparison) -> str:
     """Where a latency comparison ran: a ladder rung's share of each side's capacity ("50% load"),
     else the offered rate both had ("100 req/s")."""
-    share = c.candidate.results[0]["scenario"]["load_model"].get("share") if c.candidate.results else None
+    share = c.candidate.results[0].scenario.load_model.share if c.candidate.results else None
     return f"{share:.0%} load" if share else f"{_rate(c)} req/s"
 
 
@@ -540,7 +540,7 @@ def _saturated_suspect(g: Group, pair: str) -> Note | None:
     beside the pair's other side only), else of the target's closed model (every pair it is in)."""
     if g.partner is None:
         return _suspect(g, f"{g.target}, closed model")
-    flagged = sum(1 for r in g.results if r.get("suspect"))
+    flagged = sum(1 for r in g.results if r.suspect)
     detail = f"{flagged} of {len(g.results)} repeats of {g.target} suspect, see summary.md"
     return Note(detail, pair, SUSPECT) if flagged else None
 
@@ -559,7 +559,7 @@ def _rounds_needed(rps: Ratio | None) -> str:
 
 def _suspect(group: Group, subject: str) -> Note | None:
     """'1 of 2 repeats suspect, see summary.md' about the group, when any of its repeats is."""
-    flagged = [r for r in group.results if r.get("suspect")]
+    flagged = [r for r in group.results if r.suspect]
     if not flagged:
         return None
     return Note(f"{len(flagged)} of {len(group.results)} repeats suspect, see summary.md", subject, SUSPECT)
@@ -576,7 +576,7 @@ def _not_carried(group: Group) -> Note | None:
 
 
 def _offered_rate(group: Group) -> int | None:
-    rate = group.results[0]["scenario"]["load_model"].get("rate") if group.results else None
+    rate = group.results[0].scenario.load_model.rate if group.results else None
     return int(rate) if rate else None
 
 

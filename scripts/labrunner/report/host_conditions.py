@@ -8,7 +8,7 @@ from labrunner.observe import fingerprint
 from labrunner.report.cells import fmt
 from labrunner.report.compare import Group, group_results
 from labrunner.report.document import Block, Heading, Paragraph, table
-from labrunner.results.result import Result, Usage
+from labrunner.results.result import Others, Result, Usage
 from labrunner.results.trust import SUSPECT_SHARE
 from labrunner.run import calibration
 
@@ -150,7 +150,7 @@ def section(manifest: Mapping[str, Any], results: Sequence[Result]) -> list[Bloc
             "started, pinned to k6's CPUs (of which lab), which is not held against the host."
         ),
     ]
-    rows = [_interference_row(r) for r in results if r.get("host") is not None]
+    rows = [_interference_row(r) for r in results if r.host is not None or r.unmeasured is not None]
     if rows:
         blocks.append(
             table(
@@ -217,30 +217,29 @@ def _geometric_mean(values: Sequence[float | None]) -> float | None:
 
 
 def _interference_row(result: Result) -> list[str]:
-    section = result["host"]
-    if not section.get("measured"):
-        return [f"`{result['scenario_id']}`", "-", f"unknown: {section.get('reason')}", "-", "-", "-"]
-    figures = section.get("interference") or {}
+    host = result.host
+    if host is None:
+        return [f"`{result.scenario_id}`", "-", f"unknown: {result.unmeasured}", "-", "-", "-"]
     return [
-        f"`{result['scenario_id']}`",
-        *_figure(figures.get("service_cpus")),
-        *_figure(figures.get("k6_cpus")),
-        _share(section.get("steal_share")),
+        f"`{result.scenario_id}`",
+        *_figure(host.service_cpus),
+        *_figure(host.k6_cpus),
+        _share(host.steal_share),
     ]
 
 
-def _figure(figure: Mapping[str, Any] | None) -> list[str]:
-    if not figure:
+def _figure(figure: Others | None) -> list[str]:
+    if figure is None:
         return ["-", "-"]
-    cpus = ",".join(map(str, figure["cpus"]))
-    seconds = figure.get("others_cpu_seconds")
-    cell = _share(figure.get("share")) + (f" ({seconds:.2f} CPU s)" if seconds is not None else "")
-    relay = figure.get("relay_cpu_seconds")
+    cpus = ",".join(map(str, figure.cpus))
+    seconds = figure.others_cpu_seconds
+    cell = _share(figure.share) + (f" ({seconds:.2f} CPU s)" if seconds is not None else "")
+    relay = figure.relay_cpu_seconds
     if relay is not None:  # the userspace link emulator runs on k6's CPUs: part of others there
-        cell += f", of which relay {_share(figure.get('relay_share'))} ({relay:.2f} CPU s)"
-    lab = figure.get("lab_cpu_seconds")
+        cell += f", of which relay {_share(figure.relay_share)} ({relay:.2f} CPU s)"
+    lab = figure.lab_cpu_seconds
     if lab is not None:  # the run's own Prometheus and InfluxDB, pinned to k6's side
-        cell += f", of which lab {_share(figure.get('lab_share'))} ({lab:.2f} CPU s)"
+        cell += f", of which lab {_share(figure.lab_share)} ({lab:.2f} CPU s)"
     return [cpus, cell]
 
 

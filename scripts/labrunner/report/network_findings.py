@@ -201,5 +201,5 @@ def _load(g: Group) -> str:
 
 
 def _suspects(groups: Sequence[Group]) -> list[str]:
-    seen = dict.fromkeys(g.id for g in groups if any(r.verdict and r.verdict.suspect for r in g.results))
+    seen = dict.fromkeys(g.id for g in groups if any(r.suspect for r in g.results))
     return [f"{group_id} has suspect repeats" for group_id in seen]

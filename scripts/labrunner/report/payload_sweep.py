@@ -231,7 +231,7 @@ def _caveat(s: Sweep) -> str:
     missing = [f"{m.target} c{count}" for m in models for count in m.missing]
     if missing:
         caveats.append(f"no CPU per request: {', '.join(missing)}")
-    suspect = [g for g in (*s.grpc, *s.rest) if any(r.verdict and r.verdict.suspect for r in g.results)]
+    suspect = [g for g in (*s.grpc, *s.rest) if any(r.suspect for r in g.results)]
     if suspect:
         caveats.append(f"{len(suspect)} of {len(s.grpc) + len(s.rest)} groups with suspect repeats")
     return "; ".join(caveats)

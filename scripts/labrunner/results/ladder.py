@@ -3,14 +3,14 @@ same run, set when the rung is about to run and judged from the results on disk,
 sets each rung as the first session did."""
 
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 from labrunner.model.scenario import Scenario, vus_for_rate
+from labrunner.results.result import Result
 
 
-def closed_capacity(scenario: Scenario, results: Iterable[Mapping[str, Any]]) -> float | None:
+def closed_capacity(scenario: Scenario, results: Iterable[Result]) -> float | None:
     """The req/s the scenario's target served under its rung's capacity model, all else the same
     (profile, count, response model, network): the geometric mean of every successful result of that
     target, alone or beside a duet partner (a duet's result names its target's group apart, as
@@ -22,13 +22,13 @@ def closed_capacity(scenario: Scenario, results: Iterable[Mapping[str, Any]]) ->
     served = [
         rps
         for r in results
-        if r.get("status") == "ok" and r["scenario"].get("target_group", r["scenario"]["group"]) == group
-        if (rps := ((r.get("k6") or {}).get("metrics") or {}).get("requests_per_second"))
+        if r.status == "ok" and r.scenario.target_group == group and r.metrics
+        if (rps := r.metrics.requests_per_second)
     ]
     return statistics.geometric_mean(served) if served else None
 
 
-def resolve(scenario: Scenario, results: Iterable[Mapping[str, Any]]) -> Scenario | str:
+def resolve(scenario: Scenario, results: Iterable[Result]) -> Scenario | str:
     """The scenario as it runs: a rung at its share of its target's capacity (at least 1/s), with VUs
     for that rate within its load model's; or why it is not run. Any other scenario as it is."""
     model = scenario.load_model

@@ -57,6 +57,7 @@ class ScenarioInfo:
     """The scenario a result measured (store.scenario_dict)."""
 
     group: str
+    target_group: str  # the group without a duet's partner: the target under these conditions
     target: str = field(metadata=_shown("target"))
     service: str = field(metadata=_shown("service"))
     script: str  # the k6 script
@@ -219,9 +220,13 @@ class Result(Mapping[str, Any]):
     k6: K6Section | None  # None when k6 never ran
     usage: Usage | None  # None when the service was not measured
     host: Host | None  # None when the window was not measured
+    unmeasured: str | None  # why the window was not measured, where the runner tried to
     network: Network
     capacity: Capacity | None  # a capacity search's
     verdict: StoredVerdict | None  # None in results written before the verdict was stored
+    # The reasons to distrust it that the run stored, whole verdict or not (the judge's view, stored or
+    # judged again from the figures, is trust.verdict_of).
+    suspect: tuple[str, ...]
     notes: tuple[str, ...]  # what the backend noted while running it
     interpreter: Mapping[str, Any] | None  # the Python build the service ran on, where recorded
     network_path: str | None  # how k6 reached the service, where the backend says
@@ -291,6 +296,7 @@ def _result(data: Mapping[str, Any]) -> Result:
         k6=_k6(data.get("k6")),
         usage=_usage(service.get("usage")),
         host=parse_host(data.get("host")),
+        unmeasured=_unmeasured(data.get("host")),
         # Results written before network profiles existed ran on loopback.
         network=Network(
             network.get("profile") or (data["scenario"].get("network") or {}).get("name") or BEFORE_NETWORKS,
@@ -303,6 +309,7 @@ def _result(data: Mapping[str, Any]) -> Result:
         verdict=StoredVerdict(tuple(data.get("suspect") or ()), data["lower_bound"])
         if "lower_bound" in data
         else None,
+        suspect=tuple(data.get("suspect") or ()),
         notes=tuple(data.get("notes") or ()),
         interpreter=service.get("interpreter") or None,
         network_path=service.get("network_path") or None,
@@ -317,6 +324,8 @@ def _scenario(s: Mapping[str, Any]) -> ScenarioInfo:
     duet = s.get("duet")
     return ScenarioInfo(
         group=s["group"],
+        # Results written before duets: a group is its target's alone.
+        target_group=s.get("target_group", s["group"]),
         target=s["target"],
         service=s["service"],
         script=s.get("script", BEFORE_SCRIPTS),
@@ -416,6 +425,12 @@ def parse_host(section: Mapping[str, Any] | None) -> Host | None:
         section.get("steal_share"),
         section.get("steal_seconds"),
     )
+
+
+def _unmeasured(section: Mapping[str, Any] | None) -> str | None:
+    if section is None or section.get("measured"):
+        return None
+    return str(section.get("reason"))
 
 
 def _capacity(section: Mapping[str, Any] | None) -> Capacity | None:
