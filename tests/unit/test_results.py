@@ -223,9 +223,9 @@ def test_resume_skips_only_ok_results(tmp_path: Path) -> None:
 
 def test_results_order_follows_the_plan_then_start_time(tmp_path: Path) -> None:
     scenarios = _write_results(tmp_path)
-    by_start = [r["scenario_id"] for r in load_results(tmp_path)]
+    by_start = [r.scenario_id for r in load_results(tmp_path)]
     assert by_start == [scenarios[1].id, scenarios[0].id]
-    by_plan = [r["scenario_id"] for r in load_results(tmp_path, [s.id for s in scenarios])]
+    by_plan = [r.scenario_id for r in load_results(tmp_path, [s.id for s in scenarios])]
     assert by_plan == [scenarios[0].id, scenarios[1].id]
 
 

@@ -3,12 +3,9 @@ record.build_result writes; what results of older releases lack is filled in her
 
 A field that summary.csv shows names its columns in its metadata (columns()): a metric added to the
 model without its column, or a column without its field, fails tests/unit/test_result_model.py.
-
-Result is also, for now, a read-only Mapping over its JSON: report modules not yet moved to the
-typed fields read it by key (docs/architecture.md#adding-a-metric says which have moved).
 """
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -208,10 +205,9 @@ class StoredVerdict:
 
 
 @dataclass(frozen=True)
-class Result(Mapping[str, Any]):
-    """One scenario's stored result. Reading it by key (the Mapping) reads its JSON as written."""
+class Result:
+    """One scenario's stored result, as its JSON said it (record.build_result) and the parser read it."""
 
-    raw: Mapping[str, Any] = field(repr=False, compare=False)
     scenario_id: str = field(metadata=_shown("scenario"))
     status: str = field(metadata=_shown("status"))  # "ok" or "failed"
     failure: Failure | None = field(metadata=_shown("failure"))  # None when it did not fail
@@ -237,15 +233,6 @@ class Result(Mapping[str, Any]):
     @property
     def metrics(self) -> Metrics | None:
         return self.k6.metrics if self.k6 else None
-
-    def __getitem__(self, key: str) -> Any:
-        return self.raw[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.raw)
-
-    def __len__(self) -> int:
-        return len(self.raw)
 
 
 class ResultError(ValueError):
@@ -287,7 +274,6 @@ def _result(data: Mapping[str, Any]) -> Result:
     service = data.get("service") or {}
     scenario = _scenario(data["scenario"])
     return Result(
-        raw=data,
         scenario_id=data["scenario_id"],
         status=data["status"],
         failure=Failure(failure["phase"], failure["message"]) if failure else None,
