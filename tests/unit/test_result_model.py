@@ -58,7 +58,7 @@ def test_results_of_release_0_2_0_parse_whole(tmp_path: Path) -> None:
 def test_what_an_older_result_lacks_is_filled_in_by_the_parser(tmp_path: Path) -> None:
     [path, *_] = sorted((_copy(tmp_path) / "scenarios").glob("*.json"))
     data = json.loads(path.read_text())
-    for key in ("script", "response_model", "direction", "network"):
+    for key in ("script", "response_model", "direction", "shape", "network"):
         data["scenario"].pop(key, None)
     del data["network"], data["lower_bound"], data["k6"]["metrics"]["latency_count"]
     old = model.parse_result(data)
@@ -67,6 +67,7 @@ def test_what_an_older_result_lacks_is_filled_in_by_the_parser(tmp_path: Path) -
         model.BEFORE_RESPONSE_MODELS,
     )
     assert (old.scenario.direction, old.network.profile) == (model.BEFORE_UPLOADS, model.BEFORE_NETWORKS)
+    assert old.scenario.shape == model.BEFORE_SHAPES
     assert old.verdict is None  # judged from its figures (trust.verdict_of)
     assert old.metrics is not None and old.metrics.latency_count == old.metrics.requests
 

@@ -9,13 +9,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-from labrunner.model.scenario import DEFAULT_DIRECTION
+from labrunner.model.scenario import DEFAULT_DIRECTION, DEFAULT_SHAPE
 
 # What results written before a field existed mean by its absence (one rule each, here only).
 BEFORE_RESPONSE_MODELS = ""  # no response model named
 BEFORE_SCRIPTS = ""  # no k6 script named
 BEFORE_UPLOADS = DEFAULT_DIRECTION  # every older result downloaded
 BEFORE_NETWORKS = "loopback"  # every older result ran on loopback
+BEFORE_SHAPES = DEFAULT_SHAPE  # every older result served cars
 
 
 def _shown(*columns: str) -> dict[str, tuple[str, ...]]:
@@ -65,6 +66,7 @@ class ScenarioInfo:
     count: int = field(metadata=_shown("count"))
     response_model: str = field(metadata=_shown("response_model"))  # "build" or "prebuilt"
     direction: str = field(metadata=_shown("direction"))  # "download" or "upload"
+    shape: str  # the record the service served (model.scenario.SHAPES)
     load_model: LoadModel
     duration_s: float | None
     repeat: int = field(metadata=_shown("repeat"))
@@ -322,6 +324,7 @@ def _scenario(s: Mapping[str, Any]) -> ScenarioInfo:
         count=int(s["count"]),
         response_model=s.get("response_model", BEFORE_RESPONSE_MODELS),
         direction=s.get("direction", BEFORE_UPLOADS),
+        shape=s.get("shape", BEFORE_SHAPES),
         load_model=LoadModel(
             name=model.get("name", ""),
             executor=model.get("executor", ""),
