@@ -13,6 +13,8 @@ import pytest
 from google.protobuf import json_format
 from labrunner.model.matrix import MatrixError, expand, load_matrix
 from labrunner.model.scenario import Overrides
+from labrunner.report.compare import compare_groups, group_results
+from labrunner.results.result import parse_result
 from labrunner.results.store import RESULT_SCHEMA, resumable, scenario_dict
 
 from services.common import pool
@@ -22,7 +24,7 @@ from services.common.pool import SHAPES, generate_pool, load_pool
 from services.common.records import BadRequest
 from services.common.rest import shape_records_from_body
 from services.common.shapes import CARS, SHAPE_KITS, shape_kit
-from tests.support import ROOT
+from tests.support import ROOT, latency_from_p50, ok_result
 
 SIZE, SEED = 300, 7
 
@@ -231,3 +233,48 @@ def test_the_shapes_preset_asks_aiohttp_quart_and_grpc_at_a_quarter_cpu_for_one_
             for target in ("aiohttp-h1", "quart-h1", "grpc")
             for count in (10, 100)
         }
+
+
+def test_groups_carry_their_shape_and_no_question_pairs_two_shapes() -> None:
+    matrix = load_matrix(ROOT / "matrix.toml")
+    base = Overrides(targets=("aiohttp-h1", "grpc"), counts=(10,), load_models=("closed",), repeats=1)
+    cars = expand(matrix, "local", "default", base).scenarios
+    numeric = expand(matrix, "local", "default", replace(base, shapes=("numeric",))).scenarios
+    # aiohttp's numeric result beside grpc's cars result: the same in all but the shape.
+    chosen = [s for s in numeric if s.target.name == "aiohttp-h1"] + [
+        s for s in cars if s.target.name == "grpc"
+    ]
+    results = [
+        parse_result(
+            ok_result(
+                s,
+                requests=1000,
+                rps=100.0,
+                latency_ms=latency_from_p50(5.0),
+                received_bytes=10**6,
+                window_s=10.0,
+                cpu_seconds=2.0,
+                quota_used=0.99,
+            )
+        )
+        for s in chosen
+    ]
+    groups = group_results(results)
+    assert {(g.target, g.shape) for g in groups} == {("aiohttp-h1", "numeric"), ("grpc", "cars")}
+    assert compare_groups(groups) == []  # gRPC vs REST would pair them were the shape not held
+    both_cars = [
+        parse_result(
+            ok_result(
+                s,
+                requests=1000,
+                rps=100.0,
+                latency_ms=latency_from_p50(5.0),
+                received_bytes=10**6,
+                window_s=10.0,
+                cpu_seconds=2.0,
+                quota_used=0.99,
+            )
+        )
+        for s in cars
+    ]
+    assert [c.kind for c in compare_groups(group_results(both_cars))] == ["gRPC vs REST"]

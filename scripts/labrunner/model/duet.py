@@ -103,6 +103,10 @@ class _Side:
         return self.scenario.direction
 
     @property
+    def shape(self) -> str:
+        return self.scenario.shape
+
+    @property
     def network(self) -> str:
         return self.scenario.network.name
 

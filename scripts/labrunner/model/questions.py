@@ -35,6 +35,8 @@ class Side(Protocol):
     @property
     def direction(self) -> str: ...
     @property
+    def shape(self) -> str: ...
+    @property
     def network(self) -> str: ...
     @property
     def order(self) -> int: ...  # the target's position in the run (matrix order)
@@ -75,7 +77,9 @@ def is_streaming(side: Side) -> bool:
 
 
 # Every question compares like with like: same scenario, and instrumented with instrumented.
-_SCENARIO = ("profile", "count", "load_model", "response_model", "direction", "network", "instrumented")
+_SCENARIO = (
+    "profile", "count", "load_model", "response_model", "direction", "shape", "network", "instrumented",
+)  # fmt: skip
 QUESTIONS = (
     # The harness each lab server carries over its bare server, all else the same.
     Question(
@@ -86,13 +90,13 @@ QUESTIONS = (
     # What building each response costs over sending prebuilt objects, per server and protocol.
     Question(
         "build vs prebuilt",
-        ("target", "profile", "count", "load_model", "direction", "network"),
+        ("target", "profile", "count", "load_model", "direction", "shape", "network"),
         lambda c, b: c.response_model == "build" and b.response_model == "prebuilt",
     ),
     # The same script too: a stream with metrics is no "on" side for unary without.
     Question(
         "metrics on vs off",
-        ("service", "protocol", "script", "tls", "profile", "count", "load_model", "direction"),
+        ("service", "protocol", "script", "tls", "profile", "count", "load_model", "direction", "shape"),
         lambda c, b: c.instrumented and not b.instrumented,
     ),
     Question(

@@ -5,7 +5,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from labrunner.model.questions import pairs
-from labrunner.model.scenario import DEFAULT_DIRECTION
+from labrunner.model.scenario import DEFAULT_DIRECTION, DEFAULT_SHAPE
 from labrunner.report.stats import (
     Ratio,
     Summary,
@@ -113,6 +113,7 @@ class Group:
     load_model: str
     response_model: str  # "build" or "prebuilt"
     direction: str  # "download" or "upload"
+    shape: str  # the record shape ("cars" for results written before shapes)
     network: str  # the network profile
     kind: str  # THROUGHPUT, SEQUENTIAL or CAPACITY
     iterations: int | None  # sequential: requests per repeat
@@ -195,6 +196,8 @@ class Group:
         held = f"{self.profile}, c{self.count}, {self.load_model}"
         if self.direction != DEFAULT_DIRECTION:
             held = f"{held}, {self.direction}"
+        if self.shape != DEFAULT_SHAPE:
+            held = f"{held}, {self.shape}"
         return held if self.network == "loopback" else f"{held}, {self.network}"
 
 
@@ -239,6 +242,7 @@ def group_results(results: Iterable[Result]) -> list[Group]:
                 load_model=model.name,
                 response_model=scenario.response_model,
                 direction=scenario.direction,
+                shape=scenario.shape,
                 network=rs[0].network.profile,
                 kind=_kind(model),
                 iterations=model.iterations,
@@ -295,10 +299,10 @@ def budget_pairs(groups: Sequence[Group]) -> list[Comparison]:
 
     Sequential groups are left out: one client at a time keeps at most one CPU busy.
     """
-    by_rest: dict[tuple[str, int, str, str, str, str], list[Group]] = {}
+    by_rest: dict[tuple[str, int, str, str, str, str, str], list[Group]] = {}
     for g in groups:
         if g.results and g.kind != SEQUENTIAL and not g.lower_bound:
-            key = (g.target, g.count, g.load_model, g.response_model, g.direction, g.network)
+            key = (g.target, g.count, g.load_model, g.response_model, g.direction, g.shape, g.network)
             by_rest.setdefault(key, []).append(g)
     comparisons = []
     for members in by_rest.values():
