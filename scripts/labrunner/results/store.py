@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.files import write_json_atomic
-from labrunner.model.scenario import DEFAULT_SHAPE, Plan, Scenario
-from labrunner.results.result import Result, ResultError, parse_result
+from labrunner.model.scenario import Plan, Scenario
+from labrunner.results.result import BEFORE_SHAPES, BEFORE_UPLOADS, Result, ResultError, parse_result
 
 RESULT_SCHEMA = "protolab.result/1"
 MANIFEST_SCHEMA = "protolab.manifest/1"
@@ -110,8 +110,9 @@ _SAME: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "profile": itemgetter("profile"),
     "count": itemgetter("count"),
     "load model": _load_model,
-    "direction": lambda scenario: scenario.get("direction", "download"),
-    "shape": lambda scenario: scenario.get("shape", DEFAULT_SHAPE),
+    # A result written before directions or shapes: the parser's rules (results/result.py).
+    "direction": lambda scenario: scenario.get("direction", BEFORE_UPLOADS),
+    "shape": lambda scenario: scenario.get("shape", BEFORE_SHAPES),
 }
 
 
