@@ -1,8 +1,7 @@
 """End to end, one shape beside cars: run_matrix.py --shape numeric on the local backend with real k6
 (REST and gRPC streaming, a second each) starts each service with SHAPE=numeric, verifies its bytes
 against the pool's numeric records before measuring, measures, and writes results whose scenario
-says numeric under ids that end in .numeric; two shapes in one run are refused before anything
-starts."""
+says numeric under ids that end in .numeric."""
 
 import json
 import subprocess
@@ -56,11 +55,3 @@ def test_a_numeric_run_verifies_measures_and_records_its_shape(tmp_path: Path) -
                 check.startswith(f"{call}: the pool's records (canonical checksum") for check in checks
             )
         assert result["k6"]["metrics"]["requests"] > 0
-
-
-def test_two_shapes_in_one_run_are_refused_before_anything_starts(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    completed = _run_matrix(*SELECTION, *QUIET, "--shape", "cars,text", "--out", str(out))
-    assert completed.returncode != 0
-    assert "one shape per run" in completed.stdout + completed.stderr
-    assert not (out / "scenarios").exists()

@@ -187,8 +187,11 @@ def test_the_matrix_axis_keeps_cars_ids_and_names_the_other_shapes() -> None:
     # Every id is the cars id with .numeric after the load model and the response model and direction.
     assert sorted(s.id for s in numeric) == sorted(_with_shape(s.id, "numeric") for s in before)
     assert all(s.target_group.endswith(".numeric") for s in numeric)
-    with pytest.raises(MatrixError, match="one shape per run"):
-        expand(matrix, "local", "default", replace(base, shapes=("cars", "numeric")))
+    both = expand(matrix, "local", "default", replace(base, shapes=("cars", "numeric"))).scenarios
+    assert sorted(s.id for s in both if s.shape == "cars") == sorted(s.id for s in before)
+    assert sorted(s.id for s in both if s.shape == "numeric") == sorted(s.id for s in numeric)
+    with pytest.raises(MatrixError, match="shapes"):
+        expand(matrix, "local", "default", replace(base, shapes=("tall",)))
     with pytest.raises(MatrixError, match="the callers call cars only"):
         expand(matrix, "local", "caller", replace(base, targets=("aiohttp-h1",), shapes=("text",)))
     with pytest.raises(MatrixError, match="shapes"):
@@ -223,16 +226,17 @@ def test_a_result_records_its_shape_and_resume_keeps_only_the_planned_one(tmp_pa
 
 
 @pytest.mark.parametrize("backend", ["local", "docker"])
-def test_the_shapes_preset_asks_aiohttp_quart_and_grpc_at_a_quarter_cpu_for_one_shape(backend: str) -> None:
-    matrix = load_matrix(ROOT / "matrix.toml")
-    for shape in SHAPES:
-        plan = expand(matrix, backend, "shapes", Overrides(shapes=(shape,), repeats=1))
-        got = {(s.target.name, s.profile.name, s.count, s.load_model.name, s.shape) for s in plan.scenarios}
-        assert got == {
-            (target, "quarter", count, "closed", shape)
-            for target in ("aiohttp-h1", "quart-h1", "grpc")
-            for count in (10, 100)
-        }
+def test_the_shapes_preset_asks_aiohttp_quart_and_grpc_at_a_quarter_cpu_for_every_shape(backend: str) -> None:
+    plan = expand(load_matrix(ROOT / "matrix.toml"), backend, "shapes", Overrides(repeats=1))
+    got = {(s.target.name, s.profile.name, s.count, s.load_model.name, s.shape) for s in plan.scenarios}
+    assert got == {
+        (target, "quarter", count, "closed", shape)
+        for target in ("aiohttp-h1", "quart-h1", "grpc")
+        for count in (10, 100)
+        for shape in SHAPES
+    }
+    one = expand(load_matrix(ROOT / "matrix.toml"), backend, "shapes", Overrides(shapes=("text",), repeats=1))
+    assert {s.shape for s in one.scenarios} == {"text"}
 
 
 def test_groups_carry_their_shape_and_no_question_pairs_two_shapes() -> None:

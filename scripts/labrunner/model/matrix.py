@@ -92,13 +92,6 @@ def expand(
     models = [
         _with_overrides(model, overrides) for model in _load_models(settings.load_models, matrix, where)
     ]
-    if len(set(settings.shapes)) > 1:
-        # The questions (model.questions) do not hold the shape yet, so a run of two shapes would pair
-        # one shape's target with another's: one shape per run until the report compares within one.
-        raise MatrixError(
-            f"{where}: shapes {', '.join(settings.shapes)}: one shape per run for now (issue 38: the "
-            "findings do not yet keep shapes apart); run each shape with --shape"
-        )
     if settings.measure == "caller" and settings.shapes != [DEFAULT_SHAPE]:
         # The Python callers (labrunner.callers, benchmarks.callers) call and decode cars only.
         raise MatrixError(f"{where}: the callers call cars only, not shapes {', '.join(settings.shapes)}")

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from labrunner.model.questions import is_streaming
-from labrunner.model.scenario import UPLOAD
+from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report.compare import THROUGHPUT, Comparison, Group, compare_groups
 from labrunner.report.document import Block, Bullets, Paragraph
 from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, Ratio, holm, ratio_too_wide, samples_needed
@@ -496,7 +496,7 @@ def _names(candidate: Group, baseline: Group) -> tuple[str, str]:
     model, a profile, a network): 'aiohttp-h1 (build)' against 'aiohttp-h1 (prebuilt)'."""
     if candidate.target != baseline.target:
         return candidate.target, baseline.target
-    for side in ("response_model", "direction", "profile", "network"):
+    for side in ("response_model", "direction", "shape", "profile", "network"):
         ours, theirs = getattr(candidate, side), getattr(baseline, side)
         if ours != theirs:
             return f"{candidate.target} ({ours})", f"{baseline.target} ({theirs})"
@@ -511,6 +511,8 @@ def held_fixed(comparison: Comparison) -> str:
         parts.append(g.response_model)
     if g.direction == UPLOAD == comparison.baseline.direction:
         parts.append("uploads")
+    if g.shape != DEFAULT_SHAPE:
+        parts.append(f"{g.shape} records")
     parts.append(f"{g.load_model} model")
     if g.tls == comparison.baseline.tls:
         parts.append("TLS" if g.tls else "no TLS")

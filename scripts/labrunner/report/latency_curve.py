@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from labrunner.model.questions import is_streaming
-from labrunner.model.scenario import UPLOAD
+from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report.cells import centre_cell
 from labrunner.report.charts import DPI
 from labrunner.report.compare import THROUGHPUT, Group
@@ -40,11 +40,14 @@ class Conditions:
     response_model: str
     direction: str
     network: str
+    shape: str = DEFAULT_SHAPE
 
     @property
     def title(self) -> str:
         made = "uploads" if self.direction == UPLOAD else self.response_model or "build"
         parts = [self.profile, f"c{self.count}", made, self.network]
+        if self.shape != DEFAULT_SHAPE:
+            parts.append(self.shape)
         return ", ".join(parts) + (", streaming" if self.streaming else "")
 
 
@@ -63,7 +66,9 @@ def curves(groups: Sequence[Group]) -> dict[Conditions, dict[str, list[Point]]]:
         rate = offered_rate(g)
         if rate is None:
             continue
-        conditions = Conditions(is_streaming(g), g.profile, g.count, g.response_model, g.direction, g.network)
+        conditions = Conditions(
+            is_streaming(g), g.profile, g.count, g.response_model, g.direction, g.network, g.shape
+        )
         found.setdefault(conditions, {}).setdefault(g.target, []).append(Point(g, rate))
     return {
         conditions: {target: sorted(points, key=lambda p: p.offered) for target, points in by_target.items()}

@@ -34,12 +34,11 @@ def findings(groups: Sequence[Group]) -> list[Finding]:
 
 def _cost_findings(costs: Sequence[LinkCost]) -> list[Finding]:
     """One finding per link and load model: each target against itself on loopback."""
-    by_link: dict[tuple[str, str, str, int, str, str], list[LinkCost]] = {}
+    by_link: dict[tuple[str, str, str, int, str, str, str], list[LinkCost]] = {}
     for c in costs:
         g = c.group
-        by_link.setdefault((g.network, c.kind, g.profile, g.count, g.response_model, g.direction), []).append(
-            c
-        )
+        key = (g.network, c.kind, g.profile, g.count, g.response_model, g.direction, g.shape)
+        by_link.setdefault(key, []).append(c)
     out = []
     for (network, kind, *_), members in by_link.items():
         if kind == CLOSED:

@@ -29,7 +29,7 @@ QUESTION = "payload"
 SWEPT = ("cpu_per_1k", "rps")
 STREAM_SCRIPT = "k6/grpc_stream.js"
 # What a sweep holds fixed besides TLS: a gRPC and a REST group pair only within one scenario.
-_SAME = ("tls", "profile", "load_model", "response_model", "direction", "network", "instrumented")
+_SAME = ("tls", "profile", "load_model", "response_model", "direction", "shape", "network", "instrumented")
 NO_BENCHMARK = "No serialization benchmark in this run (serialization.json): no encoding-alone figures."
 FORMAT_ALONE = {"encode": "encoding alone", "decode": "decoding alone"}  # by payload_model.operation
 
