@@ -4,6 +4,7 @@ only as far as the tests assert; with the scenarios and settings the tests build
 import contextlib
 import dataclasses
 import io
+import itertools
 import json
 import tarfile
 import threading
@@ -24,7 +25,9 @@ from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Plan, Scenario
 from labrunner.network.profiles import NetworkProfile
 from labrunner.run import runner
+from labrunner.run.uploads import POOL_SEED, POOL_SIZE
 
+from services.common.pool import load_pool
 from tests.compose_file import compose
 from tests.support import ROOT
 
@@ -311,10 +314,11 @@ class RecordsServer(BaseHTTPRequestHandler):
         if url.path == "/healthz":
             body = {"status": "SERVING"}
         elif url.path == "/records":
+            # The pool's first records, as a lab server answers (count, offset=0): what verification
+            # compares a service's records with.
             count = int(parse_qs(url.query)["count"][0])
-            car = {"make": "Ford", "model": "T", "trim": "base", "color": "black", "year": 1920, "mileage": 7}
-            driver = {"firstname": "Ada", "lastname": "Lovelace", "driverId": "d-1"}
-            body = {"records": [{"car": car, "driver": driver}] * count}
+            pool = load_pool(POOL_SIZE, POOL_SEED)
+            body = {"records": list(itertools.islice(itertools.cycle(pool), count))}
         else:
             peak = f"protolab_cgroup_memory_peak_bytes {MEMORY_PEAK:.8e}\n"
             self._send(f'protolab_build_info{{service="x"}} 1.0\n{peak}'.encode(), "text/plain")

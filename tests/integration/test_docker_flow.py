@@ -93,6 +93,7 @@ def test_k6_container_parameters(tmp_path: Path, published_service: FakeDocker) 
             "K6_NO_USAGE_REPORT": "true",
             "SUMMARY_FILE": "/results/aiohttp-h1.p1.c3.closed.r1.warmup.json",
             "COUNT": "3",
+            "SHAPE": "cars",
             "TLS": "0",
             "DURATION": "1s",
             "LOAD_MODEL": "constant-vus",
