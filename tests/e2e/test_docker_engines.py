@@ -15,6 +15,7 @@ from labrunner.model.matrix import load_matrix
 from tests.e2e.docker_lab import (
     EXIT_OK,
     INFLUXDB,
+    INFLUXDB_READER,
     MANAGED,
     PROMETHEUS,
     QUIET,
@@ -97,7 +98,9 @@ def test_the_service_on_one_engine_and_two_k6_instances_on_another(lab: list[str
             f'SELECT count("value") FROM "protolab_reqs" WHERE "run" = \'{run.run_id}\' '
             f'AND "scenario" = \'{scenario}\' GROUP BY "k6_instance"'
         )
-        answer = get_json(f"{INFLUXDB}/query?{urllib.parse.urlencode({'db': 'myk6db', 'q': query})}")
+        user, password = INFLUXDB_READER  # auth is on: read as Grafana does
+        params = urllib.parse.urlencode({"db": "myk6db", "q": query, "u": user, "p": password})
+        answer = get_json(f"{INFLUXDB}/query?{params}")
         counted = {s["tags"]["k6_instance"]: s["values"][0][1] for s in answer["results"][0]["series"]}
         assert counted == {str(i["index"]): i["metrics"]["requests"] for i in instances}
         assert result["host"]["reason"].startswith(f"k6 runs on load engine(s) {load}")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides
+from labrunner.results.store import MANIFEST_SCHEMA
 
 from tests.e2e.docker_lab import (
     EXIT_FAILED,
@@ -215,6 +216,9 @@ def test_a_finish_that_fails_under_the_real_engine_fails_its_own_scenario_and_th
     finish, is ok; no container is left."""
     out = tmp_path / unique_run_id("finish-fails")
     (out / "scenarios" / f"{FIRST}.json").mkdir(parents=True)
+    # The lab's own run directory (a run refuses to write into any other non-empty one).
+    stub = {"schema": MANIFEST_SCHEMA, "run_id": out.name, "complete": False}
+    (out / "manifest.json").write_text(json.dumps(stub))
     quick_benchmark(out)
     run = start_run(out, *SHORT_SELECTION, *QUIET)
     assert run.wait(timeout=240) == EXIT_FAILED, run.output()
