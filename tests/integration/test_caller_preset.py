@@ -6,6 +6,7 @@ name every pair; a caller whose pool differs from the server's is refused before
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,19 +83,19 @@ def test_the_findings_name_every_pair_of_callers_and_each_against_its_floor(
     caller_run: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
     completed, out = caller_run
-    lines = completed.stdout.splitlines()
+    # The terminal wraps a finding longer than its lines: read each sentence whole.
+    text = " ".join(completed.stdout.split())
     for direction in DIRECTIONS:
-        call = f"{COUNT} records, {direction}."
+        call = re.escape(f"{COUNT} records, {direction}.")
         for baseline, candidate in itertools.combinations(TARGETS, 2):
-            said = [
-                line
-                for line in lines
-                if f"calling {candidate} from Python cost the caller " in line
-                and f"the CPU of calling {baseline}, {call}" in line
-            ]
+            said = re.findall(
+                rf"calling {candidate} from Python cost the caller (?:(?!calling ).)*? the CPU of calling "
+                rf"{baseline}, {call}",
+                text,
+            )
             assert len(said) == 1, (candidate, baseline, direction, completed.stdout[-3000:])
         for target in TARGETS:
-            said = [line for line in lines if f"the lab's {target} caller cost " in line and call in line]
+            said = re.findall(rf"the lab's {target} caller cost (?:(?!the lab's ).)*?{call}", text)
             assert len(said) == 1, (target, direction)
     report = (out / "report.md").read_text()
     assert "## The caller's cost" in report and "## Findings" in report
