@@ -62,12 +62,12 @@ def docker_quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
 # scripts/test.sh runs the suite in two phases. `--phase parallel` (on pytest-xdist's workers) takes
 # the tests that only use sockets on ephemeral ports, their own files and processes; `--phase serial`
 # (one test at a time) the rest: the tests that measure CPU, set cgroup quotas, drive k6 load or need
-# Docker, which a test beside them would disturb. By directory: tests/unit/ is parallel, tests/e2e/
-# serial; anywhere else (tests/integration/) a test is serial unless its module (or class, or itself)
-# is marked `parallel`, so a new load test can only be slower than need be, never measured beside
-# another. `serial` (and `docker`) wins over `parallel`: a parallel module marks its few load tests so.
+# Docker, which a test beside them would disturb. By directory: tests/unit/ is parallel; anywhere else
+# (tests/integration/, tests/e2e/) a test is serial unless its module (or class, or itself) is marked
+# `parallel`, so a new load test can only be slower than need be, never measured beside another: the
+# e2e modules marked so check what k6 and the servers answer, not what anything costs. `serial` (and
+# `docker`) wins over `parallel`: a parallel module marks its few load tests so.
 PARALLEL_DIRECTORIES = ("unit",)
-SERIAL_DIRECTORIES = ("e2e",)
 PHASES = ("parallel", "serial")
 _PHASE_NOTE = pytest.StashKey[str]()
 
@@ -96,8 +96,6 @@ def is_under(item: pytest.Item, directories: tuple[str, ...]) -> bool:
 def is_serial(item: pytest.Item) -> bool:
     """Whether the test must run alone (the rule above)."""
     if item.get_closest_marker("serial") or item.get_closest_marker("docker"):
-        return True
-    if is_under(item, SERIAL_DIRECTORIES):
         return True
     if is_under(item, PARALLEL_DIRECTORIES):
         return False

@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e.k6_servers import K6_THRESHOLDS_FAILED, GrpcServer, grpc_env, load_summary, run_k6
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.parallel, pytest.mark.timeout(120)]  # answers checked, nothing measured
 
 
 @pytest.mark.parametrize("script", ["grpc_unary.js", "grpc_stream.js"])

@@ -28,7 +28,7 @@ SCRIPTS = {"grpc_unary.js": ("CreateRecords", 1), "grpc_stream.js": ("UploadReco
 K6_THRESHOLDS_FAILED = 99
 K6_SCRIPT_EXCEPTION = 107
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.parallel, pytest.mark.timeout(180)]  # answers checked, nothing measured
 
 
 def k6_binary() -> str:

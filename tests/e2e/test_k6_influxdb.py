@@ -16,7 +16,7 @@ from labrunner.observe.labels import INFLUXDB_DATABASE
 
 from tests.e2e.k6_servers import RecordsServer, free_port, rest_env, run_k6
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.parallel, pytest.mark.timeout(120)]  # answers checked, nothing measured
 
 
 def influx_series(influx_url: str, query: str) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from tests.e2e.k6_servers import (
     run_k6,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.parallel, pytest.mark.timeout(120)]  # answers checked, nothing measured
 
 
 def test_rest_passes_and_writes_summary(tmp_path: Path) -> None:

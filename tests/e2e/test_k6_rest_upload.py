@@ -23,7 +23,7 @@ ENV = {"RECORD_POOL_SIZE": str(POOL_SIZE), "RECORD_SEED": str(SEED), "MAX_COUNT"
 K6_THRESHOLDS_FAILED = 99  # k6's exit code when the run completed with a threshold crossed
 K6_SCRIPT_EXCEPTION = 107
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.parallel, pytest.mark.timeout(120)]  # answers checked, nothing measured
 
 
 def _upload_file(directory: Path, count: int) -> Path:

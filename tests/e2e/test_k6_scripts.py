@@ -22,7 +22,7 @@ from tests.e2e.k6_servers import (
     run_k6,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.parallel, pytest.mark.timeout(120)]  # answers checked, nothing measured
 
 
 @pytest.mark.parametrize("script", ["rest.js", "grpc_unary.js", "grpc_stream.js"])

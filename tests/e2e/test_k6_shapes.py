@@ -22,7 +22,7 @@ OTHER_SHAPES = [shape for shape in SHAPES if shape != "cars"]
 SCRIPTS = [("rest.js", "rest_aiohttp"), ("grpc_unary.js", "grpc_aio"), ("grpc_stream.js", "grpc_grpclib")]
 K6_THRESHOLDS_FAILED = 99
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.parallel, pytest.mark.timeout(300)]  # answers checked, nothing measured
 
 
 def k6_binary() -> str:
