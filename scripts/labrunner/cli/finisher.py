@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from labrunner import interrupts
 from labrunner.backends.base import Backend, BackendSettings, ScenarioFailed
+from labrunner.cli.progress import Kept, Progress
 from labrunner.cli.session_config import SessionConfig
 from labrunner.model.scenario import Scenario
 from labrunner.report.summary import write_summaries
@@ -23,9 +23,6 @@ from labrunner.run.outcome import ScenarioOutcome
 from labrunner.run.runner import ScenarioRun, measure_scenario
 from labrunner.say import Say
 
-if TYPE_CHECKING:  # the progress lines report a Kept: imported for the type only
-    from labrunner.cli.progress import Progress
-
 
 @dataclass(frozen=True)
 class _Finishing:
@@ -36,16 +33,6 @@ class _Finishing:
     index: int
     next_started: "Future[bool]"
     kept: "Future[Kept]"
-
-
-@dataclass(frozen=True)
-class Kept:
-    """A finished scenario as the session reports it: its outcome (failed when its result could not
-    be written), the verdict on it, and what of it could not be written."""
-
-    outcome: ScenarioOutcome
-    verdict: Verdict
-    problems: tuple[str, ...] = ()
 
 
 class Scenarios:
@@ -59,7 +46,7 @@ class Scenarios:
         *,
         backend: Backend,
         settings: BackendSettings,
-        progress: "Progress",
+        progress: Progress,
         order: list[str],  # the run's, which --precision extends: each finish gets a copy
         say: Say,
     ) -> None:

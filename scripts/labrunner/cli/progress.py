@@ -3,8 +3,8 @@ line when it is kept, and the rungs not run."""
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from labrunner.cli.finisher import Kept
 from labrunner.model.scenario import Scenario
 from labrunner.observe import interference
 from labrunner.results.trust import Verdict
@@ -12,6 +12,16 @@ from labrunner.run.outcome import ScenarioOutcome
 from labrunner.say import Say
 
 ASSUMED_OVERHEAD_S = 5.0  # per scenario, for the ETA until one has been measured
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A finished scenario as the session reports it: its outcome (failed when its result could not
+    be written), the verdict on it, and what of it could not be written."""
+
+    outcome: ScenarioOutcome
+    verdict: Verdict
+    problems: tuple[str, ...] = ()
 
 
 class Progress:
