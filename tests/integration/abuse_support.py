@@ -68,6 +68,14 @@ class Confined:
         events = dict(line.split() for line in (memory / "memory.events").read_text().splitlines())
         return int((memory / "memory.peak").read_text()), int(events["max"])
 
+    def unharmed(self) -> int:
+        """Asserts the server lives and its memory stayed under the limit since the last reset_peak
+        (never ran into it); the peak, in bytes."""
+        peak, hits = self.memory()
+        assert self.alive(), "the server died"
+        assert peak < MEMORY_BYTES and hits == 0, (peak, hits)
+        return peak
+
 
 @contextlib.contextmanager
 def confined(package: str, module: str, env: dict[str, str] | None = None) -> Iterator[Confined]:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.integration.abuse_support import MEMORY_BYTES, Flood, RawH2, client_ssl_context, confined
+from tests.integration.abuse_support import Flood, RawH2, client_ssl_context, confined
 from tests.support import tls_env
 
 FLOOD_SECONDS = 4.0
@@ -66,7 +66,7 @@ def test_a_rapid_reset_flood_leaves_health_answering(package: str, module: str, 
                 latencies.append(time.monotonic() - began)
                 time.sleep(HEALTH_EVERY_SECONDS)
             streams, connects = counts.streams.value, counts.connects.value
-        peak, hits = server.memory()
+        peak = server.unharmed()
         latencies.sort()
         print(
             f"\n{module} ({package}): {streams} streams reset over {connects} connections; health "
@@ -74,7 +74,6 @@ def test_a_rapid_reset_flood_leaves_health_answering(package: str, module: str, 
             f"worst {latencies[-1] * 1000:.0f} ms; memory peak {peak / 2**20:.0f} MiB"
         )
         assert connects > 0 and latencies, "the flood or the health checks did not run"
-        assert server.alive() and peak < MEMORY_BYTES and hits == 0, (peak, hits)
         check()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.abuse_support import MEMORY_BYTES, confined
+from tests.integration.abuse_support import confined
 
 IDLE_CONNECTIONS = 2000
 # The supervisor's threads: its main thread, the metrics thread, multiprocessing's helpers; far
@@ -38,11 +38,10 @@ def test_idle_connections_to_the_metrics_port_are_bounded() -> None:
             idle.enter_context(socket.create_connection(("127.0.0.1", metrics_port), timeout=10))
         text = scrape(metrics_port)  # with every idle connection still open
         during = threads(supervisor)
-        peak, hits = server.memory()
+        peak = server.unharmed()
         print(f"\n{IDLE_CONNECTIONS} idle: supervisor threads {during}, memory peak {peak / 2**20:.0f} MiB")
         assert "protolab_workers" in text
         assert during <= MAX_THREADS, during
-        assert server.alive() and peak < MEMORY_BYTES and hits == 0, (peak, hits)
         response = httpx.get(f"http://127.0.0.1:{server.service.port}/healthz", timeout=10, trust_env=False)
         assert response.status_code == 200
 

@@ -44,12 +44,7 @@ def abused(server: Confined) -> Iterator[Confined]:
     """The server with its memory peak reset; afterwards alive, under its limit and serving."""
     server.reset_peak()
     yield server
-    peak, hits = server.memory()
-    print(
-        f"\nmemory peak {peak / 2**20:.0f} MiB of {MEMORY_BYTES / 2**20:.0f} MiB, limit reached {hits} times"
-    )
-    assert server.alive(), "the server died"
-    assert peak < MEMORY_BYTES and hits == 0, (peak, hits)
+    print(f"\nmemory peak {server.unharmed() / 2**20:.0f} MiB of {MEMORY_BYTES / 2**20:.0f} MiB")
     answer = httpx.get(f"http://127.0.0.1:{server.service.port}/records?count=2", timeout=10, trust_env=False)
     assert answer.status_code == 200 and len(answer.json()["records"]) == 2
 

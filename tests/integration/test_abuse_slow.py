@@ -12,7 +12,7 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.integration.abuse_support import MEMORY_BYTES, client_ssl_context, confined
+from tests.integration.abuse_support import client_ssl_context, confined
 from tests.support import CERTS, tls_env
 
 HALF_OPEN = 50
@@ -85,5 +85,4 @@ def test_slow_clients_stall_no_one(package: str, module: str, tls: bool, kinds: 
         still_open = sum(_still_open(sock) for sock in slow)
         print(f"\n{module} ({package}): health answered, {still_open} of {HALF_OPEN} slow clients still open")
         assert still_open == HALF_OPEN  # answered while they wait, not once the server gave up on them
-        peak, hits = server.memory()
-        assert server.alive() and peak < MEMORY_BYTES and hits == 0, (peak, hits)
+        server.unharmed()

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from tests.integration.abuse_support import CERTS, GRPC_MODULES, MEMORY_BYTES, REST_MODULES, confined
+from tests.integration.abuse_support import CERTS, GRPC_MODULES, REST_MODULES, confined
 from tests.support import tls_env
 
 MODULES = [*REST_MODULES, *GRPC_MODULES]
@@ -59,5 +59,4 @@ def test_old_tls_and_weak_ciphers_are_refused(module: str) -> None:
         print(f"\n{module}: refused {refused}, accepted {accepted}")
         assert all(not answer.startswith("TLS") for answer in refused.values()), refused
         assert accepted == {"TLSv1.2": "TLSv1.2", "TLSv1.3": "TLSv1.3"}, accepted
-        peak, hits = server.memory()
-        assert server.alive() and peak < MEMORY_BYTES and hits == 0, (peak, hits)
+        server.unharmed()
