@@ -28,12 +28,11 @@ import orjson
 from benchmarks.floor.bodies import documents
 from benchmarks.floor.common import FlatRecord
 from benchmarks.floor.messages import filled as fill_flat
+from services.common.environment import DEFAULT_POOL_SIZE, DEFAULT_SEED
 from services.common.messages import fill_record
 from services.common.pb import cars_pb2
 from services.common.pool import load_pool
 from services.common.records import Record, json_records, record_from_json
-
-POOL_SIZE, SEED = 10_000, 42  # the lab's defaults (RECORD_POOL_SIZE, RECORD_SEED)
 
 
 def _flat(record: Record) -> FlatRecord:
@@ -55,8 +54,8 @@ def best_us(typed: Callable[[], object], flat: Callable[[], object], repeat: int
 
 def measure(count: int, offset: int, repeat: int) -> dict[str, tuple[float, float]]:
     """µs per request of each mapping, typed and flat, by name; the two sides' outputs checked equal first."""
-    pool = load_pool(POOL_SIZE, SEED)
-    typed = [record_from_json(pool[(offset + i) % POOL_SIZE]) for i in range(count)]
+    pool = load_pool(DEFAULT_POOL_SIZE, DEFAULT_SEED)
+    typed = [record_from_json(pool[(offset + i) % DEFAULT_POOL_SIZE]) for i in range(count)]
     flat = [_flat(record) for record in typed]
 
     def rest_typed() -> bytes:

@@ -25,8 +25,8 @@ from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Plan, Scenario
 from labrunner.network.profiles import NetworkProfile
 from labrunner.run import runner
-from labrunner.run.uploads import POOL_SEED, POOL_SIZE
 
+from services.common.environment import DEFAULT_POOL_SIZE, DEFAULT_SEED
 from services.common.pool import load_pool
 from tests.compose_file import compose
 from tests.support import ROOT
@@ -317,7 +317,7 @@ class RecordsServer(BaseHTTPRequestHandler):
             # The pool's first records, as a lab server answers (count, offset=0): what verification
             # compares a service's records with.
             count = int(parse_qs(url.query)["count"][0])
-            pool = load_pool(POOL_SIZE, POOL_SEED)
+            pool = load_pool(DEFAULT_POOL_SIZE, DEFAULT_SEED)
             body = {"records": list(itertools.islice(itertools.cycle(pool), count))}
         else:
             peak = f"protolab_cgroup_memory_peak_bytes {MEMORY_PEAK:.8e}\n"

@@ -24,6 +24,7 @@ from typing import Any
 import uvloop
 
 from services.common.cgroup import CgroupPaths, own_cgroup, read_stats
+from services.common.environment import DEFAULT_POOL_SIZE, DEFAULT_SEED
 from services.common.records import Car, Driver, Record, checksum, load_pool
 
 DOWNLOAD, UPLOAD = "download", "upload"
@@ -35,7 +36,6 @@ EVENT_MEASURED = "measured"  # the window's figures, once the calls in flight ha
 EVENT_FAILED = "failed"
 # The record pool's defaults, the servers' (services/common/config.py): the runner sets neither variable
 # for a caller nor for its server, so both hold this pool.
-POOL_SIZE, SEED = 10_000, 42
 
 
 class Mismatch(Exception):
@@ -77,8 +77,8 @@ def settings_from_env(environ: Mapping[str, str] = os.environ) -> CallerSettings
         concurrency=int(environ.get("CALLER_CONCURRENCY", "10")),
         warmup_s=float(environ.get("CALLER_WARMUP_SECONDS", "2")),
         duration_s=float(environ.get("CALLER_DURATION_SECONDS", "8")),
-        pool_size=int(environ.get("RECORD_POOL_SIZE", POOL_SIZE)),
-        seed=int(environ.get("RECORD_SEED", SEED)),
+        pool_size=int(environ.get("RECORD_POOL_SIZE", DEFAULT_POOL_SIZE)),
+        seed=int(environ.get("RECORD_SEED", DEFAULT_SEED)),
     )
 
 

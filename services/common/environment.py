@@ -51,6 +51,11 @@ def env_bool(name: str, default: bool) -> bool:
     raise ConfigError(f"{name}={raw!r} is not a boolean (use 1 or 0)")
 
 
+# The record pool every server serves by default (RECORD_POOL_SIZE, RECORD_SEED); a client that must
+# hold the servers' pool (the runner's verification and uploads, the callers) starts from the same.
+DEFAULT_POOL_SIZE, DEFAULT_SEED = 10_000, 42
+
+
 @dataclass(frozen=True)
 class Workload:
     """Where a server listens and the settings that decide a request's work, with the lab's defaults."""
@@ -82,8 +87,8 @@ def read_workload() -> Workload:
         raise ConfigError(f"DEFAULT_COUNT={default_count} exceeds MAX_COUNT={max_count}")
     return Workload(
         host=os.environ.get("HOST", "").strip() or "127.0.0.1",
-        record_pool_size=env_int("RECORD_POOL_SIZE", 10_000, minimum=1),
-        record_seed=env_int("RECORD_SEED", 42),
+        record_pool_size=env_int("RECORD_POOL_SIZE", DEFAULT_POOL_SIZE, minimum=1),
+        record_seed=env_int("RECORD_SEED", DEFAULT_SEED),
         default_count=default_count,
         max_count=max_count,
         max_request_bytes=env_int("MAX_REQUEST_BYTES", 1 << 20, minimum=1),

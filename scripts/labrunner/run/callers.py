@@ -35,6 +35,7 @@ from labrunner.observe.interference import Snapshot, read_snapshot
 from labrunner.paths import REPO
 from labrunner.run.capacity import service_cpu
 from services.common import caller_loop
+from services.common.environment import DEFAULT_POOL_SIZE, DEFAULT_SEED
 from services.common.records import checksum, load_pool, record_from_json
 
 # The Python client of each protocol: its module under each variant's package.
@@ -151,7 +152,7 @@ class CallerOutcome:
 def pool_checksum(count: int) -> int:
     """checksum() of the first `count` records of the pool every caller and server holds: what each
     caller's verification must find, computed apart from the callers' own mapping of the pool."""
-    pool = load_pool(caller_loop.POOL_SIZE, caller_loop.SEED)[:count]
+    pool = load_pool(DEFAULT_POOL_SIZE, DEFAULT_SEED)[:count]
     return checksum(record_from_json(record) for record in pool)
 
 

@@ -14,11 +14,11 @@ import orjson
 
 from labrunner.files import write_bytes_atomic
 from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD, Scenario
+from services.common.environment import DEFAULT_POOL_SIZE, DEFAULT_SEED
 from services.common.pool import JsonRecord, load_pool
 from services.common.shapes import shape_kit
 
 # The servers' defaults (services/common/config.py), unless the target's env sets them.
-POOL_SIZE, POOL_SEED = 10_000, 42
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class UploadBody:
 def pool_of(scenario: Scenario) -> tuple[int, int]:
     """The (RECORD_POOL_SIZE, RECORD_SEED) the scenario's service serves from."""
     env = dict(scenario.target.env)
-    return int(env.get("RECORD_POOL_SIZE", POOL_SIZE)), int(env.get("RECORD_SEED", POOL_SEED))
+    return int(env.get("RECORD_POOL_SIZE", DEFAULT_POOL_SIZE)), int(env.get("RECORD_SEED", DEFAULT_SEED))
 
 
 def first_records(scenario: Scenario) -> list[JsonRecord]:
