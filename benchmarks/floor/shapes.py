@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from google.protobuf.message import Message
 
 from benchmarks.floor import bodies, messages, uploads
@@ -152,26 +151,6 @@ def _nested_checksum(records: Sequence[Flat]) -> int:
 # --- a REST upload's body, in the lab's words
 
 
-def _items(body: bytes, max_count: int) -> list[Any]:
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as error:
-        raise BadRequest(f"body is not valid JSON: {error}") from None
-    if type(document) is not dict:
-        raise BadRequest("body: expected an object")
-    for key in document:
-        if key != "records":
-            raise BadRequest(f"{key}: unknown field")
-    if "records" not in document:
-        raise BadRequest("records: missing")
-    items = document["records"]
-    if type(items) is not list:
-        raise BadRequest("records: expected an array")
-    if not 1 <= len(items) <= max_count:
-        raise BadRequest(f"records: expected 1 to {max_count} records, got {len(items)}")
-    return items
-
-
 def _exactly(value: Any, place: str, names: Sequence[str]) -> dict[str, Any]:
     if type(value) is not dict:
         raise BadRequest(f"{place}: expected an object")
@@ -207,7 +186,7 @@ def _float(value: Any, place: str) -> float:
 def _numeric_body(body: bytes, max_count: int) -> list[Flat]:
     names = NUMERIC_INTS + NUMERIC_DOUBLES
     records = []
-    for index, item in enumerate(_items(body, max_count)):
+    for index, item in enumerate(uploads.record_items(body, max_count)):
         place = f"records[{index}]"
         record = _exactly(item, place, names)
         ints = (_int(record[n], f"{place}.{n}", INT64_MIN, INT64_MAX, 64) for n in NUMERIC_INTS)
@@ -217,7 +196,7 @@ def _numeric_body(body: bytes, max_count: int) -> list[Flat]:
 
 def _text_body(body: bytes, max_count: int) -> list[Flat]:
     records = []
-    for index, item in enumerate(_items(body, max_count)):
+    for index, item in enumerate(uploads.record_items(body, max_count)):
         place = f"records[{index}]"
         record = _exactly(item, place, TEXT_FIELDS)
         records.append(tuple(_str(record[name], f"{place}.{name}") for name in TEXT_FIELDS))
@@ -226,7 +205,7 @@ def _text_body(body: bytes, max_count: int) -> list[Flat]:
 
 def _nested_body(body: bytes, max_count: int) -> list[Flat]:
     records = []
-    for index, item in enumerate(_items(body, max_count)):
+    for index, item in enumerate(uploads.record_items(body, max_count)):
         place = f"records[{index}]"
         record = _exactly(item, place, ("orderId", "items", "attributes"))
         if type(record["items"]) is not list:

@@ -54,9 +54,9 @@ class Uploads:
         return 200, orjson.dumps({"count": len(records), "checksum": self._checksum(records)})
 
 
-def flat_records(body: bytes, max_count: int) -> list[FlatRecord]:
-    """An upload's records as flat tuples; BadRequest naming the first place that is wrong (the GET
-    body's exact shape: no unknown or missing field, strings and int32s, a bool no integer)."""
+def record_items(body: bytes, max_count: int) -> list[Any]:
+    """An upload body's records array, of any shape: BadRequest unless an object of exactly "records",
+    an array of 1..max_count items."""
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as error:
@@ -73,8 +73,14 @@ def flat_records(body: bytes, max_count: int) -> list[FlatRecord]:
         raise BadRequest("records: expected an array")
     if not 1 <= len(items) <= max_count:
         raise BadRequest(f"records: expected 1 to {max_count} records, got {len(items)}")
+    return items
+
+
+def flat_records(body: bytes, max_count: int) -> list[FlatRecord]:
+    """An upload's records as flat tuples; BadRequest naming the first place that is wrong (the GET
+    body's exact shape: no unknown or missing field, strings and int32s, a bool no integer)."""
     records = []
-    for index, item in enumerate(items):
+    for index, item in enumerate(record_items(body, max_count)):
         try:  # a lookup in anything but an object is a TypeError
             car, driver = item["car"], item["driver"]
             make, model, trim, color = car["make"], car["model"], car["trim"], car["color"]
