@@ -18,6 +18,7 @@ from services.common.pool import SHAPES as POOL_SHAPES
 # The schema's per-backend preset tables (schema._Preset) name the same (tests/unit/test_layout.py).
 BACKENDS = ("docker", "local")
 AUTO_INSTANCES = "auto"
+DEFAULT_BUDGET_S = 20 * 60.0  # how long --precision may add blocks when neither preset nor command line says
 K6Instances = int | Literal["auto"]
 
 
@@ -288,7 +289,7 @@ class Plan:
     notes: tuple[str, ...] = ()  # how the run departs from its matrix, said once when it starts
     duet_questions: tuple[str, ...] = ()  # the questions whose pairs may duet; empty: every one
     precision: float | None = None  # the preset's --precision (a share), which the command line overrides
-    budget_s: float = 1200.0  # the preset's --budget
+    budget_s: float = DEFAULT_BUDGET_S  # the preset's --budget
 
     @property
     def run_order(self) -> tuple[Scenario, ...]:

@@ -27,6 +27,7 @@ from labrunner.model.engine_roles import LOCAL_ENGINE, LOOPBACK_ADDRESS
 from labrunner.model.scenario import (
     AUTO_INSTANCES,
     BACKENDS,
+    DEFAULT_BUDGET_S,
     DEFAULT_DIRECTION,
     DEFAULT_SHAPE,
     DIRECTIONS,
@@ -520,7 +521,7 @@ class Settings(_Table):
     # --precision and --budget as the preset's default (the command line's win): blocks added to
     # the compared pairs until each req/s ratio is this sharp, while the budget lasts.
     precision: Precision | None = None
-    budget: PositiveDuration = 1200.0
+    budget: PositiveDuration = DEFAULT_BUDGET_S
 
 
 # Keys a [defaults], [defaults.<backend>], [presets.<name>] or [presets.<name>.<backend>] may set.
