@@ -3,9 +3,7 @@ three scripts download the shape's records and check every decoded one, and uplo
 of them with the reply's count and checksum checked (k6/lib/common.js computes the shape's checksum
 as services/common/shapes.py does). A k6 that asks for another shape than the server serves fails."""
 
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,21 +12,15 @@ import pytest
 from labrunner.run.k6.output import K6Metrics, parse_summary
 
 from services.common.pool import SHAPES, load_pool
+from tests.e2e.k6_servers import K6_THRESHOLDS_FAILED, k6_binary
 from tests.support import ROOT, RunningService, k6_env, launch_service
 
 POOL_SIZE, SEED, COUNT = 2000, 42, 20
 OTHER_SHAPES = [shape for shape in SHAPES if shape != "cars"]
 # (script, the lab server it drives)
 SCRIPTS = [("rest.js", "rest_aiohttp"), ("grpc_unary.js", "grpc_aio"), ("grpc_stream.js", "grpc_grpclib")]
-K6_THRESHOLDS_FAILED = 99
 
 pytestmark = [pytest.mark.parallel, pytest.mark.timeout(300)]  # answers checked, nothing measured
-
-
-def k6_binary() -> str:
-    found = shutil.which("k6") or str(Path(sys.executable).parent / "k6")
-    assert Path(found).is_file(), "k6 not found: run scripts/setup.sh"
-    return found
 
 
 @pytest.fixture(
