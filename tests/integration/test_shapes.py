@@ -3,7 +3,7 @@ bodies are the pool's records of that shape byte for byte and parse into the ver
 ListRecords and StreamRecords return; an upload's reply is the shape's checksum on every server, and a
 bad one is refused naming its place (REST) or with INVALID_ARGUMENT (gRPC)."""
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import grpc
 import httpx
@@ -71,18 +71,22 @@ def _invoke(channel: grpc.Channel, shape: str, method: str, kind: str) -> grpc.U
     )  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize(
-    "service",
-    [
+def _every_shape_on(servers: Sequence[str]) -> list[tuple[str, str, ResponseModel, str]]:
+    """(module, shape, response model, package): every shape but cars on each server, lab and floor."""
+    return [
         (module, shape, model, package)
         for shape in OTHER_SHAPES
-        for module in REST_SERVERS
+        for module in servers
         for model in ResponseModel
         for package in PACKAGES
-    ],
-    indirect=True,
-    ids=lambda p: "-".join(str(part) for part in p),
-)
+    ]
+
+
+def _joined(params: tuple[object, ...]) -> str:
+    return "-".join(str(part) for part in params)
+
+
+@pytest.mark.parametrize("service", _every_shape_on(REST_SERVERS), indirect=True, ids=_joined)
 def test_rest_serves_and_takes_the_shape(service: RunningService, request: pytest.FixtureRequest) -> None:
     module, shape, _, _ = request.node.callspec.params["service"]
     kit = shape_kit(shape)
@@ -114,18 +118,7 @@ def test_rest_serves_and_takes_the_shape(service: RunningService, request: pytes
     assert refused.json()["error"].startswith(f"records[3].{first}: expected"), refused.json()
 
 
-@pytest.mark.parametrize(
-    "service",
-    [
-        (module, shape, model, package)
-        for shape in OTHER_SHAPES
-        for module in GRPC_SERVERS
-        for model in ResponseModel
-        for package in PACKAGES
-    ],
-    indirect=True,
-    ids=lambda p: "-".join(str(part) for part in p),
-)
+@pytest.mark.parametrize("service", _every_shape_on(GRPC_SERVERS), indirect=True, ids=_joined)
 def test_grpc_serves_and_takes_the_shape(service: RunningService, request: pytest.FixtureRequest) -> None:
     module, shape, _, _ = request.node.callspec.params["service"]
     kit = shape_kit(shape)
