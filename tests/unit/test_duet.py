@@ -13,7 +13,7 @@ from labrunner.model.questions import FLOOR_PREFIX, QUESTIONS
 from labrunner.model.scenario import Overrides, Plan, Scenario, units_of
 from labrunner.model.schema import QuestionName
 from labrunner.observe import interference
-from labrunner.report import aa_control
+from labrunner.report import aa_control, precision
 from labrunner.report.compare import AA_CONTROL, compare_groups, group_results
 from labrunner.results.result import parse_results
 from labrunner.results.store import scenario_dict
@@ -126,16 +126,17 @@ def _result(scenario: Scenario, rps: float, cpu_s: float = 2.5) -> dict[str, Any
 HOST = {1: 1.0, 2: 0.8, 3: 1.2, 4: 0.9}
 
 
-def _run(aa_side_1: float = 1.0) -> list[dict[str, Any]]:
+def _run(aa_side_1: float = 1.0, aa_wobble: tuple[float, ...] = (1.0,) * 4) -> list[dict[str, Any]]:
     """aiohttp-h1 and grpc dueted over 4 blocks: grpc serves 0.3x aiohttp's req/s in every block;
-    the A/A control's side 1 serves aa_side_1 times side 2."""
+    the A/A control's side 1 serves aa_side_1 times side 2, times aa_wobble's factor in each block."""
     plan = _plan(targets=("aiohttp-h1", "grpc"), load_models=("closed",), repeats=4)
     results = []
     for s in plan.scenarios:
         assert s.duet is not None
         base = 1000.0 * HOST[s.repeat]
         if s.duet.partner == s.target.name:
-            results.append(_result(s, base * (aa_side_1 if s.duet.side == 1 else 1.0)))
+            side_1 = aa_side_1 * aa_wobble[s.repeat - 1]
+            results.append(_result(s, base * (side_1 if s.duet.side == 1 else 1.0)))
         else:
             results.append(_result(s, base * (0.3 if s.target.name == "grpc" else 1.0)))
     return results
@@ -163,6 +164,22 @@ def test_the_aa_control_says_whether_the_runs_ratios_carry_a_bias() -> None:
     assert aa_control.bias(biased) == pytest.approx(0.05)
     [said] = aa_control.findings(group_results(parse_results(_run(aa_side_1=1.05))))
     assert said.sentence.endswith("the run's duet ratios carry a bias of about 5.0%")
+
+
+def test_precision_sharpens_the_aa_control_to_its_own_bound_whatever_it_asks_of_pairs() -> None:
+    # The control's blocks wobble by ±3%: within ±5%, not within the ±2% a slot bias needs ruled out.
+    groups = group_results(parse_results(_run(aa_wobble=(1.03, 0.97, 1.02, 0.98))))
+    found = precision.sharpness(groups)
+    [control] = [p for p in found if p.question == AA_CONTROL]
+    assert control.half_width is not None and 0.02 < control.half_width
+    assert control.target(0.05) == aa_control.BIAS_TOLERANCE and control.target(0.01) == 0.01
+    assert [g.id for g in precision.to_repeat(found, 0.5)] == [control.candidate.id, control.baseline.id]
+    line = precision.outcome(found, 0.05)
+    assert line.startswith("precision ±5% (95% interval of each compared req/s ratio): 1 of 1 pairs reached it;")
+    assert line.endswith(f"A/A control aiohttp-h1 ±2%: not reached (±{control.half_width:.1%})")
+    steady = precision.sharpness(group_results(parse_results(_run())))
+    assert precision.to_repeat(steady, 0.05) == []
+    assert precision.outcome(steady, 0.05).endswith("A/A control aiohttp-h1 ±2%: reached")
 
 
 def test_a_partners_cpu_counts_as_the_scenarios_own_not_as_others() -> None:

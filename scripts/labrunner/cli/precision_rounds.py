@@ -10,7 +10,7 @@ from typing import Any
 from labrunner.cli.session_config import SessionConfig
 from labrunner.model import duet
 from labrunner.model.scenario import Plan, Scenario, units_of
-from labrunner.report import precision
+from labrunner.report import aa_control, precision
 from labrunner.report.compare import group_results
 from labrunner.results.store import (
     load_results,
@@ -32,9 +32,10 @@ def sharpen(
     say: Say,
 ) -> list[str]:
     """--precision: rounds of one more repeat of every closed group in a pair whose req/s ratio is
-    not yet within the precision, while the budget holds the next round (each shuffled by the run's
-    seed and its number). The ids it adds join `order` (the matrix's, in which pairs are read, so
-    which side of a pair is the candidate never depends on the order they ran in); returns them."""
+    not yet within the precision (an A/A control: within its own bound), while the budget holds the
+    next round (each shuffled by the run's seed and its number). The ids it adds join `order` (the
+    matrix's, in which pairs are read, so which side of a pair is the candidate never depends on the
+    order they ran in); returns them."""
     assert config.precision is not None
     out, deadline = config.run.out_dir, time.monotonic() + config.budget_s
     closed = {s.group: s for s in plan.scenarios if s.load_model.rung is None}
@@ -56,7 +57,8 @@ def sharpen(
         random.Random(f"{plan.seed}-precision-{number}").shuffle(units)
         say(
             f"precision: round {number}: one more repeat of the {len(round_)} groups of the pairs "
-            f"not yet within ±{config.precision:.0%}"
+            f"not yet within ±{config.precision:.0%} (an A/A control: "
+            f"within ±{aa_control.BIAS_TOLERANCE:.0%})"
         )
         index = extend([s for unit in units for s in unit])
         for unit in units:
@@ -82,6 +84,7 @@ def precision_record(
                 "pair": p.pair,
                 "question": p.question,
                 "half_width": p.half_width,
+                "target": p.target(config.precision),
                 "reached": p.reached(config.precision),
             }
             for p in pairs

@@ -1,10 +1,14 @@
 """--precision: how sharp each compared throughput ratio of a run is, and which groups another
-repeat would sharpen, so a run adds rounds until every ratio's interval is as narrow as asked."""
+repeat would sharpen, so a run adds rounds until every ratio's interval is as narrow as asked.
+
+The A/A control is sharpened too, to its own bound: a control within ±5% cannot rule out the 2% slot
+bias it is there to find (report.aa_control), so it asks for ±2% whatever --precision asks above."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from labrunner.report.compare import Group
+from labrunner.report import aa_control
+from labrunner.report.compare import AA_CONTROL, Group
 from labrunner.report.findings import saturation_comparisons
 from labrunner.report.floor import lab_groups
 from labrunner.report.stats import CONFIDENCE, Ratio
@@ -18,12 +22,18 @@ class Sharpness:
     candidate: Group
     baseline: Group
     half_width: float | None  # a share of the estimate; None: no interval yet (one repeat)
+    ceiling: float | None = None  # the widest it may be whatever --precision asks (the A/A control's)
+
+    def target(self, precision: float) -> float:
+        return precision if self.ceiling is None else min(precision, self.ceiling)
 
     def reached(self, precision: float) -> bool:
-        return self.half_width is not None and self.half_width <= precision
+        return self.half_width is not None and self.half_width <= self.target(precision)
 
     @property
     def pair(self) -> str:
+        if self.question == AA_CONTROL:
+            return f"A/A control {self.candidate.target}"
         return f"{self.candidate.target} vs {self.baseline.target}"
 
 
@@ -36,12 +46,18 @@ def half_width(r: Ratio) -> float | None:
 
 
 def sharpness(groups: Sequence[Group]) -> list[Sharpness]:
-    """Every compared saturation pair of the run's own targets (the floor's excluded), with the half
-    width of its req/s ratio's interval."""
+    """Every compared saturation pair of the run's own targets (the floor's excluded), then each A/A
+    control with its bias bound as a ceiling, with the half width of its req/s ratio's interval."""
     found = []
     for question, c in saturation_comparisons(lab_groups(groups)):
         r = c.ratios.get("rps")
         found.append(Sharpness(question, c.candidate, c.baseline, half_width(r) if r else None))
+    for control in aa_control.controls(groups):
+        r = control.ratios.get("rps")
+        width = half_width(r) if r else None
+        found.append(
+            Sharpness(AA_CONTROL, control.candidate, control.baseline, width, aa_control.BIAS_TOLERANCE)
+        )
     return found
 
 
@@ -56,15 +72,21 @@ def to_repeat(pairs: Sequence[Sharpness], precision: float) -> list[Group]:
 
 
 def outcome(pairs: Sequence[Sharpness], precision: float) -> str:
-    """The end of a --precision run in one line: which pairs reached it and which did not."""
-    missed = [p for p in pairs if not p.reached(precision)]
-    head = (
+    """The end of a --precision run in one line: which pairs reached it and which did not, and
+    whether each A/A control reached its own bound."""
+    compared = [p for p in pairs if p.question != AA_CONTROL]
+    missed = [p for p in compared if not p.reached(precision)]
+    line = (
         f"precision ±{precision:.0%} ({CONFIDENCE:.0%} interval of each compared req/s ratio): "
-        f"{len(pairs) - len(missed)} of {len(pairs)} pairs reached it"
+        f"{len(compared) - len(missed)} of {len(compared)} pairs reached it"
     )
-    if not missed:
-        return head
-    widths = ", ".join(
-        f"{p.pair} " + ("no interval" if p.half_width is None else f"±{p.half_width:.1%}") for p in missed
-    )
-    return f"{head}; not: {widths}"
+    if missed:
+        line += "; not: " + ", ".join(f"{p.pair} {_width(p)}" for p in missed)
+    for control in (p for p in pairs if p.question == AA_CONTROL):
+        verdict = "reached" if control.reached(precision) else f"not reached ({_width(control)})"
+        line += f"; {control.pair} ±{control.target(precision):.0%}: {verdict}"
+    return line
+
+
+def _width(pair: Sharpness) -> str:
+    return "no interval" if pair.half_width is None else f"±{pair.half_width:.1%}"
