@@ -83,7 +83,8 @@ def test_rounds_are_added_until_the_ratio_is_within_the_precision(tmp_path: Path
     # Two planned rounds, then three added: both groups of the one pair, once a round.
     assert len(started) == 10 and sorted(s.rsplit(".r", 1)[1] for s in started) == sorted("1122334455")
     assert [line for line in lines if line.startswith("precision: round")] == [
-        f"precision: round {n}: one more repeat of the 2 groups of the pairs not yet within ±5%"
+        f"precision: round {n}: one more repeat of the 2 groups of the pairs not yet within ±5% "
+        "(an A/A control: within ±2%)"
         for n in (1, 2, 3)
     ]
     [end] = [line for line in lines if line.startswith("precision ±5%")]
