@@ -46,20 +46,22 @@ export const COUNT = envInt('COUNT', 100);
 
 // The record shape the service serves (SHAPE, docs/CONTRACTS.md): its gRPC service, the checks of its
 // decoded records and an upload's checksum. cars: RecordService; the others their own service with
-// the same four methods, in proto/cars.proto.
+// the same four methods, in proto/cars.proto; proto, the user's own message, the service GRPC_SERVICE
+// names in the descriptor set PROTOSET (both written by the runner: docs/matrix.md).
+export const SHAPE = envString('SHAPE', 'cars');
 const SERVICES = {
   cars: 'protolab.cars.v1.RecordService',
   numeric: 'protolab.cars.v1.NumericRecordService',
   text: 'protolab.cars.v1.TextRecordService',
   nested: 'protolab.cars.v1.NestedRecordService',
+  proto: null, // GRPC_SERVICE, read by a gRPC script only (method)
 };
-export const SHAPE = envString('SHAPE', 'cars');
 if (!(SHAPE in SERVICES)) {
   throw new Error(`protolab: SHAPE=${SHAPE}, want one of ${Object.keys(SERVICES).join(', ')}`);
 }
 // The full name of a method of the shape's service, e.g. method('ListRecords').
 export function method(name) {
-  return `${SERVICES[SHAPE]}/${name}`;
+  return `${SERVICES[SHAPE] || envString('GRPC_SERVICE')}/${name}`;
 }
 export const CHECK_EVERY = Math.max(1, envInt('CHECK_EVERY', 50));
 export const TLS = envString('TLS', '0') === '1';
@@ -170,7 +172,9 @@ const NUMERIC_INTS = [
 const NUMERIC_DOUBLES = ['price', 'bid', 'ask', 'open', 'high', 'low', 'close', 'vwap'];
 const TEXT_STRINGS = ['title', 'author', 'language', 'slug', 'body'];
 
-const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+function isObject(v) {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
 const numberOr = (grpcDefaults) => (v) => typeof v === 'number' || (grpcDefaults && v === undefined);
 const int64Or = (grpcDefaults) => (v) =>
   typeof v === 'number' || (typeof v === 'string' && /^-?\d+$/.test(v)) || (grpcDefaults && v === undefined);
@@ -181,6 +185,8 @@ const RECORD_FIELDS = {
     NUMERIC_INTS.every((f) => int64Or(grpcDefaults)(rec[f])) &&
     NUMERIC_DOUBLES.every((f) => numberOr(grpcDefaults)(rec[f])),
   text: (rec) => isObject(rec) && TEXT_STRINGS.every((f) => isString(rec[f])),
+  // The user's message: any object (the runner verified its records before measuring, by checksum).
+  proto: isObject,
   nested: (rec, grpcDefaults) => isObject(rec) && isString(rec.orderId) &&
     Array.isArray(rec.items) && rec.items.length > 0 &&
     rec.items.every((item) => isObject(item) && isString(item.sku) &&
@@ -241,10 +247,11 @@ export function summaryHandler(latencyMetric) {
 }
 
 // gRPC client with cars.proto (every shape's messages and services) loaded from PROTO_DIR (relative paths resolve against the
-// script's folder); call from a script's init context.
+// script's folder), or the descriptor set PROTOSET of the user's own message; call from a script's init context.
 export function grpcClient() {
   const client = new grpc.Client();
-  client.load([envString('PROTO_DIR', '../proto')], 'cars.proto');
+  if (SHAPE === 'proto') client.loadProtoset(envString('PROTOSET'));
+  else client.load([envString('PROTO_DIR', '../proto')], 'cars.proto');
   return client;
 }
 
@@ -273,6 +280,9 @@ export function uploadFile() {
 // JSON mapping may leave a zero number out.)
 const MOD = 2 ** 32;
 const UPLOAD_CHECKSUMS = {
+  // The user's message: what the runner computed from the same file (UPLOAD_CHECKSUM; its CRC-32 of
+  // the decoded records has no JavaScript twin here).
+  proto: () => envInt('UPLOAD_CHECKSUM'),
   cars: (records) => {
     let total = 0;
     for (const { car, driver } of records) {

@@ -9,6 +9,7 @@ from pathlib import Path
 from services.common.environment import ConfigError, env_bool, env_float, env_int, read_workload
 from services.common.pool import DEFAULT_SHAPE
 from services.common.stacks import STACKS
+from services.common.user_message import UserMessageError, install
 
 SECONDS = 1.0
 
@@ -91,6 +92,11 @@ def load_settings(service: str) -> Settings:
     work = read_workload()
     if record_mode == "live" and work.shape != DEFAULT_SHAPE:
         raise ConfigError(f"RECORD_MODE=live serves cars only, not SHAPE={work.shape}")
+    if work.shape_dir is not None:
+        try:  # the user's message becomes this process's shape `proto`, before any server asks for it
+            install(work.shape_dir)
+        except UserMessageError as error:
+            raise ConfigError(f"SHAPE_DIR={work.shape_dir}: {error}") from None
     alpn = tuple(p.strip() for p in os.environ.get("ALPN_PROTOCOLS", "h2,http/1.1").split(",") if p.strip())
     if not alpn or not set(alpn) <= {"h2", "http/1.1"}:
         raise ConfigError(f"ALPN_PROTOCOLS={alpn!r} must list h2 and/or http/1.1")

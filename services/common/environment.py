@@ -6,8 +6,9 @@ these here, with one set of defaults, so a floor cannot drift from the lab it is
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
-from services.common.pool import DEFAULT_SHAPE, SHAPES
+from services.common.pool import DEFAULT_SHAPE, SHAPES, USER_SHAPE
 
 
 class ConfigError(ValueError):
@@ -51,6 +52,8 @@ def env_bool(name: str, default: bool) -> bool:
     raise ConfigError(f"{name}={raw!r} is not a boolean (use 1 or 0)")
 
 
+# The largest request body (REST) or message (gRPC) a server takes unless MAX_REQUEST_BYTES says otherwise.
+DEFAULT_MAX_REQUEST_BYTES = 1 << 20
 # The record pool every server serves by default (RECORD_POOL_SIZE, RECORD_SEED); a client that must
 # hold the servers' pool (the runner's verification and uploads, the callers) starts from the same.
 DEFAULT_POOL_SIZE, DEFAULT_SEED = 10_000, 42
@@ -69,14 +72,24 @@ class Workload:
     max_request_bytes: int
     # The record shape served, for the process's life (services.common.pool SHAPES; docs/CONTRACTS.md).
     shape: str
+    # SHAPE=proto's files (the user's own message: services.common.user_message), else None.
+    shape_dir: Path | None = None
 
 
-def read_shape() -> str:
-    """SHAPE: one of the record shapes, cars when unset."""
+def read_shape() -> tuple[str, Path | None]:
+    """SHAPE: one of the record shapes, cars when unset; or proto, the user's own message, whose files
+    SHAPE_DIR holds."""
     shape = os.environ.get("SHAPE", "").strip() or DEFAULT_SHAPE
+    if shape == USER_SHAPE:
+        directory = os.environ.get("SHAPE_DIR", "").strip()
+        if not directory or not Path(directory).is_dir():
+            raise ConfigError(
+                f"SHAPE={USER_SHAPE} needs SHAPE_DIR, the directory the runner wrote its files in"
+            )
+        return shape, Path(directory)
     if shape not in SHAPES:
-        raise ConfigError(f"SHAPE={shape!r} must be one of {', '.join(SHAPES)}")
-    return shape
+        raise ConfigError(f"SHAPE={shape!r} must be one of {', '.join((*SHAPES, USER_SHAPE))}")
+    return shape, None
 
 
 def read_workload() -> Workload:
@@ -85,12 +98,14 @@ def read_workload() -> Workload:
     default_count = env_int("DEFAULT_COUNT", 100, minimum=1)
     if default_count > max_count:
         raise ConfigError(f"DEFAULT_COUNT={default_count} exceeds MAX_COUNT={max_count}")
+    shape, shape_dir = read_shape()
     return Workload(
         host=os.environ.get("HOST", "").strip() or "127.0.0.1",
         record_pool_size=env_int("RECORD_POOL_SIZE", DEFAULT_POOL_SIZE, minimum=1),
         record_seed=env_int("RECORD_SEED", DEFAULT_SEED),
         default_count=default_count,
         max_count=max_count,
-        max_request_bytes=env_int("MAX_REQUEST_BYTES", 1 << 20, minimum=1),
-        shape=read_shape(),
+        max_request_bytes=env_int("MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES, minimum=1),
+        shape=shape,
+        shape_dir=shape_dir,
     )

@@ -8,6 +8,7 @@ this JSON, the contract's canonical form (protobuf canonical field names: driver
 
 import os
 import tempfile
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,8 @@ _MODELS = [(make, model) for make, models in _CATALOGUE.items() for model in mod
 # The record shapes, cars first (the default: every result without a shape is of cars).
 SHAPES = ("cars", "numeric", "text", "nested")
 DEFAULT_SHAPE = SHAPES[0]
+# The user's own message (services.common.user_message), from the files in SHAPE_DIR.
+USER_SHAPE = "proto"
 
 
 def fake_fields(faker: Faker) -> Fields:
@@ -63,11 +66,21 @@ def _cars_record(faker: Faker) -> dict[str, Any]:
 
 
 _GENERATORS = {"cars": _cars_record, "numeric": numeric_record, "text": text_record, "nested": nested_record}
+# Shapes whose pool comes from elsewhere (services.common.user_message: the user's own message), by
+# name: (size, seed) -> the pool, and a key for its cache file that changes with what makes the records.
+_REGISTERED: dict[str, tuple[Callable[[int, int], list[JsonRecord]], str]] = {}
+
+
+def register_shape(shape: str, generate: Callable[[int, int], list[JsonRecord]], key: str) -> None:
+    """Make generate_pool and load_pool serve a shape beside SHAPES, for this process."""
+    _REGISTERED[shape] = (generate, key)
 
 
 def generate_pool(size: int, seed: int, shape: str = DEFAULT_SHAPE) -> list[JsonRecord]:
     """The deterministic pool of a shape as JSON: the same (size, seed, shape) gives the same records
-    in any process. A shape not in SHAPES is a ValueError naming them."""
+    in any process. A shape not in SHAPES (nor registered) is a ValueError naming them."""
+    if shape in _REGISTERED:
+        return _REGISTERED[shape][0](size, seed)
     try:
         generator = _GENERATORS[shape]
     except KeyError:
@@ -105,6 +118,8 @@ def ensure_pool_cached(size: int, seed: int, shape: str = DEFAULT_SHAPE) -> None
 
 def _pool_cache(size: int, seed: int, shape: str) -> Path:
     # cars keeps the name it had before there were shapes.
+    if shape in _REGISTERED:
+        shape = f"{shape}-{_REGISTERED[shape][1]}"
     name = (
         f"protolab-pool-{size}-{seed}" if shape == DEFAULT_SHAPE else f"protolab-pool-{shape}-{size}-{seed}"
     )

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from labrunner.model.engine_roles import Hosts
-from labrunner.model.scenario import K6Instances, Profile, Scenario
+from labrunner.model.scenario import USER_SHAPE, K6Instances, Profile, Scenario
+from services.common import user_message
 
 # The runner stops a service only after k6 has finished, so no client is left to move away
 # while its health says NOT_SERVING: a drain would only lengthen every scenario.
@@ -210,9 +211,20 @@ def service_env(scenario: Scenario) -> dict[str, str]:
     return {
         "RESPONSE_MODEL": scenario.response_model,
         "SHAPE": scenario.shape,
+        **shape_dir_env(scenario),
         **SERVICE_STOP_ENV,
         **dict(scenario.target.env),
     }
+
+
+def shape_dir_env(scenario: Scenario) -> dict[str, str]:
+    """SHAPE_DIR, the files of the user's own message (services.common.user_message), for its shape."""
+    if scenario.shape != USER_SHAPE:
+        return {}
+    user = user_message.installed()
+    if user is None:
+        raise ScenarioFailed("start", f"shape {USER_SHAPE}: no message given (--proto, --message)")
+    return {"SHAPE_DIR": str(user.directory)}
 
 
 def check_listening(listening: Mapping[str, Any], scenario: Scenario, log_tail: str) -> None:

@@ -156,6 +156,18 @@ def _add_scenarios(pick: argparse._ArgumentGroup) -> None:
         help="the record the services serve: cars (default), numeric, text and/or nested (docs/matrix.md)",
     )
     pick.add_argument(
+        "--proto",
+        metavar="FILE",
+        help="your own .proto: the services serve --message from it, compiled at run time (docs/matrix.md)",
+    )
+    pick.add_argument("--message", metavar="PKG.TYPE", help="the message of --proto the records are")
+    pick.add_argument(
+        "--sample",
+        metavar="FILE",
+        help="JSON of one message or an array of them: the records, in order (default: generated from "
+        "the field types)",
+    )
+    pick.add_argument(
         "--network",
         action="append",
         metavar="NAME[,NAME]",

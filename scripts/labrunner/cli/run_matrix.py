@@ -5,6 +5,7 @@ import contextlib
 import re
 import secrets
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from labrunner.model import duet
 from labrunner.model.duet import DuetError
 from labrunner.model.engine_roles import Hosts, HostsError, hosts
 from labrunner.model.matrix import expand, load_matrix, split_list
-from labrunner.model.scenario import AUTO_INSTANCES, CALLER, Matrix, Overrides, Plan
+from labrunner.model.scenario import AUTO_INSTANCES, CALLER, USER_SHAPE, Matrix, Overrides, Plan
 from labrunner.model.schema import MatrixError
 from labrunner.observe import local_stack
 from labrunner.paths import REPO
@@ -34,6 +35,9 @@ from labrunner.results.store import (
 )
 from labrunner.run.k6.binary import K6NotFound, find_k6
 from labrunner.run.runner import RunConfig
+from labrunner.run.uploads import max_request_bytes_of, pool_of
+from labrunner.run.user_proto import SHAPE_DIR_NAME, largest_body, prepare
+from services.common.user_message import Generator, UserMessageError
 
 RESULTS_DIR = REPO / "results"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -60,12 +64,22 @@ def main(argv: Sequence[str] | None = None, prog: str = "run_matrix.py") -> int:
         if plan.measure == CALLER:
             return _callers(args, matrix, argv)
         if args.dry_run:
+            with tempfile.TemporaryDirectory() as directory:
+                _user_message(args, plan, Path(directory))
             print(_backend_line(backend_name, reason))
             print(*plan.notes, sep="\n", end="\n" if plan.notes else "")
             print(describe_plan(seed_plan(plan, args.seed)[0]))
             return EXIT_OK
         return _run(args, plan, roles=roles, backend_name=backend_name, reason=reason, argv=argv)
-    except (MatrixError, HostsError, K6NotFound, BackendUnavailable, DuetError, _Usage) as exc:
+    except (
+        MatrixError,
+        HostsError,
+        K6NotFound,
+        BackendUnavailable,
+        DuetError,
+        UserMessageError,
+        _Usage,
+    ) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -89,6 +103,7 @@ def _run(
         )
     k6_binary = find_k6(args.k6)
     _preflight(plan)
+    _user_message(args, plan, out_dir / SHAPE_DIR_NAME)
     if any(s.target.tls for s in plan.scenarios) and certs.ensure_certs(args.certs):
         print(f"generated TLS material in {args.certs}")
     targets_dir = Path(args.prometheus_targets) if args.prometheus_targets else None
@@ -266,7 +281,7 @@ def _run_location(args: argparse.Namespace) -> tuple[str, Path]:
 # What a run reads from its directory when they are there before it starts, and does not write over:
 # report/build.py's PAYLOAD_FILE and SERIALIZATION_FILE (run_end.finish), named here because importing
 # the report loads scipy and matplotlib, which --dry-run and --list do without.
-_INPUTS = frozenset({"payload.json", "serialization.json"})
+_INPUTS = frozenset({"payload.json", "serialization.json", SHAPE_DIR_NAME})
 
 
 def _check_out_dir(out_dir: Path, resume: bool) -> None:
@@ -302,6 +317,41 @@ def _preflight(plan: Plan) -> None:
             raise _Usage(f"target {target.name}: module {target.main_module} does not exist in {REPO}")
 
 
+def _user_message(args: argparse.Namespace, plan: Plan, directory: Path) -> None:
+    """--proto and --message: compile the message into directory and make it the shape `proto`, or
+    say in one line why the plan cannot serve it, before anything starts."""
+    if args.proto is None:
+        if any(s.shape == USER_SHAPE for s in plan.scenarios):
+            raise _Usage(f"shape {USER_SHAPE} is the message of --proto FILE --message PKG.TYPE: give both")
+        return
+    floors = sorted(
+        {s.target.name for s in plan.scenarios if s.target.main_module.startswith("benchmarks.floor")}
+    )
+    if floors:
+        raise _Usage(f"--proto: the floor servers serve the built-in shapes only, not {', '.join(floors)}")
+    user = prepare(
+        Path(args.proto),
+        args.message,
+        Path(args.sample) if args.sample else None,
+        directory=directory,
+        lab_proto_dir=REPO / "proto",
+        generator=Generator(),
+    )
+    sizes: dict[tuple[int, int, int], tuple[int, int]] = {}
+    for scenario in plan.scenarios:
+        (size, seed), limit = pool_of(scenario), max_request_bytes_of(scenario)
+        key = (scenario.count, size, seed)
+        if key not in sizes:
+            sizes[key] = largest_body(user, scenario.count, size, seed)
+        as_json, as_protobuf = sizes[key]
+        if max(as_json, as_protobuf) > limit:
+            raise _Usage(
+                f"--message {args.message}: {scenario.count} records take up to {as_json} bytes as JSON and "
+                f"{as_protobuf} as protobuf, over target {scenario.target.name}'s MAX_REQUEST_BYTES={limit}: "
+                "ask for fewer (--count)"
+            )
+
+
 def _overrides(args: argparse.Namespace) -> Overrides:
     counts = split_list(args.count)
     try:
@@ -315,7 +365,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         load_models=split_list(args.load_model),
         response_models=split_list(args.response_model),
         directions=split_list(args.direction),
-        shapes=split_list(args.shape),
+        shapes=_shapes(args),
         networks=split_list(args.network),
         vus=args.vus,
         rate=args.rate,
@@ -324,6 +374,19 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         warmup=args.warmup,
         repeats=args.repeats,
     )
+
+
+def _shapes(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """--shape, or proto for --proto (with --message, and alone)."""
+    if args.proto is None:
+        if args.message or args.sample:
+            raise _Usage("--message and --sample go with --proto FILE")
+        return split_list(args.shape)
+    if not args.message:
+        raise _Usage("--proto needs --message PKG.TYPE, the message the records are")
+    if args.shape:
+        raise _Usage("--proto serves its --message as the records: leave out --shape")
+    return (USER_SHAPE,)
 
 
 def _hosts(args: argparse.Namespace, matrix: Matrix) -> Hosts:

@@ -29,6 +29,7 @@ from labrunner.results.store import (
 )
 from labrunner.run import calibration
 from labrunner.say import Say
+from services.common import user_message
 
 
 def run_plan(
@@ -155,5 +156,7 @@ def _manifest_args(plan: Plan, config: SessionConfig, backend: str) -> dict[str,
             "out_dir": str(out),
             "influxdb_url": run.influxdb_url,
             "prometheus_targets_dir": str(run.targets_dir) if run.targets_dir else None,
+            # --proto: the user's message, its compiled files' digest, how its records were made.
+            "user_message": user.describe() if (user := user_message.installed()) is not None else None,
         },
     }

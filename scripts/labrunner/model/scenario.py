@@ -12,6 +12,7 @@ from labrunner.model.engine_roles import Hosts
 from labrunner.network.profiles import NetworkProfile
 from services.common.pool import DEFAULT_SHAPE as POOL_DEFAULT_SHAPE
 from services.common.pool import SHAPES as POOL_SHAPES
+from services.common.pool import USER_SHAPE as USER_SHAPE  # noqa: PLC0414
 
 # The registry of backends: each name is a package, labrunner.backends.<name>, with probe() and
 # create(); `--backend auto` takes the first that can run here, so the users' default comes first.

@@ -33,6 +33,7 @@ from labrunner.model.scenario import (
     DIRECTIONS,
     RESPONSE_MODELS,
     SHAPES,
+    USER_SHAPE,
     CapacitySearch,
     K6Instances,
     LoadModel,
@@ -203,8 +204,13 @@ DirectionName = Annotated[
 DirectionNames = Annotated[
     list[DirectionName], BeforeValidator(_as_list), _must(len, "must list at least one direction")
 ]
+# proto: the user's own message, which --proto and --message give (the runner refuses it without them).
 ShapeName = Annotated[
-    str, _must(SHAPES.__contains__, "{value} must be one of " + ", ".join(map(repr, SHAPES)))
+    str,
+    _must(
+        (*SHAPES, USER_SHAPE).__contains__,
+        "{value} must be one of " + ", ".join(map(repr, (*SHAPES, USER_SHAPE))),
+    ),
 ]
 ShapeNames = Annotated[list[ShapeName], BeforeValidator(_as_list), _must(len, "must list at least one shape")]
 K6InstancesSetting = Annotated[K6Instances, BeforeValidator(_k6_instances)]

@@ -14,7 +14,7 @@ import orjson
 
 from labrunner.files import write_bytes_atomic
 from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD, Scenario
-from services.common.environment import DEFAULT_POOL_SIZE, DEFAULT_SEED
+from services.common.environment import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_POOL_SIZE, DEFAULT_SEED
 from services.common.pool import JsonRecord, load_pool
 from services.common.shapes import shape_kit
 
@@ -35,6 +35,11 @@ def pool_of(scenario: Scenario) -> tuple[int, int]:
     """The (RECORD_POOL_SIZE, RECORD_SEED) the scenario's service serves from."""
     env = dict(scenario.target.env)
     return int(env.get("RECORD_POOL_SIZE", DEFAULT_POOL_SIZE)), int(env.get("RECORD_SEED", DEFAULT_SEED))
+
+
+def max_request_bytes_of(scenario: Scenario) -> int:
+    """The MAX_REQUEST_BYTES the scenario's service takes."""
+    return int(dict(scenario.target.env).get("MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES))
 
 
 def first_records(scenario: Scenario) -> list[JsonRecord]:

@@ -12,6 +12,7 @@ from labrunner.run import live
 from labrunner.run.k6 import segments
 from labrunner.run.k6_stats import trend_stats
 from labrunner.run.uploads import UploadBody
+from services.common import user_message
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class K6Setup:
         if self.upload is not None:
             env["UPLOAD_FILE"] = str(self.upload.path)
             env["UPLOAD_COUNT"] = str(self.upload.count)
+            env["UPLOAD_CHECKSUM"] = str(self.upload.checksum)
         env.update(self._service_env())
         if self.influxdb_url and measured and (credentials := influx_auth.writer()):
             env.update(credentials.k6_env())  # compose's InfluxDB has auth on (docs/docker.md)
@@ -104,6 +106,10 @@ class K6Setup:
         if target.is_grpc:
             env["GRPC_ADDR"] = str(self.handle.k6_address)
             env["PROTO_DIR"] = str(self.root / "proto")
+            if (user := user_message.installed()) is not None and self.scenario.shape == user.shape.name:
+                # The user's message: the service and its files compiled at run time (run/user_proto.py).
+                env["PROTOSET"] = str(user.directory / user_message.DESCRIPTOR_SET)
+                env["GRPC_SERVICE"] = user.shape.service.full_name
         else:
             env["BASE_URL"] = f"{'https' if target.tls else 'http'}://{self.handle.k6_address}"
             env["EXPECT_PROTO"] = target.expect_proto or ""
