@@ -402,8 +402,8 @@ def _scalar(field: FieldDescriptor) -> tuple[Callable[[Any], Any] | None, Callab
             if type(value) is not str:
                 raise BadRequest(f"{place}: expected a base64 string")
             try:  # json_format takes either alphabet, padded or not
-                return base64.urlsafe_b64decode(
-                    value.replace("+", "-").replace("/", "_") + "=" * (-len(value) % 4)
+                return base64.b64decode(
+                    value.replace("-", "+").replace("_", "/") + "=" * (-len(value) % 4), validate=True
                 )
             except (binascii.Error, ValueError):
                 raise BadRequest(f"{place}: not base64") from None

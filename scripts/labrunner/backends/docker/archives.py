@@ -12,15 +12,15 @@ from docker.models.containers import Container
 
 from labrunner import certs
 from labrunner.backends.base import K6Invocation
-from labrunner.backends.docker.names import CERTS_DIR, K6_DIR, PROTO_DIR, RESULTS_DIR
+from labrunner.backends.docker.names import CERTS_DIR, K6_DIR, PROTO_DIR, RESULTS_DIR, shape_mount
 
 
 def k6_files(root: Path, certs_dir: Path) -> bytes:
-    """What k6 on another engine reads (k6/, proto/, the lab CA) and a results directory it can
-    write, as a tar for put_archive at the container's root."""
+    """What k6 on another engine reads (k6/, proto/, the user's message's files, the lab CA) and a
+    results directory it can write, as a tar for put_archive at the container's root."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for directory, inside in ((root / "k6", K6_DIR), (root / "proto", PROTO_DIR)):
+        for directory, inside in ((root / "k6", K6_DIR), (root / "proto", PROTO_DIR), *shape_mount().items()):
             tar.add(directory, arcname=inside.lstrip("/"), filter=_readable)
         ca = certs_dir / certs.CA_FILE
         if ca.exists():

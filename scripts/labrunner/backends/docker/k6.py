@@ -32,6 +32,7 @@ from labrunner.backends.docker.names import (
     PROTO_DIR,
     RESULTS_DIR,
     labels,
+    shape_mount,
 )
 from labrunner.backends.docker.preflight import EngineClients
 from labrunner.backends.docker.services import ServiceContainer
@@ -150,6 +151,7 @@ class K6Containers:
             root / "proto": PROTO_DIR,
             self.settings.certs_dir: CERTS_DIR,  # the volume: the same CA after adopt_certs
             results: RESULTS_DIR,
+            **shape_mount(),  # the user's message's descriptor set (PROTOSET)
         }
         script = _in_container(str(invocation.script), paths)
         if not script.startswith(f"{K6_DIR}/"):
@@ -182,6 +184,7 @@ class K6Containers:
                 str(root / "proto"): {"bind": PROTO_DIR, "mode": "ro"},
                 CERTS_VOLUME: {"bind": CERTS_DIR, "mode": "ro"},
                 str(results): {"bind": RESULTS_DIR, "mode": "rw"},
+                **{str(host): {"bind": inside, "mode": "ro"} for host, inside in shape_mount().items()},
             },
         }
 

@@ -4,9 +4,11 @@ names and labels the docker backend gives its containers."""
 import hashlib
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from labrunner.model.scenario import Scenario
+from services.common import user_message
 from services.common.stacks import BY_PACKAGE
 
 NETWORK = "protolab"  # networks.default.name
@@ -15,6 +17,17 @@ K6_IMAGE = "grafana/k6:1.1.0"  # services.k6.image's default; K6_IMAGE overrides
 INFLUXDB_IN_NETWORK = "influxdb:8086"  # the influxdb service as k6 reaches it on the network
 CERTS_DIR = "/certs"
 K6_DIR, PROTO_DIR, RESULTS_DIR = "/k6", "/proto", "/results"
+# The files of the user's own message (--proto: the run's shape/ directory), read-only in the service's
+# and k6's containers.
+SHAPE_DIR = "/shape"
+
+
+def shape_mount() -> dict[Path, str]:
+    """The run's shape/ directory and where containers see it, when the run serves the user's message."""
+    user = user_message.installed()
+    return {} if user is None else {user.directory: SHAPE_DIR}
+
+
 # The hardening every compose service under test has (x-service in docker-compose.yml).
 SERVICE_HARDENING: Mapping[str, Any] = {
     "init": True,  # tini as PID 1 forwards SIGTERM to the supervisor and reaps workers

@@ -24,7 +24,15 @@ from labrunner.backends.base import (
 )
 from labrunner.backends.cgroups import CFS_PERIOD_US, quota_us
 from labrunner.backends.docker.containers import docker_errors, logs_tail, remove
-from labrunner.backends.docker.names import CERTS_DIR, CERTS_VOLUME, NETWORK, SERVICE_HARDENING, labels
+from labrunner.backends.docker.names import (
+    CERTS_DIR,
+    CERTS_VOLUME,
+    NETWORK,
+    SERVICE_HARDENING,
+    SHAPE_DIR,
+    labels,
+    shape_mount,
+)
 from labrunner.backends.docker.stats import UsageWindow
 from labrunner.model.scenario import Scenario
 
@@ -72,6 +80,7 @@ def service_params(
     profile, target = scenario.profile, scenario.target
     port, metrics_port = ports
     publish = settings.hosts.publish_address
+    shape = shape_mount() if "SHAPE_DIR" in service_env(scenario) else {}
     env = {"HOST": "0.0.0.0", "PORT": str(port), "METRICS_PORT": str(metrics_port)}
     if target.tls:
         env["TLS_CERT_FILE"] = f"{CERTS_DIR}/{certs.SERVER_FILE}"
@@ -80,7 +89,8 @@ def service_params(
         "image": image,
         "command": ["python", "-m", target.main_module],
         "name": name,
-        "environment": env | service_env(scenario),
+        # SHAPE_DIR as the container sees it (the user's message: names.shape_mount).
+        "environment": env | service_env(scenario) | ({"SHAPE_DIR": SHAPE_DIR} if shape else {}),
         "network": NETWORK,
         # The runner checks health and verifies from the host through these ports (None: any
         # free host port).
@@ -95,7 +105,10 @@ def service_params(
         "memswap_limit": profile.memory_bytes,  # equal to the limit: no swap
         "cpuset_cpus": cpu_list(cpus),
         "labels": labels(settings.run_id, scenario, "service"),
-        "volumes": {CERTS_VOLUME: {"bind": CERTS_DIR, "mode": "ro"}},
+        "volumes": {
+            CERTS_VOLUME: {"bind": CERTS_DIR, "mode": "ro"},
+            **{str(host): {"bind": inside, "mode": "ro"} for host, inside in shape.items()},
+        },
         "ulimits": ulimits,
         # The runner checks health itself; the image's check would spend the CPU budget
         # every 30 s while k6 measures.
