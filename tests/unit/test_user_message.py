@@ -11,9 +11,9 @@ import pytest
 from google.protobuf import json_format
 from labrunner.cli.run_matrix import EXIT_USAGE, main
 from labrunner.run.user_proto import largest_body, prepare
+
 from services.common.records import BadRequest
 from services.common.user_message import DESCRIPTOR_SET, SHAPE_FILE, Generator, UserMessage, UserMessageError
-
 from tests.support import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "user_proto"
