@@ -106,7 +106,9 @@ def _bad_input(target: str, service: RunningService, user: UserMessage) -> None:
         return
     name = f"/{user.shape.service.full_name}/CreateRecords"
     with grpc.insecure_channel(address) as channel:
-        create = channel.unary_unary(name, request_serializer=None, response_deserializer=None)
+        create: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+            name, request_serializer=None, response_deserializer=None
+        )
         with pytest.raises(grpc.RpcError) as refused:
             create(b"\x0a\x03\xff\xff\xff", timeout=10)
-    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, target  # type: ignore[attr-defined]
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, target

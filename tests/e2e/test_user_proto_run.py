@@ -1,0 +1,70 @@
+"""End to end, the user's own message (issue 38 item 2's done-when): run_matrix.py --proto with a .proto
+none of the lab's code knows (tests/fixtures/user_proto/weather.proto: a nested message, an enum, a map
+and a repeated double) on the local backend with real k6 (REST and gRPC, a second each) compiles it,
+verifies every server's bytes against the same records (one canonical checksum on every server), measures
+and gives findings; the manifest says which message and how its records were made. One small run: the
+parallel phase's integration test covers every stack (tests/integration/test_user_message_servers.py)."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from labrunner.files import write_json_atomic
+from labrunner.report.serialization import QUICK, as_document
+from labrunner.report.serialization import run as run_serialization
+
+from tests.support import ROOT
+
+pytestmark = pytest.mark.e2e
+QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
+SELECTION = (
+    "--backend", "local", "--preset", "ci", "--target", "aiohttp-h1,grpc", "--count", "10",
+    "--load-model", "closed", "--repeats", "1", "--duration", "1s", "--warmup", "0",
+)  # fmt: skip
+PROTO = (
+    "--proto", str(ROOT / "tests" / "fixtures" / "user_proto" / "weather.proto"), "--message", "weather.v1.Observation",
+)  # fmt: skip
+CHECKSUM = re.compile(r"the pool's records \(canonical checksum ([0-9a-f]{8})\)")
+
+
+def test_a_user_proto_run_verifies_equal_work_and_gives_findings(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    # The serialization benchmark is not under test here: a quick one in place.
+    write_json_atomic(out / "serialization.json", as_document(run_serialization(QUICK), QUICK))
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "scripts/run_matrix.py",
+            *SELECTION,
+            *QUIET,
+            *PROTO,
+            "--message",
+            "weather.v1.Observation",
+        ]
+        + ["--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    results = {path.stem: json.loads(path.read_text()) for path in (out / "scenarios").glob("*.json")}
+    assert set(results) == {"aiohttp-h1.small.c10.closed.proto.r1", "grpc.small.c10.closed.proto.r1"}
+    checksums = set()
+    for scenario_id, result in results.items():
+        assert result["status"] == "ok" and result["scenario"]["shape"] == "proto", scenario_id
+        found = {m[1] for check in result["verification"]["checks"] if (m := CHECKSUM.search(check))}
+        assert found, scenario_id
+        checksums |= found
+        assert result["k6"]["metrics"]["requests"] > 0
+    assert len(checksums) == 1, checksums  # the same records from every server: equal work
+    assert "findings:" in completed.stdout and "proto records" in completed.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    described = manifest["settings"]["user_message"]
+    assert described["message"] == "weather.v1.Observation" and described["records"]["string_chars"] == 16
+    assert (out / "shape" / "records.protoset").is_file()
