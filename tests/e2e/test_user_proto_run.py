@@ -24,9 +24,8 @@ SELECTION = (
     "--backend", "local", "--preset", "ci", "--target", "aiohttp-h1,grpc", "--count", "10",
     "--load-model", "closed", "--repeats", "1", "--duration", "1s", "--warmup", "0",
 )  # fmt: skip
-PROTO = (
-    "--proto", str(ROOT / "tests" / "fixtures" / "user_proto" / "weather.proto"), "--message", "weather.v1.Observation",
-)  # fmt: skip
+WEATHER = ROOT / "tests" / "fixtures" / "user_proto" / "weather.proto"
+PROTO = ("--proto", str(WEATHER), "--message", "weather.v1.Observation")
 CHECKSUM = re.compile(r"the pool's records \(canonical checksum ([0-9a-f]{8})\)")
 
 
@@ -36,16 +35,7 @@ def test_a_user_proto_run_verifies_equal_work_and_gives_findings(tmp_path: Path)
     # The serialization benchmark is not under test here: a quick one in place.
     write_json_atomic(out / "serialization.json", as_document(run_serialization(QUICK), QUICK))
     completed = subprocess.run(
-        [
-            sys.executable,
-            "scripts/run_matrix.py",
-            *SELECTION,
-            *QUIET,
-            *PROTO,
-            "--message",
-            "weather.v1.Observation",
-        ]
-        + ["--out", str(out)],
+        [sys.executable, "scripts/run_matrix.py", *SELECTION, *QUIET, *PROTO, "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
