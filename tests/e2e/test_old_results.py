@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from labrunner.files import write_json_atomic
-from labrunner.report.baseline import DIFFERENT_HOST
+from labrunner.report.sections.baseline import DIFFERENT_HOST
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 from labrunner.results import methodology

@@ -7,8 +7,11 @@ Per-repeat percentile support and the one centre per group are in test_latency_s
 import math
 
 import pytest
-from labrunner.report import cells, findings, repeats
+from labrunner.report import cells, repeats
 from labrunner.report import payload_model as pm
+from labrunner.report.findings import finding as finding_model
+from labrunner.report.findings import pairs as pair_findings
+from labrunner.report.findings import text as findings_text
 from labrunner.report.stats import RATIO_METHOD_LINE, Ratio, Summary, too_few_rounds
 from labrunner.results.result import parse_results
 from labrunner.results.trust import MAX_INTERVAL_WIDTH, SETTLED_HALF_WIDTH, rounds_needed
@@ -43,7 +46,7 @@ def test_the_rounds_needed_take_t_at_the_count_sought() -> None:
 def test_the_issues_77_repeats_are_19_rounds() -> None:
     # The README's run: req/s ±28% from 3 rounds, "about 77 repeats" under the old sizing.
     wide = Ratio(1.18, 1.18 / 1.2805, 1.18 * 1.2805, 0.2, False, rounds=3)
-    assert findings._rounds_needed(wide) == "req/s ±28%: about 19 rounds for ±5% (--precision)"
+    assert pair_findings._rounds_needed(wide) == "req/s ±28%: about 19 rounds for ±5% (--precision)"
 
 
 def test_the_method_lines_say_paired_rounds_and_holm_and_welch_only_where_unpaired() -> None:
@@ -63,9 +66,10 @@ def test_a_suspect_latency_repeat_is_named_in_its_finding() -> None:
     suspect = "quart-h1 at 200 req/s: 1 of 3 repeats suspect, see summary.md"
     assert suspect in finding.caveats
     # ... in one note with what else is said about quart-h1 at that load, its rank a suspect's.
-    assert ("quart-h1 at 200 req/s: 1 of 3 repeats suspect, see summary.md; CPU 98%", findings.SUSPECT) in (
-        findings.by_question([finding]).notes
-    )
+    assert (
+        "quart-h1 at 200 req/s: 1 of 3 repeats suspect, see summary.md; CPU 98%",
+        finding_model.SUSPECT,
+    ) in (findings_text.by_question([finding]).notes)
     # A suspect closed repeat is named by its target alone, as before.
     closed = _run(CLOSED)
     closed[0] = _result("grpc", 1, 600, suspect=("k6 used 90% of its CPUs",))
@@ -82,11 +86,11 @@ def test_an_interval_wider_than_three_times_is_no_finding_and_no_table_interval(
     tail = Ratio(0.05, 1e-6, 4376.40, 0.9, False, rounds=2)
     reason = too_few_rounds(tail.estimate, tail.low, tail.high, 2)
     assert reason is not None and reason.startswith("too few rounds: about ")
-    assert findings.glance(tail, "p99", "a vs b") == (
+    assert finding_model.glance(tail, "p99", "a vs b") == (
         "p99 —",
-        [findings.Note(f"a vs b: {reason}", "p99 —", 1)],
+        [finding_model.Note(f"a vs b: {reason}", "p99 —", 1)],
     )
-    assert findings._figure(tail, "CPU/req") == "CPU/req —"
+    assert pair_findings._figure(tail, "CPU/req") == "CPU/req —"
     assert cells.ratio_cell(tail) == f"— ({reason})"
     assert repeats._ratio(tail) == f"— ({reason})"
     # A group's interval: the report's "174.63 [0.00, 2263326.83]" keeps its centre, not its interval.

@@ -4,10 +4,13 @@ targets side by side; a baseline without a fingerprint is compared as before, wi
 from pathlib import Path
 from typing import Any
 
-from labrunner.report import baseline, host_conditions, sections
-from labrunner.report.compare import against_baseline, group_results
+from labrunner.report import host_conditions
+from labrunner.report.compare import group_results
 from labrunner.report.document import Paragraph, Table
 from labrunner.report.runs import Run
+from labrunner.report.sections import baseline
+from labrunner.report.sections import summary as summary_section
+from labrunner.report.sections.section import Report
 from labrunner.results.result import parse_results
 
 EPYC = {
@@ -97,7 +100,7 @@ def test_runs_from_different_hosts_say_so_first_judge_no_absolute_change_and_sho
     ]
     assert row[2].startswith("1.07x [") and row[3].startswith("1.21x [")
     # The summary's columns against the baseline name the host instead of a regression.
-    summary = sections.summary(now, against_baseline(now.groups, then.groups), then)
+    summary = summary_section.blocks(Report(now, then))
     cells = [c for b in summary if isinstance(b, Table) for r in b.rows for c in r]
     assert any(c.endswith("(different host)") for c in cells) and not any("REGRESSION" in c for c in cells)
 

@@ -15,6 +15,8 @@ from labrunner.model.schema import QuestionName
 from labrunner.observe import interference
 from labrunner.report import aa_control, precision
 from labrunner.report.compare import AA_CONTROL, compare_groups, group_results
+from labrunner.report.findings import aa_control as control_findings
+from labrunner.report.findings.finding import Evidence
 from labrunner.results.result import parse_results
 from labrunner.results.store import scenario_dict
 from labrunner.run.k6.result import K6Run
@@ -157,12 +159,12 @@ def test_the_ratio_is_over_blocks_and_the_host_drift_cancels() -> None:
 def test_the_aa_control_says_whether_the_runs_ratios_carry_a_bias() -> None:
     [clean] = aa_control.controls(group_results(parse_results(_run())))
     assert clean.ratios["rps"].estimate == pytest.approx(1.0) and aa_control.bias(clean) is None
-    [line] = aa_control.findings(group_results(parse_results(_run())))
+    [line] = control_findings.findings(Evidence(tuple(group_results(parse_results(_run())))))
     assert line.sentence.startswith("A/A control aiohttp-h1: req/s ")
     assert line.sentence.endswith("no slot bias beyond ±2%")
     [biased] = aa_control.controls(group_results(parse_results(_run(aa_side_1=1.05))))
     assert aa_control.bias(biased) == pytest.approx(0.05)
-    [said] = aa_control.findings(group_results(parse_results(_run(aa_side_1=1.05))))
+    [said] = control_findings.findings(Evidence(tuple(group_results(parse_results(_run(aa_side_1=1.05))))))
     assert said.sentence.endswith("the run's duet ratios carry a bias of about 5.0%")
 
 

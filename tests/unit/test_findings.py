@@ -11,8 +11,12 @@ from labrunner.cli import report as cli
 from labrunner.cli.run_end import say_findings
 from labrunner.files import write_json_atomic
 from labrunner.model.questions import is_streaming
-from labrunner.report import answers, findings, payload
+from labrunner.report import findings, payload
 from labrunner.report.compare import compare_groups, group_results
+from labrunner.report.findings import finding as finding_model
+from labrunner.report.findings import pairs as pair_findings
+from labrunner.report.findings import run as run_findings
+from labrunner.report.findings import text as findings_text
 from labrunner.report.stats import Ratio, holm
 from labrunner.report.summary import write_summaries
 from labrunner.results.result import parse_results
@@ -79,11 +83,12 @@ def _run(spec: dict[str, list[float]], **kwargs: Any) -> list[dict[str, Any]]:
     return [_result(t, i + 1, rps, **kwargs) for t, values in spec.items() for i, rps in enumerate(values)]
 
 
-def _find(results: list[dict[str, Any]]) -> list[findings.Finding]:
-    return findings.comparisons_findings(group_results(parse_results(results)))
+def _find(results: list[dict[str, Any]]) -> list[finding_model.Finding]:
+    evidence = finding_model.Evidence(tuple(group_results(parse_results(results))))
+    return pair_findings.findings(evidence) + run_findings.findings(evidence)
 
 
-def _one(found: list[findings.Finding], question: str, text: str) -> findings.Finding:
+def _one(found: list[finding_model.Finding], question: str, text: str) -> finding_model.Finding:
     [finding] = [f for f in found if f.question == question and text in f.sentence]
     return finding
 
@@ -112,16 +117,20 @@ def test_an_interval_that_holds_one_is_inconclusive_and_ranks_last() -> None:
 def test_only_an_equivalence_test_says_equivalent_else_inconclusive() -> None:
     # Two repeats of a tail percentile on the README's run: 1.40x [0.03, 66.96] tells nothing, so it
     # is no finding (wider than 3x) and says what would sharpen it (test_audit_fixes has the count).
-    glance = findings.glance
+    glance = finding_model.glance
     wide = Ratio(1.40, 0.03, 66.96, 0.9, False, rounds=2)
     assert glance(wide, "p99", "a vs b") == (
         "p99 —",
-        [findings.Note("a vs b: too few rounds: about 302 needed for ±5%", "p99 —", findings.VERDICT)],
+        [
+            finding_model.Note(
+                "a vs b: too few rounds: about 302 needed for ±5%", "p99 —", finding_model.VERDICT
+            )
+        ],
     )
     unsure = Ratio(1.40, 0.90, 2.10, 0.4, False, rounds=3)  # within 3x: inconclusive, its interval noted
     assert glance(unsure, "p99", "a vs b") == (
         "p99 ?",
-        [findings.Note("a vs b 1.40x [0.90, 2.10]", "p99 ? (inconclusive)", findings.VERDICT)],
+        [finding_model.Note("a vs b 1.40x [0.90, 2.10]", "p99 ? (inconclusive)", finding_model.VERDICT)],
     )
     narrow = Ratio(1.18, 0.93, 1.50, 0.2, False, equivalent=False)  # req/s shows its interval itself
     assert glance(narrow, "req/s", "a vs b") == ("req/s 1.18x [0.93, 1.50] ?", [])
@@ -136,7 +145,7 @@ def test_only_an_equivalence_test_says_equivalent_else_inconclusive() -> None:
         glance(vague, "p50", "a vs b")[1][0].alone
         == "p50 —: a vs b: too few rounds: about 1,538 needed for ±5%"
     )
-    away = Ratio(1.08, 1.01, 1.15, 0.03, False, findings.CORRECTED_AWAY)
+    away = Ratio(1.08, 1.01, 1.15, 0.03, False, finding_model.CORRECTED_AWAY)
     [why] = glance(away, "req/s", "a vs b")[1]
     assert glance(away, "req/s", "a vs b")[0] == "req/s 1.08x [1.01, 1.15] ?"
     assert why.alone == "req/s ? (significant alone, not after Holm's correction): a vs b"
@@ -198,7 +207,7 @@ def test_a_lower_bound_enters_no_ratio_and_is_named() -> None:
 
 def test_every_group_a_lower_bound_says_the_run_cannot_compare_and_what_would() -> None:
     groups = group_results(parse_results(_run({"grpc": [600, 610], "aiohttp-h1": [900, 910]}, k6_cpu=0.95)))
-    [finding] = findings.cannot_compare(groups)
+    [finding] = run_findings.cannot_compare(groups)
     assert "No comparison between targets" in finding.sentence and "--load-engine" in finding.sentence
 
 
@@ -275,20 +284,20 @@ def test_findings_print_grouped_by_question() -> None:
         _run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395], "quart-h2-tls": [300, 290, 310]})
         + _run({"quart-h1-tls": [400, 405, 395]})
     )
-    lines = findings.markdown(found)
+    lines = findings_text.markdown(found)
     # What every question's findings hold fixed is said once, at the top; what else each holds, with it.
     held = "quarter profile (0.25 CPU), 100 records, build, closed model"
     assert lines[:3] == [f"All held fixed: {held}.", "", "- **HTTP/2 vs HTTP/1.1**, TLS"]
     assert lines[4] == "- **gRPC vs REST**, no TLS"
     questions = lines[2 : lines.index("Notes:") - 1] if "Notes:" in lines else lines[2:]
     assert all(line.startswith(("- ", "  - ")) for line in questions)
-    assert findings.plain(found)[0] == f"findings: {held}"
-    assert findings.plain(found)[2] == "  HTTP/2 vs HTTP/1.1, TLS"
+    assert findings_text.plain(found)[0] == f"findings: {held}"
+    assert findings_text.plain(found)[2] == "  HTTP/2 vs HTTP/1.1, TLS"
 
 
 def test_the_terminal_shows_each_questions_strongest_findings_and_points_to_the_rest() -> None:
-    found = [findings.Finding("server vs server", f"pair {i}", effect=i / 10) for i in range(5)]
-    lines = findings.plain(found)[2:]  # after what all held fixed and the method
+    found = [finding_model.Finding("server vs server", f"pair {i}", effect=i / 10) for i in range(5)]
+    lines = findings_text.plain(found)[2:]  # after what all held fixed and the method
     assert lines == [
         "  server vs server",
         "    pair 4",
@@ -296,7 +305,7 @@ def test_the_terminal_shows_each_questions_strongest_findings_and_points_to_the_
         "    pair 2",
         "    ... and 2 more in summary.md",
     ]
-    assert len(findings.markdown(found)) == 6  # summary.md: all of them
+    assert len(findings_text.markdown(found)) == 6  # summary.md: all of them
 
 
 def test_floor_targets_enter_no_finding() -> None:
@@ -306,7 +315,7 @@ def test_floor_targets_enter_no_finding() -> None:
             _run({"grpc": [600, 610, 590], "quart-h1": [400, 405, 395], "floor-quart-h1": [800, 805, 795]})
         )
     )
-    assert answers.for_run(with_floor, "default") == answers.for_run(groups, "default")
+    assert findings.for_run(with_floor, "default") == findings.for_run(groups, "default")
 
 
 # --- Where the findings are shown: a run directory as the runner leaves it ------------------
@@ -345,7 +354,9 @@ def test_summary_md_opens_with_the_findings(tmp_path: Path) -> None:
         "",
         "- **gRPC vs REST**",
     ]
-    assert f"{findings.CONFIDENCE_LINE} {findings.LEGEND}" in lines  # the method, after the findings
+    assert (
+        f"{findings_text.CONFIDENCE_LINE} {findings_text.LEGEND}" in lines
+    )  # the method, after the findings
     [question] = [line for line in lines if line.startswith("- **gRPC vs REST**")]
     assert "## Scenarios" in lines
     assert lines.index(question) < lines.index("## Scenarios") < lines.index("## Across repeats")
@@ -361,7 +372,7 @@ def test_report_opens_with_the_findings_and_ends_with_provenance(tmp_path: Path)
     sections = [line for line in md.splitlines() if line.startswith("## ")]
     assert sections[0] == "## Findings" and sections[-1] == "## Provenance"
     first = md.split("## Findings", 1)[1].split("\n## ", 1)[0]
-    assert findings.CONFIDENCE_LINE in first
+    assert findings_text.CONFIDENCE_LINE in first
     assert "Intel(R) Xeon(R) CPU" in first and "2031-01-02T03:04:05+00:00" in first
     assert "**gRPC vs REST**" in first and "grpc vs quart-h1" in first
     page = (run / "report.html").read_text()
@@ -373,8 +384,10 @@ def test_the_end_of_a_run_prints_the_findings(tmp_path: Path) -> None:
     said: list[str] = []
     say_findings(run, order, "default", said.append)
     lines = said
-    assert lines == findings.plain(answers.for_run(group_results(parse_results(_run(_RESULTS))), "default"))
-    assert lines[:3] == [f"findings: {_HELD}", f"  {findings.SHORT_METHOD}", "  gRPC vs REST"]
+    assert lines == findings_text.plain(
+        findings.for_run(group_results(parse_results(_run(_RESULTS))), "default")
+    )
+    assert lines[:3] == [f"findings: {_HELD}", f"  {findings_text.SHORT_METHOD}", "  gRPC vs REST"]
     assert lines[3].startswith("    grpc vs quart-h1: req/s 1.50x [")
 
 

@@ -10,9 +10,11 @@ import pytest
 from labrunner.model import duet
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Scenario
-from labrunner.report import answers, findings
+from labrunner.report import findings
 from labrunner.report.compare import group_results
 from labrunner.report.document import Bullets
+from labrunner.report.findings import finding as finding_model
+from labrunner.report.findings import text as findings_text
 from labrunner.results import ladder
 from labrunner.results.result import parse_results
 from labrunner.results.store import scenario_dict
@@ -96,23 +98,23 @@ def _default_run() -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def found() -> list[findings.Finding]:
-    return answers.for_run(group_results(parse_results(_default_run())), "default")
+def found() -> list[finding_model.Finding]:
+    return findings.for_run(group_results(parse_results(_default_run())), "default")
 
 
-def test_a_default_runs_answer_fits_one_screen(found: list[findings.Finding]) -> None:
-    lines = findings.plain(found)
+def test_a_default_runs_answer_fits_one_screen(found: list[finding_model.Finding]) -> None:
+    lines = findings_text.plain(found)
     assert lines[0].startswith("findings: quarter profile (0.25 CPU), 100 records, build, closed model")
-    assert lines[1] == f"  {findings.SHORT_METHOD}"
+    assert lines[1] == f"  {findings_text.SHORT_METHOD}"
     assert lines[2].startswith("  A/A control aiohttp-h1: req/s ")  # the control first
     pairs = [line for line in lines if line.startswith("    ") and " vs " in line]
     assert len(pairs) == 9  # the default run's compared pairs, one line each
     assert all(", CPU/req " in line and ", p50 " in line for line in pairs if "grpc-stream" not in line)
     assert max(len(line) for line in lines) <= 120
     assert max(len(line) for line in pairs) <= 115
-    assert findings.rows(lines) <= findings.SCREEN_ROWS
+    assert findings_text.rows(lines) <= findings_text.SCREEN_ROWS
     # Its notes did not all fit: the most important are shown and the rest counted.
-    summary = findings.markdown(found)
+    summary = findings_text.markdown(found)
     noted = [line for line in summary if line.startswith("- [")]
     shown = [line for line in lines if line.startswith("  [")]
     assert 0 < len(shown) < len(noted)
@@ -123,14 +125,14 @@ def test_a_default_runs_answer_fits_one_screen(found: list[findings.Finding]) ->
     assert suspects and suspects <= {f"- {line.strip().split(']')[0]}" for line in shown}
 
 
-def test_notes_about_one_target_at_one_load_are_one_note(found: list[findings.Finding]) -> None:
-    notes = [text for text, _ in findings.by_question(found).notes]
+def test_notes_about_one_target_at_one_load_are_one_note(found: list[finding_model.Finding]) -> None:
+    notes = [text for text, _ in findings_text.by_question(found).notes]
     subjects = [text.split(": ", 1)[0] for text in notes]
     assert len(subjects) == len(set(subjects))
     # aiohttp-h1 at its 40% rung is compared with grpc and with quart-h1: one note, referred to twice.
     [aiohttp] = [n for n in notes if n.startswith("aiohttp-h1 at ") and " req/s: " in n]
     number = notes.index(aiohttp) + 1
-    lines = findings.markdown(found)
+    lines = findings_text.markdown(found)
     marks = [(line.split(":")[0], line.rsplit("[", 1)[-1]) for line in lines if line.startswith("  - ")]
     referring = [pair for pair, mark in marks if f",{number}," in f",{mark.rstrip(']')},"]
     assert referring == ["  - grpc vs aiohttp-h1", "  - aiohttp-h1 vs quart-h1"]
@@ -139,12 +141,15 @@ def test_notes_about_one_target_at_one_load_are_one_note(found: list[findings.Fi
     assert all(f"{p99}" in line.rsplit("[", 1)[1] for line in lines if line.endswith("]") and "p99 —" in line)
 
 
-def test_the_summary_and_the_report_open_with_the_same_lines(found: list[findings.Finding]) -> None:
-    section = findings.markdown_section(found)
+def test_the_summary_and_the_report_open_with_the_same_lines(found: list[finding_model.Finding]) -> None:
+    section = findings_text.markdown_section(found)
     assert section[2].startswith("All held fixed: quarter profile (0.25 CPU), 100 records")
     assert section[4].startswith("- A/A control aiohttp-h1: req/s ")
-    assert max(len(line) for line in section if not line.startswith(("- [", findings.CONFIDENCE_LINE))) <= 120
-    bullets = [b for b in findings.blocks(found) if isinstance(b, Bullets)]
+    assert (
+        max(len(line) for line in section if not line.startswith(("- [", findings_text.CONFIDENCE_LINE)))
+        <= 120
+    )
+    bullets = [b for b in findings_text.blocks(found) if isinstance(b, Bullets)]
     said = {item for b in bullets for item in b.items}
     assert {line.strip().removeprefix("- ") for line in section if line.startswith(("- ", "  - "))} <= (
         said | {line.strip().removeprefix("- ") for line in section if line.startswith("- **")}
@@ -154,9 +159,9 @@ def test_the_summary_and_the_report_open_with_the_same_lines(found: list[finding
 def test_a_sentence_longer_than_the_longest_line_is_wrapped_under_itself() -> None:
     # Other presets' findings are sentences (the payload answer runs to about 200 characters).
     sentence = "grpc vs aiohttp-h1, CPU per request: " + "crosses at 165 records [120, 230], " * 6 + "end"
-    lines = findings.plain([findings.Finding("payload", sentence)])
+    lines = findings_text.plain([finding_model.Finding("payload", sentence)])
     body = lines[3:]
-    assert len(body) > 1 and max(len(line) for line in lines) <= findings.LONGEST_LINE
+    assert len(body) > 1 and max(len(line) for line in lines) <= findings_text.LONGEST_LINE
     assert body[0].startswith("    grpc vs aiohttp-h1") and all(
         line.startswith("      ") for line in body[1:]
     )
@@ -166,11 +171,11 @@ def test_a_sentence_longer_than_the_longest_line_is_wrapped_under_itself() -> No
 def test_the_terminal_numbers_notes_as_summary_md_does_when_it_shows_fewer_findings() -> None:
     # Five pairs of one question: the terminal shows the three largest; a note keeps its number.
     found = [
-        findings.Finding("server vs server", f"pair {i}", effect=i / 10, caveat=f"note of pair {i}")
+        finding_model.Finding("server vs server", f"pair {i}", effect=i / 10, caveat=f"note of pair {i}")
         for i in range(5)
     ]
-    summary = findings.markdown(found)
-    lines = findings.plain(found)
+    summary = findings_text.markdown(found)
+    lines = findings_text.plain(found)
     assert [line for line in lines if line.startswith("    pair")] == [
         "    pair 4 [1]",
         "    pair 3 [2]",

@@ -8,7 +8,10 @@ from typing import Any
 import pytest
 from labrunner.report import findings
 from labrunner.report.compare import group_results
-from labrunner.report.findings import Finding
+from labrunner.report.findings import finding as finding_model
+from labrunner.report.findings import run as run_findings
+from labrunner.report.findings import text as findings_text
+from labrunner.report.findings.finding import Finding
 from labrunner.report.stats import Ratio
 from labrunner.results.result import parse_results
 
@@ -68,9 +71,9 @@ def test_one_repeat_a_side_shows_its_ratios_without_intervals() -> None:
 
 def test_a_ratio_without_interval_or_note_says_so() -> None:
     for r in (Ratio(1.2, None, None, None, None), Ratio(1.2, 0.9, None, None, None)):
-        cell, [note] = findings.glance(r, "req/s", "a vs b")
+        cell, [note] = finding_model.glance(r, "req/s", "a vs b")
         assert (cell, note.alone) == ("req/s 1.20x", "no interval: a vs b req/s (none)")
-    cell, [note] = findings.glance(None, "p99", "a vs b")
+    cell, [note] = finding_model.glance(None, "p99", "a vs b")
     assert (cell, note.alone) == ("p99 —", "p99 —: a vs b: no figure")
 
 
@@ -144,7 +147,7 @@ def test_a_suspect_group_and_a_rate_not_carried_are_both_in_the_caveat() -> None
         "quart-h1 at 50 req/s: CPU 98%",
     ]
     # Read together, the notes about one target at one load are one note.
-    assert findings.markdown([finding])[-3:-1] == [
+    assert findings_text.markdown([finding])[-3:-1] == [
         "- [2] grpc at 50 req/s: CPU 98%",
         "- [3] quart-h1 at 50 req/s: did not carry it (served 30): its latency is a queue's; CPU 98%",
     ]
@@ -163,7 +166,7 @@ def test_serving_ninety_five_percent_of_the_rate_is_carrying_it() -> None:
 
 def test_a_run_of_lower_bounds_says_what_limited_it_and_what_would_answer() -> None:
     k6_bound = group_results(parse_results(_run({"grpc": [600, 610], "aiohttp-h1": [900, 910]}, k6_cpu=0.95)))
-    [finding] = findings.cannot_compare(k6_bound)
+    [finding] = run_findings.cannot_compare(k6_bound)
     assert finding.question == "run"
     assert finding.sentence == (
         "No comparison between targets: every one of 2 closed-model groups is only a lower bound of its "
@@ -174,7 +177,7 @@ def test_a_run_of_lower_bounds_says_what_limited_it_and_what_would_answer() -> N
     idle = _run({"grpc": [600, 610], "aiohttp-h1": [900, 910]})
     for result in idle:
         result["service"]["usage"]["cpu_utilisation"] = 0.3
-    [finding] = findings.cannot_compare(
+    [finding] = run_findings.cannot_compare(
         group_results(parse_results(idle + _loaded(LATENCY, 50)))
     )  # open groups aside
     assert finding.sentence.endswith(
@@ -183,7 +186,7 @@ def test_a_run_of_lower_bounds_says_what_limited_it_and_what_would_answer() -> N
     )
     # One closed group the service's: the run compares that one, and says nothing of the kind.
     mixed = _run({"grpc": [600, 610]}, k6_cpu=0.95) + _run({"aiohttp-h1": [900, 910]})
-    assert findings.cannot_compare(group_results(parse_results(mixed))) == []
+    assert run_findings.cannot_compare(group_results(parse_results(mixed))) == []
 
 
 def test_the_questions_not_asked_name_their_presets() -> None:
@@ -194,7 +197,7 @@ def test_the_questions_not_asked_name_their_presets() -> None:
         "Not asked: --preset default (HTTP/2 vs HTTP/1.1, gRPC streaming vs unary), implementations "
         "(server vs server), metrics-overhead (metrics on vs off), network, payload."
     )
-    every = [Finding(q, "") for q in findings.QUESTIONS]
+    every = [Finding(q.name, "") for q in findings.QUESTIONS]
     assert findings.unasked(every, "default") == []
 
 
@@ -241,7 +244,7 @@ def test_what_each_finding_held_fixed_heads_it_and_its_caveat_is_a_numbered_note
         Finding("gRPC vs REST", "first", effect=0.2, held_fixed="quarter profile", caveat="one suspect"),
         Finding("gRPC vs REST", "second", effect=0.1, held_fixed="small profile"),
     ]
-    assert findings.markdown(found) == [
+    assert findings_text.markdown(found) == [
         "- **gRPC vs REST**, quarter profile",  # nothing held fixed by both: nothing said at the top
         "  - first [1]",
         "- **gRPC vs REST**, small profile",
@@ -255,17 +258,17 @@ def test_what_each_finding_held_fixed_heads_it_and_its_caveat_is_a_numbered_note
 
 def test_exactly_the_terminals_limit_needs_no_pointer_to_the_rest() -> None:
     three = [Finding("server vs server", f"pair {i}", effect=i / 10) for i in range(3)]
-    assert findings.plain(three)[2:] == ["  server vs server", "    pair 2", "    pair 1", "    pair 0"]
+    assert findings_text.plain(three)[2:] == ["  server vs server", "    pair 2", "    pair 1", "    pair 0"]
 
 
 def test_the_terminal_keeps_dashes_inside_a_sentence() -> None:
-    [_, _, question, sentence] = findings.plain([Finding("payload", "raw - gzip: 0.41x - 0.95x")])
+    [_, _, question, sentence] = findings_text.plain([Finding("payload", "raw - gzip: 0.41x - 0.95x")])
     assert (question, sentence) == ("  payload", "    raw - gzip: 0.41x - 0.95x")
 
 
 @pytest.mark.parametrize("found", [[], [Finding("payload", "the answer", answer=True)]])
 def test_the_summary_section_frames_the_findings(found: list[Finding]) -> None:
-    body = findings.markdown(found) or [findings.NONE_YET]
-    method = f"{findings.CONFIDENCE_LINE} {findings.LEGEND}"
-    assert findings.markdown_section(found) == ["## Findings", "", *body, "", method, ""]
+    body = findings_text.markdown(found) or [findings_text.NONE_YET]
+    method = f"{findings_text.CONFIDENCE_LINE} {findings_text.LEGEND}"
+    assert findings_text.markdown_section(found) == ["## Findings", "", *body, "", method, ""]
     assert body[0] in ("- No finding: the run has no successful throughput group yet.", "- **payload**")

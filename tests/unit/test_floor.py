@@ -10,6 +10,7 @@ from labrunner.model.scenario import Overrides, Scenario
 from labrunner.report import floor, repeats
 from labrunner.report.compare import compare_groups, group_results
 from labrunner.report.document import Table, to_markdown
+from labrunner.report.sections import floor as floor_section
 from labrunner.results.result import parse_results
 from labrunner.results.store import scenario_dict
 
@@ -108,7 +109,7 @@ def test_each_lab_group_is_compared_with_its_floor_alone() -> None:
 
 def test_the_report_section_and_summary_show_lab_over_floor(tmp_path: Path) -> None:
     results = _floor_run()
-    markdown = to_markdown(floor.section(group_results(parse_results(results))), tmp_path)
+    markdown = to_markdown(floor_section.section(group_results(parse_results(results))), tmp_path)
     assert markdown.startswith("## Lab against floor")
     rows = [line for line in markdown.splitlines() if line.startswith("| aiohttp-h1 | prebuilt")]
     assert len(rows) == 1 and "0.80x [" in rows[0] and "1.25x [" in rows[0]
@@ -117,7 +118,7 @@ def test_the_report_section_and_summary_show_lab_over_floor(tmp_path: Path) -> N
 
 
 def test_a_floor_bounded_by_k6_is_no_floor() -> None:
-    blocks = floor.section(group_results(parse_results(_floor_run(floor_k6_cpu=0.95))))
+    blocks = floor_section.section(group_results(parse_results(_floor_run(floor_k6_cpu=0.95))))
     assert not any(isinstance(b, Table) for b in blocks)
     text = to_markdown(blocks, Path())
     assert text.count("k6 used 95% of its CPUs") == 4
@@ -127,7 +128,7 @@ def test_a_floor_bounded_by_k6_is_no_floor() -> None:
 def test_runs_without_floors_have_no_floor_section() -> None:
     overrides = Overrides(targets=ALL_TARGETS[:2], repeats=2)
     scenarios = expand(load_matrix(MATRIX), "local", "ci", overrides).scenarios
-    assert floor.section(group_results(parse_results([_result(s, 100.0, 1.0) for s in scenarios]))) == []
+    assert floor.pairs(group_results(parse_results([_result(s, 100.0, 1.0) for s in scenarios]))) == []
 
 
 SETTINGS = ("HOST", "RECORD_POOL_SIZE", "RECORD_SEED", "DEFAULT_COUNT", "MAX_COUNT", "MAX_REQUEST_BYTES")

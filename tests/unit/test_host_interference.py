@@ -16,7 +16,8 @@ from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Scenario
 from labrunner.observe import interference, steal_clock
 from labrunner.observe.interference import CpuTimes, MeteredBackend, Snapshot, Window
-from labrunner.report import host_conditions, payload
+from labrunner.report import payload
+from labrunner.report.sections import host_conditions as host_section
 from labrunner.results.result import parse_host
 from labrunner.results.store import RESULT_SCHEMA, result_path
 from labrunner.results.trust import _host_reasons
@@ -339,7 +340,7 @@ def test_the_userspace_relay_is_interference_on_k6s_cpus_reported_apart() -> Non
     assert "relay_share" not in plain["interference"]["k6_cpus"] and interference.relay_share(plain) is None
     host = parse_host(section)
     assert host is not None
-    cell = host_conditions._figure(host.k6_cpus)[1]
+    cell = host_section._figure(host.k6_cpus)[1]
     assert cell == "12.5% (0.50 CPU s), of which relay 10.0% (0.40 CPU s)"
 
 

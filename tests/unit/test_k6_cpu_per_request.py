@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Scenario
-from labrunner.report import sections
 from labrunner.report.compare import group_results
 from labrunner.report.document import Table
 from labrunner.report.runs import Run
+from labrunner.report.sections import summary as summary_section
+from labrunner.report.sections.section import Report
 from labrunner.report.summary import summary_markdown, summary_row
 from labrunner.results.result import parse_result, parse_results
 
@@ -53,7 +54,7 @@ def _results(with_k6_cpu: bool = True) -> list[dict[str, Any]]:
 
 def _summary_table(results: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     run = Run(Path("run"), "run", {}, tuple(results), tuple(group_results(parse_results(results))))
-    (table,) = [b for b in sections.summary(run, {}, None) if isinstance(b, Table)]
+    (table,) = [b for b in summary_section.blocks(Report(run)) if isinstance(b, Table)]
     return {row[0].strip("`"): dict(zip(table.headers, row, strict=True)) for row in table.rows}
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from labrunner.observe import interference, lab_cpu, local_stack
 from labrunner.observe.interference import CpuTimes, Snapshot, Window
-from labrunner.report import host_conditions
+from labrunner.report.sections import host_conditions
 from labrunner.results.result import parse_host as _host
 from labrunner.results.trust import _host_reasons
 

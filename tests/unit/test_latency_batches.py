@@ -5,8 +5,8 @@ side; a batch too small for a percentile gives it none."""
 from typing import Any
 
 import pytest
-from labrunner.report import findings
 from labrunner.report.compare import compare_groups, group_results
+from labrunner.report.findings import finding, pairs
 from labrunner.results.result import parse_results
 from labrunner.run.k6_stats import LATENCY_BATCHES, batch_percentiles, percentile
 
@@ -88,8 +88,8 @@ def test_a_tail_the_batches_cannot_hold_says_what_it_needs() -> None:
     fast = _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0, 5.2, 4.9, 5.1, 5.0]))
     slow = _open_result("quart-h1", "rest_quart", _batches([10.0, 10.5, 9.8, 10.2, 10.1]))
     [comparison] = compare_groups(group_results(parse_results([fast, slow])))
-    assert findings._short_batches(comparison)
-    assert findings._conditions(comparison.candidate).alone.endswith(", 200 samples a batch")
+    assert pairs._short_batches(comparison)
+    assert pairs._conditions(comparison.candidate).alone.endswith(", 200 samples a batch")
 
 
 def test_batches_that_disagree_say_the_latency_moved_not_that_rounds_are_missing() -> None:
@@ -98,6 +98,6 @@ def test_batches_that_disagree_say_the_latency_moved_not_that_rounds_are_missing
     [comparison] = compare_groups(group_results(parse_results([steady, queue])))
     p50 = comparison.ratios["p50"]
     assert p50.rounds is None
-    assert findings.glance(p50, "p50", "a vs b")[1][0].alone == (
+    assert finding.glance(p50, "p50", "a vs b")[1][0].alone == (
         "p50 —: too wide: latency moved from batch to batch in its window (a queue near the quota)"
     )

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
-from labrunner.report import network_findings as nf
 from labrunner.report.compare import group_results
+from labrunner.report.findings import network as nf
+from labrunner.report.findings.finding import Evidence
 from labrunner.results.result import parse_results
 
 from tests.support import ROOT, latency_from_p50, ok_result
@@ -64,7 +65,7 @@ def _findings(
     rps: Mapping[tuple[str, str], float] = RPS, networks: tuple[str, ...] = ("loopback", "wan")
 ) -> list[Any]:
     results = [_result(s, rps) for s in _scenarios() if s.network.name in networks]
-    return nf.findings(group_results(parse_results(results)))
+    return nf.findings(Evidence(tuple(group_results(parse_results(results)))))
 
 
 def test_one_network_profile_has_no_network_findings() -> None:

@@ -11,8 +11,11 @@ from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import UPLOAD, Overrides, Scenario
 from labrunner.report import payload_model as pm
 from labrunner.report import payload_sweep as ps
-from labrunner.report.compare import group_results
+from labrunner.report.compare import Group, group_results
 from labrunner.report.document import to_markdown
+from labrunner.report.findings import payload_sweep as sweep_findings
+from labrunner.report.findings.finding import Evidence, Finding
+from labrunner.report.sections import payload_sweep as sweep_section
 from labrunner.report.serialization import Case
 from labrunner.results.result import parse_results
 
@@ -24,6 +27,10 @@ COUNTS = (1, 10, 100, 1000)
 # the difference is larger, so a split that reads the wrong operation cannot give the right number.
 ENCODE = {"protobuf": (1.0, 0.3), "orjson": (0.5, 0.9)}  # protobuf - orjson: -0.60 µs per record
 DECODE = {"protobuf": (2.0, 1.1), "orjson": (0.7, 1.6)}  # protobuf - orjson: -0.50 µs per record
+
+
+def _findings(groups: Sequence[Group], cases: Sequence[Case] = ()) -> list[Finding]:
+    return sweep_findings.findings(Evidence(tuple(groups), tuple(ROWS), tuple(cases)))
 
 
 def _cases(op: str, costs: dict[str, tuple[float, float]]) -> list[Case]:
@@ -53,7 +60,7 @@ def _groups(direction: str) -> Any:
 
 
 def _split_sentence(direction: str, cases: Sequence[Case] = CASES) -> str:
-    found = ps.findings(_groups(direction), ROWS, cases)
+    found = _findings(_groups(direction), cases)
     (split,) = [f.sentence for f in found if f.sentence.startswith("grpc vs aiohttp-h1, per record:")]
     return split
 
@@ -86,15 +93,15 @@ def test_the_upload_finding_says_decoding_alone_with_the_decode_times() -> None:
 
 def test_an_upload_without_decode_times_has_no_split_even_with_encode_times() -> None:
     encode_only = _cases("encode", ENCODE)
-    found = ps.findings(_groups(UPLOAD), ROWS, encode_only)
+    found = _findings(_groups(UPLOAD), encode_only)
     assert not [f for f in found if "per record:" in f.sentence]
 
 
 def test_the_upload_section_labels_its_column_and_cells_decode() -> None:
-    text = to_markdown(ps.section(_groups(UPLOAD), ROWS, CASES), Path())
+    text = to_markdown(sweep_section.section(_groups(UPLOAD), ROWS, CASES), Path())
     assert "decoding alone: µs per record" in text and "encoding alone: µs per record" not in text
     assert "| 1.10 [1.10, 1.10] (protobuf decode) |" in text
     assert "| 1.60 [1.60, 1.60] (orjson decode) |" in text
     assert pm.DECODING_METHOD in text and pm.ENCODING_METHOD not in text
-    download = to_markdown(ps.section(_groups("download"), ROWS, CASES), Path())
+    download = to_markdown(sweep_section.section(_groups("download"), ROWS, CASES), Path())
     assert "| 0.30 [0.30, 0.30] (protobuf) |" in download and pm.ENCODING_METHOD in download

@@ -15,10 +15,13 @@ from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
 from labrunner.report import payload_charts
 from labrunner.report import payload_sweep as ps
 from labrunner.report.build import write_report
-from labrunner.report.compare import group_results
+from labrunner.report.compare import Group, group_results
 from labrunner.report.document import to_markdown
+from labrunner.report.findings import payload_sweep as sweep_findings
+from labrunner.report.findings.finding import Evidence, Finding
 from labrunner.report.payload import SCHEMA as PAYLOAD_SCHEMA
 from labrunner.report.payload import PayloadRow
+from labrunner.report.sections import payload_sweep as sweep_section
 from labrunner.report.serialization import Case
 from labrunner.results.result import parse_results
 from labrunner.results.store import RESULT_SCHEMA, result_path, write_json_atomic
@@ -53,6 +56,10 @@ GRPC = (0.5, 0.002)
 REST = (0.3, 0.007)
 
 Rates = Mapping[tuple[str, int], Sequence[float]]  # (target, count) -> req/s of each repeat
+
+
+def _findings(groups: Sequence[Group], cases: Sequence[Case] = ()) -> list[Finding]:
+    return sweep_findings.findings(Evidence(tuple(groups), tuple(ROWS), tuple(cases)))
 
 
 @cache
@@ -103,8 +110,10 @@ def _sweep(rates: Rates, targets: tuple[str, ...] = ("aiohttp-h1", "grpc")) -> p
     return sweep
 
 
-def _pair_finding(rates: Rates, cases: Sequence[Case] = ()) -> ps.Finding:
-    found = ps.findings(group_results(parse_results(_results(rates))), ROWS, cases)
+def _pair_finding(rates: Rates, cases: Sequence[Case] = ()) -> Finding:
+    found = sweep_findings.findings(
+        Evidence(tuple(group_results(parse_results(_results(rates)))), tuple(ROWS), tuple(cases))
+    )
     (pair,) = [f for f in found if f.sentence.startswith("grpc vs aiohttp-h1, CPU per request: ")]
     return pair
 
@@ -186,7 +195,9 @@ def test_per_record_costs_equal_within_the_noise_leave_the_crossover_unbounded()
 
 def test_one_repeat_at_two_counts_gives_a_crossover_without_an_interval_and_no_check() -> None:
     rates = {k: v[:1] for k, v in _rates(counts=(10, 100)).items()}
-    found = ps.findings(group_results(parse_results(_results(rates))), ROWS)
+    found = sweep_findings.findings(
+        Evidence(tuple(group_results(parse_results(_results(rates)))), tuple(ROWS), tuple(()))
+    )
     assert "(no interval: a line through two points)" in found[0].sentence
     assert "cost model not checked: a held-out count needs three or more counts." in [
         f.sentence for f in found
@@ -194,7 +205,9 @@ def test_one_repeat_at_two_counts_gives_a_crossover_without_an_interval_and_no_c
 
 
 def test_the_model_check_is_a_finding() -> None:
-    found = ps.findings(group_results(parse_results(_results(_rates()))), ROWS)
+    found = sweep_findings.findings(
+        Evidence(tuple(group_results(parse_results(_results(_rates())))), tuple(ROWS), tuple(()))
+    )
     (check,) = [f for f in found if f.sentence.startswith("cost model check")]
     # Affine inputs: each fit without 1,000 records predicts it within the repeats' jitter.
     assert re.fullmatch(
@@ -206,8 +219,8 @@ def test_the_model_check_is_a_finding() -> None:
 
 def test_with_the_serialization_benchmark_a_finding_splits_the_per_record_difference() -> None:
     groups = group_results(parse_results(_results(_rates())))
-    assert not [f for f in ps.findings(groups, ROWS) if "per record:" in f.sentence]
-    (split,) = [f for f in ps.findings(groups, ROWS, CASES) if "per record:" in f.sentence]
+    assert not [f for f in _findings(groups, ()) if "per record:" in f.sentence]
+    (split,) = [f for f in _findings(groups, CASES) if "per record:" in f.sentence]
     match = re.fullmatch(
         r"grpc vs aiohttp-h1, per record: gRPC (-5\.\d\d) \[-\d\.\d\d, -\d\.\d\d\] µs against REST; "
         r"encoding alone -0\.60 µs \(protobuf 0\.30, orjson 0\.90\): "
@@ -220,7 +233,7 @@ def test_with_the_serialization_benchmark_a_finding_splits_the_per_record_differ
 
 def test_the_section_shows_the_cost_model_the_crossover_and_the_measured_ratios() -> None:
     groups = group_results(parse_results(_results(_rates())))
-    text = to_markdown(ps.section(groups, ROWS, CASES), Path())
+    text = to_markdown(sweep_section.section(groups, ROWS, CASES), Path())
     assert "Cost model, quarter profile, build, closed (10 VUs), loopback:" in text
     (grpc_row,) = [line for line in text.splitlines() if line.startswith("| grpc | 1, 10, 100, 1,000 |")]
     # a in ms, b in µs per record, each with its interval; the encoding's b is exact here.
@@ -237,7 +250,7 @@ def test_the_section_shows_the_cost_model_the_crossover_and_the_measured_ratios(
     per_record_us = 1000 * (sweep.grpc_model.line.per_record.value - sweep.rest_model.line.per_record.value)
     assert f"| -0.60 µs ({-0.6 / per_record_us:.0%} of it) |" in text
     assert "| grpc | aiohttp-h1 | 1 | 193 B | 72 B |" in text  # the measured ratios by count
-    assert ps.NO_BENCHMARK in to_markdown(ps.section(groups, ROWS), Path())
+    assert sweep_section.NO_BENCHMARK in to_markdown(sweep_section.section(groups, ROWS), Path())
 
 
 def test_a_lower_bound_is_left_out_of_the_ratios_but_kept_in_the_fit_and_named() -> None:
@@ -250,7 +263,7 @@ def test_a_lower_bound_is_left_out_of_the_ratios_but_kept_in_the_fit_and_named()
     assert [p.count for p in sweep.points["rps"]] == [10, 100, 1000]
     assert [label for label, _ in sweep.left_out] == ["aiohttp-h1 c1"]
     assert sweep.rest_model is not None and sweep.rest_model.counts == COUNTS
-    (pair, *_) = ps.findings(groups, ROWS)
+    (pair, *_) = _findings(groups, ())
     assert pair.caveat == "below 50% of the quota, idle CPU in the cost: aiohttp-h1 c1 at 30%"
     assert "crosses at" in pair.sentence
 
@@ -275,11 +288,11 @@ def test_a_streaming_target_is_never_swept_against_rest() -> None:
 def test_a_run_with_one_count_has_no_payload_findings_or_section() -> None:
     rates = {k: v for k, v in _rates().items() if k[1] == 100}
     groups = group_results(parse_results(_results(rates)))
-    assert ps.findings(groups, ROWS) == [] and ps.section(groups, ROWS) == []
+    assert ps.sweeps(groups, ROWS) == []
 
 
 def test_body_sizes_cross_where_gzip_evens_them_out() -> None:
-    raw, gzip, mixed = ps.size_findings(ROWS)
+    raw, gzip, mixed = sweep_findings.size_findings(ROWS)
     assert "raw: 0.37x, 0.41x, 0.41x, 0.41x at 1, 10, 100, 1,000 records" in raw.sentence
     assert "protobuf smaller at every count, no crossing between 1 and 1,000 records" in raw.sentence
     # Compressed, the two come within a few percent from 10 records on, crossing 1 twice.
@@ -288,7 +301,7 @@ def test_body_sizes_cross_where_gzip_evens_them_out() -> None:
     # 747 - 607 = 140 meet at t = 93 / 233, 1 + 9t = 4.6 records, 193 + 1,643t = 849 B of JSON.
     assert "crosses 1 at 849 B of JSON (about 5 records; protobuf larger above)" in mixed.sentence
     assert all(f.caveat == "" and f.question == "payload" for f in (raw, gzip, mixed))
-    (crossing,) = ps.size_crossings(ROWS, "protobuf_bytes", "json_gzip_bytes")
+    (crossing,) = sweep_findings.size_crossings(ROWS, "protobuf_bytes", "json_gzip_bytes")
     assert crossing.records == pytest.approx(1 + 9 * 93 / 233)
 
 

@@ -15,7 +15,6 @@ from labrunner.files import write_json_atomic
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides, Scenario
 from labrunner.report import document, payload
-from labrunner.report.appendix import NO_LATENCY_CHART
 from labrunner.report.compare import (
     SEQUENTIAL,
     THROUGHPUT,
@@ -25,6 +24,7 @@ from labrunner.report.compare import (
     group_results,
     is_regression,
 )
+from labrunner.report.sections.latency import NO_LATENCY_CHART
 from labrunner.results.record import build_result
 from labrunner.results.result import parse_results
 from labrunner.results.store import RESULT_SCHEMA, result_path

@@ -14,6 +14,7 @@ from labrunner.report.compare import group_results
 from labrunner.report.document import Heading, Table, to_markdown
 from labrunner.report.payload import SCHEMA as PAYLOAD_SCHEMA
 from labrunner.report.payload import PayloadRow
+from labrunner.report.sections import network as network_section
 from labrunner.results.result import parse_results
 from labrunner.results.store import RESULT_SCHEMA, result_path
 
@@ -88,7 +89,7 @@ def test_the_network_preset_runs_the_closed_and_the_open_model() -> None:
 
 def test_one_network_profile_has_no_network_section() -> None:
     results = [r for r in _results() if r["network"]["profile"] == "loopback"]
-    assert net.section(group_results(parse_results(results))) == []
+    assert net.networks(group_results(parse_results(results))) == ["loopback"]
 
 
 def test_protocols_compare_within_each_network_profile_never_across() -> None:
@@ -115,7 +116,7 @@ def test_with_repeats_the_comparisons_carry_intervals() -> None:
     (cost,) = [c for c in net.link_costs(groups) if c.group.target == "grpc-tls"]
     assert cost.rps is not None and cost.rps.significant is True  # 149 vs 650 req/s: no doubt
     assert cost.rps.estimate == pytest.approx(149 / 650)
-    blocks = net.section(groups)
+    blocks = network_section.section(groups)
     text = to_markdown(blocks, Path("."))
     assert "significant" in text and "n/a: one repeat" not in text
 
@@ -157,7 +158,7 @@ def test_the_open_model_shows_offered_and_achieved_rate_and_dropped_iterations()
 
 
 def test_the_section_has_a_closed_and_an_open_part_with_their_tables() -> None:
-    blocks = net.section(group_results(parse_results(_results())))
+    blocks = network_section.section(group_results(parse_results(_results())))
     headings = [b.text for b in blocks if isinstance(b, Heading)]
     assert headings == ["Network profiles", "Closed model", "Open model"]
     tables = [b for b in blocks if isinstance(b, Table)]
@@ -207,7 +208,7 @@ def test_link_bound_groups_are_compared_within_their_profile_and_marked() -> Non
     (h2,) = [c for c in wan if c.kind == "HTTP/2 vs HTTP/1.1"]
     assert h2.ratios["rps"].estimate == pytest.approx(126 / 128)
     assert h2.ratios["bytes"].estimate == pytest.approx(18400 / 18500)
-    table = next(b for b in net.section(groups) if isinstance(b, Table) and "note" in b.headers)
+    table = next(b for b in network_section.section(groups) if isinstance(b, Table) and "note" in b.headers)
     row = next(r for r in table.rows if r[0] == "`wan`" and r[1] == "HTTP/2 vs HTTP/1.1")
     assert row[-1].startswith("quart-h2-tls, quart-h1-tls: paced by the link")
     loopback_row = next(r for r in table.rows if r[0] == "`loopback`")

@@ -9,9 +9,10 @@ from typing import Any
 from labrunner.backends.base import Backend
 from labrunner.files import write_json_atomic
 from labrunner.observe import prometheus_sd
-from labrunner.report import answers, findings, payload, serialization
+from labrunner.report import payload, serialization
 from labrunner.report.build import PAYLOAD_FILE, SERIALIZATION_FILE, write_report
 from labrunner.report.compare import group_results
+from labrunner.report.findings import for_run, text
 from labrunner.report.summary import write_summaries
 from labrunner.results.store import (
     MANIFEST_FILE,
@@ -58,9 +59,9 @@ def close_backend(backend: Backend, run: RunConfig, say: Say) -> None:
 
 def say_findings(out_dir: Path, order: list[str], preset: str, say: Say) -> None:
     """The run's findings on one screen: summary.md's first section, its notes cut to the most
-    important when they would not fit (findings.plain)."""
-    found = answers.for_run(group_results(load_results(out_dir, order)), preset)
-    for line in findings.plain(found):
+    important when they would not fit (findings.text.plain)."""
+    found = for_run(group_results(load_results(out_dir, order)), preset)
+    for line in text.plain(found):
         say(line)
 
 

@@ -5,9 +5,7 @@ run (slot, start order, a process's own layout) beyond what swapping the slots r
 from collections.abc import Sequence
 
 from labrunner.report.compare import AA_CONTROL, Comparison, Group, compare_groups
-from labrunner.report.findings import CONTROL_QUESTION, Finding, glance, held_fixed
 
-QUESTION = CONTROL_QUESTION
 # The control says the run's ratios carry a bias when its interval excludes 1, or when its centre is
 # off by more than this: a few percent is what a fresh process's layout alone moves a side by.
 BIAS_TOLERANCE = 0.02
@@ -25,22 +23,3 @@ def bias(control: Comparison) -> float | None:
     excludes_one = r.low is not None and r.high is not None and not r.low <= 1.0 <= r.high
     off = abs(r.estimate - 1.0)
     return off if excludes_one or off > BIAS_TOLERANCE else None
-
-
-def findings(groups: Sequence[Group]) -> list[Finding]:
-    """One line per control: its req/s ratio and interval, and whether the run's ratios carry a bias."""
-    found = []
-    for control in controls(groups):
-        target = control.candidate.target
-        cell, notes = glance(control.ratios.get("rps"), "req/s", f"{target} beside itself", digits=3)
-        line = f"A/A control {target}: {cell}"
-        off = bias(control)
-        verdict = (
-            f"the run's duet ratios carry a bias of about {off:.1%}"
-            if off is not None
-            else f"no slot bias beyond ±{BIAS_TOLERANCE:.0%}"
-        )
-        found.append(
-            Finding(QUESTION, f"{line}; {verdict}", held_fixed=held_fixed(control), notes=tuple(notes))
-        )
-    return found

@@ -13,15 +13,10 @@ from typing import Any
 from labrunner.files import write_text_atomic
 from labrunner.report.compare import THROUGHPUT, Group
 from labrunner.report.document import Block, Bullets, Heading, Paragraph, table, to_html, to_markdown
-from labrunner.report.findings import (
-    CLOSED_EXECUTORS,
-    CORRECTED_AWAY,
-    Finding,
-    corrected,
-    executor,
-    plain,
-)
-from labrunner.report.findings import blocks as findings_blocks
+from labrunner.report.findings import run
+from labrunner.report.findings.finding import CLOSED_EXECUTORS, CORRECTED_AWAY, Finding, corrected, executor
+from labrunner.report.findings.text import blocks as findings_blocks
+from labrunner.report.findings.text import plain
 from labrunner.report.runs import Run, load_run
 from labrunner.report.stats import (
     CENTRE,
@@ -207,7 +202,7 @@ def _caveat(*groups: CallerGroup) -> str:
 def _not_compared(groups: Sequence[CallerGroup]) -> list[Finding]:
     return [
         Finding(
-            "run",
+            run.QUESTION,
             f"{g.target} ({g.variant}, {g.count} records, {g.direction}): no successful repeat of "
             f"{g.attempted}, in no ratio.",
         )

@@ -12,9 +12,11 @@ from labrunner.model.questions import is_streaming
 from labrunner.report.compare import CAPACITY, SEQUENTIAL, THROUGHPUT, Group
 from labrunner.report.payload import PayloadRow
 from labrunner.report.serialization import Case
-from labrunner.report.stats import Ratio, summarize
+from labrunner.report.stats import CENTRE, CONFIDENCE, Ratio, summarize
 
 DPI = 100
+# The caption of every chart of bars with whiskers over repeats.
+WHISKERS = f"bars: {CENTRE} of the repeats; whiskers: its {CONFIDENCE:.0%} log-scale interval; dots: repeats"
 _WIDTH = 11.0
 _FACET_HEIGHT = 3.4
 _BAR_SPACE = 0.8  # share of each x slot the bars of one slot fill

@@ -9,7 +9,6 @@ per iteration) get a chart of their own: their rates are streams/s, not unary ca
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
@@ -19,9 +18,6 @@ from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report.cells import centre_cell
 from labrunner.report.charts import DPI
 from labrunner.report.compare import THROUGHPUT, Group
-from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
-from labrunner.report.stats import CENTRE
-from labrunner.results.store import not_run_of
 
 OPEN_EXECUTOR = "constant-arrival-rate"
 PERCENTILES = ("p50", "p99")
@@ -160,33 +156,3 @@ def rows(groups: Sequence[Group]) -> list[list[str]]:
                     ]
                 )
     return out
-
-
-def section(groups: Sequence[Group], manifest: Mapping[str, Any]) -> list[Block]:
-    """The report's "Latency under load" section; [] without two offered rates or a rung not run."""
-    found = rows(groups)
-    not_run = not_run_of(manifest)
-    if not found and not not_run:
-        return []
-    blocks: list[Block] = [
-        Heading(2, "Latency under load"),
-        Paragraph(
-            "Each target at each offered rate of an open model (constant arrival rate: a ladder's rungs), "
-            f"the {CENTRE} of its repeats: served req/s, the service's CPU as a share of its quota; and "
-            "latency in ms, each percentile over every repeat's samples. Latency climbs as the offered "
-            "rate nears what the service can serve (its "
-            "closed-model req/s); served below offered means k6 dropped iterations, and the latency is a "
-            "queue's. Streaming rows count streams, each of `count` messages."
-        ),
-    ]
-    if found:
-        headers = ("target", "held fixed", "offered /s", "ok", "served /s", "service CPU", "p50", "p99")
-        blocks.append(table(headers, found, (False, False, True, True, True, True, True, True)))
-    if not_run:
-        blocks += [
-            Paragraph(
-                "Not run, each with why (a rung without its target's closed-model capacity in this run):"
-            ),
-            Bullets(tuple(f"`{scenario}`: {reason}" for scenario, reason in not_run.items())),
-        ]
-    return blocks

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.files import write_text_atomic
-from labrunner.report import answers, findings
 from labrunner.report.compare import group_results
+from labrunner.report.findings import for_run, text
 from labrunner.report.host_conditions import user_share
 from labrunner.report.repeats import across_repeats_markdown
 from labrunner.results.result import Result
@@ -142,10 +142,10 @@ def write_summaries(out_dir: Path, run_id: str, order: Sequence[str] = ()) -> No
     results = load_results(out_dir, order)
     rows = [summary_row(r, unit, kernel_unit) for r in results]
     write_text_atomic(out_dir / "summary.csv", summary_csv(rows))
-    found = answers.for_run(group_results(results), manifest.get("matrix", {}).get("preset"))
+    found = for_run(group_results(results), manifest.get("matrix", {}).get("preset"))
     across = "".join(f"\n{line}" for line in across_repeats_markdown(results))
     markdown = summary_markdown(
-        run_id, rows, findings.markdown_section(found), spread_notes(results), not_run_of(manifest)
+        run_id, rows, text.markdown_section(found), spread_notes(results), not_run_of(manifest)
     )
     write_text_atomic(out_dir / "summary.md", markdown + across)
 

@@ -1,4 +1,4 @@
-"""The report's section against a baseline run: the change of every group, and which are regressions."""
+"""Against the baseline run: the change of every group, and which are regressions."""
 
 from collections import Counter
 from collections.abc import Sequence
@@ -29,30 +29,41 @@ from labrunner.report.compare import (
 )
 from labrunner.report.document import Block, Heading, Paragraph, table
 from labrunner.report.runs import Run
+from labrunner.report.sections.section import Report, Section
 from labrunner.report.stats import CONFIDENCE, ONE_REPEAT, Ratio
 from labrunner.results import methodology
 
+TITLE = "Against baseline run"  # and its id
 # The verdict on an absolute change (req/s, latency, CPU per request) between two hosts' runs.
 DIFFERENT_HOST = "different host: not judged"
+
+
+def applies(report: Report) -> bool:
+    return report.baseline is not None
+
+
+def blocks(report: Report) -> list[Block]:
+    assert report.baseline is not None  # applies
+    return section(report.run, report.baseline)
 
 
 def section(run: Run, baseline: Run) -> list[Block]:
     changes = baseline_changes(run.groups, baseline.groups)
     differences = host_conditions.host_differences(run.manifest, baseline.manifest)
-    blocks: list[Block] = [Heading(2, f"Against baseline run {baseline.run_id}")]
+    shown: list[Block] = [Heading(2, f"{TITLE} {baseline.run_id}")]
     now, then = methodology.version_of(run.manifest), methodology.version_of(baseline.manifest)
     if now != then:
         changes = _comparable(changes, now, then)
-        blocks.append(Paragraph(_methods_differ(now, then, baseline.run_id)))
+        shown.append(Paragraph(_methods_differ(now, then, baseline.run_id)))
     if differences:
-        blocks.append(
+        shown.append(
             Paragraph(
                 f"**The runs come from different hosts**: {'; '.join(differences)}. An absolute change "
                 "mixes code and machine, so none is judged a regression; the ratios between targets of "
                 "each run, compared side by side below, are what travels between hosts."
             )
         )
-    blocks.append(
+    shown.append(
         Paragraph(
             f"Each group of this run against the same group of {baseline.path}; ratio = this run / "
             f"baseline, with its Welch {CONFIDENCE:.0%} interval where both runs have repeats. A "
@@ -63,7 +74,7 @@ def section(run: Run, baseline: Run) -> list[Block]:
     )
     sha_now, sha_then = run.manifest.get("git", {}).get("sha"), baseline.manifest.get("git", {}).get("sha")
     if differences is None:
-        blocks.append(
+        shown.append(
             Paragraph(
                 "The baseline has no host fingerprint (recorded before runs carried one): the hosts "
                 "are compared by CPU model only."
@@ -73,10 +84,10 @@ def section(run: Run, baseline: Run) -> list[Block]:
         )
         host_now, host_then = run.manifest.get("host", {}), baseline.manifest.get("host", {})
         if host_now.get("cpu_model") != host_then.get("cpu_model"):
-            blocks.append(Paragraph("**Different hosts**: the change mixes code and machine."))
-    blocks.append(Paragraph(f"Code: `{sha_then}` then, `{sha_now}` now."))
-    blocks += host_conditions.baseline_warnings(run.manifest, baseline.manifest, baseline.run_id)
-    blocks.append(
+            shown.append(Paragraph("**Different hosts**: the change mixes code and machine."))
+    shown.append(Paragraph(f"Code: `{sha_then}` then, `{sha_now}` now."))
+    shown += host_conditions.baseline_warnings(run.manifest, baseline.manifest, baseline.run_id)
+    shown.append(
         Paragraph(_different_hosts_findings(changes) if differences else _baseline_findings(changes))
     )
     for kind in (THROUGHPUT, SEQUENTIAL, CAPACITY):
@@ -102,17 +113,17 @@ def section(run: Run, baseline: Run) -> list[Block]:
             ]
             for c in members
         ]
-        blocks += [
+        shown += [
             Heading(3, f"{kind.capitalize()} groups against the baseline"),
             table(headers, rows, (False, *(True,) * (len(headers) - 2), False)),
         ]
     if differences:
-        blocks += _ratios_side_by_side(run, baseline)
+        shown += _ratios_side_by_side(run, baseline)
     ids_now, ids_then = {g.id for g in run.groups}, {g.id for g in baseline.groups}
     for ids, where in ((ids_now - ids_then, "this run"), (ids_then - ids_now, "the baseline")):
         if ids:
-            blocks.append(Paragraph(f"Only in {where}: " + ", ".join(f"`{m}`" for m in sorted(ids)) + "."))
-    return blocks
+            shown.append(Paragraph(f"Only in {where}: " + ", ".join(f"`{m}`" for m in sorted(ids)) + "."))
+    return shown
 
 
 # How the findings sentence counts each verdict: (one, several).
@@ -283,3 +294,6 @@ def _percent(estimate: float) -> str:
 def _centre(g: Group, metric: str) -> str:
     s = g.summary(metric)
     return fmt(s.centre if s else None, metric_format(metric))
+
+
+SECTION = Section(TITLE, applies, blocks)

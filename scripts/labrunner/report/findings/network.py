@@ -4,7 +4,7 @@ import math
 from collections.abc import Sequence
 
 from labrunner.report.compare import Comparison, Group
-from labrunner.report.findings import Finding
+from labrunner.report.findings.finding import Evidence, Finding
 from labrunner.report.network import (
     CLOSED,
     LOOPBACK,
@@ -25,8 +25,9 @@ QUESTION = "network"
 LEADING_METRIC = {CLOSED: "rps", OPEN: "p50"}
 
 
-def findings(groups: Sequence[Group]) -> list[Finding]:
+def findings(evidence: Evidence) -> list[Finding]:
     """[] unless the run has more than one network profile."""
+    groups = evidence.groups
     if len(networks(groups)) < 2:
         return []
     return _cost_findings(link_costs(groups)) + _order_findings(within_profile(groups))

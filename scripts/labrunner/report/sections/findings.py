@@ -1,0 +1,64 @@
+"""The answers first: the findings' chart, each question's lines and their notes, the method, the
+run's host and date, and a warning when the host changed speed during the run."""
+
+from collections.abc import Sequence
+
+from labrunner.report import aa_control, host_conditions
+from labrunner.report import charts as drawing
+from labrunner.report.compare import (
+    AA_CONTROL,
+    Group,
+)
+from labrunner.report.document import Block, Heading, Image, Paragraph
+from labrunner.report.findings import for_run, text
+from labrunner.report.findings.pairs import saturation_comparisons
+from labrunner.report.floor import lab_groups
+from labrunner.report.sections.section import Report, Section, always
+from labrunner.report.stats import (
+    Ratio,
+)
+
+TITLE = "Findings"
+
+
+def blocks(report: Report) -> list[Block]:
+    """The findings' chart, each question's lines and their notes, then the method, the run's host and
+    date, and the calibration's warning."""
+    run = report.run
+    m = run.manifest
+    host, preset = m.get("host", {}), m.get("matrix", {}).get("preset")
+    on = (
+        f"Run {run.run_id} on {host.get('cpu_model') or 'an unrecorded host'} "
+        f"({host.get('cpus_available', '?')} of {host.get('cpu_count', '?')} CPUs available), "
+        f"started {m.get('started_at') or 'at an unrecorded time'}, preset `{preset}`; provenance at the end."
+    )
+    found = for_run(run.groups, preset, cases=report.cases)
+    shown: list[Block] = [Heading(2, TITLE)]
+    if chart := drawing.forest(forest_rows(run.groups), report.charts_dir / "findings.png"):
+        shown.append(
+            Image(chart, "the findings' ratios", "req/s ratios of the compared pairs, A/A control first")
+        )
+    shown += text.blocks(found)
+    if not found:
+        shown.append(Paragraph(text.NONE_YET.removeprefix("- ")))
+    shown += [Paragraph(f"{text.CONFIDENCE_LINE} {text.LEGEND}"), Paragraph(on)]
+    return shown + host_conditions.calibration_warnings(m)
+
+
+def forest_rows(groups: Sequence[Group]) -> list[tuple[str, Ratio]]:
+    """The req/s ratio of each duet's A/A control and of each pair the findings compare, labelled."""
+    lab = lab_groups(groups)
+    comparisons = [*aa_control.controls(lab), *(c for _, c in saturation_comparisons(lab))]
+    return [
+        (
+            f"{c.candidate.target} / {c.baseline.target}"
+            if c.kind != AA_CONTROL
+            else f"A/A {c.candidate.target}",
+            r,
+        )
+        for c in comparisons
+        if (r := c.ratios.get("rps")) is not None
+    ]
+
+
+SECTION = Section(TITLE, always, blocks)
