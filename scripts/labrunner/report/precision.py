@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from labrunner.report import aa_control
 from labrunner.report.compare import AA_CONTROL, Group
-from labrunner.report.findings import saturation_comparisons
+from labrunner.report.findings.pairs import saturation_comparisons
 from labrunner.report.floor import lab_groups
 from labrunner.report.stats import CONFIDENCE, Ratio
 
