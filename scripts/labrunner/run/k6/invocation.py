@@ -5,7 +5,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from labrunner.backends.base import K6Invocation, ServiceHandle
-from labrunner.model.scenario import LoadModel, Scenario, format_duration
+from labrunner.model.scenario import USER_SHAPE, LoadModel, Scenario, format_duration
 from labrunner.observe import influx_auth
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
 from labrunner.run import live
@@ -93,7 +93,8 @@ class K6Setup:
         if self.upload is not None:
             env["UPLOAD_FILE"] = str(self.upload.path)
             env["UPLOAD_COUNT"] = str(self.upload.count)
-            env["UPLOAD_CHECKSUM"] = str(self.upload.checksum)
+            if self.scenario.shape == USER_SHAPE:  # k6 computes the built-in shapes' own (k6/lib/common.js)
+                env["UPLOAD_CHECKSUM"] = str(self.upload.checksum)
         env.update(self._service_env())
         if self.influxdb_url and measured and (credentials := influx_auth.writer()):
             env.update(credentials.k6_env())  # compose's InfluxDB has auth on (docs/docker.md)
