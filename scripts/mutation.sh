@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing of the modules that decide what a user reads (results/trust.py, report/stats.py,
-# report/findings/: the registry, the pairs' and the run's sentences, their rendering): installs requirements-mutation.txt into .venv/ and runs mutmut with the unit
+# report/findings/: the registry, the pairs' and the run's sentences, their rendering): installs
+# requirements-mutation.txt into .venv/ and runs mutmut with the unit
 # tests [tool.mutmut] in pyproject.toml names, then prints mutants, killed, survived and killed % per
 # module and the survivors' names. Figures and why each survivor is harmless: docs/testing.md.
 #

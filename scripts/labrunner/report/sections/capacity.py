@@ -1,33 +1,21 @@
 """Capacity: the highest offered rate each group sustained within its SLO."""
 
 from labrunner.report import charts as drawing
-from labrunner.report.cells import (
-    LATENCY_FORMAT,
-    fmt,
-)
-from labrunner.report.compare import (
-    CAPACITY,
-    Group,
-)
+from labrunner.report.cells import LATENCY_FORMAT, fmt
+from labrunner.report.compare import CAPACITY
 from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
-from labrunner.report.sections.section import Report, Section, figures
-from labrunner.report.stats import (
-    CENTRE,
-)
+from labrunner.report.sections.section import Report, Section, figures, groups_of
+from labrunner.report.stats import CENTRE
 
 TITLE = "Capacity"
 
 
-def _groups(report: Report) -> list[Group]:
-    return [g for g in report.run.groups if g.kind == CAPACITY]
-
-
 def applies(report: Report) -> bool:
-    return bool(_groups(report))
+    return bool(groups_of(report, CAPACITY))
 
 
 def blocks(report: Report) -> list[Block]:
-    groups = _groups(report)
+    groups = groups_of(report, CAPACITY)
     rows = []
     for g in groups:
         for result in g.results:

@@ -3,10 +3,7 @@
 from collections.abc import Sequence
 
 from labrunner.report import floor
-from labrunner.report.cells import (
-    left_first,
-    ratio_cell,
-)
+from labrunner.report.cells import left_first, ratio_cell
 from labrunner.report.compare import (
     CAPACITY,
     COMPARED,
@@ -19,9 +16,7 @@ from labrunner.report.compare import (
 )
 from labrunner.report.document import Block, Heading, Paragraph, table
 from labrunner.report.sections.section import Report, Section
-from labrunner.report.stats import (
-    RATIO_METHOD_LINE,
-)
+from labrunner.report.stats import RATIO_METHOD_LINE
 
 TITLE = "Comparisons"
 

@@ -5,18 +5,13 @@ from collections.abc import Sequence
 
 from labrunner.report import aa_control, host_conditions
 from labrunner.report import charts as drawing
-from labrunner.report.compare import (
-    AA_CONTROL,
-    Group,
-)
+from labrunner.report.compare import AA_CONTROL, Group
 from labrunner.report.document import Block, Heading, Image, Paragraph
 from labrunner.report.findings import for_run, text
 from labrunner.report.findings.pairs import saturation_comparisons
 from labrunner.report.floor import lab_groups
 from labrunner.report.sections.section import Report, Section, always
-from labrunner.report.stats import (
-    Ratio,
-)
+from labrunner.report.stats import Ratio
 
 TITLE = "Findings"
 

@@ -3,24 +3,12 @@
 from collections.abc import Sequence
 
 from labrunner.report import charts as drawing
-from labrunner.report.cells import (
-    LATENCY_FORMAT,
-    centre_interval_cells,
-)
-from labrunner.report.compare import (
-    THROUGHPUT,
-    Group,
-)
+from labrunner.report.cells import LATENCY_FORMAT, centre_interval_cells
+from labrunner.report.compare import THROUGHPUT, Group
 from labrunner.report.document import Block, Heading, Paragraph, table
 from labrunner.report.findings.finding import OPEN_EXECUTORS, executor
-from labrunner.report.sections.section import Report, Section, figures
-from labrunner.report.stats import (
-    CENTRE,
-    CONFIDENCE,
-    METHOD_LINE,
-    MIN_SAMPLES_BEYOND,
-    samples_needed,
-)
+from labrunner.report.sections.section import Report, Section, figures, groups_of
+from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE, MIN_SAMPLES_BEYOND, samples_needed
 from labrunner.run.k6_stats import PERCENTILES
 
 LATENCY_STATS = ("avg", "p50", "p90", "p95", "p99", "p99.9")
@@ -34,16 +22,12 @@ NO_LATENCY_CHART = (
 )
 
 
-def _groups(report: Report) -> list[Group]:
-    return [g for g in report.run.groups if g.kind == THROUGHPUT and g.results]
-
-
 def applies(report: Report) -> bool:
-    return bool(_groups(report))
+    return any(g.results for g in groups_of(report, THROUGHPUT))
 
 
 def blocks(report: Report) -> list[Block]:
-    groups = _groups(report)
+    groups = [g for g in groups_of(report, THROUGHPUT) if g.results]
     rows = []
     for g in groups:
         for stat in LATENCY_STATS:

@@ -5,10 +5,7 @@ from collections.abc import Sequence
 from labrunner.report import host_conditions
 from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
 from labrunner.report.sections.section import Report, Section, always
-from labrunner.report.stats import (
-    METHOD_LINE,
-    RATIO_METHOD_LINE,
-)
+from labrunner.report.stats import METHOD_LINE, RATIO_METHOD_LINE
 from labrunner.results.result import Result
 
 TITLE = "Provenance"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.report import serialization
-from labrunner.report.compare import Comparison, against_baseline
+from labrunner.report.compare import Comparison, Group, against_baseline
 from labrunner.report.document import Block, Image
 from labrunner.report.payload import PayloadRow
 from labrunner.report.runs import Run
@@ -39,6 +39,11 @@ class Report:
     def changes(self) -> dict[str, Comparison]:
         """Each group against the baseline's group of the same id; empty without a baseline."""
         return against_baseline(self.run.groups, self.baseline.groups) if self.baseline else {}
+
+
+def groups_of(report: Report, kind: str) -> list[Group]:
+    """The run's groups of one kind (compare.THROUGHPUT, SEQUENTIAL, CAPACITY)."""
+    return [g for g in report.run.groups if g.kind == kind]
 
 
 def no_charts(report: Report) -> list[Block]:

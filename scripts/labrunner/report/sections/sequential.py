@@ -1,36 +1,21 @@
 """Sequential latency: one client sending N requests one after another."""
 
 from labrunner.report import charts as drawing
-from labrunner.report.cells import (
-    LATENCY_FORMAT,
-    centre_cell,
-    centre_interval_cells,
-)
-from labrunner.report.compare import (
-    SEQUENTIAL,
-    Group,
-)
+from labrunner.report.cells import LATENCY_FORMAT, centre_cell, centre_interval_cells
+from labrunner.report.compare import SEQUENTIAL
 from labrunner.report.document import Block, Heading, Paragraph, table
-from labrunner.report.sections.section import Report, Section, figures
-from labrunner.report.stats import (
-    CENTRE,
-    CONFIDENCE,
-    METHOD_LINE,
-)
+from labrunner.report.sections.section import Report, Section, figures, groups_of
+from labrunner.report.stats import CENTRE, CONFIDENCE, METHOD_LINE
 
 TITLE = "Sequential latency"
 
 
-def _groups(report: Report) -> list[Group]:
-    return [g for g in report.run.groups if g.kind == SEQUENTIAL]
-
-
 def applies(report: Report) -> bool:
-    return bool(_groups(report))
+    return bool(groups_of(report, SEQUENTIAL))
 
 
 def blocks(report: Report) -> list[Block]:
-    groups = _groups(report)
+    groups = groups_of(report, SEQUENTIAL)
     rows = []
     for g in groups:
         s = g.summary("avg")

@@ -2,23 +2,11 @@
 
 from labrunner.report import charts as drawing
 from labrunner.report import host_conditions
-from labrunner.report.cells import (
-    centre_cell,
-    fmt,
-    interval_cell,
-    ratio_cell,
-)
-from labrunner.report.compare import (
-    THROUGHPUT,
-    Comparison,
-    is_regression,
-)
+from labrunner.report.cells import centre_cell, fmt, interval_cell, ratio_cell
+from labrunner.report.compare import THROUGHPUT, Comparison, is_regression
 from labrunner.report.document import Block, Bullets, Heading, Paragraph, table
-from labrunner.report.sections.section import Report, Section, figures
-from labrunner.report.stats import (
-    CENTRE,
-    CONFIDENCE,
-)
+from labrunner.report.sections.section import Report, Section, figures, groups_of
+from labrunner.report.stats import CENTRE, CONFIDENCE
 
 K6_CPU_PER_REQUEST = "{:.3f}"  # ms: k6's CPU per request is tens to hundreds of µs
 
@@ -27,12 +15,12 @@ TITLE = "Summary"
 
 
 def applies(report: Report) -> bool:
-    return any(g.kind == THROUGHPUT for g in report.run.groups)
+    return bool(groups_of(report, THROUGHPUT))
 
 
 def blocks(report: Report) -> list[Block]:
     run, changes, baseline = report.run, report.changes, report.baseline
-    groups = [g for g in run.groups if g.kind == THROUGHPUT]
+    groups = groups_of(report, THROUGHPUT)
     headers = [
         "group",
         "ok",
