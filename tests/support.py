@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+from labrunner.backends.base import Endpoint, ServiceHandle
 from labrunner.model.matrix import expand, parse_matrix
 from labrunner.model.scenario import Plan, Scenario
 from labrunner.results.store import scenario_dict
@@ -247,3 +248,21 @@ def ok_result(
 def latency_from_p50(p50: float) -> dict[str, float]:
     """A latency spread around a p50, in ms: avg = p50, p99 = twice it."""
     return {"avg": p50, "p50": p50, "p90": p50 * 1.5, "p95": p50 * 1.8, "p99": p50 * 2}
+
+
+def service_handle(scenario: Scenario, service: RunningService) -> ServiceHandle:
+    """A handle on a service a test started (launch_service) on this host, as a backend would give the
+    runner's verification (run/service_checks.verify)."""
+    address = Endpoint("127.0.0.1", service.port)
+    return ServiceHandle(
+        scenario_id=scenario.id,
+        service=scenario.target.service,
+        address=address,
+        k6_address=address,
+        metrics_address=Endpoint("127.0.0.1", service.metrics_port),
+        prometheus_target=None,
+        workers=1,
+        limits="none",
+        service_cpus=(),
+        k6_cpus=(),
+    )

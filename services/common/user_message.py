@@ -213,19 +213,15 @@ def _field(field: FieldDescriptor, codec: Callable[[Descriptor], _MessageCodec])
                 for value in values:
                     sub.fill(add(), value)
 
-            return _Field(
+            return _collection(
                 field,
-                name,
-                field.json_name,
-                False,
                 lambda values: [sub.to_json(v) for v in values],
                 fill_messages,
                 lambda message: tuple([sub.from_message(m) for m in getattr(message, name)]),
                 lambda value, place, depth: tuple(
                     sub.decode(v, f"{place}[{i}]", depth + 1) for i, v in enumerate(_array(value, place))
                 ),
-                (),
-                sub,
+                sub=sub,
             )
 
         def fill_message(message: Message, value: Any) -> None:
@@ -251,18 +247,14 @@ def _field(field: FieldDescriptor, codec: Callable[[Descriptor], _MessageCodec])
         def fill_scalars(message: Message, values: Any) -> None:
             getattr(message, name).extend(values)
 
-        return _Field(
+        return _collection(
             field,
-            name,
-            field.json_name,
-            False,
             (lambda values: [to_json(v) for v in values]) if to_json is not None else list,
             fill_scalars,
             lambda message: tuple(getattr(message, name)),
             lambda value, place, depth: tuple(
                 decode(v, f"{place}[{i}]") for i, v in enumerate(_array(value, place))
             ),
-            (),
         )
 
     def set_scalar(message: Message, value: Any) -> None:
@@ -284,6 +276,19 @@ def _field(field: FieldDescriptor, codec: Callable[[Descriptor], _MessageCodec])
     )
 
 
+def _collection(
+    field: FieldDescriptor,
+    to_json: Callable[[Any], Any],
+    fill: Callable[[Message, Any], None],
+    read: Callable[[Message], Any],
+    decode: Callable[[Any, str, int], Any],
+    *,
+    sub: _MessageCodec | None = None,
+) -> _Field:
+    """A repeated field or a map: no presence, empty when absent."""
+    return _Field(field, field.name, field.json_name, False, to_json, fill, read, decode, (), sub)
+
+
 def _map_field(field: FieldDescriptor, codec: Callable[[Descriptor], _MessageCodec]) -> _Field:
     """A map: neutral as its (key, value) pairs sorted by key (a protobuf map keeps no order)."""
     name = field.name
@@ -300,11 +305,8 @@ def _map_field(field: FieldDescriptor, codec: Callable[[Descriptor], _MessageCod
             for key, value in pairs:
                 sub.fill(entries[key], value)
 
-        return _Field(
+        return _collection(
             field,
-            name,
-            field.json_name,
-            False,
             lambda pairs: {key_json(k): sub.to_json(v) for k, v in pairs},
             fill_messages,
             lambda message: tuple(
@@ -316,8 +318,7 @@ def _map_field(field: FieldDescriptor, codec: Callable[[Descriptor], _MessageCod
                     for k, v in _object(value, place).items()
                 )
             ),
-            (),
-            sub,
+            sub=sub,
         )
     value_json, value_decode, _ = _scalar(value_field)
     convert = value_json if value_json is not None else (lambda value: value)
@@ -325,11 +326,8 @@ def _map_field(field: FieldDescriptor, codec: Callable[[Descriptor], _MessageCod
     def fill_scalars(message: Message, pairs: Any) -> None:
         getattr(message, name).update(pairs)
 
-    return _Field(
+    return _collection(
         field,
-        name,
-        field.json_name,
-        False,
         lambda pairs: {key_json(k): convert(v) for k, v in pairs},
         fill_scalars,
         lambda message: tuple(sorted(getattr(message, name).items())),
@@ -339,7 +337,6 @@ def _map_field(field: FieldDescriptor, codec: Callable[[Descriptor], _MessageCod
                 for k, v in _object(value, place).items()
             )
         ),
-        (),
     )
 
 

@@ -16,14 +16,10 @@ from labrunner.files import write_json_atomic
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 
+from tests.e2e.test_shape_run import QUIET, SELECTION  # the same small run, of another shape
 from tests.support import ROOT
 
 pytestmark = pytest.mark.e2e
-QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
-SELECTION = (
-    "--backend", "local", "--preset", "ci", "--target", "aiohttp-h1,grpc", "--count", "10",
-    "--load-model", "closed", "--repeats", "1", "--duration", "1s", "--warmup", "0",
-)  # fmt: skip
 WEATHER = ROOT / "tests" / "fixtures" / "user_proto" / "weather.proto"
 PROTO = ("--proto", str(WEATHER), "--message", "weather.v1.Observation")
 CHECKSUM = re.compile(r"the pool's records \(canonical checksum ([0-9a-f]{8})\)")

@@ -1,5 +1,6 @@
 """Fixtures the gRPC service tests share (tests/integration/test_grpc_*.py): the server under test,
-once per module for each of GRPC_SERVERS, and its plaintext instance.
+once per module for each of GRPC_SERVERS, and its plaintext instance; and the services a test starts
+itself that must stop cleanly (started).
 """
 
 from collections.abc import Iterator
@@ -22,3 +23,11 @@ def plain_service(module: str) -> Iterator[RunningService]:
     service = launch_service(module, BASE_ENV)
     yield service
     assert service.stop() == 0
+
+
+@pytest.fixture
+def started() -> Iterator[list[RunningService]]:
+    """The services a test appends here, each stopped after it and required to exit 0."""
+    services: list[RunningService] = []
+    yield services
+    assert [service.stop() for service in services] == [0] * len(services)

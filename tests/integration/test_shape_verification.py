@@ -3,17 +3,15 @@ sockets: a lab server serving the scenario's shape passes it, downloads (its byt
 pool's records: canonical checksum) and uploads (the shape's checksum) alike; a server of the same
 shape from another pool's seed fails it, naming both checksums."""
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from labrunner.backends.base import Endpoint, ServiceHandle
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import DEFAULT_DIRECTION, SHAPES, UPLOAD, Overrides, Scenario
 from labrunner.run.service_checks import verify
 from labrunner.run.uploads import upload_body
 
-from tests.support import CERTS, ROOT, RunningService, launch_service
+from tests.support import CERTS, ROOT, RunningService, launch_service, service_handle
 
 COUNT = 10
 CA_FILE = CERTS / "ca.pem"
@@ -30,29 +28,6 @@ def _scenario(target: str, shape: str, direction: str = DEFAULT_DIRECTION) -> Sc
     return scenario
 
 
-def _handle(scenario: Scenario, service: RunningService) -> ServiceHandle:
-    address = Endpoint("127.0.0.1", service.port)
-    return ServiceHandle(
-        scenario_id=scenario.id,
-        service=scenario.target.service,
-        address=address,
-        k6_address=address,
-        metrics_address=Endpoint("127.0.0.1", service.metrics_port),
-        prometheus_target=None,
-        workers=1,
-        limits="none",
-        service_cpus=(),
-        k6_cpus=(),
-    )
-
-
-@pytest.fixture
-def started() -> Iterator[list[RunningService]]:
-    services: list[RunningService] = []
-    yield services
-    assert [service.stop() for service in services] == [0] * len(services)
-
-
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("target", ["aiohttp-h1", "grpc"])
 def test_a_lab_server_of_the_shape_passes_and_another_pool_fails(
@@ -63,7 +38,7 @@ def test_a_lab_server_of_the_shape_passes_and_another_pool_fails(
     env = {**dict(download.target.env), "SHAPE": shape, "RECORD_POOL_SIZE": "10000"}
     right = launch_service(download.target.service, env)
     started.append(right)
-    verification = verify(_handle(download, right), download, CA_FILE)
+    verification = verify(service_handle(download, right), download, CA_FILE)
     assert verification.ok, verification.failures
     calls = ("ListRecords", "StreamRecords") if download.target.is_grpc else ("REST /records",)
     for call in calls:
@@ -73,12 +48,12 @@ def test_a_lab_server_of_the_shape_passes_and_another_pool_fails(
         )
     body = upload_body(tmp_path, upload)
     assert body is not None and body.shape == shape
-    verification = verify(_handle(upload, right), upload, CA_FILE, body)
+    verification = verify(service_handle(upload, right), upload, CA_FILE, body)
     assert verification.ok, verification.failures
 
     other = launch_service(download.target.service, {**env, "RECORD_SEED": "43"})
     started.append(other)
-    verification = verify(_handle(download, other), download, CA_FILE)
+    verification = verify(service_handle(download, other), download, CA_FILE)
     assert not verification.ok
     for call in calls:
         assert any(

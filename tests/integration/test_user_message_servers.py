@@ -5,13 +5,11 @@ reply holds the records' checksum), every server the same checksums; bad input g
 body naming the place, or INVALID_ARGUMENT, never a 500 or UNKNOWN."""
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import httpx
 import pytest
-from labrunner.backends.base import Endpoint, ServiceHandle
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import DEFAULT_DIRECTION, UPLOAD, USER_SHAPE, Overrides, Scenario
 from labrunner.run.service_checks import verify
@@ -19,7 +17,7 @@ from labrunner.run.uploads import upload_body
 from labrunner.run.user_proto import prepare
 
 from services.common.user_message import Generator, UserMessage
-from tests.support import CERTS, ROOT, RunningService, launch_service
+from tests.support import CERTS, ROOT, RunningService, launch_service, service_handle
 
 COUNT = 10
 CA_FILE = CERTS / "ca.pem"
@@ -49,29 +47,6 @@ def _scenario(target: str, direction: str) -> Scenario:
     return scenario
 
 
-def _handle(scenario: Scenario, service: RunningService) -> ServiceHandle:
-    address = Endpoint("127.0.0.1", service.port)
-    return ServiceHandle(
-        scenario_id=scenario.id,
-        service=scenario.target.service,
-        address=address,
-        k6_address=address,
-        metrics_address=Endpoint("127.0.0.1", service.metrics_port),
-        prometheus_target=None,
-        workers=1,
-        limits="none",
-        service_cpus=(),
-        k6_cpus=(),
-    )
-
-
-@pytest.fixture
-def started() -> Iterator[list[RunningService]]:
-    services: list[RunningService] = []
-    yield services
-    assert [service.stop() for service in services] == [0] * len(services)
-
-
 def test_every_stack_serves_the_message_with_the_same_records(
     user: UserMessage, started: list[RunningService], tmp_path: Path
 ) -> None:
@@ -81,12 +56,12 @@ def test_every_stack_serves_the_message_with_the_same_records(
         env = {**dict(download.target.env), "SHAPE": USER_SHAPE, "SHAPE_DIR": str(user.directory)}
         service = launch_service(download.target.service, env)
         started.append(service)
-        verification = verify(_handle(download, service), download, CA_FILE)
+        verification = verify(service_handle(download, service), download, CA_FILE)
         assert verification.ok, (target, verification.failures)
         checksums[target] = {m[1] for check in verification.checks if (m := CHECKSUM.search(check))}
         body = upload_body(tmp_path, upload)
         assert body is not None
-        verification = verify(_handle(upload, service), upload, CA_FILE, body)
+        verification = verify(service_handle(upload, service), upload, CA_FILE, body)
         assert verification.ok, (target, verification.failures)
         _bad_input(target, service, user)
     assert len(set().union(*checksums.values())) == 1, checksums
