@@ -173,11 +173,13 @@ def test_precision_sharpens_the_aa_control_to_its_own_bound_whatever_it_asks_of_
     groups = group_results(parse_results(_run(aa_wobble=(1.03, 0.97, 1.02, 0.98))))
     found = precision.sharpness(groups)
     [control] = [p for p in found if p.question == AA_CONTROL]
-    assert control.half_width is not None and 0.02 < control.half_width
+    assert control.half_width is not None and control.half_width > 0.02
     assert control.target(0.05) == aa_control.BIAS_TOLERANCE and control.target(0.01) == 0.01
     assert [g.id for g in precision.to_repeat(found, 0.5)] == [control.candidate.id, control.baseline.id]
     line = precision.outcome(found, 0.05)
-    assert line.startswith("precision ±5% (95% interval of each compared req/s ratio): 1 of 1 pairs reached it;")
+    assert line.startswith(
+        "precision ±5% (95% interval of each compared req/s ratio): 1 of 1 pairs reached it;"
+    )
     assert line.endswith(f"A/A control aiohttp-h1 ±2%: not reached (±{control.half_width:.1%})")
     steady = precision.sharpness(group_results(parse_results(_run())))
     assert precision.to_repeat(steady, 0.05) == []
