@@ -16,10 +16,13 @@ from labrunner.files import write_json_atomic
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 
-from tests.e2e.test_shape_run import QUIET, SELECTION  # the same small run, of another shape
+from tests.e2e.test_shape_run import QUIET
+from tests.e2e.test_shape_run import SELECTION as SHAPE_RUN
 from tests.support import ROOT
 
 pytestmark = pytest.mark.e2e
+# test_shape_run's small run, with unary gRPC beside REST: a pair the findings compare (gRPC vs REST).
+SELECTION = tuple("aiohttp-h1,grpc" if arg == "aiohttp-h1,grpc-stream" else arg for arg in SHAPE_RUN)
 WEATHER = ROOT / "tests" / "fixtures" / "user_proto" / "weather.proto"
 PROTO = ("--proto", str(WEATHER), "--message", "weather.v1.Observation")
 CHECKSUM = re.compile(r"the pool's records \(canonical checksum ([0-9a-f]{8})\)")
