@@ -25,6 +25,7 @@ from labrunner.results.store import (
     resumable,
     scenario_dict,
 )
+from labrunner.run import user_proto
 
 from tests.support import ROOT
 
@@ -156,8 +157,9 @@ def test_out_on_a_directory_that_is_no_lab_run_is_refused_and_left_alone(
 
 def test_the_inputs_a_run_reads_are_no_reason_to_refuse_its_directory(tmp_path: Path) -> None:
     # A run may find the serialization benchmark and the payload sizes already there (the e2e tests
-    # put them there): those it reads, never writes over; they are what report/build.py names.
-    assert {build.PAYLOAD_FILE, build.SERIALIZATION_FILE} == run_matrix._INPUTS
+    # put them there): those it reads, never writes over; they are what report/build.py names. And the
+    # compiled message of a --proto run (its shape/ directory), written before the run starts.
+    assert {build.PAYLOAD_FILE, build.SERIALIZATION_FILE, user_proto.SHAPE_DIR_NAME} == run_matrix._INPUTS
     out = tmp_path / "out"
     write_json_atomic(out / build.SERIALIZATION_FILE, {})
     run_matrix._check_out_dir(out, resume=False)  # no error
