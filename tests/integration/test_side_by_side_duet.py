@@ -14,7 +14,10 @@ import pytest
 
 from tests.support import ROOT
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.parallel,
+]  # beside one other test: asserts what the run decided, not what it cost
 
 
 @pytest.fixture(scope="module")
