@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 from labrunner import grpc_fork
-from xdist.remote import Producer
-from xdist.scheduler import LoadScopeScheduling
 
 if TYPE_CHECKING:
     from tests.docker_fake import FakeDocker
@@ -70,10 +68,10 @@ def docker_quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
 # is parallel; anywhere else (tests/integration/, tests/e2e/) a test is serial unless its module (or
 # class, or itself) is marked `parallel`, so a new load test can only be slower than need be, never
 # measured beside another. `serial` wins over `parallel`: a parallel module marks its few measured
-# tests so. In the parallel phase a module stays on one worker with its module-scoped fixtures, and
-# the `docker` tests are one scope, run in their files' order on one worker (the engine's lab comes
-# up once, in test_docker_compose.py, and goes in test_docker_teardown.py), handed out first as the
-# longest (pytest_xdist_make_scheduler below).
+# tests so. In the parallel phase a module stays on one worker with its module-scoped fixtures (its
+# xdist group, `--dist loadgroup`), and the `docker` tests are one group, run in their files' order
+# on one worker (the engine's lab comes up once, in test_docker_compose.py, and goes in
+# test_docker_teardown.py), handed out first as the longest.
 PARALLEL_DIRECTORIES = ("unit",)
 PHASES = ("parallel", "serial")
 _PHASE_NOTE = pytest.StashKey[str]()
@@ -109,24 +107,14 @@ def is_serial(item: pytest.Item) -> bool:
     return item.get_closest_marker("parallel") is None
 
 
-# The docker tests by their files' names (tests/e2e/test_docker_*.py): xdist's scheduler sees node
-# ids, not markers.
-DOCKER_FILES = "tests/e2e/test_docker_"
+DOCKER_GROUP = "docker"
 
 
-class ModulesAndDocker(LoadScopeScheduling):
-    """xdist's scheduler by module (`--dist loadfile`), but with every docker test in one scope: one
-    worker brings the engine's lab up once and takes it down last. (`--dist loadgroup` with marks
-    would say this, but pytest 9.2's node ids no longer take xdist 3.8's group suffix:
-    pytest-dev/pytest-xdist#1386.)"""
-
-    def _split_scope(self, nodeid: str) -> str:
-        module = nodeid.split("::", 1)[0]
-        return "docker" if module.startswith(DOCKER_FILES) else module
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> ModulesAndDocker:
-    return ModulesAndDocker(config, log)
+def _group(item: pytest.Item) -> None:
+    """The xdist group of a parallel-phase test: the docker tests' one, or its module's."""
+    if item.get_closest_marker("xdist_group") is None:
+        name = DOCKER_GROUP if item.get_closest_marker("docker") else str(item.path)
+        item.add_marker(pytest.mark.xdist_group(name))
 
 
 def _deselect(config: pytest.Config, items: list[pytest.Item], keep: Callable[[pytest.Item], bool]) -> int:
@@ -155,7 +143,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         other = _deselect(config, items, lambda item: is_serial(item) == serial)
         if not serial:
             # The docker tests first, then the modules that start servers, the unit tests' many short
-            # ones last: xdist hands out scopes in this order, so the long ones (the docker tests, a
+            # ones last: xdist hands out groups in this order, so the long ones (the docker group, a
             # pip install, the fuzzing) do not start at the end while the other worker idles.
             items.sort(
                 key=lambda item: (
@@ -163,6 +151,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     is_under(item, PARALLEL_DIRECTORIES),
                 )
             )
+            for item in items:
+                _group(item)
         config.stash[_PHASE_NOTE] = (
             f"phase {phase}: {len(items)} test(s), {other} of the other phase deselected"
         )
