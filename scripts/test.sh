@@ -2,8 +2,8 @@
 # Set up everything the tests need (scripts/setup.sh), then lint, type-check, check the layers
 # (import-linter) and run the suite in two phases (docs/testing.md): first the tests that may run
 # beside each other, on PROTOLAB_TEST_WORKERS pytest-xdist workers (default 2, one per vCPU of the
-# lab's VM; a module, and the docker tests, one xdist group each), then the serial ones one at a time
-# (they assert what something costs or does within a time bound: tests/conftest.py decides).
+# lab's VM), then the serial ones one at a time (they measure CPU, set cgroup quotas, drive k6 load or
+# need Docker: marked `serial`, or under tests/e2e/; tests/conftest.py decides).
 # Arguments go to pytest, in both phases: `scripts/test.sh tests/unit` runs one kind (unit,
 # integration, e2e); a phase that selects nothing is no failure unless neither selects anything.
 set -euo pipefail
@@ -16,7 +16,7 @@ scripts/setup.sh
 
 NO_TESTS=5  # pytest's exit code when nothing was selected
 parallel=0
-.venv/bin/python -m pytest --phase parallel -n "${PROTOLAB_TEST_WORKERS:-2}" --dist loadgroup "$@" || parallel=$?
+.venv/bin/python -m pytest --phase parallel -n "${PROTOLAB_TEST_WORKERS:-2}" --dist loadfile "$@" || parallel=$?
 serial=0
 .venv/bin/python -m pytest --phase serial "$@" || serial=$?
 # Both phases run whatever the first gave, so one run shows every failure.

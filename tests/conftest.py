@@ -59,19 +59,14 @@ def docker_quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
     quick_polls_and_compose_defaults(monkeypatch)
 
 
-# scripts/test.sh runs the suite in two phases. `--phase parallel` (on pytest-xdist's workers, two at
-# a time on the lab's 2-vCPU VM) takes the tests whose assertions are what the code decided: servers
-# on ephemeral ports, and runs, k6 load and Docker whose outcome a test beside them can slow down but
-# not change. `--phase serial` (one test at a time) takes the tests that assert what something costs
-# or how it behaves under a time bound (an interference flag, a link's measured RTT, health checks
-# during a flood, a drain window), which a test beside them would disturb. By directory: tests/unit/
-# is parallel; anywhere else (tests/integration/, tests/e2e/) a test is serial unless its module (or
-# class, or itself) is marked `parallel`, so a new load test can only be slower than need be, never
-# measured beside another. `serial` wins over `parallel`: a parallel module marks its few measured
-# tests so. In the parallel phase a module stays on one worker with its module-scoped fixtures (its
-# xdist group, `--dist loadgroup`), and the `docker` tests are one group, run in their files' order
-# on one worker (the engine's lab comes up once, in test_docker_compose.py, and goes in
-# test_docker_teardown.py), handed out first as the longest.
+# scripts/test.sh runs the suite in two phases. `--phase parallel` (on pytest-xdist's workers) takes
+# the tests that only use sockets on ephemeral ports, their own files and processes; `--phase serial`
+# (one test at a time) the rest: the tests that measure CPU, set cgroup quotas, drive k6 load or need
+# Docker, which a test beside them would disturb. By directory: tests/unit/ is parallel; anywhere else
+# (tests/integration/, tests/e2e/) a test is serial unless its module (or class, or itself) is marked
+# `parallel`, so a new load test can only be slower than need be, never measured beside another: the
+# e2e modules marked so check what k6 and the servers answer, not what anything costs. `serial` (and
+# `docker`) wins over `parallel`: a parallel module marks its few load tests so.
 PARALLEL_DIRECTORIES = ("unit",)
 PHASES = ("parallel", "serial")
 _PHASE_NOTE = pytest.StashKey[str]()
@@ -100,21 +95,11 @@ def is_under(item: pytest.Item, directories: tuple[str, ...]) -> bool:
 
 def is_serial(item: pytest.Item) -> bool:
     """Whether the test must run alone (the rule above)."""
-    if item.get_closest_marker("serial"):
+    if item.get_closest_marker("serial") or item.get_closest_marker("docker"):
         return True
-    if is_under(item, PARALLEL_DIRECTORIES) or item.get_closest_marker("docker"):
+    if is_under(item, PARALLEL_DIRECTORIES):
         return False
     return item.get_closest_marker("parallel") is None
-
-
-DOCKER_GROUP = "docker"
-
-
-def _group(item: pytest.Item) -> None:
-    """The xdist group of a parallel-phase test: the docker tests' one, or its module's."""
-    if item.get_closest_marker("xdist_group") is None:
-        name = DOCKER_GROUP if item.get_closest_marker("docker") else str(item.path)
-        item.add_marker(pytest.mark.xdist_group(name))
 
 
 def _deselect(config: pytest.Config, items: list[pytest.Item], keep: Callable[[pytest.Item], bool]) -> int:
@@ -142,17 +127,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         serial = phase == "serial"
         other = _deselect(config, items, lambda item: is_serial(item) == serial)
         if not serial:
-            # The docker tests first, then the modules that start servers, the unit tests' many short
-            # ones last: xdist hands out groups in this order, so the long ones (the docker group, a
-            # pip install, the fuzzing) do not start at the end while the other worker idles.
-            items.sort(
-                key=lambda item: (
-                    item.get_closest_marker("docker") is None,
-                    is_under(item, PARALLEL_DIRECTORIES),
-                )
-            )
-            for item in items:
-                _group(item)
+            # The modules that start servers first, the unit tests' many short ones last: xdist hands
+            # out files in this order, so the long ones (a pip install, the fuzzing) do not start at
+            # the end while the other workers idle.
+            items.sort(key=lambda item: is_under(item, PARALLEL_DIRECTORIES))
         config.stash[_PHASE_NOTE] = (
             f"phase {phase}: {len(items)} test(s), {other} of the other phase deselected"
         )

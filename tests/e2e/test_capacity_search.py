@@ -10,8 +10,6 @@ import pytest
 from tests.e2e.local_runs import quick_benchmark
 from tests.support import ROOT
 
-pytestmark = pytest.mark.parallel  # beside one other test: asserts what the run decided, not what it cost
-
 
 def test_bounded_search_on_a_real_service(tmp_path: Path) -> None:
     # At most 5 steps of 2 s: about 30 s with the service's start and the warm-up.

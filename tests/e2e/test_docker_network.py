@@ -28,11 +28,7 @@ from tests.e2e.docker_lab import (
 )
 from tests.support import ROOT, seed_keeping_matrix_order
 
-pytestmark = [
-    pytest.mark.docker,
-    pytest.mark.timeout(600),
-    pytest.mark.serial,
-]  # the link measured (RTT, rate): alone
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
 
 # --- Network conditions: tc from a helper in the service's namespace, never NET_ADMIN for the service

@@ -17,10 +17,7 @@ from labrunner.observe import local_stack
 from tests.dashboard_queries import check_dashboards
 from tests.support import ALL_TARGETS, ROOT, free_ports
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.parallel,
-]  # beside one other test: asserts what the run decided, not what it cost
+pytestmark = pytest.mark.e2e
 
 
 def _get_json(url: str) -> Any:

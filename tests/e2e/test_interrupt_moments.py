@@ -28,10 +28,7 @@ from tests.e2e.local_runs import (
     wait_until,
 )
 
-pytestmark = [
-    pytest.mark.timeout(240),
-    pytest.mark.parallel,
-]  # beside one other test: asserts what the run decided, not what it cost
+pytestmark = pytest.mark.timeout(240)
 
 
 def namespaces() -> set[str]:

@@ -32,10 +32,7 @@ from tests.e2e.local_runs import (
 )
 from tests.support import AFTER_SLOW, ROOT, SLOW, SLOW_STOP_TARGETS, slow_stop_seed
 
-pytestmark = [
-    pytest.mark.timeout(240),
-    pytest.mark.parallel,
-]  # beside one other test: asserts what the run decided, not what it cost
+pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="module")

@@ -21,11 +21,7 @@ from labrunner.model.scenario import LoadModel
 
 from tests.support import ROOT
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.timeout(300),
-    pytest.mark.parallel,
-]  # beside one other test: asserts what the run decided, not what it cost
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 INSTANCES = 2
 CLOSED_VUS = 5  # odd: the segments split it 3 + 2

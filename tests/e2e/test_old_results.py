@@ -32,10 +32,7 @@ SELECTION = (
 )  # fmt: skip
 QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
 
-pytestmark = [
-    pytest.mark.timeout(240),
-    pytest.mark.parallel,
-]  # beside one other test: asserts what the run decided, not what it cost
+pytestmark = pytest.mark.timeout(240)
 
 
 def _run_matrix(out: Path, *args: str) -> subprocess.CompletedProcess[str]:

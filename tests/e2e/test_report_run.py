@@ -18,8 +18,6 @@ from PIL import Image
 from tests.e2e.local_runs import quick_benchmark
 from tests.support import ROOT
 
-pytestmark = pytest.mark.parallel  # beside one other test: asserts what the run decided, not what it cost
-
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

@@ -15,10 +15,7 @@ from labrunner.report.serialization import run as run_serialization
 
 from tests.support import ROOT
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.parallel,
-]  # beside one other test: asserts what the run decided, not what it cost
+pytestmark = pytest.mark.e2e
 QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
 SELECTION = (
     "--backend", "local", "--preset", "ci", "--target", "aiohttp-h1,grpc-stream", "--count", "10",

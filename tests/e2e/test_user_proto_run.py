@@ -20,10 +20,7 @@ from tests.e2e.test_shape_run import QUIET
 from tests.e2e.test_shape_run import SELECTION as SHAPE_RUN
 from tests.support import ROOT
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.parallel,
-]  # beside one other test: asserts what the run decided, not what it cost
+pytestmark = pytest.mark.e2e
 # test_shape_run's small run, with unary gRPC beside REST: a pair the findings compare (gRPC vs REST).
 SELECTION = tuple("aiohttp-h1,grpc" if arg == "aiohttp-h1,grpc-stream" else arg for arg in SHAPE_RUN)
 WEATHER = ROOT / "tests" / "fixtures" / "user_proto" / "weather.proto"

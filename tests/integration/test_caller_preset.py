@@ -22,7 +22,7 @@ TARGETS = ("aiohttp-h1", "grpc", "granian-h2-tls")  # the preset's, in the matri
 DIRECTIONS = ("download", "upload")
 VARIANTS = ("lab", "floor")
 
-pytestmark = [pytest.mark.parallel]  # beside one other test: asserts what the run decided, not what it cost
+pytestmark = pytest.mark.serial  # callers measured under cgroup quotas: alone
 
 
 @pytest.fixture(scope="module")

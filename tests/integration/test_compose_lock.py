@@ -10,12 +10,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-
 from tests.integration.compose_support import dockerfile_stages
 from tests.support import ROOT
-
-pytestmark = pytest.mark.parallel  # its own files and processes, nothing measured: beside other tests
 
 
 def _lock_script() -> ModuleType:

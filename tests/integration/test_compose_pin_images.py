@@ -18,8 +18,6 @@ import pytest
 
 from tests.support import ROOT
 
-pytestmark = pytest.mark.parallel  # its own files and processes, nothing measured: beside other tests
-
 SCRIPT = ROOT / "scripts" / "pin_images.py"
 INDEX = "application/vnd.oci.image.index.v1+json"
 

@@ -14,10 +14,7 @@ import pytest
 
 from tests.support import ROOT
 
-pytestmark = [
-    pytest.mark.timeout(300),
-    pytest.mark.parallel,
-]  # beside one other test: asserts what the run decided, not what it cost
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
