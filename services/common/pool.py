@@ -76,6 +76,11 @@ def register_shape(shape: str, generate: Callable[[int, int], list[JsonRecord]],
     _REGISTERED[shape] = (generate, key)
 
 
+def unregister_shape(shape: str) -> None:
+    """Undo register_shape (a shape not registered is fine)."""
+    _REGISTERED.pop(shape, None)
+
+
 def generate_pool(size: int, seed: int, shape: str = DEFAULT_SHAPE) -> list[JsonRecord]:
     """The deterministic pool of a shape as JSON: the same (size, seed, shape) gives the same records
     in any process. A shape not in SHAPES (nor registered) is a ValueError naming them."""

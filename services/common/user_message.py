@@ -696,6 +696,14 @@ def install(directory: Path) -> UserMessage:
     return user
 
 
+def uninstall() -> None:
+    """Undo install(): the process serves the built-in shapes only again. A server never needs it
+    (one shape for its life); a process that prepares several runs' messages in turn does (the tests)."""
+    SHAPE_KITS.pop(USER_SHAPE, None)
+    record_pool.unregister_shape(USER_SHAPE)
+    _installed.clear()
+
+
 def installed() -> UserMessage | None:
     """The message install() made the shape `proto` of this process, if any."""
     return _installed[0] if _installed else None

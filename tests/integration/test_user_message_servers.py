@@ -5,6 +5,7 @@ reply holds the records' checksum), every server the same checksums; bad input g
 body naming the place, or INVALID_ARGUMENT, never a 500 or UNKNOWN."""
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -16,6 +17,7 @@ from labrunner.run.service_checks import verify
 from labrunner.run.uploads import upload_body
 from labrunner.run.user_proto import prepare
 
+from services.common import user_message
 from services.common.user_message import Generator, UserMessage
 from tests.support import CERTS, ROOT, RunningService, launch_service, service_handle
 
@@ -25,6 +27,14 @@ TARGETS = ("aiohttp-h1", "quart-h1", "granian-h1", "grpc", "grpclib")
 CHECKSUM = re.compile(r"the pool's records \(canonical checksum ([0-9a-f]{8})\)")
 # Sockets on ephemeral ports, its own files, no CPU measured: beside other tests (tests/conftest.py).
 pytestmark = [pytest.mark.timeout(300), pytest.mark.parallel]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _built_in_shapes_after() -> Iterator[None]:
+    """This module installs the user's message in its worker process; the modules after it there
+    (the docker flow's containers among them) must see the built-in shapes only."""
+    yield
+    user_message.uninstall()
 
 
 @pytest.fixture(scope="module")

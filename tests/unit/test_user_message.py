@@ -3,6 +3,7 @@ run time (run/user_proto.prepare); its records made by the generator or from a s
 a REST server sends parsed back by json_format into the very message a gRPC server sends; an upload
 decoded from JSON and from protobuf into equal records; and each bad input refused in one line."""
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from google.protobuf import json_format
 from labrunner.cli.run_matrix import EXIT_USAGE, main
 from labrunner.run.user_proto import largest_body, prepare
 
+from services.common import user_message
 from services.common.records import BadRequest
 from services.common.user_message import DESCRIPTOR_SET, SHAPE_FILE, Generator, UserMessage, UserMessageError
 from tests.support import ROOT
@@ -20,6 +22,14 @@ FIXTURES = ROOT / "tests" / "fixtures" / "user_proto"
 WEATHER = FIXTURES / "weather.proto"
 MESSAGE = "weather.v1.Observation"
 CHOICES = Generator(string_chars=12, repeated=4, map_entries=2, depth=1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _built_in_shapes_after() -> Iterator[None]:
+    """This module installs the user's message in its worker process; the modules after it there
+    (the docker flow's containers among them) must see the built-in shapes only."""
+    yield
+    user_message.uninstall()
 
 
 def _prepare(
