@@ -41,6 +41,10 @@ async def _calls_across_sigterm(service: RunningService, drain_seconds: float) -
     not_serving = asyncio.Event()
     statuses: list[int] = []
     calls: list[tuple[str, float, float]] = []
+    # SIGTERM only once health has said SERVING and every client has a call under way: on a loaded
+    # CI host the channels once took more than a fixed 0.5 s to connect, and health's first answer
+    # was already NOT_SERVING.
+    ready: set[str] = set()
 
     async def watch_health() -> None:
         async with grpc.aio.insecure_channel(address) as opened:
@@ -48,11 +52,12 @@ async def _calls_across_sigterm(service: RunningService, drain_seconds: float) -
             while not not_serving.is_set():
                 response = await health.Check(health_pb2.HealthCheckRequest(service=SERVICE), timeout=5)
                 statuses.append(response.status)
+                ready.add("health")
                 if response.status == health_pb2.HealthCheckResponse.NOT_SERVING:
                     not_serving.set()
                 await asyncio.sleep(0.02)
 
-    async def unary_loop() -> None:
+    async def unary_loop(name: str) -> None:
         async with grpc.aio.insecure_channel(address, options=OWN_CONNECTION) as opened:
             stub = cars_pb2_grpc.RecordServiceStub(opened)
             while not not_serving.is_set():  # a client stops sending once health says so
@@ -60,8 +65,9 @@ async def _calls_across_sigterm(service: RunningService, drain_seconds: float) -
                 response = await stub.ListRecords(request(count=MAX_COUNT, offset=0), timeout=30)
                 assert len(response.records) == MAX_COUNT
                 calls.append(("unary", started, time.monotonic()))
+                ready.add(name)
 
-    async def slow_stream() -> None:
+    async def slow_stream(name: str) -> None:
         async with grpc.aio.insecure_channel(address, options=OWN_CONNECTION) as opened:
             stub = cars_pb2_grpc.RecordServiceStub(opened)
             started = time.monotonic()
@@ -69,14 +75,19 @@ async def _calls_across_sigterm(service: RunningService, drain_seconds: float) -
             async for _record in stub.StreamRecords(request(count=SLOW_COUNT, offset=0), timeout=30):
                 received += 1
                 if received == 1:  # stall past the drain, so the server's stop(grace) must wait for us
+                    ready.add(name)
                     await asyncio.sleep(drain_seconds + 1)
             assert received == SLOW_COUNT
             calls.append(("stream", started, time.monotonic()))
 
     watcher = asyncio.create_task(watch_health())
-    clients = [asyncio.create_task(unary_loop()) for _ in range(16)]
-    clients += [asyncio.create_task(slow_stream()) for _ in range(4)]
-    await asyncio.sleep(0.5)
+    clients = [asyncio.create_task(unary_loop(f"unary {n}")) for n in range(16)]
+    clients += [asyncio.create_task(slow_stream(f"stream {n}")) for n in range(4)]
+    for _ in range(1000):  # at most 20 s: only ends a hung test
+        if len(ready) == 1 + len(clients):
+            break
+        await asyncio.sleep(0.02)
+    assert len(ready) == 1 + len(clients), sorted(ready)
     signalled = time.monotonic()
     service.process.send_signal(signal.SIGTERM)
     await asyncio.gather(watcher, *clients)  # any failed call raises here
