@@ -103,11 +103,11 @@ def test_every_target_succeeds_with_its_protocol_verified(ci_run: dict[str, Any]
     assert "(one repeat)" in (ci_run["out"] / "summary.md").read_text()
 
 
-def test_services_stop_without_a_drain_once_k6_is_done(ci_run: dict[str, Any]) -> None:
+def test_services_stop_without_a_drain_and_with_a_short_grace_once_k6_is_done(ci_run: dict[str, Any]) -> None:
     logs = sorted((ci_run["out"] / "logs").glob("*.service.log"))
     assert len(logs) == len(ALL_TARGETS)
     for log in logs:
-        assert "stopping: draining 0.0 s" in log.read_text(), log.name
+        assert "stopping: draining 0.0 s, grace 1.0 s" in log.read_text(), log.name
 
 
 def test_service_cpu_stays_within_its_quota_and_is_throttled_when_saturated(ci_run: dict[str, Any]) -> None:
