@@ -68,6 +68,9 @@ def test_the_summary_and_the_runners_metrics_carry_p99_9(
     assert dict(metrics.latency_quantiles_ms)[0.999] == durations["p(99.9)"]
 
 
+# Two medians within 1.5 ms of each other are a measurement: beside another worker's tests (the
+# clean-clone check of f06e655) they came 1.57 ms apart.
+@pytest.mark.serial
 def test_the_rest_and_grpc_clocks_agree_on_equal_work(
     tmp_path: Path, pb: tuple[ModuleType, ModuleType]
 ) -> None:
