@@ -62,6 +62,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from labrunner.backends.base import SERVICE_STOP_ENV
 from labrunner.backends.cgroups import Cgroup, create_cgroup, join_cgroup, remove_cgroup
 from labrunner.model.duet import FITS_SHARE, fits, slot_of
 from labrunner.model.matrix import load_matrix
@@ -210,7 +211,7 @@ def _start(variant: Variant, module: str, cgroup: Cgroup, cpu: int) -> tuple[sub
         **os.environ,
         "PORT": "0",
         "METRICS_PORT": "0",
-        "SHUTDOWN_DRAIN_SECONDS": "0",
+        **SERVICE_STOP_ENV,  # stopped after its k6, as the lab's runner stops its services
         "PYTHONPATH": str(variant.tree),
         **variant.env,
     }

@@ -27,7 +27,7 @@ from labrunner.files import write_json_atomic
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 
-from tests.support import ROOT
+from tests.support import QUICK_CALIBRATION, ROOT
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 PROJECT = "protolab"  # docker-compose.yml's `name:`
@@ -265,7 +265,8 @@ def start_run(out: Path, *args: str, env: dict[str, str] | None = None) -> Run:
     with (out.parent / f"{out.name}.output").open("ab") as log:
         process = subprocess.Popen(
             [
-                sys.executable, "scripts/run_matrix.py", "--backend", "docker", "--out", str(out),
+                sys.executable, "scripts/run_matrix.py", *QUICK_CALIBRATION,
+                "--backend", "docker", "--out", str(out),
                 # The CA of the compose volume is copied here, not into the repository's certs/.
                 "--certs", str(out.parent / "certs"), *args,
             ],

@@ -25,7 +25,7 @@ from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 
 from services.common.cgroup import own_cgroup
-from tests.support import ROOT, seed_keeping_matrix_order
+from tests.support import QUICK_CALIBRATION, ROOT, seed_keeping_matrix_order
 
 MARKER = "PROTOLAB_TEST_RUN"
 FIRST = "aiohttp-h1.small.c100.closed.r1"
@@ -72,7 +72,17 @@ def start_run(out: Path, *args: str, marker: str | None = None) -> Run:
     out.parent.mkdir(parents=True, exist_ok=True)
     log = (out.parent / f"{out.name}.output").open("ab")
     process = subprocess.Popen(
-        [sys.executable, "scripts/run_matrix.py", "--backend", "local", "--out", str(out), *QUIET, *args],
+        [
+            sys.executable,
+            "scripts/run_matrix.py",
+            *QUICK_CALIBRATION,
+            "--backend",
+            "local",
+            "--out",
+            str(out),
+            *QUIET,
+            *args,
+        ],
         cwd=ROOT,
         env={**os.environ, MARKER: marker},
         stdout=log,
@@ -122,10 +132,13 @@ def cgroups_of(run: Run) -> list[Path]:
 
 
 def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll condition every 0.25 s: a scan of /proc (processes_of) costs about 5 ms of CPU, which at
+    every 0.05 s was a tenth of a CPU, enough for the run's calibration to find the host busy (over
+    its 5%) and wait 5 s, twice, and for its scenarios to be marked suspect."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+        time.sleep(0.25)
 
 
 def k6_measuring(run: Run, scenario: str) -> bool:

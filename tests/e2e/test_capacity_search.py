@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.local_runs import quick_benchmark
-from tests.support import ROOT
+from tests.support import QUICK_CALIBRATION, ROOT
 
 
 def test_bounded_search_on_a_real_service(tmp_path: Path) -> None:
@@ -19,7 +19,8 @@ def test_bounded_search_on_a_real_service(tmp_path: Path) -> None:
     quick_benchmark(out)  # the serialization benchmark is not under test here (test_e2e_local's run has it)
     completed = subprocess.run(
         [
-            sys.executable, "scripts/run_matrix.py", "--backend", "local", "--matrix", str(matrix),
+            sys.executable, "scripts/run_matrix.py", *QUICK_CALIBRATION,
+            "--backend", "local", "--matrix", str(matrix),
             "--preset", "ci", "--target", "grpc", "--load-model", "capacity",
             "--duration", "2s", "--warmup", "1s", "--out", str(out), "--prometheus-targets", "",
             "--influxdb", "none", "--prometheus", "none",

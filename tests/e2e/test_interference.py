@@ -16,7 +16,7 @@ from labrunner.backends.cgroups import split_cpus
 from labrunner.observe import interference
 
 from tests.e2e.local_runs import quick_benchmark
-from tests.support import ROOT
+from tests.support import QUICK_CALIBRATION, ROOT
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -58,7 +58,8 @@ def _run(out: Path) -> tuple[dict[str, Any], str, float]:
     with log.open("w") as output:
         process = subprocess.Popen(
             [
-                sys.executable, "scripts/run_matrix.py", "--backend", "local", "--preset", "ci",
+                sys.executable, "scripts/run_matrix.py", *QUICK_CALIBRATION,
+                "--backend", "local", "--preset", "ci",
                 "--target", "grpc", "--duration", "3s", "--warmup", "1s", "--out", str(out),
                 "--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "",
             ],

@@ -19,7 +19,7 @@ import pytest
 from labrunner.backends.cgroups import split_cpus
 from labrunner.model.scenario import LoadModel
 
-from tests.support import ROOT
+from tests.support import QUICK_CALIBRATION, ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -99,7 +99,8 @@ def split_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = base / "run"
     completed = subprocess.run(
         [
-            sys.executable, "scripts/run_matrix.py", "--backend", "local", "--matrix", str(matrix),
+            sys.executable, "scripts/run_matrix.py", *QUICK_CALIBRATION,
+            "--backend", "local", "--matrix", str(matrix),
             "--out", str(out), "--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "",
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,

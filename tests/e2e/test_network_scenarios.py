@@ -18,7 +18,7 @@ from labrunner.network.namespaces import create_link, hold, plan_link, remove_le
 from labrunner.observe import local_stack
 
 from tests.e2e.local_runs import quick_benchmark
-from tests.support import ROOT, free_ports
+from tests.support import QUICK_CALIBRATION, ROOT, free_ports
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +38,8 @@ def test_grpc_tls_over_wan(tmp_path: Path) -> None:
     quick_benchmark(out)  # the serialization benchmark is not under test here (test_e2e_local's run has it)
     completed = subprocess.run(
         [
-            sys.executable, "scripts/run_matrix.py", "--backend", "local", "--preset", "ci",
+            sys.executable, "scripts/run_matrix.py", *QUICK_CALIBRATION,
+            "--backend", "local", "--preset", "ci",
             "--target", "grpc-tls", "--network", "wan", "--duration", "3s", "--warmup", "1s",
             "--run-id", run_id, "--out", str(out), "--influxdb", "none", "--prometheus", "none",
             "--prometheus-targets", "",
@@ -102,7 +103,8 @@ def test_prometheus_scrapes_the_service_across_the_namespaces_on_lan(tmp_path: P
         began = datetime.now(UTC)
         completed = subprocess.run(
             [
-                sys.executable, "scripts/run_matrix.py", "--backend", "local", "--preset", "ci",
+                sys.executable, "scripts/run_matrix.py", *QUICK_CALIBRATION,
+                "--backend", "local", "--preset", "ci",
                 # A 3 s warm-up: the last scrape (every 2 s) can come up to 2 s before the service
                 # stops, and the warm-up's requests, counted too, must outnumber those 2 s.
                 "--target", "grpc-tls", "--network", "lan", "--duration", "4s", "--warmup", "3s",

@@ -18,7 +18,7 @@ from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 from labrunner.results import methodology
 
-from tests.support import ROOT
+from tests.support import QUICK_CALIBRATION, ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "run-0.2.0"
 RUN_ID = "20261204-old020"  # the fixture's manifest's
@@ -41,6 +41,7 @@ def _run_matrix(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
         [
             sys.executable,
             "scripts/run_matrix.py",
+            *QUICK_CALIBRATION,
             "--backend",
             "local",
             "--out",

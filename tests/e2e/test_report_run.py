@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from tests.e2e.local_runs import quick_benchmark
-from tests.support import ROOT
+from tests.support import QUICK_CALIBRATION, ROOT
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -27,7 +27,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     quick_benchmark(out)  # the serialization benchmark is not under test here (test_e2e_local's run has it)
     completed = subprocess.run(
         [
-            sys.executable, "scripts/run_matrix.py",
+            sys.executable, "scripts/run_matrix.py", *QUICK_CALIBRATION,
             "--backend", "local", "--preset", "ci",
             "--target", "aiohttp-h1,grpc", "--load-model", "closed,equal-load,seq-100",
             "--repeats", "2", "--duration", "2s", "--warmup", "1s",

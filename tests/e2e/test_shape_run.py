@@ -13,7 +13,7 @@ from labrunner.files import write_json_atomic
 from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 
-from tests.support import ROOT
+from tests.support import QUICK_CALIBRATION, ROOT
 
 pytestmark = pytest.mark.e2e
 QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
@@ -25,7 +25,7 @@ SELECTION = (
 
 def _run_matrix(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "scripts/run_matrix.py", *args],
+        [sys.executable, "scripts/run_matrix.py", *QUICK_CALIBRATION, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

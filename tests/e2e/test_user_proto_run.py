@@ -18,7 +18,7 @@ from labrunner.report.serialization import run as run_serialization
 
 from tests.e2e.test_shape_run import QUIET
 from tests.e2e.test_shape_run import SELECTION as SHAPE_RUN
-from tests.support import ROOT
+from tests.support import QUICK_CALIBRATION, ROOT
 
 pytestmark = pytest.mark.e2e
 # test_shape_run's small run, with unary gRPC beside REST: a pair the findings compare (gRPC vs REST).
@@ -34,7 +34,16 @@ def test_a_user_proto_run_verifies_equal_work_and_gives_findings(tmp_path: Path)
     # The serialization benchmark is not under test here: a quick one in place.
     write_json_atomic(out / "serialization.json", as_document(run_serialization(QUICK), QUICK))
     completed = subprocess.run(
-        [sys.executable, "scripts/run_matrix.py", *SELECTION, *QUIET, *PROTO, "--out", str(out)],
+        [
+            sys.executable,
+            "scripts/run_matrix.py",
+            *QUICK_CALIBRATION,
+            *SELECTION,
+            *QUIET,
+            *PROTO,
+            "--out",
+            str(out),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

