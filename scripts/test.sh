@@ -8,6 +8,10 @@
 # integration, e2e); a phase that selects nothing is no failure unless neither selects anything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Bytecode caches (__pycache__, ignored by git) even where the environment turns them off: without
+# them every pytest process rewrote and compiled the suite again (about 8 s per collection) and every
+# run_matrix.py, service and k6 helper the tests start compiled the lab's modules again.
+unset PYTHONDONTWRITEBYTECODE
 scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
