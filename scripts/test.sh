@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set up everything the tests need (scripts/setup.sh), then lint, type-check, check the layers
-# (import-linter) and run the suite in two phases (docs/testing.md): first the tests that may run
-# beside each other, on PROTOLAB_TEST_WORKERS pytest-xdist workers (default 2, one per vCPU of the
-# lab's VM), then the serial ones one at a time (they measure CPU, set cgroup quotas, drive k6 load or
-# need Docker: marked `serial`, or under tests/e2e/; tests/conftest.py decides).
+# (import-linter) and run the suite in three phases (docs/testing.md): the tests that may run beside
+# each other, on PROTOLAB_TEST_WORKERS pytest-xdist workers (default 2, one per vCPU of the lab's VM),
+# and beside them the docker tests one at a time (with PROTOLAB_DOCKER_TESTS=1: they wait on the
+# engine and judge no figure); then the serial ones one at a time, alone (they measure CPU, set cgroup
+# quotas or drive k6 load: marked `serial`, or under tests/e2e/; tests/conftest.py decides).
 # Arguments go to pytest, in both phases: `scripts/test.sh tests/unit` runs one kind (unit,
 # integration, e2e); a phase that selects nothing is no failure unless neither selects anything.
 set -euo pipefail
@@ -19,16 +20,24 @@ scripts/setup.sh
 .venv/bin/lint-imports
 
 NO_TESTS=5  # pytest's exit code when nothing was selected
+# The docker phase's output waits in a file until the parallel phase is done, then is shown whole.
+docker_log=$(mktemp)
+.venv/bin/python -m pytest --phase docker "$@" >"$docker_log" 2>&1 &
+docker_pid=$!
+trap 'kill "$docker_pid" 2>/dev/null || true; rm -f "$docker_log"' EXIT
 parallel=0
 .venv/bin/python -m pytest --phase parallel -n "${PROTOLAB_TEST_WORKERS:-2}" --dist loadfile "$@" || parallel=$?
+docker=0
+wait "$docker_pid" || docker=$?
+cat "$docker_log"
 serial=0
 .venv/bin/python -m pytest --phase serial "$@" || serial=$?
-# Both phases run whatever the first gave, so one run shows every failure.
-for code in "$parallel" "$serial"; do
+# Every phase runs whatever the others gave, so one run shows every failure.
+for code in "$parallel" "$docker" "$serial"; do
     if [[ $code -ne 0 && $code -ne $NO_TESTS ]]; then
         exit "$code"
     fi
 done
-if [[ $parallel -eq $NO_TESTS && $serial -eq $NO_TESTS ]]; then
+if [[ $parallel -eq $NO_TESTS && $docker -eq $NO_TESTS && $serial -eq $NO_TESTS ]]; then
     exit "$NO_TESTS"
 fi

@@ -67,8 +67,11 @@ def docker_quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
 # `parallel`, so a new load test can only be slower than need be, never measured beside another: the
 # e2e modules marked so check what k6 and the servers answer, not what anything costs. `serial` (and
 # `docker`) wins over `parallel`: a parallel module marks its few load tests so.
+# `--phase docker` takes the `docker` tests out of the serial phase: scripts/test.sh runs them one at a
+# time beside the parallel phase. They judge what the runner and the engine did (statuses, containers,
+# limits, files), never a figure, and mostly wait on the engine, whose containers run on its CPUs.
 PARALLEL_DIRECTORIES = ("unit",)
-PHASES = ("parallel", "serial")
+PHASES = ("parallel", "docker", "serial")
 _PHASE_NOTE = pytest.StashKey[str]()
 
 # The `docker` tests (tests/e2e/test_docker_*.py) need a Docker engine and the lab's images: they run
@@ -84,7 +87,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=PHASES,
         default=None,
         help="run only the tests of one phase of scripts/test.sh: parallel (safe beside each other, "
-        "for pytest-xdist) or serial (one at a time: tests/conftest.py says which); default: every test",
+        "for pytest-xdist), docker (the Docker engine's, one at a time beside the parallel phase) or "
+        "serial (one at a time, alone: tests/conftest.py says which); default: every test",
     )
 
 
@@ -100,6 +104,13 @@ def is_serial(item: pytest.Item) -> bool:
     if is_under(item, PARALLEL_DIRECTORIES):
         return False
     return item.get_closest_marker("parallel") is None
+
+
+def phase_of(item: pytest.Item) -> str:
+    """The phase of scripts/test.sh the test runs in."""
+    if item.get_closest_marker("docker"):
+        return "docker"
+    return "serial" if is_serial(item) else "parallel"
 
 
 def _deselect(config: pytest.Config, items: list[pytest.Item], keep: Callable[[pytest.Item], bool]) -> int:
@@ -124,15 +135,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
     phase = config.getoption("--phase")
     if phase is not None:
-        serial = phase == "serial"
-        other = _deselect(config, items, lambda item: is_serial(item) == serial)
-        if not serial:
+        other = _deselect(config, items, lambda item: phase_of(item) == phase)
+        if phase == "parallel":
             # The modules that start servers first, the unit tests' many short ones last: xdist hands
             # out files in this order, so the long ones (a pip install, the fuzzing) do not start at
             # the end while the other workers idle.
             items.sort(key=lambda item: is_under(item, PARALLEL_DIRECTORIES))
         config.stash[_PHASE_NOTE] = (
-            f"phase {phase}: {len(items)} test(s), {other} of the other phase deselected"
+            f"phase {phase}: {len(items)} test(s), {other} of the other phases deselected"
         )
 
 
