@@ -1,5 +1,6 @@
 """Shared fixtures; gRPC runs without fork handlers, as in the runner; the docker tests only on request;
-the two phases of scripts/test.sh (`--phase parallel`, `--phase serial`: docs/testing.md)."""
+the three phases of scripts/test.sh (`--phase parallel`, `--phase docker`, `--phase serial`:
+docs/testing.md)."""
 
 import os
 import signal
@@ -59,7 +60,7 @@ def docker_quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
     quick_polls_and_compose_defaults(monkeypatch)
 
 
-# scripts/test.sh runs the suite in two phases. `--phase parallel` (on pytest-xdist's workers) takes
+# scripts/test.sh runs the suite in phases. `--phase parallel` (on pytest-xdist's workers) takes
 # the tests that only use sockets on ephemeral ports, their own files and processes; `--phase serial`
 # (one test at a time) the rest: the tests that measure CPU, set cgroup quotas, drive k6 load or need
 # Docker, which a test beside them would disturb. By directory: tests/unit/ is parallel; anywhere else
