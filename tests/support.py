@@ -29,6 +29,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # about 0.3 s instead of 2.5 s, before and after each of the ~50 runs of the serial phase. The local
 # ci run (test_e2e_local.py) and one interrupt moment keep the default.
 QUICK_CALIBRATION = ("--calibration-rounds", "5")
+
+
+def run_matrix_command(*args: str) -> list[str]:
+    """scripts/run_matrix.py with args, calibrating quickly (QUICK_CALIBRATION), run from ROOT."""
+    return [sys.executable, "scripts/run_matrix.py", *QUICK_CALIBRATION, *args]
+
+
 CERTS = ROOT / "certs"
 # matrix.toml's instrumented targets of the default and ci presets, in its order: what the lab
 # must offer, written out so a target dropped from the matrix fails the tests.

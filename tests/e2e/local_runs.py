@@ -11,7 +11,6 @@ import csv
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 
 from services.common.cgroup import own_cgroup
-from tests.support import QUICK_CALIBRATION, ROOT, seed_keeping_matrix_order
+from tests.support import ROOT, run_matrix_command, seed_keeping_matrix_order
 
 MARKER = "PROTOLAB_TEST_RUN"
 FIRST = "aiohttp-h1.small.c100.closed.r1"
@@ -72,17 +71,7 @@ def start_run(out: Path, *args: str, marker: str | None = None) -> Run:
     out.parent.mkdir(parents=True, exist_ok=True)
     log = (out.parent / f"{out.name}.output").open("ab")
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "scripts/run_matrix.py",
-            *QUICK_CALIBRATION,
-            "--backend",
-            "local",
-            "--out",
-            str(out),
-            *QUIET,
-            *args,
-        ],
+        run_matrix_command("--backend", "local", "--out", str(out), *QUIET, *args),
         cwd=ROOT,
         env={**os.environ, MARKER: marker},
         stdout=log,

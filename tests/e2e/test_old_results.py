@@ -18,7 +18,7 @@ from labrunner.report.serialization import QUICK, as_document
 from labrunner.report.serialization import run as run_serialization
 from labrunner.results import methodology
 
-from tests.support import QUICK_CALIBRATION, ROOT
+from tests.support import ROOT, run_matrix_command
 
 FIXTURE = ROOT / "tests" / "fixtures" / "run-0.2.0"
 RUN_ID = "20261204-old020"  # the fixture's manifest's
@@ -38,18 +38,7 @@ pytestmark = pytest.mark.timeout(240)
 def _run_matrix(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
     write_json_atomic(out / "serialization.json", as_document(run_serialization(QUICK), QUICK))
     return subprocess.run(
-        [
-            sys.executable,
-            "scripts/run_matrix.py",
-            *QUICK_CALIBRATION,
-            "--backend",
-            "local",
-            "--out",
-            str(out),
-            *QUIET,
-            *SELECTION,
-            *args,
-        ],
+        run_matrix_command("--backend", "local", "--out", str(out), *QUIET, *SELECTION, *args),
         cwd=ROOT,
         check=False,
         capture_output=True,
