@@ -15,7 +15,8 @@ import pytest
 from labrunner.observe import local_stack
 
 from tests.dashboard_queries import check_dashboards
-from tests.support import ALL_TARGETS, ROOT, free_ports
+from tests.e2e.local_runs import quick_benchmark
+from tests.support import ALL_TARGETS, QUICK_CALIBRATION, ROOT, free_ports
 
 pytestmark = pytest.mark.e2e
 
@@ -180,7 +181,9 @@ def test_a_target_that_fails_verification_fails_alone(tmp_path: Path) -> None:
         'protocol = "http2"\ntls = true\nexpect_proto = "HTTP/2.0"\nenv = { ALPN_PROTOCOLS = "http/1.1" }\n'
     )
     out = tmp_path / "broken"
+    quick_benchmark(out)  # neither the benchmark nor the calibration is under test here
     completed = _run_matrix(
+        *QUICK_CALIBRATION,
         "--matrix", str(matrix),
         "--preset", "ci",
         "--target", "quart-claims-h2,aiohttp-h1",
