@@ -189,6 +189,10 @@ def launch_service(
         "METRICS_PORT": "0",
         "WORKERS": "1",
         "SHUTDOWN_DRAIN_SECONDS": "0",
+        # As the runner starts its services (labrunner.backends.base.SERVICE_STOP_ENV): a stop after
+        # the clients have gone sometimes waited the whole grace, and at the services' 10 s that was
+        # 11 s more in dozens of teardowns. A test of the grace period sets its own.
+        "SHUTDOWN_GRACE_SECONDS": "1",
         "RECORD_POOL_SIZE": "2000",
         **(env or {}),
     }

@@ -269,6 +269,7 @@ def test_ctrl_c_removes_service_and_k6(tmp_path: Path, published_service: FakeDo
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["complete"] is False
 
 
+@pytest.mark.serial  # it measures a rate; beside the docker phase's load the probe failed once
 def test_the_link_probe_measures_rtt_and_rate_over_real_sockets() -> None:
     """docker_probe.py runs alone in the helper image: serve and measure over loopback here."""
     with socket.socket() as free:

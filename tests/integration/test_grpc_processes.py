@@ -100,6 +100,9 @@ async def _calls_across_sigterm(service: RunningService, drain_seconds: float) -
     assert len(streams) == 4 and min(streams) > signalled + drain_seconds  # they outlived the drain
 
 
+# 20,000 records streamed to slow readers within the grace period: beside the docker phase's load
+# (the clean-clone check of be2aae1) a stream was cut at the grace's end. Alone.
+@pytest.mark.serial
 def test_sigterm_finishes_in_flight_calls_and_exits_0(
     start_service: Callable[..., RunningService], module: str
 ) -> None:

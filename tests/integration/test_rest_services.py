@@ -363,7 +363,12 @@ async def _load_through_shutdown(service: RunningService, drain_seconds: float) 
 @pytest.mark.parametrize("drain_seconds", [0, pytest.param(1, marks=pytest.mark.serial)])
 @pytest.mark.parametrize("module", SERVERS)
 def test_sigterm_finishes_in_flight_requests(start_service, module, drain_seconds) -> None:
-    env = {**BASE_ENV, "WORKERS": "2", "SHUTDOWN_DRAIN_SECONDS": str(drain_seconds)}
+    env = {
+        **BASE_ENV,
+        "WORKERS": "2",
+        "SHUTDOWN_DRAIN_SECONDS": str(drain_seconds),
+        "SHUTDOWN_GRACE_SECONDS": "10",  # the in-flight requests' time to finish
+    }
     service = start_service(module, env)
     outcome = asyncio.run(_load_through_shutdown(service, drain_seconds))
     assert service.process.wait(timeout=15) == 0
