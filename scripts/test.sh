@@ -5,8 +5,8 @@
 # and beside them the docker tests one at a time (with PROTOLAB_DOCKER_TESTS=1: they wait on the
 # engine and judge no figure); then the serial ones one at a time, alone (they measure CPU, set cgroup
 # quotas or drive k6 load: marked `serial`, or under tests/e2e/; tests/conftest.py decides).
-# Arguments go to pytest, in both phases: `scripts/test.sh tests/unit` runs one kind (unit,
-# integration, e2e); a phase that selects nothing is no failure unless neither selects anything.
+# Arguments go to pytest, in every phase: `scripts/test.sh tests/unit` runs one kind (unit,
+# integration, e2e); a phase that selects nothing is no failure unless none selects anything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Bytecode caches (__pycache__, ignored by git) even where the environment turns them off: without
@@ -20,16 +20,22 @@ scripts/setup.sh
 .venv/bin/lint-imports
 
 NO_TESTS=5  # pytest's exit code when nothing was selected
-# The docker phase's output waits in a file until the parallel phase is done, then is shown whole.
-docker_log=$(mktemp)
-.venv/bin/python -m pytest --phase docker "$@" >"$docker_log" 2>&1 &
-docker_pid=$!
-trap 'kill "$docker_pid" 2>/dev/null || true; rm -f "$docker_log"' EXIT
+# The docker phase only when its tests are asked for (tests/conftest.py); its output waits in a file
+# until the parallel phase is done, then is shown whole.
+docker=$NO_TESTS
+if [[ ${PROTOLAB_DOCKER_TESTS:-} == 1 ]]; then
+    docker_log=$(mktemp)
+    .venv/bin/python -m pytest --phase docker "$@" >"$docker_log" 2>&1 &
+    docker_pid=$!
+    trap 'kill "$docker_pid" 2>/dev/null || true; rm -f "$docker_log"' EXIT
+fi
 parallel=0
 .venv/bin/python -m pytest --phase parallel -n "${PROTOLAB_TEST_WORKERS:-2}" --dist loadfile "$@" || parallel=$?
-docker=0
-wait "$docker_pid" || docker=$?
-cat "$docker_log"
+if [[ ${PROTOLAB_DOCKER_TESTS:-} == 1 ]]; then
+    docker=0
+    wait "$docker_pid" || docker=$?
+    cat "$docker_log"
+fi
 serial=0
 .venv/bin/python -m pytest --phase serial "$@" || serial=$?
 # Every phase runs whatever the others gave, so one run shows every failure.

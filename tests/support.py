@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from labrunner.backends.base import Endpoint, ServiceHandle
+from labrunner.backends.base import SERVICE_STOP_ENV, Endpoint, ServiceHandle
 from labrunner.model.matrix import expand, parse_matrix
 from labrunner.model.scenario import Plan, Scenario
 from labrunner.results.store import scenario_dict
@@ -188,11 +188,10 @@ def launch_service(
         "PORT": "0",
         "METRICS_PORT": "0",
         "WORKERS": "1",
-        "SHUTDOWN_DRAIN_SECONDS": "0",
-        # As the runner starts its services (labrunner.backends.base.SERVICE_STOP_ENV): a stop after
-        # the clients have gone sometimes waited the whole grace, and at the services' 10 s that was
-        # 11 s more in dozens of teardowns. A test of the grace period sets its own.
-        "SHUTDOWN_GRACE_SECONDS": "1",
+        # No drain and a 1 s grace, as the runner starts its services: a stop after the clients have
+        # gone sometimes waited the whole grace, and at the services' 10 s that was 11 s more in
+        # dozens of teardowns. A test of the drain or the grace period sets its own.
+        **SERVICE_STOP_ENV,
         "RECORD_POOL_SIZE": "2000",
         **(env or {}),
     }
