@@ -127,13 +127,26 @@ def test_idle_connections_leave_the_server_serving(abused: Confined) -> None:
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
+def _whole_http1_response(received: bytes) -> bool:
+    """An HTTP/1.x status line, its headers and as much body as their Content-Length says."""
+    head, blank_line, body = received.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    return (
+        received.startswith(b"HTTP/1.")
+        and bool(blank_line)
+        and length is not None
+        and len(body) >= int(length[1])
+    )
+
+
 def _answer_to(port: int, request: bytes) -> bytes:
-    """What a cleartext server sends back to request, until it closes or 5 s pass."""
+    """What a cleartext server sends back to request: one whole HTTP/1.x response, or whatever came
+    until it closed or 5 s passed (a kept-alive connection is not waited out: 5 s a case)."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(request)
         received = b""
         try:
-            while chunk := sock.recv(65536):
+            while not _whole_http1_response(received) and (chunk := sock.recv(65536)):
                 received += chunk
         except (TimeoutError, ConnectionResetError):
             pass

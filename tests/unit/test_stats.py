@@ -1,10 +1,20 @@
 """Unit tests: summaries and ratio tests against values worked out by hand from printed t tables."""
 
 import math
+import random
 import warnings
 
 import pytest
-from labrunner.report.stats import NOT_POSITIVE, ONE_REPEAT, Ratio, half_width, ratio, summarize, t_quantile
+from labrunner.report.stats import (
+    NOT_POSITIVE,
+    ONE_REPEAT,
+    Ratio,
+    half_width,
+    paired_ratio,
+    ratio,
+    summarize,
+    t_quantile,
+)
 from scipy import stats as scipy_stats
 
 # Student t critical values as printed in statistics tables (two-sided).
@@ -183,3 +193,32 @@ def test_scipy_welch_reproduces_the_hand_derived_results(
     assert r.p_value == pytest.approx(p_value, rel=1e-9)
     assert r.significant is (p_value < 1 - confidence)
     assert r.note == ""
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_both_t_tests_equal_scipy_stats_own(seed: int) -> None:
+    """ratio() is Welch's test and paired_ratio() the paired one, as scipy.stats computes them: the
+    same p-value, interval and TOST interval (the module computes them from scipy.special, which
+    imports in a fraction of scipy.stats' time)."""
+    rng = random.Random(seed)
+    n = rng.randint(2, 9)
+    candidate = [rng.lognormvariate(0.05 * seed, 0.1) for _ in range(n)]
+    baseline = [
+        rng.lognormvariate(0.0, 0.1 + 0.02 * seed) for _ in range(n if seed % 2 else rng.randint(2, 9))
+    ]
+    tests = [
+        (
+            ratio(candidate, baseline),
+            scipy_stats.ttest_ind(_logs(candidate), _logs(baseline), equal_var=False),
+        )
+    ]
+    if len(baseline) == n:
+        tests.append(
+            (paired_ratio(candidate, baseline), scipy_stats.ttest_rel(_logs(candidate), _logs(baseline)))
+        )
+    for ours, theirs in tests:
+        interval, tost = theirs.confidence_interval(0.95), theirs.confidence_interval(0.90)
+        assert ours.p_value == pytest.approx(float(theirs.pvalue), rel=1e-9, abs=1e-15)
+        assert ours.low == pytest.approx(math.exp(interval.low), rel=1e-9)
+        assert ours.high == pytest.approx(math.exp(interval.high), rel=1e-9)
+        assert ours.equivalent == (math.exp(tost.low) >= 0.9 and math.exp(tost.high) <= 1.1)

@@ -2,12 +2,13 @@
 
 import math
 import statistics
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from scipy import stats as scipy_stats
+# The t distribution's functions alone: scipy.stats, whose t-tests this module used to call, took about
+# 1 s to import (its distributions' docstrings) in every run's process; the tests compare these
+# t-tests with scipy.stats' own (tests/unit/test_stats.py).
+from scipy import special
 
 from labrunner.results.trust import MAX_INTERVAL_WIDTH, SETTLED_HALF_WIDTH, rounds_needed, too_wide
 
@@ -75,7 +76,7 @@ class Ratio:
 
 def t_quantile(confidence: float, df: float) -> float:
     """The two-sided Student t critical value: P(|T| <= value) = confidence with df degrees of freedom."""
-    return float(scipy_stats.t.ppf((1 + confidence) / 2, df))
+    return float(special.stdtrit(df, (1 + confidence) / 2))
 
 
 def half_width(stddev: float, n: int, confidence: float) -> float:
@@ -125,8 +126,8 @@ def ratio(candidate: Sequence[float], baseline: Sequence[float], confidence: flo
     two servers rarely have. With 2-5 repeats a bootstrap has too few distinct resamples
     to give an interval; the t interval is exact for log-normal repeats and widens
     honestly with few of them. The interval is exp(mean difference +- t * standard
-    error) with Welch-Satterthwaite degrees of freedom (scipy's Welch test and its
-    confidence_interval), so "significant" (p below 1 - confidence) and "the interval
+    error) with Welch-Satterthwaite degrees of freedom (as scipy.stats' Welch test and its
+    confidence_interval have it), so "significant" (p below 1 - confidence) and "the interval
     excludes 1" always agree.
     """
     if not candidate or not baseline:
@@ -142,11 +143,12 @@ def ratio(candidate: Sequence[float], baseline: Sequence[float], confidence: flo
     if len(set(log_c)) == 1 and len(set(log_b)) == 1:
         # No spread on either side (e.g. bytes per response): any difference is real.
         return _exact(math.exp(difference), same=difference == 0)
-    with warnings.catch_warnings():
-        # One side without spread is exact (variance 0), not the precision loss scipy warns of.
-        warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
-        welch = scipy_stats.ttest_ind(log_c, log_b, equal_var=False)
-        return _tested(math.exp(difference), welch, confidence, min(len(log_c), len(log_b)))
+    # Welch's test: each side's variance of its mean, and the Welch-Satterthwaite degrees of freedom.
+    share_c = statistics.variance(log_c) / len(log_c)
+    share_b = statistics.variance(log_b) / len(log_b)
+    df = (share_c + share_b) ** 2 / (share_c**2 / (len(log_c) - 1) + share_b**2 / (len(log_b) - 1))
+    welch = TTest(difference, math.sqrt(share_c + share_b), df)
+    return _tested(math.exp(difference), welch, confidence, min(len(log_c), len(log_b)))
 
 
 def paired_ratio(
@@ -157,7 +159,7 @@ def paired_ratio(
     host, the hypervisor) cancels in each round's ratio instead of widening both groups' spread.
 
     The ratio is exp(mean of the rounds' log ratios), its interval exp(mean ± t·sd/√n) with n - 1
-    degrees of freedom (scipy's ttest_rel), TOST at 1 - 2(1 - confidence) as for ratio().
+    degrees of freedom (as scipy.stats' ttest_rel), TOST at 1 - 2(1 - confidence) as for ratio().
     """
     if len(candidate) != len(baseline) or not candidate:
         raise ValueError("paired_ratio needs the same number of values on both sides")
@@ -169,8 +171,9 @@ def paired_ratio(
     point = math.exp(statistics.fmean(differences))
     if max(differences) - min(differences) < 1e-12:  # every round the same ratio, to rounding: exact
         return _exact(point, same=abs(differences[0]) < 1e-12)
-    test = scipy_stats.ttest_rel([math.log(c) for c in candidate], [math.log(b) for b in baseline])
-    return _tested(point, test, confidence, len(differences))
+    n = len(differences)
+    test = TTest(statistics.fmean(differences), statistics.stdev(differences) / math.sqrt(n), n - 1)
+    return _tested(point, test, confidence, n)
 
 
 def _exact(point: float, same: bool) -> Ratio:
@@ -178,20 +181,40 @@ def _exact(point: float, same: bool) -> Ratio:
     return Ratio(point, point, point, 1.0 if same else 0.0, not same, equivalent=_within_margin(point, point))
 
 
-def _tested(point: float, test: Any, confidence: float, rounds: int) -> Ratio:
-    """The ratio `point` judged by a scipy t-test on the logarithms (Welch's or paired): its interval,
-    significance and TOST at 1 - 2(1 - confidence). The interval is clamped to the point: scipy's own
-    mean difference may differ from ours in the last bit."""
-    interval = test.confidence_interval(confidence_level=confidence)
-    tost = test.confidence_interval(confidence_level=1 - 2 * (1 - confidence))
-    p_value = float(test.pvalue)
+@dataclass(frozen=True)
+class TTest:
+    """A t-test of a mean difference of logarithms against 0 (Welch's or paired): the difference, its
+    standard error (above 0) and the degrees of freedom, as scipy.stats' ttest_ind and ttest_rel have them."""
+
+    difference: float
+    standard_error: float
+    df: float
+
+    @property
+    def p_value(self) -> float:
+        """Two-sided."""
+        return float(2 * special.stdtr(self.df, -abs(self.difference / self.standard_error)))
+
+    def interval(self, confidence: float) -> tuple[float, float]:
+        """The difference's Student t interval at this confidence."""
+        margin = t_quantile(confidence, self.df) * self.standard_error
+        return self.difference - margin, self.difference + margin
+
+
+def _tested(point: float, test: TTest, confidence: float, rounds: int) -> Ratio:
+    """The ratio `point` judged by a t-test on the logarithms (Welch's or paired): its interval,
+    significance and TOST at 1 - 2(1 - confidence). The interval is clamped to the point: the test's
+    mean difference may differ from exp's inverse in the last bit."""
+    low, high = test.interval(confidence)
+    tost_low, tost_high = test.interval(1 - 2 * (1 - confidence))
+    p_value = test.p_value
     return Ratio(
         estimate=point,
-        low=min(point, math.exp(float(interval.low))),
-        high=max(point, math.exp(float(interval.high))),
+        low=min(point, math.exp(low)),
+        high=max(point, math.exp(high)),
         p_value=p_value,
         significant=p_value < 1 - confidence,
-        equivalent=_within_margin(math.exp(float(tost.low)), math.exp(float(tost.high))),
+        equivalent=_within_margin(math.exp(tost_low), math.exp(tost_high)),
         rounds=rounds,
     )
 
