@@ -146,7 +146,7 @@ def test_a_calibration_on_a_busy_host_is_taken_again(monkeypatch: pytest.MonkeyP
     _calibrations(monkeypatch, [0.21, 0.09, 0.01, 0.5])
     lines: list[str] = []
     result = calibration.calibrate([1], "before", lines.append)
-    assert result["others_share"] == 0.01  # the third attempt, the first quiet one
+    assert result["others_share"] == 0.01 and result["attempts"] == 3  # the first quiet one
     assert [line for line in lines if "again" in line] == [
         "calibration before: others used 21% of the host; again in 0 s",
         "calibration before: others used 9% of the host; again in 0 s",
@@ -154,6 +154,17 @@ def test_a_calibration_on_a_busy_host_is_taken_again(monkeypatch: pytest.MonkeyP
     # Never more than CALIBRATION_ATTEMPTS: a host that stays busy keeps the last attempt.
     _calibrations(monkeypatch, [0.3] * calibration.CALIBRATION_ATTEMPTS + [0.0])
     assert calibration.calibrate([1], "after", lines.append)["others_share"] == 0.3
+
+
+def test_one_attempt_takes_the_first_calibration_however_busy_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _calibrations(monkeypatch, [0.6, 0.0])  # --calibration-attempts 1
+    lines: list[str] = []
+    result = calibration.calibrate([1], "before", lines.append, attempts=1)
+    assert (result["others_share"], result["attempts"]) == (0.6, 1)  # kept, with what others used
+    assert not [line for line in lines if "again" in line]
+    assert "others used 60.0% of the host" in lines[-1]
 
 
 def test_calibration_records_what_others_used_of_the_host_in_the_rounds_asked() -> None:
@@ -170,3 +181,12 @@ def test_calibration_rounds_below_two_or_not_a_number_are_refused(text: str, err
     with pytest.raises(argparse.ArgumentTypeError, match=error):
         options.rounds(text)
     assert options.rounds("5") == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "error"), [("0", "'0': at least 1 attempt"), ("once", "'once' is not a whole number")]
+)
+def test_calibration_attempts_below_one_or_not_a_number_are_refused(text: str, error: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=error):
+        options.attempts(text)
+    assert options.attempts("1") == 1

@@ -176,6 +176,7 @@ def _session_config(
         precision=plan.precision if args.precision is None else args.precision,
         budget_s=plan.budget_s if args.budget is None else args.budget,
         calibration_rounds=args.calibration_rounds,
+        calibration_attempts=args.calibration_attempts,
     )
 
 

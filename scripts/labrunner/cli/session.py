@@ -76,7 +76,7 @@ def run_plan(
     try:
         if run_order:
             calibrations["before"] = calibration.calibrate(
-                calibration_cpus, "before", say, config.calibration_rounds
+                calibration_cpus, "before", say, config.calibration_rounds, config.calibration_attempts
             )
         index = 0
         for unit in plan.run_units:
@@ -119,7 +119,7 @@ def run_plan(
             manifest_args["precision"] = precision_record(config, sharpness, len(added))
         if plan.scenarios:
             calibrations["after"] = calibration.calibrate(
-                calibration_cpus, "after", say, config.calibration_rounds
+                calibration_cpus, "after", say, config.calibration_rounds, config.calibration_attempts
             )
         interrupted = False
     finally:

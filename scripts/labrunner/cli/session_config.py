@@ -22,3 +22,5 @@ class SessionConfig:
     budget_s: float = 0.0
     # --calibration-rounds: rounds of each calibration workload before and after the run.
     calibration_rounds: int = calibration.ROUNDS
+    # --calibration-attempts: how often a calibration is taken while others keep the host busy.
+    calibration_attempts: int = calibration.CALIBRATION_ATTEMPTS

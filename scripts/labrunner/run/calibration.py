@@ -52,7 +52,7 @@ TIMEOUT_S = 120.0
 RUN_SPREAD = 0.05
 BASELINE_SPREAD = 0.10
 # A calibration during which other processes used more than this share of the host's CPUs is
-# taken again after a pause, at most CALIBRATION_ATTEMPTS times in all.
+# taken again after a pause, at most CALIBRATION_ATTEMPTS times in all (--calibration-attempts).
 QUIET_SHARE = 0.05
 QUIET_WAIT_S = 5.0
 CALIBRATION_ATTEMPTS = 3
@@ -261,17 +261,19 @@ def run(cpus: Sequence[int], when: str, rounds: int = ROUNDS) -> dict[str, Any]:
     }
 
 
-def calibrate(cpus: Sequence[int], when: str, say: Say, rounds: int = ROUNDS) -> dict[str, Any]:
+def calibrate(
+    cpus: Sequence[int], when: str, say: Say, rounds: int = ROUNDS, attempts: int = CALIBRATION_ATTEMPTS
+) -> dict[str, Any]:
     """run() with a line for the user, again (after a pause) while others use more than QUIET_SHARE of
-    the host: at the start of a run, the Prometheus and InfluxDB it just started are still busy."""
-    result = run(cpus, when, rounds)
-    for _ in range(1, CALIBRATION_ATTEMPTS):
-        if "error" in result or result["others_share"] <= QUIET_SHARE:
-            break
+    the host, `attempts` times at most: at the start of a run, the Prometheus and InfluxDB it just
+    started are still busy. The result keeps what others used and how many attempts were taken."""
+    result, taken = run(cpus, when, rounds), 1
+    while taken < attempts and "error" not in result and result["others_share"] > QUIET_SHARE:
         busy = result["others_share"]
         say(f"calibration {when}: others used {busy:.0%} of the host; again in {QUIET_WAIT_S:g} s")
         time.sleep(QUIET_WAIT_S)
-        result = run(cpus, when, rounds)
+        result, taken = run(cpus, when, rounds), taken + 1
+    result["attempts"] = taken
     if "error" in result:
         say(f"calibration {when}: failed: {result['error']}")
     else:
