@@ -248,7 +248,7 @@ def _add_run_and_output(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         default=calibration.CALIBRATION_ATTEMPTS,
         help="how often a calibration is taken, 5 s apart, while other processes use more than "
-        f"{calibration.QUIET_SHARE:.0%} of the host; 1 takes the first, for a host that is never quiet "
+        f"{calibration.QUIET_SHARE:.0%}% of the host; 1 takes the first, for a host that is never quiet "
         "(a CI machine: the lab's own tests take 1); the manifest keeps what others used "
         f"(default: {calibration.CALIBRATION_ATTEMPTS})",
     )

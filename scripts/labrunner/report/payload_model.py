@@ -286,6 +286,10 @@ def crossover(grpc: CostModel, rest: CostModel) -> Crossover:
     )
 
 
+# Relative rounding below which Fieller's leading coefficient counts as zero.
+ROUNDING = 1e-9
+
+
 def fieller(
     numerator: float,
     denominator: float,
@@ -299,10 +303,12 @@ def fieller(
 
     The set of θ with (N - θD)² <= t² (v_NN - 2θ v_ND + θ² v_DD) is a finite interval when the
     denominator differs from 0 at this level (D² > t² v_DD); otherwise it is the whole line or its
-    complement around an interval, unbounded either way.
+    complement around an interval, unbounded either way. A denominator that differs from 0 by a hair
+    (D² - t² v_DD within rounding of D²) counts as not differing: the ends, divided by that hair,
+    would be lost to cancellation.
     """
     a = denominator**2 - t**2 * var_denominator
-    if a <= 0:
+    if a <= ROUNDING * denominator**2:
         return None
     b = numerator * denominator - t**2 * covariance
     c = numerator**2 - t**2 * var_numerator
