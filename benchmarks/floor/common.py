@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import orjson
+from google.protobuf.message import Message
 
 from services.common import interpreter
 from services.common.cgroup import worker_count
@@ -33,10 +34,27 @@ from services.common.pool import load_pool
 
 # make, model, trim, color, year, mileage, firstname, lastname, driver_id: the proto's order.
 FlatRecord = tuple[str, str, str, str, int, int, str, str, str]
+Flat = tuple[Any, ...]  # a record of any shape (benchmarks/floor/shapes.py), as one flat tuple
 # Equal to the lab servers' (services/common/rest.py): the same connection storm queued.
 LISTEN_BACKLOG = 1024
 KEEP_ALIVE_TIMEOUT_SECONDS = 75.0
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+@dataclass(frozen=True)
+class FloorShape:
+    """One record shape as the floor serves it (benchmarks/floor/shapes.py's FLOOR_SHAPES)."""
+
+    service: str  # the gRPC service's full name
+    record_message: type[Message]
+    list_message: type[Message]
+    create_message: type[Message]
+    flat: Callable[[dict[str, Any]], Flat]  # the pool's JSON record -> its flat tuple
+    documents: Callable[[Sequence[Flat]], list[dict[str, Any]]]  # flat tuples -> the body's records
+    fill: Callable[[Any, Flat], Any]  # (a record message, a flat tuple) -> the message, filled
+    from_message: Callable[[Any], Flat]  # an upload's record message -> its flat tuple
+    checksum: Callable[[Sequence[Flat]], int]
+    records_of_body: Callable[[bytes, int], list[Flat]]  # a REST upload's body -> flat tuples, or BadRequest
 
 
 class BadRequest(ValueError):

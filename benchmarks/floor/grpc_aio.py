@@ -12,9 +12,9 @@ import uvloop
 from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from benchmarks.floor.common import BadRequest, FloorSettings, Records, floor_settings, run
+from benchmarks.floor.common import BadRequest, FloorSettings, FloorShape, Records, floor_settings, run
 from benchmarks.floor.messages import Messages, Request, Uploads, UploadTooLarge, undecodable
-from benchmarks.floor.shapes import FLOOR_SHAPES, FloorShape
+from benchmarks.floor.shapes import FLOOR_SHAPES
 from services.common.pb import cars_pb2, cars_pb2_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]

@@ -19,13 +19,14 @@ from benchmarks.floor.common import (
     LISTEN_BACKLOG,
     BadRequest,
     FloorSettings,
+    FloorShape,
     Records,
     floor_settings,
     listen_socket,
     run,
 )
 from benchmarks.floor.messages import Messages, Request, Uploads, UploadTooLarge, undecodable
-from benchmarks.floor.shapes import FLOOR_SHAPES, FloorShape
+from benchmarks.floor.shapes import FLOOR_SHAPES
 from services.common import grpclib_limits
 from services.common.pb import cars_grpc, cars_pb2
 

@@ -2,15 +2,12 @@
 messages turned into flat tuples, answered as the lab answers them."""
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from google.protobuf.message import Message
 
-from benchmarks.floor.common import BadRequest, FlatRecord, FloorSettings, Records
+from benchmarks.floor.common import BadRequest, FlatRecord, FloorSettings, FloorShape, Records
 from services.common.pb import cars_pb2
-
-if TYPE_CHECKING:  # benchmarks.floor.shapes imports this module's cars functions
-    from benchmarks.floor.shapes import FloorShape
 
 Request = cars_pb2.ListRecordsRequest
 
@@ -21,7 +18,7 @@ class Messages:
     place); prebuilt: one record message per pool record made at start, which a response copies in
     (upb cannot share sub-messages)."""
 
-    def __init__(self, settings: FloorSettings, records: Records, shape: "FloorShape") -> None:
+    def __init__(self, settings: FloorSettings, records: Records, shape: FloorShape) -> None:
         self._records = records
         self._fill, self._record, self._list = shape.fill, shape.record_message, shape.list_message
         self._prebuilt: list[Message] | None = None
@@ -94,7 +91,7 @@ class Uploads:
     than max_count, a stream's at its first record over max_count; UploadTooLarge once a stream's
     messages exceed max_request_bytes in total, counted before each is decoded (the lab's bound)."""
 
-    def __init__(self, max_count: int, max_request_bytes: int, shape: "FloorShape") -> None:
+    def __init__(self, max_count: int, max_request_bytes: int, shape: FloorShape) -> None:
         self.max_count = max_count
         self.max_request_bytes = max_request_bytes
         self._flat, self._checksum = shape.from_message, shape.checksum

@@ -4,34 +4,16 @@ code (services/common/shapes.py is the lab's); the same bytes on the wire and th
 cars' own functions stay where they were (bodies, messages, uploads, common); a floor takes its shape
 once, at start, as the lab's servers do."""
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-from google.protobuf.message import Message
-
 from benchmarks.floor import bodies, messages, uploads
-from benchmarks.floor.common import BadRequest, checksum
+from benchmarks.floor.common import BadRequest, Flat, FloorShape, checksum
 from services.common.pb import cars_pb2
 from services.common.shape_pool import NUMERIC_DOUBLES, NUMERIC_INTS, TEXT_FIELDS
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-Flat = tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class FloorShape:
-    service: str  # the gRPC service's full name
-    record_message: type[Message]
-    list_message: type[Message]
-    create_message: type[Message]
-    flat: Callable[[dict[str, Any]], Flat]  # the pool's JSON record -> its flat tuple
-    documents: Callable[[Sequence[Flat]], list[dict[str, Any]]]  # flat tuples -> the body's records
-    fill: Callable[[Any, Flat], Any]  # (a record message, a flat tuple) -> the message, filled
-    from_message: Callable[[Any], Flat]  # an upload's record message -> its flat tuple
-    checksum: Callable[[Sequence[Flat]], int]
-    records_of_body: Callable[[bytes, int], list[Flat]]  # a REST upload's body -> flat tuples, or BadRequest
 
 
 def _cars_flat(record: dict[str, Any]) -> Flat:

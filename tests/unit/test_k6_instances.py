@@ -26,8 +26,7 @@ from labrunner.cli import run_matrix as cli
 from labrunner.model.matrix import expand, load_matrix, parse_matrix
 from labrunner.model.scenario import LoadModel, Overrides, Scenario
 from labrunner.model.schema import MatrixError
-from labrunner.results.record import build_result
-from labrunner.results.trust import judge_outcome
+from labrunner.results.record import build_result, judge_outcome
 from labrunner.run.k6.invocation import K6Setup
 from labrunner.run.k6.merge import merge_exit_codes, merge_runs
 from labrunner.run.k6.output import take_latency_samples

@@ -20,7 +20,7 @@ from labrunner.cli.progress import outcome_line
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Scenario
 from labrunner.results import trust
-from labrunner.results.trust import judge_outcome
+from labrunner.results.record import judge_outcome
 from labrunner.run import live
 from labrunner.run.k6.invocation import K6Setup
 from labrunner.run.k6.result import K6Run

@@ -25,10 +25,9 @@ from labrunner.report.compare import (
     is_regression,
 )
 from labrunner.report.sections.latency import NO_LATENCY_CHART
-from labrunner.results.record import build_result
+from labrunner.results.record import build_result, judge_outcome
 from labrunner.results.result import parse_results
 from labrunner.results.store import RESULT_SCHEMA, result_path
-from labrunner.results.trust import judge_outcome
 from labrunner.run.k6.result import K6Run
 from labrunner.run.outcome import ScenarioOutcome
 from PIL import Image

@@ -15,10 +15,10 @@ from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import CapacitySearch, Overrides, Scenario
 from labrunner.observe import interference, prometheus_sd
 from labrunner.report.summary import summary_row, write_summaries
-from labrunner.results.record import build_result
+from labrunner.results.record import build_result, judge_outcome
 from labrunner.results.result import parse_result
 from labrunner.results.store import load_results, result_path, resumable
-from labrunner.results.trust import judge_outcome, verdict_of
+from labrunner.results.trust import verdict_of
 from labrunner.run import capacity
 from labrunner.run.k6.output import parse_summary
 from labrunner.run.k6.result import K6Run

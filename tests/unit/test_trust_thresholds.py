@@ -11,7 +11,7 @@ import pytest
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides
 from labrunner.results import trust
-from labrunner.results.record import build_result
+from labrunner.results.record import build_result, judge_outcome
 from labrunner.results.result import parse_result, parse_results
 from labrunner.results.trust import Figures, Host, K6Instance, Others, Requests, Step, judge, verdict_of
 
@@ -326,10 +326,10 @@ def test_the_judge_of_a_live_outcome_and_of_its_stored_figures_agree() -> None:
     ).scenarios
     [closed] = expand(matrix, "local", "ci", Overrides(targets=("grpc",))).scenarios
     capped = _outcome(sequential, summary=_summary(requests=90), k6_cpu=0.3)  # 90 of 100 in time
-    verdict = trust.judge_outcome(capped)
+    verdict = judge_outcome(capped)
     assert verdict.suspect == (f"only 90 of 100 requests within the {sequential.duration_s:g}s cap",)
     busy = _outcome(closed, summary=_summary(requests=3000, failed=60, dropped=5), k6_cpu=0.9)
-    busy_verdict = trust.judge_outcome(busy)
+    busy_verdict = judge_outcome(busy)
     assert busy_verdict.flags == ("k6-bound", "dropped", "errors")
     for outcome, live in ((capped, verdict), (busy, busy_verdict)):
         result = build_result(outcome, live)

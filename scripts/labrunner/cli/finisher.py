@@ -13,7 +13,7 @@ from labrunner.cli.progress import Kept, Progress
 from labrunner.cli.session_config import SessionConfig
 from labrunner.model.scenario import Scenario
 from labrunner.report.summary import write_summaries
-from labrunner.results import record, trust
+from labrunner.results import record
 from labrunner.results.store import (
     write_result,
 )
@@ -173,7 +173,7 @@ def _keep(outcome: ScenarioOutcome, out: Path, run_id: str, order: Sequence[str]
     when it can be: --resume runs a scenario again unless an ok result of it is on disk."""
     problems: list[str] = []
     try:
-        verdict = trust.judge_outcome(outcome)
+        verdict = record.judge_outcome(outcome)
         write_result(out, record.build_result(outcome, verdict))
     except Exception as exc:
         problem = f"its result could not be written: {type(exc).__name__}: {exc}"

@@ -5,26 +5,32 @@ from typing import TYPE_CHECKING, Any
 
 from labrunner.results.result import Result, parse_result
 from labrunner.results.store import RESULT_SCHEMA, scenario_dict
+from labrunner.results.trust import Verdict, figures_of, judge
 from labrunner.run.k6.result import K6Run
 from labrunner.run.outcome import ScenarioOutcome
 
 if TYPE_CHECKING:  # service_checks imports the generated gRPC stubs; results do not need them
-    from labrunner.results.trust import Verdict  # trust judges what unjudged() builds
     from labrunner.run.service_checks import Verification
 
 
-def build_result(outcome: ScenarioOutcome, verdict: "Verdict") -> dict[str, Any]:
-    """The result JSON of one scenario; verdict: trust.judge_outcome(outcome)."""
+def build_result(outcome: ScenarioOutcome, verdict: Verdict) -> dict[str, Any]:
+    """The result JSON of one scenario; verdict: judge_outcome(outcome)."""
     return _result(outcome, verdict)
 
 
+def judge_outcome(outcome: ScenarioOutcome) -> Verdict:
+    """The verdict on a scenario that just ran: judged from the result it stores (unjudged), as a
+    stored one is (trust.verdict_of)."""
+    return judge(figures_of(unjudged(outcome)))
+
+
 def unjudged(outcome: ScenarioOutcome) -> Result:
-    """The result of one scenario before its verdict: what trust.judge_outcome judges, so a live
-    outcome and a stored result are judged from the same typed figures."""
+    """The result of one scenario before its verdict: what judge_outcome judges, so a live outcome
+    and a stored result are judged from the same typed figures."""
     return parse_result(_result(outcome, None))
 
 
-def _result(outcome: ScenarioOutcome, verdict: "Verdict | None") -> dict[str, Any]:
+def _result(outcome: ScenarioOutcome, verdict: Verdict | None) -> dict[str, Any]:
     failure = outcome.failure
     return {
         "schema": RESULT_SCHEMA,

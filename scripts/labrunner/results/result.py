@@ -200,7 +200,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class StoredVerdict:
-    """The verdict the run stored (trust.judge_outcome's sentences)."""
+    """The verdict the run stored (record.judge_outcome's sentences)."""
 
     suspect: tuple[str, ...] = field(metadata=_shown("suspect"))
     lower_bound: str | None

@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from scipy import special  # not scipy.stats: about 1 s to import (report/stats.py)
 
 from labrunner.backends.base import cpu_list
-from labrunner.results import record
 from labrunner.results.result import Host, K6Instance, Others, Result, Step
-from labrunner.run.outcome import ScenarioOutcome
 
 __all__ = ["Host", "K6Instance", "Others", "Step"]  # the judge's figures, from the result model
 
@@ -187,11 +185,6 @@ def judge(figures: Figures) -> Verdict:
         flags=tuple(dict.fromkeys(r.flag for r in reasons)),
         limited_by=limited_by,
     )
-
-
-def judge_outcome(outcome: ScenarioOutcome) -> Verdict:
-    """The verdict on a scenario that just ran: judged from the result it stores, as a stored one is."""
-    return judge(figures_of(record.unjudged(outcome)))
 
 
 def verdict_of(result: Result) -> Verdict:
