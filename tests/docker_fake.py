@@ -296,7 +296,7 @@ def quick_polls_and_compose_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("labrunner.backends.docker.services._POLL_S", 0.01)
     # The CPU calibration around a session (about 3 s) is not under test here, as in the ladder and
     # precision session tests; the e2e runs calibrate for real.
-    monkeypatch.setattr("labrunner.run.calibration.calibrate", lambda cpus, when, say, rounds: {})
+    monkeypatch.setattr("labrunner.run.calibration.calibrate", lambda cpus, when, say, rounds, attempts: {})
     for variable in ("K6_IMAGE", "SERVICE_NOFILE"):
         monkeypatch.delenv(variable, raising=False)
 

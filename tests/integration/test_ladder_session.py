@@ -50,7 +50,7 @@ def _plan(*load_models: str) -> Plan:
 def _quick_polls_and_compose_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     quick_polls_and_compose_defaults(monkeypatch)
     # The CPU calibration around a session is not under test here (it waits out a busy host).
-    monkeypatch.setattr("labrunner.run.calibration.calibrate", lambda cpus, when, say, rounds: {})
+    monkeypatch.setattr("labrunner.run.calibration.calibrate", lambda cpus, when, say, rounds, attempts: {})
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ def _plan() -> Plan:
 @pytest.fixture(autouse=True)
 def _quick(monkeypatch: pytest.MonkeyPatch) -> None:
     quick_polls_and_compose_defaults(monkeypatch)
-    monkeypatch.setattr("labrunner.run.calibration.calibrate", lambda cpus, when, say, rounds: {})
+    monkeypatch.setattr("labrunner.run.calibration.calibrate", lambda cpus, when, say, rounds, attempts: {})
 
 
 @pytest.fixture
