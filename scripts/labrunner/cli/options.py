@@ -301,23 +301,21 @@ def _add_observability(out: argparse._ArgumentGroup) -> None:
 
 def rounds(text: str) -> int:
     """--calibration-rounds: a whole number of at least 2 (a fastest and a median round)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"{text!r}: at least 2 rounds")
-    return value
+    return _at_least(text, 2, "rounds")
 
 
 def attempts(text: str) -> int:
     """--calibration-attempts: a whole number of at least 1."""
+    return _at_least(text, 1, "attempt")
+
+
+def _at_least(text: str, least: int, unit: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: at least 1 attempt")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least {least} {unit}")
     return value
 
 
