@@ -60,9 +60,14 @@ def ca_context() -> ssl.SSLContext:
 @pytest.fixture(scope="module")
 def shared(ca_context: ssl.SSLContext) -> Iterator[dict[str, RunningService]]:
     """The shared servers, started in parallel; each must stop with exit code 0."""
+    # The services' own 10 s grace, not the tests' 1 s: all of them stop at once here, on a host busy
+    # with the other phases, and a Quart worker once took more than 1 s to stop (exit 1, killed).
+    stop = {"SHUTDOWN_GRACE_SECONDS": "10"}
     with ThreadPoolExecutor(len(SHARED)) as executor:
         launches = {
-            name: executor.submit(launch_service, module, {**BASE_ENV, **(tls_env() if tls else {}), **env})
+            name: executor.submit(
+                launch_service, module, {**BASE_ENV, **stop, **(tls_env() if tls else {}), **env}
+            )
             for name, (module, tls, env) in SHARED.items()
         }
     failed = [launch.exception() for launch in launches.values() if launch.exception() is not None]
