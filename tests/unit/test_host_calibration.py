@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -175,18 +176,17 @@ def test_calibration_records_what_others_used_of_the_host_in_the_rounds_asked() 
 
 
 @pytest.mark.parametrize(
-    ("text", "error"), [("1", "'1': at least 2 rounds"), ("many", "'many' is not a whole number")]
+    ("parse", "text", "error"),
+    [
+        (options.rounds, "1", "'1': at least 2 rounds"),
+        (options.rounds, "many", "'many' is not a whole number"),
+        (options.attempts, "0", "'0': at least 1 attempt"),
+        (options.attempts, "once", "'once' is not a whole number"),
+    ],
 )
-def test_calibration_rounds_below_two_or_not_a_number_are_refused(text: str, error: str) -> None:
+def test_calibration_rounds_and_attempts_out_of_range_or_not_a_number_are_refused(
+    parse: Callable[[str], int], text: str, error: str
+) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=error):
-        options.rounds(text)
-    assert options.rounds("5") == 5
-
-
-@pytest.mark.parametrize(
-    ("text", "error"), [("0", "'0': at least 1 attempt"), ("once", "'once' is not a whole number")]
-)
-def test_calibration_attempts_below_one_or_not_a_number_are_refused(text: str, error: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError, match=error):
-        options.attempts(text)
-    assert options.attempts("1") == 1
+        parse(text)
+    assert options.rounds("2") == 2 and options.attempts("1") == 1

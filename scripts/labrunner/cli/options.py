@@ -247,9 +247,10 @@ def _add_run_and_output(parser: argparse.ArgumentParser) -> None:
         type=attempts,
         metavar="N",
         default=calibration.CALIBRATION_ATTEMPTS,
-        help="how often a calibration is taken, 5 s apart, while other processes use more than "
-        f"{calibration.QUIET_SHARE:.0%}% of the host; 1 takes the first, for a host that is never quiet "
-        "(a CI machine: the lab's own tests take 1); the manifest keeps what others used "
+        help=f"how often a calibration is taken, {calibration.QUIET_WAIT_S:g} s apart, while other "
+        f"processes use more than {calibration.QUIET_SHARE:.0%}% of the host; 1 takes the first, "
+        "for a host that is never quiet (a CI machine: the lab's own tests take 1); the manifest "
+        "keeps what others used "
         f"(default: {calibration.CALIBRATION_ATTEMPTS})",
     )
     out.add_argument(

@@ -203,8 +203,8 @@ class TTest:
 
 def _tested(point: float, test: TTest, confidence: float, rounds: int) -> Ratio:
     """The ratio `point` judged by a t-test on the logarithms (Welch's or paired): its interval,
-    significance and TOST at 1 - 2(1 - confidence). The interval is clamped to the point: the test's
-    mean difference may differ from exp's inverse in the last bit."""
+    significance and TOST at 1 - 2(1 - confidence). The interval is clamped to the point, which exp
+    of a zero-width interval's ends can miss by a rounding."""
     low, high = test.interval(confidence)
     tost_low, tost_high = test.interval(1 - 2 * (1 - confidence))
     p_value = test.p_value
