@@ -40,6 +40,7 @@ def _open_result(target: str, service: str, batches: list[dict[str, float]]) -> 
             "network": {"name": "loopback"},
             "load_model": {"name": "loaded-25pct", "executor": "constant-arrival-rate", "rate": 100},
             "repeat": 1,
+            "duration_s": 7.0,
         },
         "k6": {
             "cpu_utilisation": 0.2,
@@ -89,7 +90,15 @@ def test_a_tail_the_batches_cannot_hold_says_what_it_needs() -> None:
     slow = _open_result("quart-h1", "rest_quart", _batches([10.0, 10.5, 9.8, 10.2, 10.1]))
     [comparison] = compare_groups(group_results(parse_results([fast, slow])))
     assert pairs._short_batches(comparison)
-    assert pairs._conditions(comparison.candidate).alone.endswith(", 200 samples a batch")
+    # 1,000 a batch at 200 per 7 s window's fifth: 35 s windows, which the note asks for.
+    assert pairs._conditions(comparison.candidate).alone.endswith(
+        ", 200 samples a batch, p99 needs 35 s windows (--duration)"
+    )
+    # A result written before its window was recorded: the samples alone.
+    old = _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0, 5.2, 4.9, 5.1, 5.0]))
+    del old["scenario"]["duration_s"]
+    [before] = group_results(parse_results([old]))
+    assert pairs._conditions(before).alone.endswith(", 200 samples a batch")
 
 
 def test_batches_that_disagree_say_the_latency_moved_not_that_rounds_are_missing() -> None:

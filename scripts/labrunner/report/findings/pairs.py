@@ -156,16 +156,31 @@ def _at(g: Group) -> str:
 
 def _conditions(g: Group) -> Note:
     """A latency group's service CPU there (a share of its quota), its throttled seconds, and the
-    samples of its smallest latency batch when too few for p99: near a full quota p99 measures the CPU
-    quota's throttling, not the protocol."""
+    samples of its smallest latency batch when too few for p99, with the window that would hold enough
+    at its rate: near a full quota p99 measures the CPU quota's throttling, not the protocol."""
     s, throttled = g.summary("service_cpu"), g.summary("throttled_s")
     parts = [f"CPU {s.centre:.0%}" if s is not None else "CPU ?"]
     if throttled is not None and throttled.centre > 0:
         parts.append(f"throttled {throttled.centre:.2f} s")
-    fewest = g.fewest_in_a_batch
-    if fewest is not None and fewest < samples_needed(PERCENTILES["p99"]):
-        parts.append(f"{fewest:,} samples a batch")
+    fewest, needed = g.fewest_in_a_batch, samples_needed(PERCENTILES["p99"])
+    if fewest is not None and fewest < needed:
+        parts.append(f"{fewest:,} samples a batch" + _window_for(g, needed / max(fewest, 1)))
     return Note(", ".join(parts), _at(g), CONDITIONS)
+
+
+# The window a note asks for is rounded up to this many seconds.
+WINDOW_STEP_S = 5
+
+
+def _window_for(g: Group, factor: float) -> str:
+    """The measured window that would hold `factor` times the samples of the group's at its rate:
+    ', p99 needs 125 s windows (--duration)', rounded up to WINDOW_STEP_S; nothing for a result
+    written before its window was recorded."""
+    window = g.results[0].scenario.duration_s
+    if window is None:
+        return ""
+    seconds = WINDOW_STEP_S * math.ceil(window * factor / WINDOW_STEP_S - 1e-9)
+    return f", p99 needs {seconds:,} s windows (--duration)"
 
 
 def _short_batches(c: Comparison) -> bool:
@@ -179,7 +194,7 @@ def _short_batches(c: Comparison) -> bool:
 # Why a pair's p99 has no interval when its latency batches were too small: the same for every pair.
 _P99_SHORT = (
     f"p99 —: latency batches under the {samples_needed(PERCENTILES['p99']):,} samples p99 needs "
-    "(longer windows)"
+    "(each side's note: the window that holds them)"
 )
 
 
