@@ -123,3 +123,34 @@ def test_a_payload_line_that_misses_its_held_out_count_claims_no_crossover() -> 
     # A bend within the margin keeps the crossover.
     slight = pm.crossover(*_models(_affine(0.5, 0.002), _affine(0.3, 0.004, {COUNTS[-1]: (1.05,) * 3})))
     assert slight.misfit == "" and pm.crossover_text(slight).startswith("crosses at ")
+
+
+def test_a_misfit_crossover_comes_from_the_two_counts_where_the_costs_change_order() -> None:
+    # gRPC exact on 0.5 + 0.002 n; REST on 0.2 + 0.004 n, 1.4x at 1,000: cheaper than gRPC up to 100,
+    # dearer at 1,000. Its lines through 100 and 1,000 alone: 0.6 ms and 4.2 · 1.4 = 5.88 ms.
+    grpc, rest = _models(_affine(0.5, 0.002), _affine(0.2, 0.004, {1000: (1.4, 1.4, 1.4)}))
+    assert pm.misfit(rest) and not pm.misfit(grpc)
+    c = pm.crossover(grpc, rest)
+    slope = (5.88 - 0.6) / 900
+    expected = (0.5 - (0.6 - slope * 100)) / (slope - 0.002)  # 125.9, not the whole lines' 150
+    assert c.segment == (100, 1000)
+    assert c.resolved == pytest.approx(expected, rel=1e-6)
+    assert c.interval is not None and c.interval == pytest.approx((expected, expected), rel=1e-9)
+    assert c.grpc_cheaper_above  # REST's segment rises faster: gRPC is the cheaper above 126
+    assert pm.crossover_text(c) == (
+        "crosses at 126 records [126, 126], gRPC cheaper above (from the lines through 100 and 1,000 "
+        "records alone: one line over every count misses its held-out count)"
+    )
+
+
+def test_a_misfit_without_a_change_of_order_says_which_side_costs_more_throughout() -> None:
+    # gRPC dearer at every count: 1.0 + 0.01 n against REST's bent 0.3 + 0.004 n.
+    grpc, rest = _models(_affine(1.0, 0.01), _affine(0.3, 0.004, {1000: (1.4, 1.4, 1.4)}))
+    c = pm.crossover(grpc, rest)
+    assert c.segment is None and c.throughout == "more" and c.resolved is None
+    assert pm.crossover_text(c) == (
+        "no crossover from 1 to 1,000 records, gRPC costs more at every count "
+        "(one line over every count misses its held-out count)"
+    )
+    cheaper = pm.crossover(*_models(_affine(0.2, 0.001), _affine(0.3, 0.004, {1000: (1.4, 1.4, 1.4)})))
+    assert cheaper.throughout == "less"

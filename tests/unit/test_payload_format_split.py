@@ -46,7 +46,9 @@ CASES = (*_cases("encode", ENCODE), *_cases("decode", DECODE))
 
 @cache
 def _scenarios(direction: str) -> tuple[Scenario, ...]:
-    overrides = Overrides(targets=("aiohttp-h1", "grpc"), repeats=3, directions=(direction,))
+    overrides = Overrides(
+        targets=("aiohttp-h1", "grpc"), repeats=3, directions=(direction,), profiles=("quarter",)
+    )
     return expand(load_matrix(ROOT / "matrix.toml"), "local", "payload", overrides).scenarios
 
 

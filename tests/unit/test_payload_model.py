@@ -27,7 +27,9 @@ Costs = Mapping[str, Mapping[int, Sequence[float]]]  # target -> count -> ms per
 
 @cache
 def _scenarios(repeats: int) -> tuple[Scenario, ...]:
-    overrides = Overrides(targets=("aiohttp-h1", "grpc"), repeats=repeats, directions=("download",))
+    overrides = Overrides(
+        targets=("aiohttp-h1", "grpc"), repeats=repeats, directions=("download",), profiles=("quarter",)
+    )
     return expand(load_matrix(ROOT / "matrix.toml"), "local", "payload", overrides).scenarios
 
 

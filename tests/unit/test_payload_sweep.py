@@ -65,7 +65,8 @@ def _findings(groups: Sequence[Group], cases: Sequence[Case] = ()) -> list[Findi
 @cache
 def _scenarios(targets: tuple[str, ...], repeats: int) -> tuple[Scenario, ...]:
     # The download sweep: an upload sweep is the same pairs in the other direction.
-    overrides = Overrides(targets=targets, repeats=repeats, directions=("download",))
+    # At a quarter CPU, the profile CPU_MS_PER_S and QUOTA_USED are of.
+    overrides = Overrides(targets=targets, repeats=repeats, directions=("download",), profiles=("quarter",))
     return expand(load_matrix(ROOT / "matrix.toml"), "local", "payload", overrides).scenarios
 
 
@@ -133,7 +134,9 @@ def test_the_payload_preset_sweeps_four_counts_over_rest_and_unary_grpc_with_and
     plan = expand(load_matrix(ROOT / "matrix.toml"), "local", "payload")
     assert {s.count for s in plan.scenarios} == set(COUNTS)
     assert sorted({s.direction for s in plan.scenarios}) == ["download", "upload"]
-    assert {s.profile.name for s in plan.scenarios} == {"quarter"}
+    # An eighth of a CPU locally: two k6 on the other CPU outrun a duet's servers uploading 1,000 records.
+    assert {s.profile.name for s in plan.scenarios} == {"eighth"}
+    assert plan.duet_questions == ("gRPC vs REST",)  # the sweep's pairs only
     assert {s.load_model.executor for s in plan.scenarios} == {"constant-vus"}
     targets = {s.target.name: s.target for s in plan.scenarios}
     assert {t.service for t in targets.values()} == {"rest_aiohttp", "rest_quart", "rest_granian", "grpc_aio"}

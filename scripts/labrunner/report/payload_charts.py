@@ -43,7 +43,8 @@ def drawn(
             crossover(sweeps(groups, rows), rows, out / "payload_crossover.png"),
             "Payload crossover: gRPC / REST against records",
             f"points: measured ratio of geometric means, band its {CONFIDENCE:.0%} Welch interval; "
-            "dotted: the cost model's ratio of CPU per request; x: its crossover with Fieller's interval",
+            "dotted: the cost model's ratio of CPU per request (where its lines fit); "
+            "x: its crossover with Fieller's interval",
         ),
     ]
 
@@ -166,7 +167,8 @@ def _ratio_line(ax: Axes, s: Sweep, metric: str) -> None:
 
 def _model_ratio(ax: Axes, s: Sweep) -> None:
     """The two cost lines' ratio from the fewest records to the most (or to the crossover, when it
-    lies beyond them), and the crossover where it is at a positive count with a bounded interval."""
+    lies beyond them), unless a line misses its held-out count; and the crossover where it is at a
+    positive count with a bounded interval (the whole sweep's lines', or a segment's)."""
     c = s.crossover
     if c is None or s.grpc_model is None or s.rest_model is None:
         return
@@ -178,7 +180,7 @@ def _model_ratio(ax: Axes, s: Sweep) -> None:
         for n in np.geomspace(min(ends), max(ends), 200)
         if grpc.at(n) > 0 and rest.at(n) > 0  # a log axis has no place for a cost at or below 0
     ]
-    if model:
+    if model and not c.misfit:
         records, ratios = zip(*model, strict=True)
         ax.plot(records, ratios, color=FAMILY_COLOURS["REST"], linestyle=":", linewidth=1.5)
     if at is None:

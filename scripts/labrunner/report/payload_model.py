@@ -7,10 +7,11 @@ Fitting the two lines and solving a1 + b1·n = a2 + b2·n does not, and its inte
 the sweep pins the crossover down. Costs are in ms per request (CPU seconds per 1,000 requests).
 """
 
+import itertools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,7 +33,11 @@ METHOD = (
     "independent, the fewer of their degrees of freedom): exact for a ratio of normal estimates and "
     "unbounded exactly when the per-record costs are not told apart, which the delta method's "
     "symmetric interval hides and a bootstrap over 2-5 repeats has too few resamples to show. Check: "
-    "each target fitted without its largest count predicts that count's mean. Groups whose throughput is "
+    "each target fitted without its largest count predicts that count's mean; where a target's fit misses "
+    f"it by more than ±{EQUIVALENCE_MARGIN:.0%}, its cost bends and no line over every count is used: the "
+    "crossover is sought between the two adjacent counts where the targets' mean costs change order, "
+    "from each one's line through those two counts' repeats alone (Fieller's interval the same way), and "
+    "without a change of order the sweep says which costs more at every count. Groups whose throughput is "
     "only a lower bound stay in the fit (what a request cost is still measured); counts whose service "
     f"used less than {SERVICE_CPU_BOUND:.0%} of its quota are named, since idle CPU then weighs in."
 )
@@ -146,14 +151,19 @@ class Crossover:
     unbounded: bool  # Fieller's set is unbounded: the per-record costs are not told apart
     grpc_cheaper_above: bool  # gRPC's per-record cost is the lower: it wins above n*
     span: tuple[int, int]  # the fewest and most records the fits saw
-    misfit: str = ""  # why a side's line does not fit its costs (misfit()): no crossover is claimed
+    misfit: str = ""  # why a side's line does not fit its costs (misfit()): the lines are not used
+    # With a misfit: the two adjacent counts between which gRPC's mean cost and REST's change order,
+    # whose local lines gave records and interval; None when they keep one order (see throughout).
+    segment: tuple[int, int] | None = None
+    throughout: str = ""  # with a misfit and no segment: "more" or "less", gRPC at every shared count
 
     @property
     def resolved(self) -> float | None:
-        """n* when the lines fit, cross at a positive count and the interval is not unbounded, else None."""
-        if self.records is None or self.records <= 0 or self.unbounded or self.misfit:
+        """n* when the lines fit (or a segment's do), cross at a positive count and the interval is not
+        unbounded, else None."""
+        if self.records is None or self.records <= 0 or self.unbounded:
             return None
-        return self.records
+        return None if self.misfit and self.segment is None else self.records
 
     @property
     def reason(self) -> str:
@@ -259,11 +269,41 @@ def _columns(points: Sequence[tuple[int, float]]) -> tuple[list[int], list[float
 
 
 def crossover(grpc: CostModel, rest: CostModel) -> Crossover:
-    """Where the two lines meet, with Fieller's interval when both fits have residuals."""
-    g, r = grpc.line, rest.line
+    """Where the two lines meet, with Fieller's interval when both fits have residuals. When a side's
+    line does not fit (misfit()), the lines are not extrapolated across the counts: the crossover is
+    sought between the two adjacent counts where the targets' mean costs change order, from each
+    target's line through those two counts' repeats alone; with no change of order, gRPC costs more
+    (or less) at every count measured."""
+    counts = (*grpc.counts, *rest.counts)
+    span = (min(counts), max(counts))
+    why = "; ".join(reason for reason in (misfit(grpc), misfit(rest)) if reason)
+    if not why:
+        return _lines_crossover(grpc.line, rest.line, span)
+    shared = sorted(set(grpc.counts) & set(rest.counts))
+    order = [_mean(grpc, n) - _mean(rest, n) for n in shared]
+    for (low, high), (before, after) in zip(
+        itertools.pairwise(shared), itertools.pairwise(order), strict=True
+    ):
+        if before * after < 0:
+            local = _lines_crossover(_segment(grpc, low, high), _segment(rest, low, high), span)
+            return replace(local, misfit=why, segment=(low, high))
+    throughout = "more" if all(d > 0 for d in order) else "less" if all(d < 0 for d in order) else ""
+    return replace(_lines_crossover(grpc.line, rest.line, span), misfit=why, throughout=throughout)
+
+
+def _mean(model: CostModel, count: int) -> float:
+    return statistics.fmean(cost for records, cost in model.points if records == count)
+
+
+def _segment(model: CostModel, low: int, high: int) -> Line:
+    """The target's line through its repeats at two counts alone."""
+    return fit_line(*_columns([p for p in model.points if p[0] in (low, high)]))
+
+
+def _lines_crossover(g: Line, r: Line, span: tuple[int, int]) -> Crossover:
+    """Where gRPC's line g meets REST's line r, with Fieller's interval when both have residuals."""
     numerator = g.fixed.value - r.fixed.value
     denominator = r.per_record.value - g.per_record.value
-    counts = (*grpc.counts, *rest.counts)
     interval, unbounded = None, False
     if g.covariance is not None and r.covariance is not None:
         interval = fieller(
@@ -281,8 +321,7 @@ def crossover(grpc: CostModel, rest: CostModel) -> Crossover:
         interval=interval,
         unbounded=unbounded,
         grpc_cheaper_above=denominator > 0,
-        span=(min(counts), max(counts)),
-        misfit="; ".join(why for why in (misfit(grpc), misfit(rest)) if why),
+        span=span,
     )
 
 
@@ -367,11 +406,28 @@ def per_record_split(grpc: Line, rest: Line, encodings: Mapping[str, Line]) -> P
 
 def crossover_text(c: Crossover) -> str:
     """E.g. "crosses at 40 records [31, 52], gRPC cheaper above", or why it does not."""
+    if c.misfit and c.segment is None and c.throughout:
+        first, last = c.span
+        every = f"gRPC costs {c.throughout} at every count"
+        return f"no crossover from {first:,} to {last:,} records, {every} ({_NO_LINE})"
     if c.records is None:
         return f"no crossover, {c.reason}"
     meet = f"{records(c.records)} records{_interval(c)}"
-    if c.misfit:
+    if c.misfit and c.segment is None:
         return f"no crossover claimed, {c.misfit} (lines meet at {meet})"
+    text = _lines_text(c, meet)
+    if c.segment is None:
+        return text
+    return f"{text} (from the lines through {c.segment[0]:,} and {c.segment[1]:,} records alone: {_NO_LINE})"
+
+
+# Why a crossover comes from two counts alone, or from none: the whole sweep's lines miss (misfit()).
+_NO_LINE = "one line over every count misses its held-out count"
+
+
+def _lines_text(c: Crossover, meet: str) -> str:
+    """The crossover of two lines (the whole sweep's, or a segment's) in words."""
+    assert c.records is not None
     if c.unbounded:
         unbounded = "interval unbounded; lines meet at"
         return f"no crossover resolved, per-record costs not told apart ({unbounded} {meet})"
