@@ -3,7 +3,7 @@
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
-from labrunner.report import payload_charts
+from labrunner.model.scenario import DEFAULT_SHAPE
+from labrunner.report import payload, payload_charts
 from labrunner.report import payload_sweep as ps
 from labrunner.report.build import write_report
 from labrunner.report.compare import Group, group_results
@@ -63,10 +64,12 @@ def _findings(groups: Sequence[Group], cases: Sequence[Case] = ()) -> list[Findi
 
 
 @cache
-def _scenarios(targets: tuple[str, ...], repeats: int) -> tuple[Scenario, ...]:
+def _scenarios(targets: tuple[str, ...], repeats: int, shape: str = DEFAULT_SHAPE) -> tuple[Scenario, ...]:
     # The download sweep: an upload sweep is the same pairs in the other direction.
     # At a quarter CPU, the profile CPU_MS_PER_S and QUOTA_USED are of.
-    overrides = Overrides(targets=targets, repeats=repeats, directions=("download",), profiles=("quarter",))
+    overrides = Overrides(
+        targets=targets, repeats=repeats, directions=("download",), profiles=("quarter",), shapes=(shape,)
+    )
     return expand(load_matrix(ROOT / "matrix.toml"), "local", "payload", overrides).scenarios
 
 
@@ -85,11 +88,13 @@ def _result(scenario: Scenario, rps: float, quota_used: float = QUOTA_USED) -> d
     )
 
 
-def _results(rates: Rates, targets: tuple[str, ...] = ("aiohttp-h1", "grpc")) -> list[dict[str, Any]]:
+def _results(
+    rates: Rates, targets: tuple[str, ...] = ("aiohttp-h1", "grpc"), shape: str = DEFAULT_SHAPE
+) -> list[dict[str, Any]]:
     repeats = len(next(iter(rates.values())))
     return [
         _result(s, rates[s.target.name, s.count][s.repeat - 1])
-        for s in _scenarios(targets, repeats)
+        for s in _scenarios(targets, repeats, shape)
         if (s.target.name, s.count) in rates
     ]
 
@@ -390,3 +395,39 @@ def test_any_repeats_give_a_finding_whose_crossover_lies_in_its_interval(
     value, ends = float(estimate.replace(",", "")), [float(v.replace(",", "")) for v in (low, high)]
     assert ends[0] - 1 <= value <= ends[1] + 1, sentence
     assert value == pytest.approx(crossover.records, abs=0.051 if crossover.records < 10 else 0.51)
+
+
+def test_a_shape_is_swept_on_its_own_bodies_and_benchmark_and_told_apart_from_cars(tmp_path: Path) -> None:
+    cars = _results(_rates())
+    numeric = _results(_rates(), shape="numeric")
+    groups = group_results(parse_results([*cars, *numeric]))
+    by_shape = {s.shape: s for s in ps.sweeps(groups, ROWS)}
+    assert set(by_shape) == {DEFAULT_SHAPE, "numeric"}
+    sizes = {r.count: r.json_bytes for r in payload.measure(COUNTS, "numeric")}
+    assert [p.json_bytes for p in by_shape["numeric"].points["rps"]] == [sizes[n] for n in COUNTS]
+    assert [p.json_bytes for p in by_shape[DEFAULT_SHAPE].points["rps"]] == [JSON_BYTES[n] for n in COUNTS]
+    assert (
+        by_shape["numeric"].scenario.endswith(", numeric records")
+        and by_shape["numeric"].variant == " (numeric)"
+    )
+    assert by_shape[DEFAULT_SHAPE].variant == ""
+    # One cost model per target and shape, and the format split only where the benchmark ran the shape.
+    assert len(ps.models(list(by_shape.values()))) == 4
+    splits = [f.sentence for f in _findings(groups, CASES) if "per record:" in f.sentence]
+    assert len(splits) == 1 and "numeric" not in splits[0]
+    # Where the answer changes with the shape: one sentence per pair over both shapes (same costs here).
+    (shapes_finding,) = [f for f in _findings(groups) if "per record by shape:" in f.sentence]
+    assert re.fullmatch(
+        r"grpc vs aiohttp-h1, per record by shape: gRPC "
+        r"(-5\.\d \[-\d\.\d, -\d\.\d\] µs \((cars|numeric)\)(, )?){2} against REST\.",
+        shapes_finding.sentence,
+    ), shapes_finding.sentence
+    assert "(cars)" in shapes_finding.sentence and "(numeric)" in shapes_finding.sentence
+    numeric_cases = [replace(c, shape="numeric") for c in CASES]
+    assert len([f for f in _findings(groups, (*CASES, *numeric_cases)) if "per record:" in f.sentence]) == 2
+    text = to_markdown(sweep_section.section(groups, ROWS, CASES), Path())
+    assert "Cost model, quarter profile, build, closed (10 VUs), loopback, numeric records:" in text
+    assert "| grpc | aiohttp-h1 (numeric) | 1,000 |" in text
+    # The charts: one row of panels per shape, and the crossover chart's ticks without cars' bodies.
+    assert payload_charts.sweep(groups, ROWS, tmp_path / "sweep.png") is not None
+    assert payload_charts.crossover(list(by_shape.values()), ROWS, tmp_path / "crossover.png") is not None

@@ -4,13 +4,17 @@ tests/integration/test_payload_bodies.py)."""
 import json
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import orjson
+import pytest
 from labrunner.report import payload, serialization
 from labrunner.report.serialization import QUICK, Budget, measure_case
 
 from services.common.pb import cars_pb2
+from services.common.pool import DEFAULT_SHAPE, SHAPES
+from services.common.shapes import SHAPE_KITS
 from tests.support import ROOT
 
 
@@ -75,3 +79,30 @@ def test_bench_serialization_runs_on_its_own(tmp_path: Path) -> None:
     assert completed.returncode == 0, completed.stderr
     assert "protobuf  decode" in completed.stdout and "geomean us" in completed.stdout
     assert json.loads(out.read_text())["schema"] == serialization.SCHEMA
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s != DEFAULT_SHAPE])
+def test_each_shape_is_sized_and_benchmarked_on_its_own_records(shape: str) -> None:
+    rows = payload.measure((10,), shape)
+    [cars] = payload.measure((10,))
+    assert rows[0].json_bytes != cars.json_bytes  # the shape's own bodies, not cars'
+    cases = serialization.workloads(10, shape)
+    decoded = cases["protobuf", "decode"][0]()
+    assert isinstance(decoded, SHAPE_KITS[shape].list_message) and len(decoded.records) == 10
+    assert cases["protobuf", "encode"][0]() == decoded.SerializeToString()
+    assert cases["orjson", "encode"][1] == rows[0].json_bytes
+    budget = Budget(counts=(10,), iterations=2, iteration_s=0.001, warmup_s=0.0)
+    ran = serialization.run(budget, (DEFAULT_SHAPE, shape))
+    assert [c.shape for c in ran] == [DEFAULT_SHAPE] * 6 + [shape] * 6
+    assert (
+        serialization.cases_from_document(json.loads(json.dumps(serialization.as_document(ran, budget))))
+        == ran
+    )
+
+
+def test_a_shape_payload_does_not_know_has_no_sizes_and_old_cases_are_cars() -> None:
+    assert not payload.measurable("user") and payload.measure((10,), "user") == []
+    [case] = serialization.run(Budget(counts=(1,), iterations=1, iteration_s=0.0, warmup_s=0.0))[:1]
+    written = {k: v for k, v in asdict(case).items() if k != "shape"}  # a file from before shapes
+    [read] = serialization.cases_from_document({"schema": serialization.SCHEMA, "cases": [written]})
+    assert read.shape == DEFAULT_SHAPE

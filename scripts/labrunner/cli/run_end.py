@@ -8,6 +8,7 @@ from typing import Any
 
 from labrunner.backends.base import Backend
 from labrunner.files import write_json_atomic
+from labrunner.model.scenario import DEFAULT_SHAPE
 from labrunner.observe import prometheus_sd
 from labrunner.report import payload, serialization
 from labrunner.report.build import PAYLOAD_FILE, SERIALIZATION_FILE, write_report
@@ -65,21 +66,26 @@ def say_findings(out_dir: Path, order: list[str], preset: str, say: Say) -> None
         say(line)
 
 
-def finish(run_dir: Path, benchmark: bool, say: Say) -> None:
+# About how long the full serialization benchmark takes for one shape on a 2-vCPU VM.
+BENCHMARK_S = 10
+
+
+def finish(run_dir: Path, benchmark: bool, say: Say, shapes: Sequence[str] = (DEFAULT_SHAPE,)) -> None:
     """What run_matrix.py does after the last scenario: payload table, benchmark, report.
 
     The serialization benchmark runs only after a run that was not interrupted, on the
-    now idle host. Failures are reported, never raised: the results are already safe.
+    now idle host, for each of the run's shapes it knows (payload.measurable). Failures are
+    reported, never raised: the results are already safe.
     """
     try:
         if not (run_dir / PAYLOAD_FILE).exists():
             write_json_atomic(run_dir / PAYLOAD_FILE, payload.as_document(payload.measure()))
-        if benchmark and not (run_dir / SERIALIZATION_FILE).exists():
-            say("serialization benchmark (about 10 s)")
+        benchmarked = [shape for shape in shapes if payload.measurable(shape)]
+        if benchmark and benchmarked and not (run_dir / SERIALIZATION_FILE).exists():
+            say(f"serialization benchmark (about {BENCHMARK_S * len(benchmarked)} s)")
             budget = serialization.FULL
-            write_json_atomic(
-                run_dir / SERIALIZATION_FILE, serialization.as_document(serialization.run(budget), budget)
-            )
+            cases = serialization.run(budget, benchmarked)
+            write_json_atomic(run_dir / SERIALIZATION_FILE, serialization.as_document(cases, budget))
         md, _ = write_report(run_dir)
         say(f"report: {md} (and report.html)")
     except Exception:  # a report bug must not turn a finished run into a failed one

@@ -140,7 +140,8 @@ def _run(
             with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C skips the partial report
                 run_end.finish(out_dir, benchmark=False, say=_say)
         return EXIT_INTERRUPTED
-    run_end.finish(out_dir, benchmark=True, say=_say)
+    shapes = tuple(dict.fromkeys(s.shape for s in plan.scenarios))  # each shape's benchmark, in plan order
+    run_end.finish(out_dir, benchmark=True, say=_say, shapes=shapes)
     return EXIT_OK if ok else EXIT_FAILED
 
 

@@ -7,10 +7,12 @@ from typing import Any
 
 import orjson
 from google.protobuf import json_format
+from google.protobuf.message import Message
 
 from services.common.config import load_settings
-from services.common.pb import cars_pb2
+from services.common.pool import DEFAULT_SHAPE
 from services.common.records import JsonRecord, load_pool
+from services.common.shapes import SHAPE_KITS
 
 SCHEMA = "protolab.payload/1"
 COUNTS = (1, 10, 100, 1000)
@@ -32,10 +34,10 @@ class PayloadRow:
     protobuf_gzip_bytes: int
 
 
-def pool_records(count: int) -> list[JsonRecord]:
-    """The records a server returns for (count, offset=0): the first ones of the pool."""
+def pool_records(count: int, shape: str = DEFAULT_SHAPE) -> list[JsonRecord]:
+    """The records a server of `shape` returns for (count, offset=0): the first ones of its pool."""
     settings = load_settings(POOL_SERVICE)
-    pool = load_pool(settings.record_pool_size, settings.record_seed)
+    pool = load_pool(settings.record_pool_size, settings.record_seed, shape)
     return [pool[i % len(pool)] for i in range(count)]
 
 
@@ -44,18 +46,28 @@ def json_body(records: Sequence[JsonRecord]) -> bytes:
     return orjson.dumps({"records": list(records)})
 
 
-def protobuf_message(records: Sequence[JsonRecord]) -> cars_pb2.ListRecordsResponse:
-    """The gRPC response for the same records, parsed from the JSON body: equal content by construction."""
-    return json_format.Parse(json_body(records), cars_pb2.ListRecordsResponse())
+def protobuf_message(records: Sequence[JsonRecord], shape: str = DEFAULT_SHAPE) -> Message:
+    """The gRPC response of `shape` for the same records, parsed from the JSON body: equal content by
+    construction."""
+    return json_format.Parse(json_body(records), SHAPE_KITS[shape].list_message())
 
 
-def measure(counts: Sequence[int] = COUNTS) -> list[PayloadRow]:
-    """One row per count, from the same records for both encodings."""
-    records = pool_records(max(counts))
+def measurable(shape: str) -> bool:
+    """Whether the body sizes and the serialization benchmark know the shape: the built-in ones (a
+    user's --proto message is compiled only for its run)."""
+    return shape in SHAPE_KITS
+
+
+def measure(counts: Sequence[int] = COUNTS, shape: str = DEFAULT_SHAPE) -> list[PayloadRow]:
+    """One row per count, from the same records of `shape` for both encodings; none for a shape not
+    measurable()."""
+    if not measurable(shape):
+        return []
+    records = pool_records(max(counts), shape)
     rows = []
     for count in counts:
         body = json_body(records[:count])
-        message = protobuf_message(records[:count]).SerializeToString()
+        message = protobuf_message(records[:count], shape).SerializeToString()
         rows.append(
             PayloadRow(
                 count=count,

@@ -11,9 +11,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullLocator
 
+from labrunner.model.scenario import DEFAULT_SHAPE
+from labrunner.report import payload
 from labrunner.report.charts import DPI, FAMILY_COLOURS, family
 from labrunner.report.compare import Group
-from labrunner.report.payload import PayloadRow
+from labrunner.report.payload import COUNTS, PayloadRow
 from labrunner.report.payload_sweep import SWEPT, Point, Sweep, size, sweep_groups, sweeps
 from labrunner.report.stats import CONFIDENCE
 from services.common.stacks import BY_PACKAGE
@@ -50,22 +52,26 @@ def drawn(
 
 
 def sweep(groups: Sequence[Group], rows: Sequence[PayloadRow], path: Path) -> Path | None:
-    """One row of panels per scenario (profile, response model, load model, network): req/s and CPU
-    per request by target against the JSON body size of its records."""
-    sizes = {r.count: r.json_bytes for r in rows}
-    facets: dict[str, list[Group]] = {}
+    """One row of panels per scenario (profile, response model, load model, network, record shape):
+    req/s and CPU per request by target against the JSON body size of its records (a shape whose bodies
+    payload cannot measure, a --proto run's, has no row)."""
+    by_shape = {DEFAULT_SHAPE: {r.count: r.json_bytes for r in rows}}
+    facets: dict[tuple[str, str], list[Group]] = {}
     for g in sweep_groups(groups):
-        if g.results and g.count in sizes:
-            facets.setdefault(
-                f"{g.profile}, {g.response_model or 'build'}, {g.load_model}, {g.network}", []
-            ).append(g)
+        if g.shape not in by_shape:
+            by_shape[g.shape] = {r.count: r.json_bytes for r in payload.measure(COUNTS, g.shape)}
+        if g.results and g.count in by_shape[g.shape]:
+            shape = "" if g.shape == DEFAULT_SHAPE else f", {g.shape}"
+            title = f"{g.profile}, {g.response_model or 'build'}, {g.load_model}, {g.network}{shape}"
+            facets.setdefault((title, g.shape), []).append(g)
     facets = {k: v for k, v in facets.items() if len({g.count for g in v}) >= 2}
     if not facets:
         return None
     fig = Figure(figsize=(_WIDTH, _HEIGHT * len(facets) + 0.8), layout="constrained")
     axes = fig.subplots(len(facets), len(SWEPT), squeeze=False)
-    for row, (title, members) in zip(axes, facets.items(), strict=True):
+    for row, ((title, shape), members) in zip(axes, facets.items(), strict=True):
         counts = sorted({g.count for g in members})
+        sizes = by_shape[shape]
         for ax, metric in zip(row, SWEPT, strict=True):
             for target in dict.fromkeys(g.target for g in members):
                 _target_line(
@@ -124,7 +130,9 @@ def crossover(sweeps: Sequence[Sweep], rows: Sequence[PayloadRow], path: Path) -
     shown = [s for s in sweeps if s.crossover is not None or any(len(s.points[m]) >= 2 for m in SWEPT)]
     if not shown:
         return None
-    sizes = {r.count: r.json_bytes for r in rows}
+    # Ticks name the JSON body of the default shape's records when every pair shown has that shape.
+    one_shape = all(s.shape == DEFAULT_SHAPE for s in shown)
+    sizes = {r.count: r.json_bytes for r in rows} if one_shape else {}
     counts = sorted({g.count for s in shown for g in s.grpc})
     fig = Figure(figsize=(_WIDTH, _HEIGHT + 0.8), layout="constrained")
     axes = fig.subplots(1, len(SWEPT), squeeze=False)[0]
@@ -134,7 +142,8 @@ def crossover(sweeps: Sequence[Sweep], rows: Sequence[PayloadRow], path: Path) -
             if metric == "cpu_per_1k":
                 _model_ratio(ax, s)
         ax.axhline(1.0, color="black", linewidth=1)
-        _log_axes(ax, {c: _tick(c, sizes) for c in counts}, "records per response (log), JSON body above")
+        xlabel = "records per response (log)" + (", JSON body above" if sizes else "")
+        _log_axes(ax, {c: _tick(c, sizes) for c in counts}, xlabel)
         ax.set_ylabel(_RATIO_AXIS[metric])
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small")
@@ -152,7 +161,7 @@ def _ratio_line(ax: Axes, s: Sweep, metric: str) -> None:
         color=FAMILY_COLOURS["REST"],
         marker=BY_PACKAGE[rest.service].marker,
         linestyle="--" if rest.tls else "-",
-        label=f"{s.grpc_target} / {s.rest_target}",
+        label=f"{s.grpc_target} / {s.rest_target}{s.variant}",
     )
     if all(p.ratio.low is not None and p.ratio.high is not None for p in points):
         ax.fill_between(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from labrunner.model.scenario import UPLOAD
+from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report.compare import Group
 from labrunner.report.serialization import Case
 from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, t_quantile
@@ -367,22 +367,23 @@ def operation(direction: str) -> str:
     return "decode" if direction == UPLOAD else "encode"
 
 
-def encoding_lines(cases: Sequence[Case], op: str = "encode") -> dict[str, Line]:
-    """codec -> its time per body for op ("encode" or "decode") as a + b·n in ms, for each codec
-    benchmarked at two or more counts (the benchmark's microseconds / 1,000, its geometric mean per
-    count)."""
+def encoding_lines(cases: Sequence[Case], op: str = "encode", shape: str = DEFAULT_SHAPE) -> dict[str, Line]:
+    """codec -> its time per body for op ("encode" or "decode") on `shape`'s records as a + b·n in ms, for
+    each codec benchmarked at two or more counts (the benchmark's microseconds / 1,000, its geometric
+    mean per count)."""
     lines = {}
     for codec in ("orjson", "protobuf"):
-        timed = [c for c in cases if c.codec == codec and c.operation == op]
+        timed = [c for c in cases if c.codec == codec and c.operation == op and c.shape == shape]
         if len({c.count for c in timed}) >= 2:
             lines[codec] = fit_line([c.count for c in timed], [c.geomean_us / 1000 for c in timed])
     return lines
 
 
-def format_lines(cases: Sequence[Case], direction: str) -> dict[str, Line]:
+def format_lines(cases: Sequence[Case], direction: str, shape: str = DEFAULT_SHAPE) -> dict[str, Line]:
     """The format-alone lines a sweep in direction compares its servers with: encode for downloads,
-    decode for uploads (the server parses the request body before it builds its objects)."""
-    return encoding_lines(cases, operation(direction))
+    decode for uploads (the server parses the request body before it builds its objects), on the
+    sweep's record shape; none for a shape the benchmark did not run."""
+    return encoding_lines(cases, operation(direction), shape)
 
 
 def per_record_difference(grpc: Line, rest: Line) -> Estimate:

@@ -12,7 +12,7 @@ count alone told the two apart. The measured ratios by count stay in the section
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from labrunner.model.scenario import UPLOAD
+from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report import payload, payload_model
 from labrunner.report.compare import THROUGHPUT, Group
 from labrunner.report.network import CLOSED, load_kind
@@ -31,8 +31,8 @@ class Point:
     """gRPC / REST for one metric at one count."""
 
     count: int
-    json_bytes: int
-    protobuf_bytes: int
+    json_bytes: int | None  # None for a shape whose bodies cannot be measured (payload.measurable)
+    protobuf_bytes: int | None
     ratio: Ratio
 
 
@@ -56,8 +56,27 @@ class Sweep:
         return self.rest[0].target
 
     @property
+    def shape(self) -> str:
+        """The record shape both sides served (_SAME)."""
+        return self.rest[0].shape
+
+    @property
+    def variant(self) -> str:
+        """What tells the pair from another sweep of the same targets in a table or legend:
+        " (uploads, numeric)", "" for downloads of the default shape."""
+        uploads = ["uploads"] if self.direction == UPLOAD else []
+        parts = [*uploads, *([self.shape] if self.shape != DEFAULT_SHAPE else [])]
+        return f" ({', '.join(parts)})" if parts else ""
+
+    @property
     def scenario(self) -> str:
-        """What the pair held fixed besides TLS, in words."""
+        """What the pair held fixed besides TLS, in words: the shape only when not the default."""
+        shape = "" if self.shape == DEFAULT_SHAPE else f", {self.shape} records"
+        return self.conditions + shape
+
+    @property
+    def conditions(self) -> str:
+        """What the pair held fixed besides TLS and the record shape, in words."""
         g = next((g for g in self.rest if g.results), self.rest[0])
         vus = g.results[0].scenario.load_model.vus if g.results else None
         load = f"{g.load_model} ({vus} VUs)" if vus else g.load_model
@@ -121,8 +140,13 @@ def sweeps(groups: Sequence[Group], rows: Sequence[payload.PayloadRow]) -> list[
         and next(iter(rest.values())).protocol != "grpc"
         and len(grpc.keys() & rest.keys()) >= 2
     ]
-    sizes = _sizes(rows, {count for grpc, rest in pairs for count in grpc.keys() & rest.keys()})
-    return [_pair(grpc, rest, sizes) for grpc, rest in pairs]
+    counts = {count for grpc, rest in pairs for count in grpc.keys() & rest.keys()}
+    sizes = {shape: _sizes(rows, counts, shape) for shape in {_shape(rest) for _, rest in pairs}}
+    return [_pair(grpc, rest, sizes[_shape(rest)]) for grpc, rest in pairs]
+
+
+def _shape(by_count: Mapping[int, Group]) -> str:
+    return next(iter(by_count.values())).shape
 
 
 def _pair(
@@ -145,8 +169,9 @@ def _pair(
             c, b = grpc_by_count[count].values(metric), rest_by_count[count].values(metric)
             # Positive on both sides, or there is no ratio to take the log of.
             if c and b and min(*c, *b) > 0:
-                row = sizes[count]
-                series.append(Point(count, row.json_bytes, row.protobuf_bytes, ratio(c, b)))
+                row = sizes.get(count)
+                json_bytes, protobuf_bytes = (row.json_bytes, row.protobuf_bytes) if row else (None, None)
+                series.append(Point(count, json_bytes, protobuf_bytes, ratio(c, b)))
         points[metric] = tuple(series)
     grpc = tuple(grpc_by_count[c] for c in counts)
     rest = tuple(rest_by_count[c] for c in counts)
@@ -160,12 +185,13 @@ def _pair(
     )
 
 
-def _sizes(rows: Sequence[payload.PayloadRow], counts: set[int]) -> dict[int, payload.PayloadRow]:
-    """Body sizes for every count: the run's payload table, measured now for counts it lacks."""
-    sizes = {r.count: r for r in rows}
+def _sizes(rows: Sequence[payload.PayloadRow], counts: set[int], shape: str) -> dict[int, payload.PayloadRow]:
+    """Body sizes of `shape`'s records for every count: the run's payload table (the default shape's),
+    measured now for what it lacks; none for a shape payload.measure does not know (a --proto run's)."""
+    sizes = {r.count: r for r in rows} if shape == DEFAULT_SHAPE else {}
     missing = sorted(counts - set(sizes))
     if missing:
-        sizes |= {r.count: r for r in payload.measure(missing)}
+        sizes |= {r.count: r for r in payload.measure(missing, shape)}
     return sizes
 
 

@@ -1,6 +1,7 @@
 """Serialization micro-benchmark: encode and decode a response with orjson, stdlib json and protobuf."""
 
 import gc
+import itertools
 import json
 import platform
 import time
@@ -14,7 +15,7 @@ from google.protobuf.internal import api_implementation
 
 from labrunner.report.payload import json_body, pool_records, protobuf_message
 from labrunner.report.stats import summarize
-from services.common.pb import cars_pb2
+from services.common.pool import DEFAULT_SHAPE
 
 # /2: geometric mean and log-scale interval; /1 held BenchmarkDotNet's mean and Error.
 SCHEMA = "protolab.serialization/2"
@@ -52,10 +53,13 @@ class Case:
     high_us: float | None
     min_us: float
     max_us: float
+    shape: str = DEFAULT_SHAPE  # the record shape encoded (a file written before shapes: cars)
 
 
-def workloads(count: int) -> dict[tuple[str, str], tuple[Callable[[], object], int]]:
-    """(codec, operation) -> (one operation, encoded bytes), all on the same records.
+def workloads(
+    count: int, shape: str = DEFAULT_SHAPE
+) -> dict[tuple[str, str], tuple[Callable[[], object], int]]:
+    """(codec, operation) -> (one operation, encoded bytes), all on the same records of `shape`.
 
     Encode starts from what each server holds: the pool's dicts for JSON, prebuilt
     messages for protobuf (the gRPC service builds responses once and serializes per call).
@@ -66,21 +70,19 @@ def workloads(count: int) -> dict[tuple[str, str], tuple[Callable[[], object], i
     JSON body is this GET body (run/uploads.py), and CreateRecordsRequest has ListRecordsResponse's
     wire format (repeated Record records = 1), so parsing one costs what parsing the other does.
     """
-    records = pool_records(count)
+    records = pool_records(count, shape)
     document = {"records": records}
-    message = protobuf_message(records)
+    message = protobuf_message(records, shape)
     encoded_json = json_body(records)
     encoded_pb = message.SerializeToString()
+    parse = type(message).FromString
     return {
         ("orjson", "encode"): (lambda: orjson.dumps(document), len(encoded_json)),
         ("orjson", "decode"): (lambda: orjson.loads(encoded_json), len(encoded_json)),
         ("json", "encode"): (lambda: _stdlib_dumps(document), len(encoded_json)),
         ("json", "decode"): (lambda: json.loads(encoded_json), len(encoded_json)),
         ("protobuf", "encode"): (message.SerializeToString, len(encoded_pb)),
-        ("protobuf", "decode"): (
-            lambda: cars_pb2.ListRecordsResponse.FromString(encoded_pb),
-            len(encoded_pb),
-        ),
+        ("protobuf", "decode"): (lambda: parse(encoded_pb), len(encoded_pb)),
     }
 
 
@@ -117,11 +119,11 @@ def measure_case(operation: Callable[[], object], budget: Budget) -> tuple[int, 
     return ops, samples
 
 
-def run(budget: Budget = FULL) -> list[Case]:
-    """Every codec, operation and count of the budget."""
+def run(budget: Budget = FULL, shapes: Sequence[str] = (DEFAULT_SHAPE,)) -> list[Case]:
+    """Every codec, operation and count of the budget, for each shape."""
     cases = []
-    for count in budget.counts:
-        for (codec, op), (operation, size) in workloads(count).items():
+    for shape, count in itertools.product(shapes, budget.counts):
+        for (codec, op), (operation, size) in workloads(count, shape).items():
             gc.collect()  # start each case without garbage left by the previous one
             ops, samples = measure_case(operation, budget)
             s = summarize([sample * 1e6 for sample in samples])
@@ -138,6 +140,7 @@ def run(budget: Budget = FULL) -> list[Case]:
                     high_us=s.high,
                     min_us=s.minimum,
                     max_us=s.maximum,
+                    shape=shape,
                 )
             )
     return cases

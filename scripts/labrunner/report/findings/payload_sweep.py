@@ -24,8 +24,9 @@ def findings(evidence: Evidence) -> list[Finding]:
         return []
     found = [_pair_finding(s) for s in pairs]
     for s in pairs:
-        if (split := _format_finding(s, payload_model.format_lines(evidence.cases, s.direction))) is not None:
+        if split := _format_finding(s, payload_model.format_lines(evidence.cases, s.direction, s.shape)):
             found.append(split)
+    found += _by_shape(pairs)
     fitted = models(pairs)
     if fitted:
         found.append(Finding(QUESTION, payload_model.held_out_sentence(fitted) + "."))
@@ -102,6 +103,36 @@ def _format_finding(s: Sweep, encodings: Mapping[str, Line]) -> Finding | None:
         held_fixed=s.held,
         answer=True,
     )
+
+
+def _by_shape(pairs: Sequence[Sweep]) -> list[Finding]:
+    """Where the answer changes with the record shape: per pair swept for two shapes or more (same
+    conditions and TLS), gRPC - REST per record for each shape, e.g. "grpc vs aiohttp-h1, per record
+    by shape: gRPC +3.2 [+2.1, +4.3] µs (cars), -0.8 [-1.5, -0.1] µs (numeric) against REST."."""
+    families: dict[tuple[str, str, str, bool], list[Sweep]] = {}
+    for s in pairs:
+        if s.grpc_model is not None and s.rest_model is not None:
+            key = (s.grpc_target, s.rest_target, s.conditions, s.rest[0].tls)
+            families.setdefault(key, []).append(s)
+    found = []
+    for (grpc, rest, _, _), members in families.items():
+        if len(members) < 2:
+            continue
+        parts = []
+        for s in members:
+            assert s.grpc_model is not None and s.rest_model is not None
+            difference = payload_model.per_record_difference(s.grpc_model.line, s.rest_model.line)
+            parts.append(f"{interval(difference, '+', digits=1)} µs ({s.shape})")
+        held = f"{members[0].conditions}, {'TLS' if members[0].rest[0].tls else 'no TLS'}"
+        found.append(
+            Finding(
+                QUESTION,
+                f"{grpc} vs {rest}, per record by shape: gRPC {', '.join(parts)} against REST.",
+                held_fixed=held,
+                answer=True,
+            )
+        )
+    return found
 
 
 def _per_record(line: Line) -> str:

@@ -43,7 +43,7 @@ def section(
             ("encode", payload_model.ENCODING_METHOD),
             ("decode", payload_model.DECODING_METHOD),
         )
-        if op in {s.operation for s in pairs} and payload_model.encoding_lines(cases, op)
+        if any(s.operation == op and payload_model.encoding_lines(cases, op, s.shape) for s in pairs)
     ]
     shown: list[Block] = [
         Heading(2, TITLE),
@@ -61,7 +61,7 @@ def section(
         members = [s for s in pairs if s.scenario == scenario]
         # One direction per scenario (its words say "uploads"), so one operation per table.
         op = members[0].operation
-        encodings = payload_model.format_lines(cases, members[0].direction)
+        encodings = payload_model.format_lines(cases, members[0].direction, members[0].shape)
         shown += [
             Paragraph(f"Cost model, {scenario}:"),
             table(
@@ -144,10 +144,10 @@ def _ratio_rows(pairs: Sequence[Sweep]) -> list[list[str]]:
             rows.append(
                 [
                     s.grpc_target,
-                    s.rest_target,
+                    s.rest_target + s.variant,
                     f"{count:,}",
-                    size(point.json_bytes),
-                    size(point.protobuf_bytes),
+                    "-" if point.json_bytes is None else size(point.json_bytes),
+                    "-" if point.protobuf_bytes is None else size(point.protobuf_bytes),
                     *(_cell(by_count[m].get(count)) for m in SWEPT),
                 ]
             )
