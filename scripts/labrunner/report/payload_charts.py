@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullLocator
@@ -126,27 +127,34 @@ def _target_line(ax: Axes, members: Sequence[Group], metric: str, sizes: Mapping
 
 def crossover(sweeps: Sequence[Sweep], rows: Sequence[PayloadRow], path: Path) -> Path | None:
     """gRPC / REST per pair against records: the measured ratios with their intervals as a band and,
-    for CPU per request, the cost model's ratio and its crossover with Fieller's interval."""
+    for CPU per request, the cost model's ratio and its crossover with Fieller's interval; one row of
+    panels per direction and record shape."""
     shown = [s for s in sweeps if s.crossover is not None or any(len(s.points[m]) >= 2 for m in SWEPT)]
     if not shown:
         return None
-    # Ticks name the JSON body of the default shape's records when every pair shown has that shape.
-    one_shape = all(s.shape == DEFAULT_SHAPE for s in shown)
-    sizes = {r.count: r.json_bytes for r in rows} if one_shape else {}
-    counts = sorted({g.count for s in shown for g in s.grpc})
-    fig = Figure(figsize=(_WIDTH, _HEIGHT + 0.8), layout="constrained")
-    axes = fig.subplots(1, len(SWEPT), squeeze=False)[0]
-    for ax, metric in zip(axes, SWEPT, strict=True):
-        for s in shown:
-            _ratio_line(ax, s, metric)
-            if metric == "cpu_per_1k":
-                _model_ratio(ax, s)
-        ax.axhline(1.0, color="black", linewidth=1)
-        xlabel = "records per response (log)" + (", JSON body above" if sizes else "")
-        _log_axes(ax, {c: _tick(c, sizes) for c in counts}, xlabel)
-        ax.set_ylabel(_RATIO_AXIS[metric])
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small")
+    facets: dict[str, list[Sweep]] = {}
+    for s in shown:
+        facets.setdefault(s.variant.strip(" ()") or "downloads", []).append(s)
+    fig = Figure(figsize=(_WIDTH, _HEIGHT * len(facets) + 0.8), layout="constrained")
+    axes = fig.subplots(len(facets), len(SWEPT), squeeze=False)
+    legend: dict[str, Artist] = {}
+    for row, (title, members) in zip(axes, facets.items(), strict=True):
+        # Ticks name the JSON body of the records where they are the default shape's (payload.json's).
+        sizes = {r.count: r.json_bytes for r in rows} if members[0].shape == DEFAULT_SHAPE else {}
+        counts = sorted({g.count for s in members for g in s.grpc})
+        for ax, metric in zip(row, SWEPT, strict=True):
+            for s in members:
+                _ratio_line(ax, s, metric)
+                if metric == "cpu_per_1k":
+                    _model_ratio(ax, s)
+            ax.axhline(1.0, color="black", linewidth=1)
+            xlabel = "records per response (log)" + (", JSON body above" if sizes else "")
+            _log_axes(ax, {c: _tick(c, sizes) for c in counts}, xlabel)
+            ax.set_ylabel(_RATIO_AXIS[metric])
+            ax.set_title(title, fontsize="medium")
+            handles, labels = ax.get_legend_handles_labels()
+            legend |= dict(zip(labels, handles, strict=True))
+    fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncols=3, fontsize="small")
     return _save(fig, path)
 
 
@@ -161,7 +169,7 @@ def _ratio_line(ax: Axes, s: Sweep, metric: str) -> None:
         color=FAMILY_COLOURS["REST"],
         marker=BY_PACKAGE[rest.service].marker,
         linestyle="--" if rest.tls else "-",
-        label=f"{s.grpc_target} / {s.rest_target}{s.variant}",
+        label=f"{s.grpc_target} / {s.rest_target}",
     )
     if all(p.ratio.low is not None and p.ratio.high is not None for p in points):
         ax.fill_between(
