@@ -185,3 +185,33 @@ def test_the_terminal_numbers_notes_as_summary_md_does_when_it_shows_fewer_findi
     assert shown == ["[1] note of pair 4", "[2] note of pair 3", "[3] note of pair 2"]
     assert all(f"- {note}" in summary for note in shown)
     assert "- [5] note of pair 0" in summary and lines[-1] == "  2 more notes in summary.md"
+
+
+def test_latency_compared_at_one_load_is_said_once_and_at_several_on_each_line() -> None:
+    def pair(question: str, held: str, load: str) -> finding_model.Finding:
+        sentence = f"{question} pair: req/s 1.20x [1.10, 1.30], CPU/req 0.80x, p50 ≈, p99 —"
+        return finding_model.Finding(question, sentence, effect=0.2, held_fixed=held, load=load)
+
+    one = findings_text.by_question(
+        [
+            pair("gRPC vs REST", "quarter profile, no TLS", "40% load"),
+            pair("HTTP/2", "quarter profile, TLS", "40% load"),
+        ]
+    )
+    assert one.shared == "quarter profile; latency at 40% load"
+    assert [rest for _, rest, _ in one.questions] == ["no TLS", "TLS"]
+    assert all(
+        ", p50 ≈" in line and "at 40% load" not in line for _, _, lines in one.questions for line in lines
+    )
+    two = findings_text.by_question(
+        [
+            pair("gRPC vs REST", "quarter profile, no TLS", "25% load"),
+            pair("HTTP/2", "quarter profile, TLS", "40% load"),
+        ]
+    )
+    assert two.shared == "quarter profile"  # two loads: each line says its own
+    lines = [line for _, _, found in two.questions for line in found]
+    assert lines == [
+        "gRPC vs REST pair: req/s 1.20x [1.10, 1.30], CPU/req 0.80x, at 25% load: p50 ≈, p99 —",
+        "HTTP/2 pair: req/s 1.20x [1.10, 1.30], CPU/req 0.80x, at 40% load: p50 ≈, p99 —",
+    ]
