@@ -22,6 +22,7 @@ from labrunner.report.findings import payload_sweep as sweep_findings
 from labrunner.report.findings.finding import Evidence, Finding
 from labrunner.report.payload import SCHEMA as PAYLOAD_SCHEMA
 from labrunner.report.payload import PayloadRow
+from labrunner.report.sections import findings as findings_section
 from labrunner.report.sections import payload_sweep as sweep_section
 from labrunner.report.serialization import Case
 from labrunner.results.result import parse_results
@@ -431,3 +432,12 @@ def test_a_shape_is_swept_on_its_own_bodies_and_benchmark_and_told_apart_from_ca
     # The charts: one row of panels per shape, and the crossover chart's ticks without cars' bodies.
     assert payload_charts.sweep(groups, ROWS, tmp_path / "sweep.png") is not None
     assert payload_charts.crossover(list(by_shape.values()), ROWS, tmp_path / "crossover.png") is not None
+
+
+def test_the_forest_plot_labels_each_pair_by_what_tells_it_from_the_others() -> None:
+    groups = group_results(parse_results([*_results(_rates()), *_results(_rates(), shape="numeric")]))
+    labels = [label for label, _ in findings_section.forest_rows(groups)]
+    assert len(labels) == len(set(labels)) == 2 * len(COUNTS)  # one pair per count and shape
+    assert "grpc / aiohttp-h1 (c10)" in labels and "grpc / aiohttp-h1 (c10, numeric)" in labels
+    one_count = [g for g in groups if g.count == 100 and g.shape == DEFAULT_SHAPE]
+    assert [label for label, _ in findings_section.forest_rows(one_count)] == ["grpc / aiohttp-h1"]

@@ -1,11 +1,12 @@
 """The answers first: the findings' chart, each question's lines and their notes, the method, the
 run's host and date, and a warning when the host changed speed during the run."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report import aa_control, host_conditions
 from labrunner.report import charts as drawing
-from labrunner.report.compare import AA_CONTROL, Group
+from labrunner.report.compare import AA_CONTROL, Comparison, Group
 from labrunner.report.document import Block, Heading, Image, Paragraph
 from labrunner.report.findings import for_run, text
 from labrunner.report.findings.pairs import saturation_comparisons
@@ -41,19 +42,37 @@ def blocks(report: Report) -> list[Block]:
 
 
 def forest_rows(groups: Sequence[Group]) -> list[tuple[str, Ratio]]:
-    """The req/s ratio of each duet's A/A control and of each pair the findings compare, labelled."""
+    """The req/s ratio of each duet's A/A control and of each pair the findings compare, labelled;
+    where the pairs differ in records, direction, shape or profile, each label says its own:
+    "grpc / aiohttp-h1 (c100, uploads, numeric)"."""
     lab = lab_groups(groups)
     comparisons = [*aa_control.controls(lab), *(c for _, c in saturation_comparisons(lab))]
-    return [
-        (
-            f"{c.candidate.target} / {c.baseline.target}"
-            if c.kind != AA_CONTROL
-            else f"A/A {c.candidate.target}",
-            r,
-        )
-        for c in comparisons
-        if (r := c.ratios.get("rps")) is not None
+    varying = [
+        show
+        for attribute, show in _CONDITIONS
+        if len({getattr(c.candidate, attribute) for c in comparisons}) > 1
     ]
+
+    def label(c: Comparison) -> str:
+        pair = (
+            f"A/A {c.candidate.target}"
+            if c.kind == AA_CONTROL
+            else f"{c.candidate.target} / {c.baseline.target}"
+        )
+        shown = [part for show in varying if (part := show(c.candidate))]
+        return f"{pair} ({', '.join(shown)})" if shown else pair
+
+    return [(label(c), r) for c in comparisons if (r := c.ratios.get("rps")) is not None]
+
+
+# (a group's attribute, how a forest label shows it, "" for nothing): what can tell two rows of the same
+# targets apart.
+_CONDITIONS: tuple[tuple[str, Callable[[Group], str]], ...] = (
+    ("count", lambda g: f"c{g.count}"),
+    ("direction", lambda g: "uploads" if g.direction == UPLOAD else ""),
+    ("shape", lambda g: "" if g.shape == DEFAULT_SHAPE else g.shape),
+    ("profile", lambda g: g.profile),
+)
 
 
 SECTION = Section(TITLE, always, blocks)
