@@ -65,11 +65,13 @@ def _findings(groups: Sequence[Group], cases: Sequence[Case] = ()) -> list[Findi
 
 
 @cache
-def _scenarios(targets: tuple[str, ...], repeats: int, shape: str = DEFAULT_SHAPE) -> tuple[Scenario, ...]:
-    # The download sweep: an upload sweep is the same pairs in the other direction.
+def _scenarios(
+    targets: tuple[str, ...], repeats: int, shape: str = DEFAULT_SHAPE, direction: str = "download"
+) -> tuple[Scenario, ...]:
+    # The download sweep by default: an upload sweep is the same pairs in the other direction.
     # At a quarter CPU, the profile CPU_MS_PER_S and QUOTA_USED are of.
     overrides = Overrides(
-        targets=targets, repeats=repeats, directions=("download",), profiles=("quarter",), shapes=(shape,)
+        targets=targets, repeats=repeats, directions=(direction,), profiles=("quarter",), shapes=(shape,)
     )
     return expand(load_matrix(ROOT / "matrix.toml"), "local", "payload", overrides).scenarios
 
@@ -90,12 +92,15 @@ def _result(scenario: Scenario, rps: float, quota_used: float = QUOTA_USED) -> d
 
 
 def _results(
-    rates: Rates, targets: tuple[str, ...] = ("aiohttp-h1", "grpc"), shape: str = DEFAULT_SHAPE
+    rates: Rates,
+    targets: tuple[str, ...] = ("aiohttp-h1", "grpc"),
+    shape: str = DEFAULT_SHAPE,
+    direction: str = "download",
 ) -> list[dict[str, Any]]:
     repeats = len(next(iter(rates.values())))
     return [
         _result(s, rates[s.target.name, s.count][s.repeat - 1])
-        for s in _scenarios(targets, repeats, shape)
+        for s in _scenarios(targets, repeats, shape, direction)
         if (s.target.name, s.count) in rates
     ]
 
@@ -441,3 +446,25 @@ def test_the_forest_plot_labels_each_pair_by_what_tells_it_from_the_others() -> 
     assert "grpc / aiohttp-h1 (c10)" in labels and "grpc / aiohttp-h1 (c10, numeric)" in labels
     one_count = [g for g in groups if g.count == 100 and g.shape == DEFAULT_SHAPE]
     assert [label for label, _ in findings_section.forest_rows(one_count)] == ["grpc / aiohttp-h1"]
+
+
+def test_the_sweep_chart_draws_each_direction_and_shape_in_its_own_row() -> None:
+    groups = group_results(
+        parse_results(
+            [
+                *_results(_rates()),
+                *_results(_rates(), direction="upload"),
+                *_results(_rates(), shape="numeric"),
+            ]
+        )
+    )
+    facets, sizes = payload_charts.sweep_facets(groups, ROWS)
+    assert [title for title, _ in facets] == [
+        "quarter, build, closed, loopback",
+        "quarter, uploads, closed, loopback",
+        "quarter, build, closed, loopback, numeric",
+    ]
+    for (_, shape), members in facets.items():  # one line per target: one group per target and count
+        assert len({(g.target, g.count) for g in members}) == len(members)
+        assert {g.shape for g in members} == {shape}
+    assert sizes["numeric"] == {r.count: r.json_bytes for r in payload.measure(COUNTS, "numeric")}

@@ -12,12 +12,12 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullLocator
 
-from labrunner.model.scenario import DEFAULT_SHAPE
-from labrunner.report import payload
+from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report.charts import DPI, FAMILY_COLOURS, family
 from labrunner.report.compare import Group
-from labrunner.report.payload import COUNTS, PayloadRow
-from labrunner.report.payload_sweep import SWEPT, Point, Sweep, size, sweep_groups, sweeps
+from labrunner.report.payload import PayloadRow
+from labrunner.report.payload_model import Line
+from labrunner.report.payload_sweep import SWEPT, Point, Sweep, body_sizes, size, sweep_groups, sweeps
 from labrunner.report.stats import CONFIDENCE
 from services.common.stacks import BY_PACKAGE
 
@@ -53,19 +53,9 @@ def drawn(
 
 
 def sweep(groups: Sequence[Group], rows: Sequence[PayloadRow], path: Path) -> Path | None:
-    """One row of panels per scenario (profile, response model, load model, network, record shape):
-    req/s and CPU per request by target against the JSON body size of its records (a shape whose bodies
-    payload cannot measure, a --proto run's, has no row)."""
-    by_shape = {DEFAULT_SHAPE: {r.count: r.json_bytes for r in rows}}
-    facets: dict[tuple[str, str], list[Group]] = {}
-    for g in sweep_groups(groups):
-        if g.shape not in by_shape:
-            by_shape[g.shape] = {r.count: r.json_bytes for r in payload.measure(COUNTS, g.shape)}
-        if g.results and g.count in by_shape[g.shape]:
-            shape = "" if g.shape == DEFAULT_SHAPE else f", {g.shape}"
-            title = f"{g.profile}, {g.response_model or 'build'}, {g.load_model}, {g.network}{shape}"
-            facets.setdefault((title, g.shape), []).append(g)
-    facets = {k: v for k, v in facets.items() if len({g.count for g in v}) >= 2}
+    """One row of panels per scenario (sweep_facets): req/s and CPU per request by target against the
+    JSON body size of its records."""
+    facets, by_shape = sweep_facets(groups, rows)
     if not facets:
         return None
     fig = Figure(figsize=(_WIDTH, _HEIGHT * len(facets) + 0.8), layout="constrained")
@@ -87,6 +77,29 @@ def sweep(groups: Sequence[Group], rows: Sequence[PayloadRow], path: Path) -> Pa
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize="small")
     return _save(fig, path)
+
+
+def sweep_facets(
+    groups: Sequence[Group], rows: Sequence[PayloadRow]
+) -> tuple[dict[tuple[str, str], list[Group]], dict[str, dict[int, int]]]:
+    """The sweep's groups by scenario (profile, response model or uploads, load model, network, record
+    shape), (title, shape) -> groups, each with two counts or more; and each shape's JSON body bytes by
+    count (a shape whose bodies payload cannot measure, a --proto run's, has no facet)."""
+    swept = sweep_groups(groups)
+    swept_counts = {g.count for g in swept}
+    by_shape = {
+        shape: {n: r.json_bytes for n, r in body_sizes(rows, swept_counts, shape).items()}
+        for shape in {g.shape for g in swept}
+    }
+    facets: dict[tuple[str, str], list[Group]] = {}
+    for g in swept:
+        if g.results and g.count in by_shape[g.shape]:
+            # Uploads and downloads of one target are two lines, never one through both.
+            made = "uploads" if g.direction == UPLOAD else g.response_model or "build"
+            shape = "" if g.shape == DEFAULT_SHAPE else f", {g.shape}"
+            title = f"{g.profile}, {made}, {g.load_model}, {g.network}{shape}"
+            facets.setdefault((title, g.shape), []).append(g)
+    return {k: v for k, v in facets.items() if len({g.count for g in v}) >= 2}, by_shape
 
 
 def _target_line(ax: Axes, members: Sequence[Group], metric: str, sizes: Mapping[int, int]) -> None:
@@ -189,23 +202,27 @@ def _model_ratio(ax: Axes, s: Sweep) -> None:
     c = s.crossover
     if c is None or s.grpc_model is None or s.rest_model is None:
         return
-    grpc, rest = s.grpc_model.line, s.rest_model.line
     at = c.resolved
-    ends = [*c.span] if at is None else [*c.span, at]
-    model = [
-        (n, grpc.at(n) / rest.at(n))
-        for n in np.geomspace(min(ends), max(ends), 200)
-        if grpc.at(n) > 0 and rest.at(n) > 0  # a log axis has no place for a cost at or below 0
-    ]
-    if model and not c.misfit:
-        records, ratios = zip(*model, strict=True)
-        ax.plot(records, ratios, color=FAMILY_COLOURS["REST"], linestyle=":", linewidth=1.5)
+    if not c.misfit:
+        _line_ratio(ax, s.grpc_model.line, s.rest_model.line, [*c.span] if at is None else [*c.span, at])
     if at is None:
         return
     error = None
     if c.interval is not None and c.interval[0] > 0:
         error = [[at - c.interval[0]], [c.interval[1] - at]]
     ax.errorbar([at], [1.0], xerr=error, color="black", marker="x", markersize=8, capsize=4)
+
+
+def _line_ratio(ax: Axes, grpc: Line, rest: Line, ends: Sequence[float]) -> None:
+    """The ratio of the two cost lines, dotted, between the ends."""
+    model = [
+        (n, grpc.at(n) / rest.at(n))
+        for n in np.geomspace(min(ends), max(ends), 200)
+        if grpc.at(n) > 0 and rest.at(n) > 0  # a log axis has no place for a cost at or below 0
+    ]
+    if model:
+        records, ratios = zip(*model, strict=True)
+        ax.plot(records, ratios, color=FAMILY_COLOURS["REST"], linestyle=":", linewidth=1.5)
 
 
 def _tick(count: int, sizes: Mapping[int, int]) -> str:

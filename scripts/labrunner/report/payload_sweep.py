@@ -96,7 +96,16 @@ class Sweep:
     @property
     def held(self) -> str:
         """What the pair held fixed, in words."""
-        return f"{self.scenario}, {'TLS' if self.rest[0].tls else 'no TLS'}"
+        return f"{self.scenario}, {self._tls}"
+
+    @property
+    def held_but_shape(self) -> str:
+        """What the pair held fixed besides the record shape, in words."""
+        return f"{self.conditions}, {self._tls}"
+
+    @property
+    def _tls(self) -> str:
+        return "TLS" if self.rest[0].tls else "no TLS"
 
     @property
     def crossover(self) -> Crossover | None:
@@ -141,7 +150,7 @@ def sweeps(groups: Sequence[Group], rows: Sequence[payload.PayloadRow]) -> list[
         and len(grpc.keys() & rest.keys()) >= 2
     ]
     counts = {count for grpc, rest in pairs for count in grpc.keys() & rest.keys()}
-    sizes = {shape: _sizes(rows, counts, shape) for shape in {_shape(rest) for _, rest in pairs}}
+    sizes = {shape: body_sizes(rows, counts, shape) for shape in {_shape(rest) for _, rest in pairs}}
     return [_pair(grpc, rest, sizes[_shape(rest)]) for grpc, rest in pairs]
 
 
@@ -185,7 +194,9 @@ def _pair(
     )
 
 
-def _sizes(rows: Sequence[payload.PayloadRow], counts: set[int], shape: str) -> dict[int, payload.PayloadRow]:
+def body_sizes(
+    rows: Sequence[payload.PayloadRow], counts: set[int], shape: str
+) -> dict[int, payload.PayloadRow]:
     """Body sizes of `shape`'s records for every count: the run's payload table (the default shape's),
     measured now for what it lacks; none for a shape payload.measure does not know (a --proto run's)."""
     sizes = {r.count: r for r in rows} if shape == DEFAULT_SHAPE else {}

@@ -109,13 +109,12 @@ def _by_shape(pairs: Sequence[Sweep]) -> list[Finding]:
     """Where the answer changes with the record shape: per pair swept for two shapes or more (same
     conditions and TLS), gRPC - REST per record for each shape, e.g. "grpc vs aiohttp-h1, per record
     by shape: gRPC +3.2 [+2.1, +4.3] µs (cars), -0.8 [-1.5, -0.1] µs (numeric) against REST."."""
-    families: dict[tuple[str, str, str, bool], list[Sweep]] = {}
+    families: dict[tuple[str, str, str], list[Sweep]] = {}
     for s in pairs:
         if s.grpc_model is not None and s.rest_model is not None:
-            key = (s.grpc_target, s.rest_target, s.conditions, s.rest[0].tls)
-            families.setdefault(key, []).append(s)
+            families.setdefault((s.grpc_target, s.rest_target, s.held_but_shape), []).append(s)
     found = []
-    for (grpc, rest, _, _), members in families.items():
+    for (grpc, rest, held), members in families.items():
         if len(members) < 2:
             continue
         parts = []
@@ -123,7 +122,6 @@ def _by_shape(pairs: Sequence[Sweep]) -> list[Finding]:
             assert s.grpc_model is not None and s.rest_model is not None
             difference = payload_model.per_record_difference(s.grpc_model.line, s.rest_model.line)
             parts.append(f"{interval(difference, '+', digits=1)} µs ({s.shape})")
-        held = f"{members[0].conditions}, {'TLS' if members[0].rest[0].tls else 'no TLS'}"
         found.append(
             Finding(
                 QUESTION,
