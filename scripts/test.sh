@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set up everything the tests need (scripts/setup.sh), then lint, type-check, check the layers
-# (import-linter) and run the suite in three phases (docs/testing.md): the tests that may run beside
+# (import-linter) and run the suite in four phases (docs/testing.md): the tests that may run beside
 # each other, on PROTOLAB_TEST_WORKERS pytest-xdist workers (default 2, one per vCPU of the lab's VM),
 # and beside them the docker tests one at a time (with PROTOLAB_DOCKER_TESTS=1: they wait on the
-# engine and judge no figure); then the serial ones one at a time, alone (they measure CPU, set cgroup
+# engine and judge no figure); then the paired ones two at a time (load or CPU quotas, but no figure
+# judged: marked `paired`); then the serial ones one at a time, alone (they measure CPU, set cgroup
 # quotas or drive k6 load: marked `serial`, or under tests/e2e/; tests/conftest.py decides).
 # Arguments go to pytest, in every phase: `scripts/test.sh tests/unit` runs one kind (unit,
 # integration, e2e); a phase that selects nothing is no failure unless none selects anything.
@@ -36,14 +37,18 @@ if [[ ${PROTOLAB_DOCKER_TESTS:-} == 1 ]]; then
     wait "$docker_pid" || docker=$?
     cat "$docker_log"
 fi
+paired=0
+.venv/bin/python -m pytest --phase paired -n 2 --dist load "$@" || paired=$?
 serial=0
 .venv/bin/python -m pytest --phase serial "$@" || serial=$?
 # Every phase runs whatever the others gave, so one run shows every failure.
-for code in "$parallel" "$docker" "$serial"; do
+codes=("$parallel" "$docker" "$paired" "$serial")
+for code in "${codes[@]}"; do
     if [[ $code -ne 0 && $code -ne $NO_TESTS ]]; then
         exit "$code"
     fi
 done
-if [[ $parallel -eq $NO_TESTS && $docker -eq $NO_TESTS && $serial -eq $NO_TESTS ]]; then
-    exit "$NO_TESTS"
-fi
+for code in "${codes[@]}"; do
+    [[ $code -eq $NO_TESTS ]] || exit 0
+done
+exit "$NO_TESTS"

@@ -71,8 +71,12 @@ def docker_quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
 # `--phase docker` takes the `docker` tests out of the serial phase: scripts/test.sh runs them one at a
 # time beside the parallel phase. They judge what the runner and the engine did (statuses, containers,
 # limits, files), never a figure, and mostly wait on the engine, whose containers run on its CPUs.
+# `--phase paired` takes the modules marked `paired` out of it too: they drive load or hold servers
+# under CPU quotas, so they stay away from the parallel phase's many tests, but judge only what the code
+# decided (statuses, files, refusals, what was left behind), never a figure or a deadline, so two of
+# them run at a time, after the parallel phase and before the serial one. `serial` wins over `paired`.
 PARALLEL_DIRECTORIES = ("unit",)
-PHASES = ("parallel", "docker", "serial")
+PHASES = ("parallel", "docker", "paired", "serial")
 _PHASE_NOTE = pytest.StashKey[str]()
 
 # The `docker` tests (tests/e2e/test_docker_*.py) need a Docker engine and the lab's images: they run
@@ -88,8 +92,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=PHASES,
         default=None,
         help="run only the tests of one phase of scripts/test.sh: parallel (safe beside each other, "
-        "for pytest-xdist), docker (the Docker engine's, one at a time beside the parallel phase) or "
-        "serial (one at a time, alone: tests/conftest.py says which); default: every test",
+        "for pytest-xdist), docker (the Docker engine's, one at a time beside the parallel phase), "
+        "paired (load that judges no figure, two at a time) or serial (one at a time, alone: "
+        "tests/conftest.py says which); default: every test",
     )
 
 
@@ -102,7 +107,7 @@ def is_serial(item: pytest.Item) -> bool:
     """Whether the test must run alone (the rule above)."""
     if item.get_closest_marker("serial") or item.get_closest_marker("docker"):
         return True
-    if is_under(item, PARALLEL_DIRECTORIES):
+    if is_under(item, PARALLEL_DIRECTORIES) or item.get_closest_marker("paired"):
         return False
     return item.get_closest_marker("parallel") is None
 
@@ -111,7 +116,9 @@ def phase_of(item: pytest.Item) -> str:
     """The phase of scripts/test.sh the test runs in."""
     if item.get_closest_marker("docker"):
         return "docker"
-    return "serial" if is_serial(item) else "parallel"
+    if is_serial(item):
+        return "serial"
+    return "paired" if item.get_closest_marker("paired") else "parallel"
 
 
 def _deselect(config: pytest.Config, items: list[pytest.Item], keep: Callable[[pytest.Item], bool]) -> int:

@@ -10,6 +10,8 @@ import pytest
 from tests.e2e.local_runs import quick_benchmark
 from tests.support import QUICK_CALIBRATION, ROOT
 
+pytestmark = pytest.mark.paired  # what the search decided, no figure judged
+
 
 def test_bounded_search_on_a_real_service(tmp_path: Path) -> None:
     # At most 3 steps of 2 s, after one 1 s warm-up: about 20 s with the service's start.

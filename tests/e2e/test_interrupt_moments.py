@@ -28,7 +28,7 @@ from tests.e2e.local_runs import (
     wait_until,
 )
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.paired]  # runs interrupted and resumed: no figure judged
 
 
 def namespaces() -> set[str]:

@@ -31,7 +31,7 @@ from tests.e2e.local_runs import (
 )
 from tests.support import AFTER_SLOW, ROOT, SLOW, SLOW_STOP_TARGETS, slow_stop_seed
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.paired]  # runs interrupted and resumed: no figure judged
 
 
 # What summary.csv says of the selection run start to end: an interrupted and resumed run must say the same.

@@ -21,7 +21,7 @@ from labrunner.model.scenario import LoadModel
 
 from tests.support import QUICK_CALIBRATION, ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.paired]  # k6 against its own samples
 
 INSTANCES = 2
 CLOSED_VUS = 5  # odd: the segments split it 3 + 2
@@ -96,7 +96,7 @@ def split_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("k6-instances")
     matrix = base / "matrix.toml"
     matrix.write_text(MATRIX)
-    out = base / "run"
+    out = base / "k6-instances-run"  # the run id names its cgroups: unique among the paired phase
     completed = subprocess.run(
         [
             sys.executable, "scripts/run_matrix.py", *QUICK_CALIBRATION,

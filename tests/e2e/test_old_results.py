@@ -32,7 +32,7 @@ SELECTION = (
 )  # fmt: skip
 QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.paired]  # statuses and baselines, no figure judged
 
 
 def _run_matrix(out: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ from labrunner.report.serialization import run as run_serialization
 
 from tests.support import QUICK_CALIBRATION, ROOT
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.paired]  # bytes verified and results written, no figure judged
 QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
 SELECTION = (
     "--backend", "local", "--preset", "ci", "--target", "aiohttp-h1,grpc-stream", "--count", "10",
@@ -35,7 +35,7 @@ def _run_matrix(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_numeric_run_verifies_measures_and_records_its_shape(tmp_path: Path) -> None:
-    out = tmp_path / "run"
+    out = tmp_path / "numeric-run"  # the run id names its cgroups: unique among the paired phase
     out.mkdir()
     # The serialization benchmark is not under test here: a quick one in place.
     write_json_atomic(out / "serialization.json", as_document(run_serialization(QUICK), QUICK))

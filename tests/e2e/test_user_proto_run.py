@@ -20,7 +20,7 @@ from tests.e2e.test_shape_run import QUIET
 from tests.e2e.test_shape_run import SELECTION as SHAPE_RUN
 from tests.support import QUICK_CALIBRATION, ROOT
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.paired]  # bytes verified and results written, no figure judged
 # test_shape_run's small run, with unary gRPC beside REST: a pair the findings compare (gRPC vs REST).
 SELECTION = tuple("aiohttp-h1,grpc" if arg == "aiohttp-h1,grpc-stream" else arg for arg in SHAPE_RUN)
 WEATHER = ROOT / "tests" / "fixtures" / "user_proto" / "weather.proto"
@@ -29,7 +29,7 @@ CHECKSUM = re.compile(r"the pool's records \(canonical checksum ([0-9a-f]{8})\)"
 
 
 def test_a_user_proto_run_verifies_equal_work_and_gives_findings(tmp_path: Path) -> None:
-    out = tmp_path / "run"
+    out = tmp_path / "user-proto-run"  # the run id names its cgroups: unique among the paired phase
     out.mkdir()
     # The serialization benchmark is not under test here: a quick one in place.
     write_json_atomic(out / "serialization.json", as_document(run_serialization(QUICK), QUICK))

@@ -28,7 +28,7 @@ UPLOADS_AT_ONCE = 3
 MESSAGES_PER_UPLOAD = 1000  # the case: ~1 GB a call if nothing bounded the total
 MESSAGE_BYTES = 1_000_000  # under the per-message limit, so only the call's total can refuse it
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.serial]  # servers under CPU quotas: alone
+pytestmark = [pytest.mark.timeout(180), pytest.mark.paired]  # servers under CPU quotas, no figure judged
 
 
 @pytest.fixture(scope="module", params=IMPLEMENTATIONS, ids=ids(IMPLEMENTATIONS))

@@ -30,7 +30,7 @@ FLOODED = [
     ("floor-grpc_grpclib", "benchmarks.floor", "grpc_grpclib", False),
 ]
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]  # a flood under CPU quotas: alone
+pytestmark = [pytest.mark.timeout(120), pytest.mark.paired]  # servers under CPU quotas, no figure judged
 
 
 def _health_check(port: int, grpc_server: bool, tls: bool) -> Callable[[], None]:
@@ -48,6 +48,7 @@ def _health_check(port: int, grpc_server: bool, tls: bool) -> Callable[[], None]
     return grpc_health if grpc_server else rest_health
 
 
+@pytest.mark.serial  # a flood whose health checks must each answer within 10 s: alone
 @pytest.mark.parametrize(("package", "module", "tls"), [f[1:] for f in FLOODED], ids=[f[0] for f in FLOODED])
 def test_a_rapid_reset_flood_leaves_health_answering(package: str, module: str, tls: bool) -> None:
     grpc_server = module.startswith("grpc")

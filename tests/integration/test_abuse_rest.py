@@ -37,7 +37,7 @@ def bomb() -> bytes:
 
 TRICKLE_BYTES, TRICKLE_EVERY_SECONDS = 10, 0.2
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.serial]  # servers under CPU quotas: alone
+pytestmark = [pytest.mark.timeout(180), pytest.mark.paired]  # servers under CPU quotas, no figure judged
 
 
 @pytest.fixture(scope="module", params=IMPLEMENTATIONS, ids=ids(IMPLEMENTATIONS))

@@ -15,7 +15,7 @@ from tests.support import tls_env
 MODULES = [*REST_MODULES, *GRPC_MODULES]
 WEAK_CIPHERS = "3DES:RC4:eNULL:aNULL:EXPORT:@SECLEVEL=0"
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]  # servers under CPU quotas: alone
+pytestmark = [pytest.mark.timeout(120), pytest.mark.paired]  # servers under CPU quotas, no figure judged
 
 
 def _context(minimum: ssl.TLSVersion, maximum: ssl.TLSVersion, ciphers: str | None = None) -> ssl.SSLContext:

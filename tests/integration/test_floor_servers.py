@@ -34,7 +34,8 @@ POOL_SIZE, SEED, MAX_COUNT = 10_000, 42, 1000
 # The first records, a run that wraps around the pool, and the largest response.
 REQUESTS = ((1, 0), (7, POOL_SIZE - 3), (MAX_COUNT, 123))
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.serial]  # servers under the p1 profile's CPU quota: alone
+# Servers under the p1 profile's CPU quota, no figure judged.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.paired]
 
 
 def _scenarios() -> list[Scenario]:

