@@ -110,3 +110,35 @@ def test_batches_that_disagree_say_the_latency_moved_not_that_rounds_are_missing
     assert finding.glance(p50, "p50", "a vs b")[1][0].alone == (
         "p50 —: too wide: latency moved from batch to batch in its window (a queue near the quota)"
     )
+
+
+def _closed_result(target: str, service: str, rps: float) -> dict[str, Any]:
+    result = _open_result(target, service, _batches([5.0] * LATENCY_BATCHES))
+    result["scenario_id"] = f"{target}.quarter.c100.closed.r1"
+    result["scenario"] |= {
+        "group": f"{target}.quarter.c100.closed",
+        "load_model": {"name": "closed", "executor": "constant-vus"},
+    }
+    result["k6"]["metrics"]["requests_per_second"] = rps
+    return result
+
+
+@pytest.mark.parametrize("per_batch", [200.0, 1000.0])
+def test_the_pairs_line_says_p99_needs_longer_windows_only_when_its_batches_are_short(
+    per_batch: float,
+) -> None:
+    results = [
+        _closed_result("aiohttp-h1", "rest_aiohttp", 400.0),
+        _closed_result("quart-h1", "rest_quart", 200.0),
+        _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0, 5.2, 4.9, 5.1, 5.0], n=per_batch)),
+        _open_result("quart-h1", "rest_quart", _batches([10.0, 10.5, 9.8, 10.2, 10.1], n=per_batch)),
+    ]
+    [line] = pairs.findings(finding.Evidence(tuple(group_results(parse_results(results))), (), ()))
+    short = finding.Note(pairs._P99_SHORT, rank=finding.VERDICT)
+    p50 = "p50 0.50x [0.48, 0.52]"  # 200 samples a batch hold p50: its ratio either way
+    if per_batch < 1000:
+        assert line.sentence.endswith(f", {p50}, p99 —"), line.sentence
+        assert short in line.notes, line.notes
+    else:
+        assert line.sentence.endswith(f", {p50}, p99 0.50x [0.48, 0.52]"), line.sentence
+        assert short not in line.notes, line.notes

@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
 from labrunner.model.scenario import DEFAULT_SHAPE
-from labrunner.report import payload, payload_charts
+from labrunner.report import findings, payload, payload_charts
 from labrunner.report import payload_sweep as ps
 from labrunner.report.build import write_report
 from labrunner.report.compare import Group, group_results
@@ -468,3 +468,33 @@ def test_the_sweep_chart_draws_each_direction_and_shape_in_its_own_row() -> None
         assert len({(g.target, g.count) for g in members}) == len(members)
         assert {g.shape for g in members} == {shape}
     assert sizes["numeric"] == {r.count: r.json_bytes for r in payload.measure(COUNTS, "numeric")}
+
+
+def test_the_run_measures_body_sizes_only_when_it_swept_counts_and_has_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    measured: list[int] = []
+
+    def measure() -> tuple[PayloadRow, ...]:
+        measured.append(1)
+        return ROWS
+
+    monkeypatch.setattr(payload, "measure", measure)
+    swept = group_results(parse_results(_results(_rates(counts=(1, 10)))))
+    from_the_pool = findings.for_run(swept, "payload")
+    assert measured == [1]
+    assert findings.for_run(swept, "payload", ROWS) == from_the_pool and measured == [1]
+    one_count = group_results(parse_results(_results(_rates(counts=(10,)))))
+    findings.for_run(one_count, "payload")
+    assert measured == [1], "a run of one count needs no body sizes"
+
+
+def test_the_runs_body_sizes_and_benchmark_reach_the_findings() -> None:
+    groups = group_results(parse_results(_results(_rates())))
+    given = findings.for_run(groups, "payload", ROWS)
+    doubled = tuple(
+        replace(r, json_bytes=2 * r.json_bytes, json_gzip_bytes=2 * r.json_gzip_bytes) for r in ROWS
+    )
+    assert findings.for_run(groups, "payload", doubled) != given
+    assert not [f for f in given if "per record:" in f.sentence]
+    assert [f for f in findings.for_run(groups, "payload", ROWS, CASES) if "per record:" in f.sentence]
