@@ -153,3 +153,45 @@ def test_what_a_comparison_held_fixed_names_the_shape_and_the_network_when_not_t
     )
     plain = finding.held_fixed(Comparison("k", _group(), _group(target="grpc", tls=True), {}))
     assert plain == "small profile (0.5 CPU), 100 records, build, closed model"
+
+
+def test_the_rounds_a_pair_needs_are_said_from_two_rounds_on_and_only_with_an_interval() -> None:
+    settled = pairs.SETTLED_HALF_WIDTH
+    wide = Ratio(1.0, 1 / (1 + 2 * settled), 1 + 2 * settled, 0.5, False, rounds=2)
+    said = pairs._rounds_needed(wide)
+    assert said.startswith(f"req/s ±{2 * settled:.0%}: about ") and said.endswith(" (--precision)"), said
+    for unsaid in (
+        None,
+        dataclasses.replace(wide, low=None),
+        dataclasses.replace(wide, high=None),
+        dataclasses.replace(wide, rounds=None),
+        dataclasses.replace(wide, rounds=1),
+        dataclasses.replace(wide, low=1 / (1 + settled / 2), high=1 + settled / 2),  # settled already
+    ):
+        assert pairs._rounds_needed(unsaid) == "", unsaid
+
+
+def test_a_long_line_breaks_between_words_never_at_a_hyphen() -> None:
+    # With hyphens allowed, "quarter-of-" would still fit the first line's 100 columns.
+    line = "    " + "word " * 17 + "quarter-of-a-cpu-here-now and then some more words to pass the longest"
+    assert len(line) > findings_text.LONGEST_LINE
+    first, second = findings_text._wrapped([line])
+    assert first.endswith("word") and second.strip().startswith("quarter-of-a-cpu-here-now")
+
+
+def test_a_terminal_row_holds_its_columns_and_a_longer_line_takes_two() -> None:
+    assert findings_text.rows(["x" * 80, "x" * 81, ""]) == 1 + 2 + 1
+
+
+def test_markdown_cuts_a_question_at_its_limit_and_says_how_many_more() -> None:
+    found = [
+        _finding(GRPC_VS_REST, "grpc vs aiohttp-h1: 1.10x", "small, c100, closed"),
+        _finding(GRPC_VS_REST, "grpc-tls vs aiohttp-h1-tls: 1.05x", "small, c100, closed"),
+        _finding(HTTP2, "quart-h2-tls vs quart-h1-tls: 0.80x", "small, c10, open"),
+    ]
+    lines = findings_text.markdown(found, limit=1)
+    assert lines[0] == "All held fixed: small."
+    assert f"- **{GRPC_VS_REST}**, c100, closed" in lines and f"- **{HTTP2}**, c10, open" in lines
+    assert "  - ... and 1 more in summary.md" in lines
+    assert "  - grpc-tls vs aiohttp-h1-tls: 1.05x" not in findings_text.markdown(found, limit=1)
+    assert "  - grpc-tls vs aiohttp-h1-tls: 1.05x" in findings_text.markdown(found)

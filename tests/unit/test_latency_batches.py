@@ -142,3 +142,8 @@ def test_the_pairs_line_says_p99_needs_longer_windows_only_when_its_batches_are_
     else:
         assert line.sentence.endswith(f", {p50}, p99 0.50x [0.48, 0.52]"), line.sentence
         assert short not in line.notes, line.notes
+        # 1,000 samples a batch are what p99 needs: the sides' notes say nothing of batches.
+        assert {n.alone for n in line.notes if n.subject.endswith("at 100 req/s")} == {
+            "aiohttp-h1 at 100 req/s: CPU 50%",
+            "quart-h1 at 100 req/s: CPU 50%",
+        }

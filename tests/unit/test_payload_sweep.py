@@ -498,3 +498,11 @@ def test_the_runs_body_sizes_and_benchmark_reach_the_findings() -> None:
     assert findings.for_run(groups, "payload", doubled) != given
     assert not [f for f in given if "per record:" in f.sentence]
     assert [f for f in findings.for_run(groups, "payload", ROWS, CASES) if "per record:" in f.sentence]
+
+
+def test_the_runs_own_preset_is_never_named_as_not_asked() -> None:
+    one_count = group_results(parse_results(_results(_rates(counts=(10,)))))
+    unasked = {f.sentence for f in findings.for_run(one_count, None)} - {
+        f.sentence for f in findings.for_run(one_count, "payload")
+    }
+    assert len(unasked) == 1 and "payload" in unasked.pop()
