@@ -2,10 +2,11 @@
 percentiles a value, so a latency ratio from one window per side has batches - 1 degrees of freedom a
 side; a batch too small for a percentile gives it none."""
 
+import dataclasses
 from typing import Any
 
 import pytest
-from labrunner.report.compare import compare_groups, group_results
+from labrunner.report.compare import Comparison, compare_groups, group_results
 from labrunner.report.findings import finding, pairs
 from labrunner.results.result import parse_results
 from labrunner.run.k6_stats import LATENCY_BATCHES, batch_percentiles, percentile
@@ -147,3 +148,39 @@ def test_the_pairs_line_says_p99_needs_longer_windows_only_when_its_batches_are_
             "aiohttp-h1 at 100 req/s: CPU 50%",
             "quart-h1 at 100 req/s: CPU 50%",
         }
+
+
+def test_a_side_that_served_under_its_offered_rate_is_said_not_to_carry_it() -> None:
+    carried = _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0] * LATENCY_BATCHES))
+    queued = _open_result("quart-h1", "rest_quart", _batches([5.0] * LATENCY_BATCHES))
+    queued["k6"]["metrics"]["requests_per_second"] = 50.0  # offered 100 req/s
+    closed = _closed_result("grpc", "grpc_aio", 300.0)
+    by_target = {g.target: g for g in group_results(parse_results([carried, queued, closed]))}
+    assert pairs._offered_rate(by_target["aiohttp-h1"]) == 100
+    assert pairs._not_carried(by_target["aiohttp-h1"]) is None
+    assert pairs._not_carried(by_target["quart-h1"]) == finding.Note(
+        "did not carry it (served 50): its latency is a queue's", "quart-h1 at 100 req/s", finding.VERDICT
+    )
+    # A closed model offers no rate: nothing to carry. Nor does a group without results.
+    assert pairs._offered_rate(by_target["grpc"]) is None and pairs._not_carried(by_target["grpc"]) is None
+    assert pairs._offered_rate(dataclasses.replace(by_target["quart-h1"], results=())) is None
+    assert pairs._rate(Comparison("k", by_target["grpc"], by_target["grpc"], {})) == 0
+
+
+def test_a_duets_suspect_repeats_are_said_of_the_pair() -> None:
+    first, second = _closed_result("grpc", "grpc_aio", 300.0), _closed_result("grpc", "grpc_aio", 310.0)
+    second["scenario_id"] = "grpc.quarter.c100.closed.r2"
+    second["scenario"]["repeat"] = 2
+    second["suspect"] = ["others busy"]
+    [group] = group_results(parse_results([first, second]))
+    assert pairs._saturated_suspect(
+        dataclasses.replace(group, partner="aiohttp-h1"), "grpc vs aiohttp-h1"
+    ) == (
+        finding.Note("1 of 2 repeats of grpc suspect, see summary.md", "grpc vs aiohttp-h1", finding.SUSPECT)
+    )
+    assert (
+        pairs._saturated_suspect(
+            dataclasses.replace(group, partner="aiohttp-h1", results=(group.results[0],)), "p"
+        )
+        is None
+    )
