@@ -1,6 +1,6 @@
 """Shared fixtures; gRPC runs without fork handlers, as in the runner; the docker tests only on request;
-the three phases of scripts/test.sh (`--phase parallel`, `--phase docker`, `--phase serial`:
-docs/testing.md)."""
+the four phases of scripts/test.sh (`--phase parallel`, `--phase docker`, `--phase paired`, `--phase
+serial`: docs/testing.md)."""
 
 import os
 import signal
@@ -65,9 +65,9 @@ def docker_quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
 # (one test at a time) the rest: the tests that measure CPU, set cgroup quotas, drive k6 load or need
 # Docker, which a test beside them would disturb. By directory: tests/unit/ is parallel; anywhere else
 # (tests/integration/, tests/e2e/) a test is serial unless its module (or class, or itself) is marked
-# `parallel`, so a new load test can only be slower than need be, never measured beside another: the
-# e2e modules marked so check what k6 and the servers answer, not what anything costs. `serial` (and
-# `docker`) wins over `parallel`: a parallel module marks its few load tests so.
+# `parallel` or `paired` (below), so a new load test can only be slower than need be, never measured
+# beside another: the e2e modules marked so check what k6 and the servers answer, not what anything
+# costs. `serial` (and `docker`) wins over `parallel`: a parallel module marks its few load tests so.
 # `--phase docker` takes the `docker` tests out of the serial phase: scripts/test.sh runs them one at a
 # time beside the parallel phase. They judge what the runner and the engine did (statuses, containers,
 # limits, files), never a figure, and mostly wait on the engine, whose containers run on its CPUs.
