@@ -1,4 +1,4 @@
-"""Real k6 uploading to a real lab gRPC server for a few seconds: k6/grpc_unary.js (CreateRecords) and
+"""Real k6 uploading to a real lab gRPC server for 40 calls: k6/grpc_unary.js (CreateRecords) and
 k6/grpc_stream.js (UploadRecords) with UPLOAD_FILE, as the runner sets it. Every call k6 makes reaches
 the server as an upload of the file's records, k6's checks of the reply pass, and a refused upload or a
 file that disagrees with UPLOAD_COUNT fails the run."""
@@ -17,10 +17,13 @@ from labrunner.run.k6.output import K6Metrics, parse_summary
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.common.records import load_pool
-from tests.support import GRPC_SERVERS, ROOT, RunningService, k6_env, launch_service
+from tests.support import GRPC_SERVERS, ROOT, RunningService, k6_env, launch_service, stream_end_lost
 
 SERVICE = "protolab.cars.v1.RecordService"
 POOL_SIZE, SEED, COUNT = 2000, 42, 100
+# A fixed number of calls, not a duration: a call in flight when a duration ends reaches the server but
+# not k6's count (CI once saw the server handle 147 uploads to k6's 146).
+CALLS = 40
 ENV = {"RECORD_POOL_SIZE": str(POOL_SIZE), "RECORD_SEED": str(SEED)}
 # Each script's upload method, and the messages the server receives per call.
 SCRIPTS = {"grpc_unary.js": ("CreateRecords", 1), "grpc_stream.js": ("UploadRecords", COUNT)}
@@ -62,8 +65,10 @@ def run_k6(
         **{
             "UPLOAD_FILE": str(upload),
             "UPLOAD_COUNT": str(COUNT),
-            "DURATION": "2s",
+            "LOAD_MODEL": "shared-iterations",
+            "ITERATIONS": str(CALLS),
             "VUS": "2",
+            "DURATION": "60s",  # only a cap
             "CHECK_EVERY": "5",  # many replies decoded and checked
             "SUMMARY_FILE": str(summary),
             **settings,
@@ -134,14 +139,15 @@ def test_k6_uploads_the_file_and_checks_each_reply(
     completed = run_k6(script, service, upload_file, tmp_path / "summary.json")
     assert completed.returncode == 0, completed.stdout + completed.stderr[-2000:]
     k6 = summary_of(completed, tmp_path / "summary.json")
-    assert k6.requests > 0 and k6.errors == 0 and k6.attempts == k6.requests
+    assert CALLS - stream_end_lost(script) <= k6.requests <= CALLS
+    assert k6.errors == 0 and k6.attempts == k6.requests
     # The decoded replies' checks (count and checksum of the file's records, and status) all passed.
     assert k6.checks_passed >= 3 and k6.checks_failed == 0
     # Every call k6 made is an upload of the file's records: no ListRecords or StreamRecords.
     uploads = {
-        "grpc_server_started_total": k6.requests,
-        "OK": k6.requests,
-        "grpc_server_msg_received_total": k6.requests * messages,
+        "grpc_server_started_total": CALLS,
+        "OK": CALLS,
+        "grpc_server_msg_received_total": CALLS * messages,
     }
     assert counts_after(service, before, method, uploads) == uploads
     for download in ("ListRecords", "StreamRecords"):

@@ -13,7 +13,7 @@ from labrunner.run.k6.output import K6Metrics, parse_summary
 
 from services.common.pool import SHAPES, load_pool
 from tests.e2e.k6_servers import K6_THRESHOLDS_FAILED, k6_binary
-from tests.support import ROOT, RunningService, k6_env, launch_service
+from tests.support import ROOT, RunningService, k6_env, launch_service, stream_end_lost
 
 POOL_SIZE, SEED, COUNT = 2000, 42, 20
 OTHER_SHAPES = [shape for shape in SHAPES if shape != "cars"]
@@ -38,12 +38,6 @@ def served(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, RunningSe
 
 
 ITERATIONS = 20
-
-
-def stream_end_lost(script: str) -> int:
-    """How many streams may end unrecorded: k6 once ended its last shared iteration before the
-    stream's 'end' event ran (19 of 20 recorded, none failed, on a busy host): at most one."""
-    return 1 if script == "grpc_stream.js" else 0
 
 
 def run_k6(
