@@ -2,13 +2,15 @@
 // SHAPE's service's), one record per message from the server; or, with UPLOAD_FILE set, RecordService/UploadRecords, each
 // record of that file one message from the client, then the server's one reply. One protolab_reqs
 // per completed stream.
-// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE and the load model's
+// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE, STREAMS and the load model's
 // (k6/lib/common.js); UPLOAD_FILE and UPLOAD_COUNT (k6/lib/common.js uploadFile).
+// STREAMS (default 1): each iteration opens STREAMS streams at once on its VU's one connection, each
+// with its own handlers and one protolab_reqs outcome; k6's event loop ends the iteration when all end.
 import { check } from 'k6';
 import { Stream } from 'k6/net/grpc';
 import {
-  COUNT, buildOptions, connectOnce, grpcClient, method, uploadFile, logFirstFailure, record, recordChecks,
-  sampled, summaryHandler, uploadReplyChecks,
+  COUNT, STREAMS, buildOptions, connectOnce, grpcClient, method, uploadFile, logFirstFailure, record,
+  recordChecks, sampled, summaryHandler, uploadReplyChecks,
   DECODED, UNDECODED,
 } from './lib/common.js';
 
@@ -37,7 +39,11 @@ function messageChecks(received) {
 
 export default function () {
   connectOnce(client);
-  const decode = sampled();
+  for (let i = 0; i < STREAMS; i += 1) openStream(sampled(i));
+}
+
+// One stream, written and ended; its handlers record its one outcome.
+function openStream(decode) {
   const received = [];
   let count = 0;
   let finished = false;

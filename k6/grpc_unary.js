@@ -1,12 +1,14 @@
 // gRPC unary load (see docs/CONTRACTS.md): RecordService/ListRecords({count: COUNT}) (or the SHAPE's
 // service's); or, with UPLOAD_FILE set, CreateRecords with the records of that file (an upload).
-// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE and the load model's
+// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE, STREAMS and the load model's
 // (k6/lib/common.js); UPLOAD_FILE and UPLOAD_COUNT (k6/lib/common.js uploadFile).
+// STREAMS (default 1, one synchronous invoke): with more, each iteration makes STREAMS calls at once
+// (asyncInvoke) on its VU's one connection and ends when all have answered.
 import { check } from 'k6';
 import grpc from 'k6/net/grpc';
 import {
-  COUNT, buildOptions, connectOnce, grpcClient, method, uploadFile, logFirstFailure, record, recordChecks,
-  sampled, summaryHandler, uploadReplyChecks,
+  COUNT, STREAMS, buildOptions, connectOnce, grpcClient, method, uploadFile, logFirstFailure, record,
+  recordChecks, sampled, summaryHandler, uploadReplyChecks,
   DECODED, UNDECODED,
 } from './lib/common.js';
 
@@ -31,12 +33,29 @@ function replyChecks(res) {
   return recordChecks(res.message ? res.message.records : null, true);
 }
 
-export default function () {
-  connectOnce(client);
-  const decode = sampled();
-  const res = client.invoke(METHOD, REQUEST, decode ? DECODE : FAST);
+// A reply's checks and metrics: the status, and a sampled reply's content.
+function finish(res, decode) {
   let ok = res.status === grpc.StatusOK;
   if (!ok) logFirstFailure(`${METHOD} status ${res.status}: ${JSON.stringify(res.error)}`);
   if (decode) ok = check(res, Object.assign({ 'status is OK': () => ok }, replyChecks(res)));
   record(ok);
 }
+
+function callOnce() {
+  connectOnce(client);
+  const decode = sampled();
+  const res = client.invoke(METHOD, REQUEST, decode ? DECODE : FAST);
+  finish(res, decode);
+}
+
+// STREAMS > 1: STREAMS calls at once on the VU's connection; which are decoded is decided per call.
+async function callStreams() {
+  connectOnce(client);
+  const decodes = Array.from({ length: STREAMS }, (_, i) => sampled(i));
+  const replies = await Promise.all(
+    decodes.map((decode) => client.asyncInvoke(METHOD, REQUEST, decode ? DECODE : FAST)),
+  );
+  replies.forEach((res, i) => finish(res, decodes[i]));
+}
+
+export default STREAMS === 1 ? callOnce : callStreams;

@@ -1,15 +1,17 @@
 // REST load (see docs/CONTRACTS.md): GET BASE_URL/records?count=COUNT over HTTP/1.1 or HTTP/2; or,
 // with UPLOAD_FILE set, an upload: POST BASE_URL/records with that file's bytes as the body.
-// Env: BASE_URL, EXPECT_PROTO, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE and the load model's
+// Env: BASE_URL, EXPECT_PROTO, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE, STREAMS and the load model's
 // (k6/lib/common.js); for an upload UPLOAD_FILE (an absolute path to the exact body, written by the
 // runner before the run) and UPLOAD_COUNT (the records in it, default: as many as it holds), which
 // a checked reply's count and checksum must match (k6/lib/common.js restUpload).
+// STREAMS (default 1): with more, each iteration sends STREAMS of the same request at once (http.batch,
+// batchPerHost STREAMS) on its VU's one HTTP/2 connection; HTTP/1.1 cannot multiplex, and is refused.
 import { check } from 'k6';
 import exec from 'k6/execution';
 import http from 'k6/http';
 import {
-  COUNT, buildOptions, envString, logFirstFailure, record, recordChecks, restUpload, sampled,
-  summaryHandler, uploadReplyChecks,
+  COUNT, STREAMS, batchOptions, buildOptions, envString, logFirstFailure, record, recordChecks, restUpload,
+  sampled, summaryHandler, uploadReplyChecks,
   DECODED, UNDECODED,
 } from './lib/common.js';
 
@@ -22,6 +24,12 @@ const PROTOCOLS = ['HTTP/1.1', 'HTTP/2.0'];
 const EXPECT_PROTO = envString('EXPECT_PROTO', 'HTTP/1.1');
 if (!PROTOCOLS.includes(EXPECT_PROTO)) {
   throw new Error(`protolab: EXPECT_PROTO=${EXPECT_PROTO}, want one of ${PROTOCOLS.join(', ')}`);
+}
+if (EXPECT_PROTO === 'HTTP/1.1' && STREAMS > 1) {
+  throw new Error(
+    `protolab: HTTP/1.1 cannot multiplex: STREAMS=${STREAMS} needs HTTP/2 ` +
+    `(its comparable is ${STREAMS} connections: VUS x ${STREAMS}, STREAMS=1)`,
+  );
 }
 const BASE_URL = envString('BASE_URL').replace(/\/+$/, '');
 const URL = `${BASE_URL}/records?count=${COUNT}`;
@@ -39,7 +47,7 @@ const UPLOAD_HEADERS = { 'Content-Type': 'application/json' };
 const UPLOAD_FAST = Object.assign({ headers: UPLOAD_HEADERS }, FAST);
 const UPLOAD_DECODE = Object.assign({ headers: UPLOAD_HEADERS }, DECODE);
 
-export const options = buildOptions(CLOCK);
+export const options = Object.assign(buildOptions(CLOCK), batchOptions());
 
 function parsed(res) {
   try {
@@ -78,4 +86,29 @@ function uploadRecords() {
   finish(res, decode, POST, uploadChecks);
 }
 
-export default UPLOAD ? uploadRecords : listRecords;
+// STREAMS > 1: STREAMS of the request at once on the VU's connection, each response finished as a
+// single request's; which are decoded is decided per request (sampled(i)). The VU's first iteration
+// sends its first request alone, to open the connection: a batch that finds none has Go's HTTP/2
+// transport dial a TLS connection per request, closing all but one once ALPN says h2 (seen: up to
+// 10 connections for VUS=2, STREAMS=5), where the connection model holds one per VU.
+function batchOf(method, url, body, fast, decoded, request, contentChecks) {
+  return function () {
+    const decodes = Array.from({ length: STREAMS }, (_, i) => sampled(i));
+    const requests = decodes.map((decode) => [method, url, body, decode ? decoded : fast]);
+    const responses = __ITER === 0
+      ? [http.request(...requests[0])].concat(http.batch(requests.slice(1)))
+      : requests.map((r) => http.request(...r));
+    responses.forEach((res, i) => finish(res, decodes[i], request, contentChecks));
+  };
+}
+
+function single() {
+  return UPLOAD ? uploadRecords : listRecords;
+}
+
+function batched() {
+  if (UPLOAD) return batchOf('POST', UPLOAD_URL, UPLOAD.body, UPLOAD_FAST, UPLOAD_DECODE, POST, uploadChecks);
+  return batchOf('GET', URL, null, FAST, DECODE, LIST, listChecks);
+}
+
+export default STREAMS === 1 ? single() : batched();

@@ -1,5 +1,6 @@
-// Shared k6 pieces for every protolab script: env parsing, load models, the uniform
-// protolab_* metrics, record checks and handleSummary. See docs/CONTRACTS.md.
+// Shared k6 pieces for every protolab script: env parsing, load models, the connection model (VUs
+// = connections, STREAMS requests at once on each), the uniform protolab_* metrics, record checks
+// and handleSummary. See docs/CONTRACTS.md.
 import exec from 'k6/execution';
 import { Counter, Gauge, Rate } from 'k6/metrics';
 import grpc from 'k6/net/grpc';
@@ -66,9 +67,19 @@ export function method(name) {
 export const CHECK_EVERY = Math.max(1, envInt('CHECK_EVERY', 50));
 export const TLS = envString('TLS', '0') === '1';
 
-// Decode and check this iteration's response? Every VU's first iteration, then 1 in CHECK_EVERY.
-export function sampled() {
-  return __ITER % CHECK_EVERY === 0;
+// The connection model: k6's VUs are the connections (each VU has its own), and STREAMS (default 1)
+// the requests each iteration sends at once on its VU's one connection, the iteration ending when
+// all have answered (REST: http.batch over HTTP/2; gRPC: STREAMS calls or streams on one channel).
+const STREAMS_RAW = envString('STREAMS', '1');
+if (!/^\d+$/.test(STREAMS_RAW) || parseInt(STREAMS_RAW, 10) < 1) {
+  throw new Error(`protolab: env STREAMS=${STREAMS_RAW} is not a positive integer (requests at once per VU)`);
+}
+export const STREAMS = parseInt(STREAMS_RAW, 10);
+
+// Decode and check this request? Every VU's first request, then 1 in CHECK_EVERY: request i of an
+// iteration's STREAMS is the VU's request __ITER * STREAMS + i (STREAMS=1: this iteration's).
+export function sampled(i = 0) {
+  return (__ITER * STREAMS + i) % CHECK_EVERY === 0;
 }
 
 let failureLogged = false;
@@ -150,6 +161,13 @@ export function buildOptions(clock) {
     summaryTrendStats: TREND_STATS,
     systemTags: SYSTEM_TAGS,
   };
+}
+
+// rest.js's http.batch options for STREAMS > 1: all STREAMS requests at once to the one host (k6's
+// defaults, batch 20 and batchPerHost 6, would hold some back); none for STREAMS=1, k6's defaults.
+export function batchOptions() {
+  if (STREAMS === 1) return {};
+  return { batch: Math.max(20, STREAMS), batchPerHost: STREAMS };
 }
 
 // Check functions for decoded records: COUNT of them, each with every field of the shape's record

@@ -18,7 +18,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -213,7 +213,8 @@ def k6_options(script: str, env: dict[str, str]) -> dict[str, Any]:
 
 
 class GrpcServer:
-    """RecordService on 127.0.0.1: ListRecords and StreamRecords return count - short records."""
+    """RecordService on 127.0.0.1: ListRecords and StreamRecords return count - short records. gate, when
+    given, runs in every call's thread before it answers (a test's hold on calls in flight)."""
 
     def __init__(
         self,
@@ -221,6 +222,7 @@ class GrpcServer:
         short: int = 0,
         tls: tuple[Path, Path] | None = None,
         delay_s: float = 0.0,
+        gate: Callable[[], None] = lambda: None,
     ) -> None:
         cars_pb2, _ = pb
 
@@ -239,9 +241,11 @@ class GrpcServer:
         def list_records(request: Any, context: grpc.ServicerContext) -> bytes:
             # Serialized once per count, like the REST server's body: equal work on both sides.
             time.sleep(delay_s)
+            gate()
             return reply_of((request.count if request.HasField("count") else 100) - short)
 
         def stream_records(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            gate()
             yield from records(request)
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))

@@ -16,6 +16,7 @@ BACKEND_MAY_IMPORT = (
     "labrunner.backends.base",
     "labrunner.backends.cgroups",
     "labrunner.backends.engines",  # the docker backend's: connecting to the engine a role names
+    "labrunner.backends.connections",  # counting a service's connections in its namespace's tables
     "labrunner.model",
     "labrunner.network",  # namespaces, link emulators and their verification, as cgroups are limits
     "labrunner.say",

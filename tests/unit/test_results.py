@@ -317,6 +317,7 @@ def test_prometheus_file_sd_per_scenario(tmp_path: Path) -> None:
                 "target": "quart-h2-tls",
                 "protocol": "http2",
                 "profile": "small",
+                "connections": "10x1",
                 "service": "rest_quart",
             },
         }

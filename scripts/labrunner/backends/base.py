@@ -187,6 +187,11 @@ class Backend(Protocol):
         """Why this host's /proc/stat does not hold the scenario's CPUs; None when it does."""
         ...
 
+    def service_connections(self, handle: ServiceHandle) -> int | None:
+        """The established TCP connections to the service's port, counted in its network namespace
+        (backends.connections); None when this backend cannot read them."""
+        ...
+
     def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
         """Stop the service (graceful, then forced) and release its limits; always safe to call, on
         the finisher thread too."""

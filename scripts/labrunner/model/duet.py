@@ -110,6 +110,10 @@ class _Side:
     def network(self) -> str:
         return self.scenario.network.name
 
+    @property
+    def streams(self) -> int:
+        return self.scenario.streams
+
 
 def plan_duets(plan: Plan, mode: str) -> Plan:
     """The plan with each compared pair of closed scenarios as duet blocks, where the pair's quotas fit
@@ -120,11 +124,14 @@ def plan_duets(plan: Plan, mode: str) -> Plan:
         return plan
     first_round = [s for s in plan.scenarios if s.repeat == 1 and dueted(s)]
     order = {name: i for i, name in enumerate(dict.fromkeys(s.target.name for s in first_round))}
+    named = {name: i for i, name in enumerate(dict.fromkeys(s.duet_name for s in first_round))}
     asked = plan.duet_questions
+    # A duet names its partner by duet_name (the target, and its connection model when not the
+    # default): the sides of a pair with one name (build vs prebuilt) keep their own rounds.
     found = [
         (q, c, b)
         for q, c, b in pairs([_Side(s, order[s.target.name]) for s in first_round])
-        if not asked or q.kind in asked
+        if (not asked or q.kind in asked) and c.scenario.duet_name != b.scenario.duet_name
     ]
     too_big = {
         c.scenario.profile.name: c.scenario.profile for _, c, _ in found if not fits(c.scenario.profile)
@@ -144,21 +151,22 @@ def plan_duets(plan: Plan, mode: str) -> Plan:
         scenarios += [s for s in members if not (dueted(s) and s.target_group in in_duets)]
         if not rungs:
             blocks = [
-                replace(scenario, repeat=repeat, duet=Duet(partner.target.name, side, slot_of(side, repeat)))
+                replace(scenario, repeat=repeat, duet=Duet(partner.duet_name, side, slot_of(side, repeat)))
                 for candidate, baseline in chosen
                 if repeat <= min(candidate.repeats, baseline.repeats)
                 for side, scenario, partner in ((1, candidate, baseline), (2, baseline, candidate))
             ]
             # The matrix's order is by target, as without duets: it says which side of a question is
             # which (report/compare.py); Plan.run_units pairs each block's sides whatever their places.
-            scenarios += sorted(blocks, key=lambda s: _by_target(s, order))
+            scenarios += sorted(blocks, key=lambda s: _by_target(s, named))
     return replace(plan, scenarios=tuple(scenarios))
 
 
 def _by_target(scenario: Scenario, order: dict[str, int]) -> tuple[int, int, int]:
-    """A duet scenario's place in the matrix's order: its target's, its partner's, its side."""
+    """A duet scenario's place in the matrix's order (`order`: by duet name): its target's, its
+    partner's, its side."""
     assert scenario.duet is not None
-    return order[scenario.target.name], order[scenario.duet.partner], scenario.duet.side
+    return order[scenario.duet_name], order[scenario.duet.partner], scenario.duet.side
 
 
 def slot_of(side: int, repeat: int) -> int:

@@ -12,12 +12,15 @@ from labrunner.model.scenario import (
     BACKENDS,
     DEFAULT_DIRECTION,
     DEFAULT_SHAPE,
+    DEFAULT_STREAMS,
     LOOPBACK,
+    MULTIPLEXED_PROTOCOLS,
     LoadModel,
     Matrix,
     Overrides,
     Plan,
     Scenario,
+    Target,
 )
 from labrunner.model.schema import (
     SELECTION_KEYS,
@@ -98,6 +101,8 @@ def expand(
     targets = _names(settings.targets, matrix.targets, "target", where)
     profiles = _names(settings.profiles, matrix.profiles, "profile", where)
     networks = _names(settings.networks, matrix.networks, "network", where)
+    streams = sorted(set(settings.streams))
+    notes = _streams_notes(streams, models, [matrix.targets[t] for t in targets], settings.measure, where)
     scenarios = tuple(
         Scenario(
             target=matrix.targets[target],
@@ -113,6 +118,7 @@ def expand(
             direction=direction,
             shape=shape,
             k6_instances=settings.k6_instances,
+            streams=stream_count,
         )
         for rungs in (False, True)
         for repeat in range(1, settings.repeats + 1)
@@ -126,12 +132,14 @@ def expand(
         # What a server sends is all a response model shapes: uploads run under the first model.
         if direction == DEFAULT_DIRECTION or response_model == settings.response_models[0]
         for shape in dict.fromkeys(settings.shapes)
+        for stream_count in streams
         for target in targets
         # A target pinned to one model runs only in that model.
         if matrix.targets[target].response_model in (None, response_model)
         and repeat <= _repeats(model, settings.repeats)
         # A rung runs on the targets of its ladder's k6 scripts only.
         and (model.rung is None or matrix.targets[target].script in model.rung.scripts)
+        and _multiplexes(stream_count, model, matrix.targets[target])
     )
     return Plan(
         matrix_path=matrix.path,
@@ -141,10 +149,58 @@ def expand(
         start_timeout_s=settings.start_timeout,
         stop_timeout_s=settings.stop_timeout,
         measure=settings.measure,
+        notes=notes,
         duet_questions=tuple(settings.duet_questions),
         precision=None if settings.precision is None else settings.precision / 100,
         budget_s=settings.budget,
     )
+
+
+def _multiplexes(streams: int, model: LoadModel, target: Target) -> bool:
+    """Whether the target runs at `streams` under the model: 1 always; more only on a protocol that
+    multiplexes, under a closed model with at least one connection's worth of VUs."""
+    if streams == DEFAULT_STREAMS:
+        return True
+    vus = model.vus or 0
+    return target.protocol in MULTIPLEXED_PROTOCOLS and model.executor == "constant-vus" and streams <= vus
+
+
+def _streams_notes(
+    streams: list[int], models: list[LoadModel], targets: list[Target], measure: str, where: str
+) -> tuple[str, ...]:
+    """What the plan leaves out of `streams`, said once when the run starts; a MatrixError when streams
+    would split a closed model's VUs unevenly, or when nothing of them can run at all."""
+    multiplexed = [n for n in streams if n != DEFAULT_STREAMS]
+    if not multiplexed:
+        return ()
+    if measure == "caller":
+        raise MatrixError(f"{where}: streams {multiplexed}: the callers hold one call per connection")
+    closed = [m for m in models if m.executor == "constant-vus" and m.vus is not None]
+    for model in closed:
+        for n in multiplexed:
+            if n <= (model.vus or 0) and (model.vus or 0) % n:
+                raise MatrixError(
+                    f"{where}: streams {n} does not divide load model {model.name!r}'s {model.vus} VUs "
+                    "(its connections are VUs / streams)"
+                )
+    able = [t for t in targets if t.protocol in MULTIPLEXED_PROTOCOLS]
+    if not able or not closed:
+        why = "HTTP/1.1 cannot multiplex" if not able else "streams need a closed (constant-vus) load model"
+        raise MatrixError(f"{where}: streams {multiplexed}: {why}; nothing here runs them")
+    notes = []
+    if unable := [t.name for t in targets if t not in able]:
+        notes.append(
+            f"HTTP/1.1 cannot multiplex: {', '.join(unable)} run at 1 stream per connection only "
+            "(their comparable is as many connections)"
+        )
+    if others := [m.name for m in models if m not in closed]:
+        notes.append(f"streams above 1 run under closed load models only, not {', '.join(others)}")
+    for model in closed:
+        if too_many := [n for n in multiplexed if n > (model.vus or 0)]:
+            notes.append(
+                f"{model.name} has {model.vus} VUs: not run at {', '.join(map(str, too_many))} streams"
+            )
+    return tuple(notes)
 
 
 def _repeats(model: LoadModel, preset_repeats: int) -> int:

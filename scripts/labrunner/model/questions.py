@@ -39,6 +39,8 @@ class Side(Protocol):
     @property
     def network(self) -> str: ...
     @property
+    def streams(self) -> int: ...  # requests at once on each connection
+    @property
     def order(self) -> int: ...  # the target's position in the run (matrix order)
 
 
@@ -79,7 +81,9 @@ def is_streaming(side: Side) -> bool:
 # Every question compares like with like: same scenario, and instrumented with instrumented.
 _SCENARIO = (
     "profile", "count", "load_model", "response_model", "direction", "shape", "network", "instrumented",
+    "streams",
 )  # fmt: skip
+_ANY_STREAMS = tuple(a for a in _SCENARIO if a != "streams")  # the same load, on however many connections
 QUESTIONS = (
     # The harness each lab server carries over its bare server, all else the same.
     Question(
@@ -115,6 +119,20 @@ QUESTIONS = (
         "gRPC streaming vs unary",
         ("service", "tls", *_SCENARIO),
         lambda c, b: is_streaming(c) and b.protocol == "grpc" and not is_streaming(b),
+    ),
+    # One connection carrying `streams` requests at once against as many connections carrying one each,
+    # at the same closed model's VUs: what multiplexing costs or saves a server.
+    Question(
+        "multiplexed vs connections",
+        ("target", *_ANY_STREAMS),
+        lambda c, b: c.streams > 1 and b.streams == 1,
+    ),
+    # HTTP/2 as it is sold: its streams on few connections, against HTTP/1.1's one connection per request
+    # in flight (the same VUs), on the same server and TLS.
+    Question(
+        "HTTP/2 multiplexed vs HTTP/1.1",
+        ("service", "tls", *_ANY_STREAMS),
+        lambda c, b: c.protocol == "http2" and c.streams > 1 and b.protocol == "http1.1",
     ),
     # Servers compare in matrix order (aiohttp before Quart): ratio = earlier / later target.
     Question(

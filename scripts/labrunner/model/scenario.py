@@ -39,6 +39,11 @@ SHAPES, DEFAULT_SHAPE = POOL_SHAPES, POOL_DEFAULT_SHAPE
 # each of the plan's scenarios read from the caller's side: its target the server called.
 SERVICE, CALLER = "service", "caller"
 MEASURES = (SERVICE, CALLER)
+# Streams per connection (the connection model's second number): each k6 VU holds one connection and
+# sends this many requests on it at once, so a closed model's VUs / streams are its connections.
+# HTTP/1.1 cannot multiplex; streams above 1 run on closed (constant-vus) models only.
+DEFAULT_STREAMS = 1
+MULTIPLEXED_PROTOCOLS = ("http2", "grpc")
 # Today's network: 127.0.0.1, no namespaces, no emulator; groups on it keep their old ids.
 LOOPBACK = NetworkProfile("loopback")
 
@@ -163,13 +168,14 @@ class Duet:
     one block to the next so that no side always holds the same slot.
     """
 
-    partner: str  # the partner's target; the target itself in the A/A control
+    partner: str  # the partner's duet_name (its target); this side's own in the A/A control
     side: int
     slot: int
 
-    def suffix(self, target: str) -> str:
-        """What the duet adds to a group id: ".vs-<partner>", or ".aa1"/".aa2" in the A/A control."""
-        return f".aa{self.side}" if self.partner == target else f".vs-{self.partner}"
+    def suffix(self, name: str) -> str:
+        """What the duet adds to the group id of side `name`: ".vs-<partner>", or ".aa1"/".aa2" in the
+        A/A control."""
+        return f".aa{self.side}" if self.partner == name else f".vs-{self.partner}"
 
 
 @dataclass(frozen=True)
@@ -192,25 +198,49 @@ class Scenario:
     # per CPU of the k6 side. Not part of the id: the load model is the same, only split.
     k6_instances: K6Instances = 1
     duet: Duet | None = None  # measured beside a partner, None: alone
+    streams: int = DEFAULT_STREAMS  # requests at once on each connection (a closed model's only)
+
+    @property
+    def connections(self) -> int | None:
+        """The connections k6 holds: a closed model's VUs over its streams; None for other models,
+        whose VUs (and so connections) vary with the service's pace."""
+        if self.load_model.executor != "constant-vus" or self.load_model.vus is None:
+            return None
+        return self.load_model.vus // self.streams
+
+    @property
+    def connection_model(self) -> str:
+        """connections x streams, "10x1"; "?x1" for a model whose connections vary."""
+        connections = self.connections
+        return f"{'?' if connections is None else connections}x{self.streams}"
 
     @property
     def group(self) -> str:
         """The scenario id without the repeat: repeats of one group are aggregated. A duet's group
         names its partner: its repeats ran beside that partner's, and pair with them only.
 
-        The default response model, direction and shape add nothing, so groups keep the ids runs
-        made before the models, directions and shapes existed had.
+        The default response model, direction, shape and streams add nothing, so groups keep the ids
+        runs made before the models, directions, shapes and connection models existed had.
         """
         target_group = self.target_group
-        return target_group if self.duet is None else target_group + self.duet.suffix(self.target.name)
+        return target_group if self.duet is None else target_group + self.duet.suffix(self.duet_name)
+
+    @property
+    def duet_name(self) -> str:
+        """What a duet partner calls this side: its target, and its connection model when that is not
+        the default (a pair across connection models may be one target's)."""
+        if self.streams == DEFAULT_STREAMS:
+            return self.target.name
+        return f"{self.target.name}-{self.connection_model}"
 
     @property
     def target_group(self) -> str:
         """The group without the duet's partner: the target under these conditions, alone or not."""
         return self.group_under(self.load_model.name)
 
-    def group_under(self, load_model: str) -> str:
-        """The group id this scenario would have under another load model, all else the same."""
+    def group_under(self, load_model: str, *, with_streams: bool = True) -> str:
+        """The group id this scenario would have under another load model, all else the same (and, not
+        with_streams, at the default streams)."""
         group = f"{self.target.name}.{self.profile.name}.c{self.count}.{load_model}"
         if self.response_model != DEFAULT_RESPONSE_MODEL:
             group = f"{group}.{self.response_model}"
@@ -218,6 +248,8 @@ class Scenario:
             group = f"{group}.{self.direction}"
         if self.shape != DEFAULT_SHAPE:
             group = f"{group}.{self.shape}"
+        if with_streams and self.streams != DEFAULT_STREAMS:
+            group = f"{group}.{self.connection_model}"
         return group if self.network.name == LOOPBACK.name else f"{group}.{self.network.name}"
 
     @property
@@ -255,6 +287,7 @@ class Overrides:
     response_models: tuple[str, ...] | None = None
     directions: tuple[str, ...] | None = None
     shapes: tuple[str, ...] | None = None
+    streams: tuple[int, ...] | None = None
     networks: tuple[str, ...] | None = None
     vus: int | None = None
     rate: int | None = None
@@ -325,8 +358,9 @@ def units_of(scenarios: Sequence[Scenario]) -> list[tuple[Scenario, ...]]:
         if s.duet is None:
             units[(s.id,)] = [s]
         else:
-            pair = frozenset({s.target.name, s.duet.partner})
-            units.setdefault((s.repeat, pair, s.target_group.partition(".")[2]), []).append(s)
+            pair = frozenset({s.duet_name, s.duet.partner})
+            shared = s.group_under(s.load_model.name, with_streams=False).partition(".")[2]
+            units.setdefault((s.repeat, pair, shared), []).append(s)
     return [tuple(sorted(u, key=lambda s: s.duet.slot if s.duet else 0)) for u in units.values()]
 
 

@@ -30,6 +30,7 @@ from labrunner.model.scenario import (
     DEFAULT_BUDGET_S,
     DEFAULT_DIRECTION,
     DEFAULT_SHAPE,
+    DEFAULT_STREAMS,
     DIRECTIONS,
     RESPONSE_MODELS,
     SHAPES,
@@ -55,6 +56,8 @@ QuestionName = Literal[
     "HTTP/2 vs HTTP/1.1",
     "gRPC vs REST",
     "gRPC streaming vs unary",
+    "multiplexed vs connections",
+    "HTTP/2 multiplexed vs HTTP/1.1",
     "REST server vs REST server",
     "gRPC server vs gRPC server",
 ]
@@ -193,6 +196,9 @@ PositiveInt = Annotated[int, _must(_positive, "{value} must be a positive intege
 Name = Annotated[str, _must(_NAME.match, "name must be letters, digits, '-' or '_'")]
 Names = Annotated[list[str], BeforeValidator(_as_list), _must(len, "must list at least one name")]
 Counts = Annotated[list[PositiveInt], BeforeValidator(_as_list), _must(len, "must list at least one count")]
+StreamCounts = Annotated[
+    list[PositiveInt], BeforeValidator(_as_list), _must(len, "must list at least one number of streams")
+]
 Entries = Annotated[dict[Name, T], _must(len, "must define at least one entry")]
 ResponseModelName = Annotated[
     str,
@@ -514,6 +520,8 @@ class Settings(_Table):
     response_models: ResponseModelNames
     directions: DirectionNames = [DEFAULT_DIRECTION]
     shapes: ShapeNames = [DEFAULT_SHAPE]
+    # Requests at once on each connection: a closed model runs VUs / streams connections (model.scenario).
+    streams: StreamCounts = [DEFAULT_STREAMS]
     networks: Names = ["loopback"]
     k6_instances: K6InstancesSetting = 1
     duration: PositiveDuration
@@ -544,6 +552,7 @@ class _Selection(_Table):
     response_models: ResponseModelNames | None = None
     directions: DirectionNames | None = None
     shapes: ShapeNames | None = None
+    streams: StreamCounts | None = None
     networks: Names | None = None
     k6_instances: K6InstancesSetting | None = None
     duration: PositiveDuration | None = None

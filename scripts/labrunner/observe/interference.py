@@ -297,6 +297,9 @@ class MeteredBackend:
     def cpus_elsewhere(self) -> str | None:
         return self._backend.cpus_elsewhere
 
+    def service_connections(self, handle: ServiceHandle) -> int | None:
+        return self._backend.service_connections(handle)
+
     def stop_service(self, handle: ServiceHandle) -> ServiceUsage:
         return self._backend.stop_service(handle)
 

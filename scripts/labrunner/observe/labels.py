@@ -11,11 +11,13 @@ INFLUXDB_DATABASE = "myk6db"
 
 
 def scenario_labels(run_id: str, scenario: Scenario) -> dict[str, str]:
-    """run, scenario, target, protocol and profile: what identifies a scenario's samples."""
+    """run, scenario, target, protocol, profile and connection model ("10x1": connections x streams):
+    what identifies a scenario's samples."""
     return {
         "run": run_id,
         "scenario": scenario.id,
         "target": scenario.target.name,
         "protocol": scenario.target.protocol,
         "profile": scenario.profile.name,
+        "connections": scenario.connection_model,
     }

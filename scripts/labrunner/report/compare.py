@@ -5,7 +5,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from labrunner.model.questions import pairs
-from labrunner.model.scenario import DEFAULT_DIRECTION, DEFAULT_SHAPE
+from labrunner.model.scenario import DEFAULT_DIRECTION, DEFAULT_SHAPE, DEFAULT_STREAMS
 from labrunner.report.stats import (
     Ratio,
     Summary,
@@ -123,6 +123,13 @@ class Group:
     # A duet's group (model.duet): the target it ran beside, and its side of the pair (1 or 2).
     partner: str | None = None
     side: int | None = None
+    streams: int = DEFAULT_STREAMS  # requests at once on each connection
+    connection_model: str = ""  # connections x streams, "1x10" ("?x1": an open model's connections vary)
+
+    @property
+    def duet_name(self) -> str:
+        """What a duet partner calls this group's side (model.scenario.Scenario.duet_name)."""
+        return self.target if self.streams == DEFAULT_STREAMS else f"{self.target}-{self.connection_model}"
 
     def values(self, metric: str) -> list[float]:
         read = METRICS[metric].read
@@ -198,6 +205,8 @@ class Group:
             held = f"{held}, {self.direction}"
         if self.shape != DEFAULT_SHAPE:
             held = f"{held}, {self.shape}"
+        if self.streams != DEFAULT_STREAMS:
+            held = f"{held}, {self.connection_model}"
         return held if self.network == "loopback" else f"{held}, {self.network}"
 
 
@@ -251,6 +260,8 @@ def group_results(results: Iterable[Result]) -> list[Group]:
                 attempted=len(rs),
                 partner=scenario.duet.partner if scenario.duet else None,
                 side=scenario.duet.side if scenario.duet else None,
+                streams=scenario.streams,
+                connection_model=scenario.connection_model,
             )
         )
     return groups
@@ -280,13 +291,13 @@ def _partners(candidate: Group, baseline: Group) -> bool:
     """Whether two groups may form a pair: both ran alone, or each beside the other in one duet."""
     if candidate.partner is None and baseline.partner is None:
         return True
-    return candidate.partner == baseline.target and baseline.partner == candidate.target
+    return candidate.partner == baseline.duet_name and baseline.partner == candidate.duet_name
 
 
 def _aa_control(candidate: Group, baseline: Group) -> bool:
     """Side 1 over side 2 of one target dueted with itself, all else the same."""
     return (
-        candidate.target == candidate.partner == baseline.target == baseline.partner
+        candidate.duet_name == candidate.partner == baseline.duet_name == baseline.partner
         and (candidate.side, baseline.side) == (1, 2)
         and candidate.kind == baseline.kind
         and candidate.id.removesuffix(".aa1") == baseline.id.removesuffix(".aa2")

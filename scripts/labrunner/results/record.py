@@ -63,6 +63,8 @@ def _result(outcome: ScenarioOutcome, verdict: Verdict | None) -> dict[str, Any]
         },
         **({"suspect": list(verdict.suspect), "lower_bound": verdict.lower_bound} if verdict else {}),
         **({"capacity": outcome.search.as_dict()} if outcome.search is not None else {}),
+        # k6's connections as the service's namespace counted them, against the plan's (run.connections).
+        "connections": {"planned": outcome.scenario.connections, "seen": dict(outcome.connections_seen)},
     }
 
 

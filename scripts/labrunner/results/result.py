@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-from labrunner.model.scenario import DEFAULT_DIRECTION, DEFAULT_SHAPE
+from labrunner.model.scenario import DEFAULT_DIRECTION, DEFAULT_SHAPE, DEFAULT_STREAMS
 
 # What results written before a field existed mean by its absence (one rule each, here only).
 BEFORE_RESPONSE_MODELS = ""  # no response model named
@@ -17,6 +17,7 @@ BEFORE_SCRIPTS = ""  # no k6 script named
 BEFORE_UPLOADS = DEFAULT_DIRECTION  # every older result downloaded
 BEFORE_NETWORKS = "loopback"  # every older result ran on loopback
 BEFORE_SHAPES = DEFAULT_SHAPE  # every older result served cars
+BEFORE_STREAMS = DEFAULT_STREAMS  # every older result sent one request at a time per connection
 
 
 def _shown(*columns: str) -> dict[str, tuple[str, ...]]:
@@ -71,6 +72,14 @@ class ScenarioInfo:
     duration_s: float | None
     repeat: int = field(metadata=_shown("repeat"))
     duet: Duet | None
+    streams: int = BEFORE_STREAMS  # requests at once on each connection (model.scenario.Scenario)
+
+    @property
+    def connection_model(self) -> str:
+        """connections x streams ("10x1"), as model.scenario.Scenario says it."""
+        vus = self.load_model.vus
+        connections = "?" if self.load_model.executor != "constant-vus" or not vus else vus // self.streams
+        return f"{connections}x{self.streams}"
 
     @property
     def instrumented(self) -> bool:
@@ -337,6 +346,7 @@ def _scenario(s: Mapping[str, Any]) -> ScenarioInfo:
         duration_s=s.get("duration_s"),
         repeat=int(s["repeat"]),
         duet=Duet(duet["partner"], int(duet["side"])) if duet else None,
+        streams=int(s.get("streams", BEFORE_STREAMS)),
     )
 
 

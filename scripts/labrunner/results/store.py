@@ -10,7 +10,14 @@ from typing import Any
 
 from labrunner.files import write_json_atomic
 from labrunner.model.scenario import Plan, Scenario
-from labrunner.results.result import BEFORE_SHAPES, BEFORE_UPLOADS, Result, ResultError, parse_result
+from labrunner.results.result import (
+    BEFORE_SHAPES,
+    BEFORE_STREAMS,
+    BEFORE_UPLOADS,
+    Result,
+    ResultError,
+    parse_result,
+)
 
 RESULT_SCHEMA = "protolab.result/1"
 MANIFEST_SCHEMA = "protolab.manifest/1"
@@ -41,6 +48,8 @@ def scenario_dict(scenario: Scenario) -> dict[str, Any]:
         "response_model": scenario.response_model,
         "direction": scenario.direction,
         "shape": scenario.shape,  # a result without it (written before shapes) is of cars
+        "streams": scenario.streams,  # without it (written before connection models): 1
+        "connections": scenario.connections,  # a closed model's VUs / streams; None for the others
         "network": asdict(scenario.network) | {"rtt_s": scenario.network.rtt_s},
         "load_model": {
             "name": model.name,
@@ -113,15 +122,16 @@ _SAME: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     # A result written before directions or shapes: the parser's rules (results/result.py).
     "direction": lambda scenario: scenario.get("direction", BEFORE_UPLOADS),
     "shape": lambda scenario: scenario.get("shape", BEFORE_SHAPES),
+    "streams": lambda scenario: scenario.get("streams", BEFORE_STREAMS),
 }
 
 
 def resumable(out_dir: Path, scenarios: Sequence[Scenario]) -> Resumable:
     """The ok results of `out_dir` that --resume may keep: each file's scenario must be the plan's
-    scenario of that id (its id, target, profile, count, load model, direction and shape as planned; a
-    further repeat of a planned group, which --precision adds, as its group's), and the file must be
-    named by that id; every other file is ignored, with why. A failed result is rerun, as a missing
-    one is, and not named."""
+    scenario of that id (its id, target, profile, count, load model, direction, shape and streams as
+    planned; a further repeat of a planned group, which --precision adds, as its group's), and the file
+    must be named by that id; every other file is ignored, with why. A failed result is rerun, as a
+    missing one is, and not named."""
     planned = {s.id: scenario_dict(s) for s in scenarios}
     done: set[str] = set()
     ignored: dict[str, str] = {}

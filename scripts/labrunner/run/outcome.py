@@ -1,7 +1,7 @@
 """What one scenario produced, as typed objects: the result file and the verdict are made from it."""
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,8 @@ class ScenarioOutcome:
     host: Mapping[str, Any] | None = None  # interference.interference(): others on the scenario's CPUs
     relay_cpu_seconds: float | None = None  # the userspace link emulator, on k6's CPUs
     search: capacity.Outcome | None = None  # a capacity search's steps
+    # The most connections from k6 the service held in each k6 run ("warmup", "measured window")
+    connections_seen: Mapping[str, int | None] = field(default_factory=dict)
 
     @property
     def service_cpu_utilisation(self) -> float | None:

@@ -25,7 +25,7 @@ from labrunner.backends.base import (
 )
 from labrunner.model.scenario import Scenario
 from labrunner.observe import annotations, interference, prometheus_sd
-from labrunner.run import capacity, live, service_checks, uploads
+from labrunner.run import capacity, connections, live, service_checks, uploads
 from labrunner.run.k6.execute import execute
 from labrunner.run.k6.invocation import K6Setup
 from labrunner.run.k6.result import EXIT_THRESHOLDS_CROSSED, K6Run
@@ -99,6 +99,8 @@ class ScenarioRun:
         self.handle_to_stop: ServiceHandle | None = None  # the service, until stop() has stopped it
         self._stop_lock = threading.Lock()  # stop() may be asked by the main thread and the finisher
         self.usage: ServiceUsage | None = None
+        # The most connections from k6 the service held in each k6 run (run.connections), by phase.
+        self.connections_seen: dict[str, int | None] = {}
         self.host: Mapping[str, Any] | None = None
         self.started_at = datetime.now(UTC)
         self.began = time.monotonic()
@@ -178,9 +180,10 @@ class ScenarioRun:
         if self.scenario.warmup_s <= 0:
             return
         with self._owned():
-            with _timed(self.timings, "warmup"):
+            with _timed(self.timings, "warmup"), self._connections(self.scenario.warmup_s) as watch:
                 warmup = execute(self.backend, k6_setup.handle, k6_setup.warmup(), measured=False)
             _check_warmup(warmup)
+            self._check_connections(watch, "warmup")
 
     def window(self) -> None:
         """The measured window (a capacity search's steps); a failure is recorded, never raised."""
@@ -192,10 +195,22 @@ class ScenarioRun:
                 self.k6_run = self.search.run  # the search checked every step
             else:
                 invocation = k6_setup.window()
-                with _watched(config, scenario, invocation):
+                with _watched(config, scenario, invocation), self._connections(scenario.duration_s) as watch:
                     run = execute(self.metered, k6_setup.handle, invocation, measured=True)
                 self.k6_run = run
                 _check_measured(run)
+                self._check_connections(watch, "measured window")
+
+    def _connections(self, seconds: float) -> connections.Watch:
+        """Counts the service's connections from k6 during a k6 run of `seconds`."""
+        handle = self.handle
+        assert handle is not None
+        return connections.Watch(lambda: self.backend.service_connections(handle), seconds)
+
+    def _check_connections(self, watch: connections.Watch, phase: str) -> None:
+        """The counts against the plan (run.connections.check), kept for the result."""
+        self.connections_seen[phase] = watch.peak
+        connections.check(self.scenario.connections, watch.peak, phase, self.scenario.connection_model)
 
     @contextmanager
     def _owned(self) -> Iterator[None]:
@@ -298,6 +313,7 @@ class ScenarioRun:
             host=self.host,
             relay_cpu_seconds=self.metered.relay_cpu_seconds,
             search=self.search,
+            connections_seen=self.connections_seen,
         )
 
     def _unmeasured_outcome(self) -> ScenarioOutcome:

@@ -27,6 +27,7 @@ from labrunner.backends.base import (
     tail,
 )
 from labrunner.backends.cgroups import CpuSplit, split_cpus
+from labrunner.backends.connections import TABLES, established
 from labrunner.backends.docker.archives import copy_results, k6_files
 from labrunner.backends.docker.certs import adopt_certs
 from labrunner.backends.docker.containers import create_container, docker_errors, logs_tail, remove
@@ -216,7 +217,7 @@ class DockerBackend:
             ulimits=self._ulimits,
         )
         container = create_container(self._client, "start", **params)
-        service = ServiceContainer(scenario, container, compose_name(target.service))
+        service = ServiceContainer(scenario, container, compose_name(target.service), port=port)
         with self._services_lock:
             self._services[scenario.id] = service
         network: dict[str, Any] | None = None
@@ -367,6 +368,18 @@ class DockerBackend:
             output_tail=tail(output),
             placement=place,
         )
+
+    def service_connections(self, handle: ServiceHandle) -> int | None:
+        """Counted by a `cat` of /proc/net in the service's container (its namespace's): an exec,
+        which its quota pays for, so the runner counts only a few times a run (run.connections)."""
+        service = self._service(handle)
+        try:
+            exit_code, output = service.container.exec_run(["cat", *TABLES])
+        except (DockerException, RequestException):
+            return None
+        if exit_code != 0 or not isinstance(output, bytes):
+            return None
+        return established(output.decode(errors="replace"), service.port)
 
     def _service(self, handle: ServiceHandle) -> ServiceContainer:
         with self._services_lock:

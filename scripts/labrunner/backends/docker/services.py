@@ -46,6 +46,7 @@ class ServiceContainer:
     scenario: Scenario
     container: Container
     hostname: str  # the compose service name k6 dials: the certificate's SAN
+    port: int = 0  # the port the service listens on in its container
     ip: str = ""
     window: UsageWindow | None = None
 

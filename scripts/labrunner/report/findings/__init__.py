@@ -33,6 +33,7 @@ QUESTIONS: tuple[Question, ...] = (
     Question(pairs.STREAMING, "default", pairs.findings),
     Question(pairs.RESPONSE_MODEL, "full", pairs.findings),
     Question(pairs.METRICS_OVERHEAD, "metrics-overhead", pairs.findings),
+    Question(pairs.MULTIPLEXING, "multiplexing", pairs.findings),
     Question(network.QUESTION, "network", network.findings),
     Question(payload_sweep.QUESTION, "payload", payload_sweep.findings),
     Question(run.QUESTION, "", run.findings, headed=False),  # lower bounds, what was not compared

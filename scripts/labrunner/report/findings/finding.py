@@ -143,6 +143,8 @@ def held_fixed(comparison: Comparison) -> str:
     if g.shape != DEFAULT_SHAPE:
         parts.append(f"{g.shape} records")
     parts.append(f"{g.load_model} model")
+    if g.streams == comparison.baseline.streams != 1:
+        parts.append(f"{g.connection_model} connections x streams")
     if g.tls == comparison.baseline.tls:
         parts.append("TLS" if g.tls else "no TLS")
     if g.network != "loopback":

@@ -39,6 +39,7 @@ SERVERS = "server vs server"
 STREAMING = "gRPC streaming vs unary"
 RESPONSE_MODEL = "response model"
 METRICS_OVERHEAD = "metrics on vs off"
+MULTIPLEXING = "multiplexing"
 _RULE_QUESTION = {
     "HTTP/2 vs HTTP/1.1": HTTP2,
     "gRPC vs REST": GRPC_VS_REST,
@@ -47,6 +48,8 @@ _RULE_QUESTION = {
     "gRPC streaming vs unary": STREAMING,
     "build vs prebuilt": RESPONSE_MODEL,
     "metrics on vs off": METRICS_OVERHEAD,
+    "multiplexed vs connections": MULTIPLEXING,
+    "HTTP/2 multiplexed vs HTTP/1.1": MULTIPLEXING,
 }
 # An open-model group carried its offered rate when it served at least this share of it.
 CARRIED_SHARE = 0.95
@@ -208,7 +211,13 @@ def _unsupported(c: Comparison, metric: str) -> str:
 
 def _names(candidate: Group, baseline: Group) -> tuple[str, str]:
     """The two sides by target, and by what differs when the target is the same on both (a response
-    model, a profile, a network): 'aiohttp-h1 (build)' against 'aiohttp-h1 (prebuilt)'."""
+    model, a profile, a network): 'aiohttp-h1 (build)' against 'aiohttp-h1 (prebuilt)'; and by their
+    connection models when those differ: 'quart-h2-tls (1x10)' against 'quart-h1-tls (10x1)'."""
+    if candidate.streams != baseline.streams:
+        return (
+            f"{candidate.target} ({candidate.connection_model})",
+            f"{baseline.target} ({baseline.connection_model})",
+        )
     if candidate.target != baseline.target:
         return candidate.target, baseline.target
     for side in ("response_model", "direction", "shape", "profile", "network"):

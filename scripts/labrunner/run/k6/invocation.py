@@ -5,7 +5,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from labrunner.backends.base import K6Invocation, ServiceHandle
-from labrunner.model.scenario import USER_SHAPE, LoadModel, Scenario, format_duration
+from labrunner.model.scenario import DEFAULT_STREAMS, USER_SHAPE, LoadModel, Scenario, format_duration
 from labrunner.observe import influx_auth
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
 from labrunner.run import live
@@ -88,7 +88,7 @@ class K6Setup:
             "SHAPE": self.scenario.shape,
             "TLS": "1" if self.scenario.target.tls else "0",
             "DURATION": format_duration(duration_s),
-            **_load_env(model),
+            **_load_env(model, self.scenario.streams),
         }
         if self.upload is not None:
             env["UPLOAD_FILE"] = str(self.upload.path)
@@ -134,10 +134,14 @@ def _warmup_model(model: LoadModel) -> LoadModel:
     return replace(model, executor="constant-vus", vus=peak, stages=())
 
 
-def _load_env(model: LoadModel) -> dict[str, str]:
+def _load_env(model: LoadModel, streams: int) -> dict[str, str]:
+    """The load model's env; under `streams` above 1 (a closed model's: model.matrix), its VUs are
+    connections, each sending STREAMS requests at once (k6/lib/common.js)."""
     env = {"LOAD_MODEL": model.executor}
+    if streams != DEFAULT_STREAMS:
+        env["STREAMS"] = str(streams)
     if model.vus is not None:
-        env["VUS"] = str(model.vus)
+        env["VUS"] = str(model.vus // streams)
     if model.stages:
         env["STAGES"] = ",".join(f"{format_duration(s.duration_s)}:{s.target}" for s in model.stages)
     if model.rate is not None:

@@ -1,0 +1,62 @@
+"""The connections k6 holds to a service while it runs, against the plan's connection model
+(model.scenario: a closed model's VUs / streams). The backend counts them in the service's network
+namespace (backends.connections) at a few moments of each k6 run: under docker each count is an exec
+in the service's container, so a handful cost its quota next to nothing."""
+
+import threading
+from collections.abc import Callable
+from types import TracebackType
+
+from labrunner.backends.base import ScenarioFailed
+
+# The moments of a k6 run's expected length at which the connections are counted: after k6's start
+# (a few hundred ms), before its VUs end their last iterations.
+MOMENTS = (0.3, 0.5, 0.7)
+
+
+class Watch:
+    """Counts while a k6 run runs (`with Watch(count, seconds) as watch:`); watch.peak after it."""
+
+    def __init__(self, count: Callable[[], int | None], seconds: float) -> None:
+        self._count = count
+        self._seconds = seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="connections", daemon=True)
+        self.counts: list[int] = []
+
+    def __enter__(self) -> "Watch":
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def peak(self) -> int | None:
+        """The most connections counted; None when none was (the run ended first, or no count)."""
+        return max(self.counts, default=None)
+
+    def _watch(self) -> None:
+        waited = 0.0
+        for moment in MOMENTS:
+            if self._stop.wait(moment * self._seconds - waited):
+                return
+            waited = moment * self._seconds
+            if (counted := self._count()) is not None:
+                self.counts.append(counted)
+
+
+def check(planned: int | None, seen: int | None, phase: str, connection_model: str) -> None:
+    """ScenarioFailed when k6 held other than the planned connections. In the warm-up, only more than
+    planned fails (a request that did not multiplex): its first count may come before every VU has
+    connected. In the measured window, any other number fails."""
+    if planned is None or seen is None or seen == planned or (phase == "warmup" and seen < planned):
+        return
+    raise ScenarioFailed(
+        "connections",
+        f"the service held {seen} connections from k6 in the {phase}; the plan is {planned} "
+        f"({connection_model}: connections x streams)",
+    )
