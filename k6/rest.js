@@ -97,7 +97,7 @@ function batchOf(method, url, body, fast, decoded, request, contentChecks) {
     const requests = decodes.map((decode) => [method, url, body, decode ? decoded : fast]);
     const responses = __ITER === 0
       ? [http.request(...requests[0])].concat(http.batch(requests.slice(1)))
-      : requests.map((r) => http.request(...r));
+      : http.batch(requests);
     responses.forEach((res, i) => finish(res, decodes[i], request, contentChecks));
   };
 }

@@ -12,7 +12,10 @@ from grafana_dashboards.queries import INFLUX_FILTER, INFLUXDB, PROMETHEUS, Data
 SCHEMA_VERSION = 42
 GRAFANA_VERSION = "12.4.3"
 
-VARIABLES = ("run", "target", "profile", "scenario")
+VARIABLES = ("run", "target", "profile", "connections", "scenario")
+# A variable whose "All" matches every series, those without its label too: runs made before the
+# runner labelled connection models have none.
+ALL_MATCHES_ANY = ("connections",)
 
 
 def _variable(name: str, source: Datasource, query: str) -> Json:
@@ -32,6 +35,7 @@ def _variable(name: str, source: Datasource, query: str) -> Json:
         "sort": 2 if single else 1,
         "multi": not single,
         "includeAll": not single,
+        **({"allValue": ".*"} if name in ALL_MATCHES_ANY else {}),
         "current": {} if single else {"selected": True, "text": ["All"], "value": ["$__all"]},
         "options": [],
         "hide": 0,
@@ -40,7 +44,7 @@ def _variable(name: str, source: Datasource, query: str) -> Json:
 
 
 def influx_variables(measurement: str) -> list[Json]:
-    """run, target, profile, scenario from the tags of a k6 measurement, each narrowed by the ones before."""
+    """VARIABLES from the tags of a k6 measurement, each narrowed by the ones before."""
     variables: list[Json] = []
     for i, name in enumerate(VARIABLES):
         where = " AND ".join(f'"{prev}" =~ /^${prev}$/' for prev in VARIABLES[:i])
@@ -52,7 +56,7 @@ def influx_variables(measurement: str) -> list[Json]:
 
 
 def prom_variables(metric: str) -> list[Json]:
-    """run, target, profile, scenario from the file_sd target labels of a metric, narrowed in order."""
+    """VARIABLES from the file_sd target labels of a metric, narrowed in order."""
     variables: list[Json] = []
     for i, name in enumerate(VARIABLES):
         matchers = ", ".join(
@@ -64,7 +68,7 @@ def prom_variables(metric: str) -> list[Json]:
 
 
 # The runner writes two points per scenario into InfluxDB measurement protolab_scenario, at its
-# start and at its end: tags run, scenario, target, protocol, profile; string fields event
+# start and at its end: tags run, scenario, target, protocol, profile, connections; string fields event
 # ("start" or "end") and text.
 SCENARIO_WINDOWS: Json = {
     "name": "Scenario windows",

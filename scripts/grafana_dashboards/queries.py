@@ -24,13 +24,16 @@ PROMETHEUS = Datasource("prometheus", "protolab-prometheus", "Prometheus", "DS_P
 INFLUXDB = Datasource("influxdb", "protolab-influxdb", "InfluxDB", "DS_INFLUXDB")
 DATASOURCES = (PROMETHEUS, INFLUXDB)
 
-# Run-specific filters. `run` is single-valued; target, profile and scenario are multi-valued
-# with "All", which Grafana expands to a regex of the listed values (escaped).
+# Run-specific filters. `run` is single-valued; target, profile, connections (the connection model,
+# "10x1") and scenario are multi-valued with "All", which Grafana expands to a regex of the listed
+# values (escaped); connections' "All" is ".*", which matches a series without the label.
 INFLUX_FILTER = (
     '"run" =~ /^$run$/ AND "target" =~ /^$target$/ AND "profile" =~ /^$profile$/'
-    ' AND "scenario" =~ /^$scenario$/'
+    ' AND "connections" =~ /^$connections$/ AND "scenario" =~ /^$scenario$/'
 )
-PROM_FILTER = 'run="$run", target=~"$target", profile=~"$profile", scenario=~"$scenario"'
+PROM_FILTER = (
+    'run="$run", target=~"$target", profile=~"$profile", connections=~"$connections", scenario=~"$scenario"'
+)
 SCENARIO_TAGS = ("scenario", "target", "profile")
 # The lab's latency clock, as the runner reads it (k6/lib/common.js summaryHandler): k6's own timer
 # of each undecoded request, http_req_duration for REST (successful ones), grpc_req_duration for gRPC.

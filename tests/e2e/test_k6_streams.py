@@ -43,16 +43,16 @@ from tests.support import (
 
 pytestmark = [pytest.mark.parallel, pytest.mark.timeout(300)]  # answers and sockets checked, nothing measured
 
-# A fixed number of iterations, not a duration, so every count is exact. With STREAMS=5 and one request
-# in CHECK_EVERY=5 decoded, chosen per request, exactly the first of each iteration is (ITERATIONS of
-# them); had sampling chosen whole iterations, a VU's first and every fifth would be, at least
-# 5 * ceil(ITERATIONS / 5) requests whatever the VUs' split, more than ITERATIONS as it is no multiple
-# of 5. Enough iterations that the sampler catches every VU's connection open.
-ITERATIONS = 96
+# (VUS, STREAMS, ITERATIONS): multiplexed, and the control, as many requests at once on a connection
+# each; 480 requests either way. A fixed number of iterations, not a duration, so every count is exact;
+# enough that every VU takes some (a VU connects at its first request: one that got none would hold
+# no connection) and the sampler sees them all open. With STREAMS=5 and one request in CHECK_EVERY=5
+# decoded, chosen per request, exactly the first of each iteration is (96 of them); had sampling chosen
+# whole iterations, a VU's first and every fifth would be, at least 5 * ceil(96 / 5) = 100 requests
+# whatever the VUs' split.
+MODELS = {"multiplexed": (2, 5, 96), "control": (4, 1, 480)}
 COUNT = 20
 CHECK_EVERY = 5
-# (VUS, STREAMS): multiplexed, and the control, as many requests at once on a connection each.
-MODELS = {"multiplexed": (2, 5), "control": (4, 1)}
 SAMPLE_SECONDS = 0.05
 # The REST stacks that serve HTTP/2 (over TLS, as the runner runs them), and the gRPC servers.
 H2_REST_SERVERS = tuple(stack.package for stack in STACKS if "http2" in stack.protocols)
@@ -97,7 +97,7 @@ def env_for(served: Served, **settings: str) -> dict[str, str]:
     return env
 
 
-def fixed_run(vus: int, streams: int, summary: Path, iterations: int = ITERATIONS) -> dict[str, str]:
+def fixed_run(vus: int, streams: int, iterations: int, summary: Path) -> dict[str, str]:
     return {
         "LOAD_MODEL": "shared-iterations",
         "ITERATIONS": str(iterations),
@@ -152,7 +152,9 @@ def served_count(service: RunningService, script: str, method: str = "GET") -> f
     """The requests the server answered: REST's `method` /records with 200 over HTTP/2, gRPC's calls
     of the script's method started."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{service.metrics_port}/metrics", timeout=5).read()
-    samples = [sample for family in text_string_to_metric_families(text.decode()) for sample in family.samples]
+    samples = [
+        sample for family in text_string_to_metric_families(text.decode()) for sample in family.samples
+    ]
     if script == "rest.js":
         return sum(
             sample.value
@@ -183,53 +185,63 @@ def served_since(count: Callable[[], float], before: float, expected: float) -> 
         time.sleep(0.1)
 
 
-def assert_every_request_counted(k6: K6Metrics, script: str, streams: int, checks_per_decoded: int) -> None:
-    """k6 made ITERATIONS iterations of `streams` requests, none failed; every decoded reply's checks
+def assert_every_request_counted(
+    k6: K6Metrics, script: str, streams: int, iterations: int, checks_per_decoded: int
+) -> None:
+    """k6 made `iterations` iterations of `streams` requests, none failed; every decoded reply's checks
     passed (the clock timed the others), and with streams, exactly one request an iteration decoded."""
-    requests, lost = ITERATIONS * streams, stream_end_lost(script)
-    assert ITERATIONS - lost <= k6.iterations <= ITERATIONS
+    requests, lost = iterations * streams, stream_end_lost(script)
+    assert iterations - lost <= k6.iterations <= iterations
     assert requests - lost <= k6.requests <= requests
     assert k6.errors == 0 and k6.attempts == k6.requests
     decoded = k6.requests - k6.latency_count
     assert k6.checks_failed == 0 and k6.checks_passed == checks_per_decoded * decoded > 0
     if streams > 1:
-        assert ITERATIONS - lost <= decoded <= ITERATIONS
+        assert iterations - lost <= decoded <= iterations
 
 
 @pytest.mark.parametrize("model", list(MODELS))
-def test_each_vu_holds_one_connection_whatever_its_streams(served: Served, tmp_path: Path, model: str) -> None:
-    vus, streams = MODELS[model]
+def test_each_vu_holds_one_connection_whatever_its_streams(
+    served: Served, tmp_path: Path, model: str
+) -> None:
+    vus, streams, iterations = MODELS[model]
     summary = tmp_path / "summary.json"
     before = served_count(served.service, served.script)
     with connections_sampled(served.service) as samples:
-        completed = run_k6(served.script, env_for(served, **fixed_run(vus, streams, summary)))
+        completed = run_k6(served.script, env_for(served, **fixed_run(vus, streams, iterations, summary)))
     k6 = summary_of(completed, summary)
     # One connection per VU: with 5 requests at once on each (multiplexed), and with one.
+    print("SAMPLES", served.script, served.module, model, samples)
     assert max(samples) == vus, samples
-    assert_every_request_counted(k6, served.script, streams, CHECKS_PER_DECODED[served.script])
+    assert_every_request_counted(k6, served.script, streams, iterations, CHECKS_PER_DECODED[served.script])
     # The server answered every request of every batch.
-    requests = ITERATIONS * streams
+    requests = iterations * streams
     assert served_since(lambda: served_count(served.service, served.script), before, requests) == requests
 
 
 @pytest.mark.parametrize("module", H2_REST_SERVERS)
 def test_rest_uploads_streams_at_once_on_each_connection(tmp_path: Path, module: str) -> None:
-    vus, streams = MODELS["multiplexed"]
+    vus, streams, iterations = MODELS["multiplexed"]
     upload = tmp_path / "upload.json"
     upload.write_bytes(orjson.dumps({"records": load_pool(POOL_SIZE, SEED)[:COUNT]}))
-    service = launch_service(module, {"RECORD_POOL_SIZE": str(POOL_SIZE), "RECORD_SEED": str(SEED), **tls_env()})
+    service = launch_service(
+        module, {"RECORD_POOL_SIZE": str(POOL_SIZE), "RECORD_SEED": str(SEED), **tls_env()}
+    )
     try:
         served = Served("rest.js", module, service)
         summary = tmp_path / "summary.json"
-        settings = fixed_run(vus, streams, summary) | {"UPLOAD_FILE": str(upload), "UPLOAD_COUNT": str(COUNT)}
+        settings = fixed_run(vus, streams, iterations, summary) | {
+            "UPLOAD_FILE": str(upload),
+            "UPLOAD_COUNT": str(COUNT),
+        }
         with connections_sampled(service) as samples:
             completed = run_k6("rest.js", env_for(served, **settings))
         k6 = summary_of(completed, summary)
         assert max(samples) == vus, samples
         # Each decoded reply: status, and the count and checksum of the file's records.
-        assert_every_request_counted(k6, "rest.js", streams, 3)
+        assert_every_request_counted(k6, "rest.js", streams, iterations, 3)
         # Every request was a POST of the file the server accepted, none a GET.
-        requests = ITERATIONS * streams
+        requests = iterations * streams
         posts = served_since(lambda: served_count(service, "rest.js", "POST"), 0, requests)
         assert posts == requests and served_count(service, "rest.js", "GET") == 0
     finally:
@@ -263,11 +275,13 @@ class InFlight:
 
 
 @pytest.mark.parametrize("script", ["grpc_unary.js", "grpc_stream.js"])
-def test_grpc_streams_are_in_flight_at_once(pb: tuple[ModuleType, ModuleType], tmp_path: Path, script: str) -> None:
+def test_grpc_streams_are_in_flight_at_once(
+    pb: tuple[ModuleType, ModuleType], tmp_path: Path, script: str
+) -> None:
     in_flight = InFlight()
     summary = tmp_path / "summary.json"
     with GrpcServer(pb, gate=in_flight) as server:
-        env = k6_env(0, grpc=True, COUNT="7", **fixed_run(1, STREAMS_AT_ONCE, summary, iterations=3))
+        env = k6_env(0, grpc=True, COUNT="7", **fixed_run(1, STREAMS_AT_ONCE, 3, summary))
         k6 = summary_of(run_k6(script, env | {"GRPC_ADDR": server.addr}), summary)
     assert k6.errors == 0 and k6.requests >= 3 * STREAMS_AT_ONCE - stream_end_lost(script)
     # One VU: only its own iteration's calls can overlap, and all of them did.
@@ -318,9 +332,7 @@ async def app(scope, receive, send):
 """
 
 
-def test_rest_streams_are_in_flight_at_once(
-    tmp_path: Path, tls_material: tuple[Path, Path, Path]
-) -> None:
+def test_rest_streams_are_in_flight_at_once(tmp_path: Path, tls_material: tuple[Path, Path, Path]) -> None:
     ca, cert, key = tls_material
     (tmp_path / "held.py").write_text(
         HELD_APP.format(record=json.dumps(fake_record(0)), streams=STREAMS_AT_ONCE, hold=HOLD_SECONDS)
@@ -335,10 +347,12 @@ def test_rest_streams_are_in_flight_at_once(
             assert proc.poll() is None and time.monotonic() < deadline, "hypercorn did not start"
             time.sleep(0.1)
         summary = tmp_path / "summary.json"
-        env = k6_env(port, grpc=False, COUNT="7", **fixed_run(1, STREAMS_AT_ONCE, summary, iterations=3))
+        env = k6_env(port, grpc=False, COUNT="7", **fixed_run(1, STREAMS_AT_ONCE, 3, summary))
         k6 = summary_of(run_k6("rest.js", rest_h2(env, f"https://127.0.0.1:{port}", ca)), summary)
         context = ssl.create_default_context(cafile=str(ca))
-        most = int(urllib.request.urlopen(f"https://127.0.0.1:{port}/most", context=context, timeout=5).read())
+        most = int(
+            urllib.request.urlopen(f"https://127.0.0.1:{port}/most", context=context, timeout=5).read()
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -358,7 +372,7 @@ def http1_service() -> Iterator[RunningService]:
 
 
 def test_rest_over_http1_refuses_streams(http1_service: RunningService, tmp_path: Path) -> None:
-    settings = fixed_run(1, 2, tmp_path / "summary.json", iterations=4)
+    settings = fixed_run(1, 2, 4, tmp_path / "summary.json")
     env = k6_env(http1_service.port, grpc=False, **settings)
     refused = run_k6("rest.js", env)
     assert refused.returncode == K6_SCRIPT_EXCEPTION, refused.stdout + refused.stderr[-2000:]

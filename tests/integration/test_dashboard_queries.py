@@ -31,6 +31,7 @@ pytestmark = pytest.mark.parallel
 
 RUN = "20250101T000000Z-test"
 PROFILE = "small"
+CONNECTIONS = "10x1"  # the connection model label the runner adds (observe.labels)
 # Scenario id -> (target, runner's protocol tag, kind of k6 script).
 SCENARIOS = {
     "aiohttp-h1.small": ("aiohttp-h1", "h1", "rest"),
@@ -176,7 +177,10 @@ def _k6_lines(now_ns: int) -> str:
     lines = []
     start_ns = now_ns - LOAD_SECONDS * 10**9
     for scenario, (target, protocol, kind) in SCENARIOS.items():
-        tags = f"run={RUN},scenario={scenario},target={target},protocol={protocol},profile={PROFILE}"
+        tags = (
+            f"run={RUN},scenario={scenario},target={target},protocol={protocol},profile={PROFILE},"
+            f"connections={CONNECTIONS}"
+        )
         for event, ts in (("start", start_ns), ("end", now_ns)):
             lines.append(f'protolab_scenario,{tags} event="{event}",text="{scenario} {event}" {ts}')
         for second in range(LOAD_SECONDS):
@@ -239,6 +243,7 @@ def backends(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backends]:
                 "target": target,
                 "protocol": protocol,
                 "profile": PROFILE,
+                "connections": CONNECTIONS,
                 "service": "rest_aiohttp" if kind == "rest" else "grpc_aio",
             },
         }

@@ -190,7 +190,13 @@ def test_every_variable_used_is_defined(path: Path):
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
 def test_run_specific_things_are_variables(path: Path):
     dashboard = _load(path)
-    assert [v["name"] for v in dashboard["templating"]["list"]] == ["run", "target", "profile", "scenario"]
+    assert [v["name"] for v in dashboard["templating"]["list"]] == [
+        "run",
+        "target",
+        "profile",
+        "connections",
+        "scenario",
+    ]
     for where, text in _queries(dashboard):
         if where.startswith("panel") or where.startswith("annotation"):
             assert "$run" in text, where

@@ -157,6 +157,13 @@ def _add_scenarios(pick: argparse._ArgumentGroup) -> None:
         help="the record the services serve: cars (default), numeric, text and/or nested (docs/matrix.md)",
     )
     pick.add_argument(
+        "--streams",
+        action="append",
+        metavar="N[,N]",
+        help="requests at once on each connection: a closed model's VUs / N are its connections "
+        "(HTTP/2 and gRPC; default 1, docs/matrix.md)",
+    )
+    pick.add_argument(
         "--proto",
         metavar="FILE",
         help="your own .proto: the services serve --message from it, compiled at run time (docs/matrix.md)",

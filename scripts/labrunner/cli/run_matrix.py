@@ -356,11 +356,7 @@ def _user_message(args: argparse.Namespace, plan: Plan, directory: Path) -> None
 
 
 def _overrides(args: argparse.Namespace) -> Overrides:
-    counts = split_list(args.count)
-    try:
-        parsed_counts = tuple(int(c) for c in counts) if counts else None
-    except ValueError:
-        raise _Usage(f"--count takes integers, got {args.count}") from None
+    parsed_counts, streams = _integers(args.count, "--count"), _integers(args.streams, "--streams")
     return Overrides(
         targets=split_list(args.target),
         profiles=split_list(args.profile),
@@ -369,6 +365,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         response_models=split_list(args.response_model),
         directions=split_list(args.direction),
         shapes=_shapes(args),
+        streams=streams,
         networks=split_list(args.network),
         vus=args.vus,
         rate=args.rate,
@@ -377,6 +374,15 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         warmup=args.warmup,
         repeats=args.repeats,
     )
+
+
+def _integers(values: list[str] | None, option: str) -> tuple[int, ...] | None:
+    """A repeatable, comma-separated integer option (--count, --streams); the schema checks the range."""
+    listed = split_list(values)
+    try:
+        return tuple(int(value) for value in listed) if listed else None
+    except ValueError:
+        raise _Usage(f"{option} takes integers, got {values}") from None
 
 
 def _shapes(args: argparse.Namespace) -> tuple[str, ...] | None:

@@ -180,8 +180,8 @@ def _streams_notes(
         for n in multiplexed:
             if n <= (model.vus or 0) and (model.vus or 0) % n:
                 raise MatrixError(
-                    f"{where}: streams {n} does not divide load model {model.name!r}'s {model.vus} VUs "
-                    "(its connections are VUs / streams)"
+                    f"{where}: streams {n} does not divide the {model.vus} VUs of load model "
+                    f"{model.name!r} (its connections are VUs / streams)"
                 )
     able = [t for t in targets if t.protocol in MULTIPLEXED_PROTOCOLS]
     if not able or not closed:
