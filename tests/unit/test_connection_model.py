@@ -17,6 +17,7 @@ from labrunner.model.scenario import Overrides, Plan, Scenario
 from labrunner.model.schema import MatrixError
 from labrunner.report import findings
 from labrunner.report.compare import compare_groups, group_results
+from labrunner.report.sections.findings import forest_rows
 from labrunner.results.result import parse_results
 from labrunner.results.store import scenario_dict
 from labrunner.run import connections
@@ -177,6 +178,11 @@ def test_the_findings_answer_multiplexing_by_connection_model() -> None:
     lines = [f.sentence for f in findings.for_run(group_results(parse_results(results)), "multiplexing")]
     assert any(line.startswith("quart-h2-tls (1x10) vs quart-h2-tls (10x1): req/s 1.50x") for line in lines)
     assert any(line.startswith("quart-h2-tls (1x10) vs quart-h1-tls (10x1): req/s 1.20x") for line in lines)
+    # The report's forest tells every row apart: the connection models, and the load models they ran in.
+    labels = [label for label, _ in forest_rows(group_results(parse_results(results)))]
+    assert len(labels) == len(set(labels))
+    assert "quart-h2-tls (1x10) / quart-h2-tls (10x1) (closed)" in labels
+    assert "quart-h2-tls (10x10) / quart-h1-tls (100x1) (closed-100)" in labels
 
 
 def test_results_written_before_connection_models_ran_one_stream_a_connection() -> None:

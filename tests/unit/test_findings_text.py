@@ -106,12 +106,15 @@ def _group(**differs: Any) -> Group:
 )
 def test_a_pair_of_one_target_is_named_by_what_differs(side: str, ours: str, theirs: str) -> None:
     candidate, baseline = _group(**{side: ours}), _group(**{side: theirs})
-    assert pairs._names(candidate, baseline) == (f"aiohttp-h1 ({ours})", f"aiohttp-h1 ({theirs})")
+    assert pairs.side_names(candidate, baseline) == (f"aiohttp-h1 ({ours})", f"aiohttp-h1 ({theirs})")
 
 
 def test_a_pair_of_two_targets_is_named_by_them_and_of_one_alike_by_it() -> None:
-    assert pairs._names(_group(target="grpc"), _group()) == ("grpc", "aiohttp-h1")
-    assert pairs._names(_group(), dataclasses.replace(_group(), id="other")) == ("aiohttp-h1", "aiohttp-h1")
+    assert pairs.side_names(_group(target="grpc"), _group()) == ("grpc", "aiohttp-h1")
+    assert pairs.side_names(_group(), dataclasses.replace(_group(), id="other")) == (
+        "aiohttp-h1",
+        "aiohttp-h1",
+    )
 
 
 def test_a_ratio_without_a_figure_or_interval_or_lost_to_holm_is_a_verdict_note() -> None:

@@ -117,7 +117,7 @@ def _finding(
         return None if r is None else judged.get(id(r), r)
 
     rps = verdict(closed.ratios.get("rps"))
-    candidate, baseline = _names(c, b)
+    candidate, baseline = side_names(c, b)
     pair = f"{candidate} vs {baseline}"
     if c.direction == UPLOAD == b.direction:  # the same records per request: records/s is req/s's ratio
         cell, notes = glance(rps, "records/s accepted", pair)
@@ -209,7 +209,7 @@ def _unsupported(c: Comparison, metric: str) -> str:
     return f"no {metric} ({short[0].target}: {short[0].fewest_samples:,} samples in a repeat, too few)"
 
 
-def _names(candidate: Group, baseline: Group) -> tuple[str, str]:
+def side_names(candidate: Group, baseline: Group) -> tuple[str, str]:
     """The two sides by target, and by what differs when the target is the same on both (a response
     model, a profile, a network): 'aiohttp-h1 (build)' against 'aiohttp-h1 (prebuilt)'; and by their
     connection models when those differ: 'quart-h2-tls (1x10)' against 'quart-h1-tls (10x1)'."""

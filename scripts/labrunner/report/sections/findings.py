@@ -3,13 +3,13 @@ run's host and date, and a warning when the host changed speed during the run.""
 
 from collections.abc import Callable, Sequence
 
-from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
+from labrunner.model.scenario import DEFAULT_SHAPE, DEFAULT_STREAMS, UPLOAD
 from labrunner.report import aa_control, host_conditions
 from labrunner.report import charts as drawing
 from labrunner.report.compare import AA_CONTROL, Comparison, Group
 from labrunner.report.document import Block, Heading, Image, Paragraph
 from labrunner.report.findings import for_run, text
-from labrunner.report.findings.pairs import saturation_comparisons
+from labrunner.report.findings.pairs import saturation_comparisons, side_names
 from labrunner.report.floor import lab_groups
 from labrunner.report.sections.section import Report, Section, always
 from labrunner.report.stats import Ratio
@@ -43,7 +43,8 @@ def blocks(report: Report) -> list[Block]:
 
 def forest_rows(groups: Sequence[Group]) -> list[tuple[str, Ratio]]:
     """The req/s ratio of each duet's A/A control and of each pair the findings compare, labelled;
-    where the pairs differ in records, direction, shape or profile, each label says its own:
+    where the pairs differ in records, direction, shape, profile, load model or connection model, each
+    label says its own:
     "grpc / aiohttp-h1 (c100, uploads, numeric)"."""
     lab = lab_groups(groups)
     comparisons = [*aa_control.controls(lab), *(c for _, c in saturation_comparisons(lab))]
@@ -57,9 +58,10 @@ def forest_rows(groups: Sequence[Group]) -> list[tuple[str, Ratio]]:
         pair = (
             f"A/A {c.candidate.target}"
             if c.kind == AA_CONTROL
-            else f"{c.candidate.target} / {c.baseline.target}"
+            else " / ".join(side_names(c.candidate, c.baseline))
         )
-        shown = [part for show in varying if (part := show(c.candidate))]
+        # A condition the names already say (two connection models) is not said again.
+        shown = [part for show in varying if (part := show(c.candidate)) and part not in pair]
         return f"{pair} ({', '.join(shown)})" if shown else pair
 
     return [(label(c), r) for c in comparisons if (r := c.ratios.get("rps")) is not None]
@@ -72,6 +74,8 @@ _CONDITIONS: tuple[tuple[str, Callable[[Group], str]], ...] = (
     ("direction", lambda g: "uploads" if g.direction == UPLOAD else ""),
     ("shape", lambda g: "" if g.shape == DEFAULT_SHAPE else g.shape),
     ("profile", lambda g: g.profile),
+    ("load_model", lambda g: g.load_model),
+    ("connection_model", lambda g: "" if g.streams == DEFAULT_STREAMS else g.connection_model),
 )
 
 
