@@ -86,6 +86,8 @@ def test_k6_container_parameters(tmp_path: Path, published_service: FakeDocker) 
             "protocol=http1.1",
             "--tag",
             "profile=p1",
+            "--tag",
+            "connections=10x1",
             "/k6/rest.js",
         ],
         "name": "protolab-run1-aiohttp-h1-p1-c3-closed-r1-k6",
@@ -219,6 +221,7 @@ def test_scenario_through_the_runner_collects_usage_and_removes_everything(
                 "target": "aiohttp-h1",
                 "protocol": "http1.1",
                 "profile": "p1",
+                "connections": "10x1",
                 "service": "rest_aiohttp",
             },
         }
