@@ -5,21 +5,15 @@ warm-up and the measured window; HTTP/1.1 beside them runs at one stream only, s
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from labrunner.files import write_json_atomic
-from labrunner.report.serialization import QUICK, as_document
-from labrunner.report.serialization import run as run_serialization
 
-from tests.support import QUICK_CALIBRATION, ROOT
+from tests.e2e.local_runs import QUIET, quick_benchmark
+from tests.support import ROOT, run_matrix_command
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.paired,
-]  # connections counted and results written, no figure judged
-QUIET = ("--influxdb", "none", "--prometheus", "none", "--prometheus-targets", "")
+# Connections counted and results written, no figure judged.
+pytestmark = [pytest.mark.e2e, pytest.mark.paired]
 SELECTION = (
     "--backend", "local", "--preset", "ci", "--target", "aiohttp-h1,quart-h2-tls,grpc", "--count", "10",
     "--load-model", "closed", "--repeats", "1", "--duration", "2s", "--warmup", "2s", "--streams", "1,5",
@@ -30,9 +24,9 @@ SELECTION = (
 def test_each_connection_model_runs_with_the_connections_it_plans(tmp_path: Path) -> None:
     out = tmp_path / "connection-model-run"  # the run id names its cgroups: unique among the paired phase
     out.mkdir()
-    write_json_atomic(out / "serialization.json", as_document(run_serialization(QUICK), QUICK))
+    quick_benchmark(out)
     completed = subprocess.run(
-        [sys.executable, "scripts/run_matrix.py", *QUICK_CALIBRATION, *SELECTION, *QUIET, "--out", str(out)],
+        run_matrix_command(*SELECTION, *QUIET, "--out", str(out)),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -52,7 +46,7 @@ def test_each_connection_model_runs_with_the_connections_it_plans(tmp_path: Path
     for scenario_id, result in results.items():
         assert result["status"] == "ok", (scenario_id, result["failure"])
         planned = 2 if scenario_id.endswith(".2x5.r1") else 10
-        assert result["scenario"]["connections"] == planned
+        assert result["scenario"]["streams"] == (5 if planned == 2 else 1)
         assert result["connections"] == {
             "planned": planned,
             "seen": {"warmup": planned, "measured window": planned},

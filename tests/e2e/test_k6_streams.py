@@ -24,17 +24,16 @@ from types import ModuleType
 
 import orjson
 import pytest
-from labrunner.backends.connections import TABLES, established
+from labrunner.backends.connections import seen_by
 from labrunner.run.k6.output import K6Metrics, parse_summary
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.common.records import load_pool
 from services.common.stacks import STACKS
-from tests.e2e.k6_servers import K6_SCRIPT_EXCEPTION, GrpcServer, fake_record, free_port, k6_binary, port_open
+from tests.e2e.k6_servers import K6_SCRIPT_EXCEPTION, GrpcServer, fake_record, free_port, port_open, run_k6
 from tests.support import (
     CERTS,
     GRPC_SERVERS,
-    ROOT,
     RunningService,
     k6_env,
     launch_service,
@@ -110,33 +109,10 @@ def fixed_run(vus: int, streams: int, iterations: int, summary: Path) -> dict[st
     }
 
 
-def run_k6(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [k6_binary(), "run", "--quiet", "--no-color", str(ROOT / "k6" / script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def summary_of(completed: subprocess.CompletedProcess[str], summary: Path) -> K6Metrics:
     assert completed.returncode == 0, completed.stdout + completed.stderr[-2000:]
     assert summary.is_file(), completed.stdout + completed.stderr[-2000:]
     return parse_summary(orjson.loads(summary.read_bytes()))
-
-
-def rows_once(tables: str) -> str:
-    """The tables with each socket's row once. The kernel writes /proc/net/tcp a page at a time, and a
-    socket added between two reads shifts the rows after it, so that a row can show twice in one read:
-    beside a parallel run of this module, 34 of 2,764 reads had one (that is the likely cause of the one
-    sample that counted 3 connections for 2 here). A socket's addresses and state are its own."""
-    rows: dict[tuple[str, ...], str] = {}
-    for line in tables.splitlines():
-        fields = line.split()
-        rows.setdefault(tuple(fields[1:4]), line)
-    return "\n".join(rows.values())
 
 
 @contextlib.contextmanager
@@ -145,13 +121,11 @@ def connections_sampled(service: RunningService) -> Iterator[list[int]]:
     TCP tables (/proc/<pid>/net/tcp and tcp6) until the block ends: the list of samples."""
     samples: list[int] = []
     done = threading.Event()
-    tables = [Path(f"/proc/{service.process.pid}") / table.removeprefix("/proc/") for table in TABLES]
 
     def sample() -> None:
         while not done.is_set():
-            samples.append(
-                established(rows_once("".join(table.read_text() for table in tables)), service.port)
-            )
+            if (seen := seen_by(service.process.pid, service.port)) is not None:
+                samples.append(seen)
             done.wait(SAMPLE_SECONDS)
 
     thread = threading.Thread(target=sample, daemon=True)

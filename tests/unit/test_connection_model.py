@@ -4,6 +4,7 @@ count of a service's connections from the kernel's tables."""
 
 import copy
 import socket
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from labrunner.results.store import scenario_dict
 from labrunner.run import connections
 from labrunner.run.k6.invocation import K6Setup
 
-from tests.support import ROOT
+from tests.support import ROOT, ok_result
 
 MATRIX = ROOT / "matrix.toml"
 MULTIPLEXED = Overrides(targets=("quart-h1-tls", "quart-h2-tls", "grpc-tls"), streams=(1, 10))
@@ -54,7 +55,6 @@ def test_streams_split_a_closed_models_vus_into_connections_on_the_protocols_tha
         "is as many connections)",
     )
     assert [scenario_dict(s)["streams"] for s in plan.scenarios] == [1, 1, 1, 10, 10]
-    assert [scenario_dict(s)["connections"] for s in plan.scenarios] == [10, 10, 10, 1, 1]
 
 
 def test_streams_above_a_models_vus_or_under_an_open_model_are_not_planned_and_said_so() -> None:
@@ -142,17 +142,17 @@ def test_the_multiplexing_preset_duets_across_connection_models_with_unique_ids(
 
 
 def _result(scenario: Scenario, rps: float) -> dict[str, Any]:
-    return {
-        "scenario_id": scenario.id,
-        "status": "ok",
-        "scenario": scenario_dict(scenario),
-        "k6": {
-            "cpu_utilisation": 0.4,
-            "metrics": {"requests": int(rps * 5), "requests_per_second": rps, "errors": 0, "latency_ms": {}},
-        },
-        "service": {"usage": {"cpu_seconds": 1.0, "cpu_utilisation": 1.0}},
-        "suspect": [],
-    }
+    """A 5 s window at `rps`, its service at its whole quota for 1 CPU second."""
+    return ok_result(
+        scenario,
+        requests=int(rps * 5),
+        rps=rps,
+        latency_ms={},
+        received_bytes=int(rps * 5 * 1000),
+        window_s=5.0,
+        cpu_seconds=1.0,
+        quota_used=1.0,
+    )
 
 
 # The host's speed in each block: both sides of a block share it.
@@ -188,7 +188,7 @@ def test_the_findings_answer_multiplexing_by_connection_model() -> None:
 def test_results_written_before_connection_models_ran_one_stream_a_connection() -> None:
     [scenario] = [s for s in _plan().scenarios if s.target.name == "grpc-tls" and s.streams == 1]
     old = _result(scenario, 100.0)
-    del old["scenario"]["streams"], old["scenario"]["connections"]
+    del old["scenario"]["streams"]
     [result] = parse_results([old])
     assert (result.scenario.streams, result.scenario.connection_model) == (1, "10x1")
 
@@ -216,10 +216,21 @@ def test_established_counts_the_servers_side_of_its_connections_only() -> None:
 
 
 def test_the_watch_counts_during_the_run_and_the_check_holds_the_plan() -> None:
-    counted = iter([3, 5, 4])
-    with connections.Watch(lambda: next(counted), 0.05) as watch:
-        connections.threading.Event().wait(0.1)
+    counted, last = iter([3, 5, 4]), threading.Event()
+
+    def count() -> int:
+        found = next(counted)
+        if found == 4:  # the third moment: the run may end
+            last.set()
+        return found
+
+    with connections.Watch(count, 0.05) as watch:
+        assert last.wait(10)
     assert (watch.counts, watch.peak) == ([3, 5, 4], 5)
+    # A run that ends before its first moment is counted nowhere.
+    with connections.Watch(count, 60) as early:
+        pass
+    assert (early.counts, early.peak) == ([], None)
     connections.check(5, 5, "measured window", "5x2")
     connections.check(5, 3, "warmup", "5x2")  # the warm-up's first count may precede some VUs
     connections.check(None, 7, "measured window", "?x1")  # an open model's connections vary

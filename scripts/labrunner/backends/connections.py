@@ -2,6 +2,8 @@
 `ss -Htn state established ( sport = :PORT )` counts them. Read from the kernel's tables, not from the
 server, so every stack is counted the same way, and no ss is needed (a service image has none)."""
 
+from pathlib import Path
+
 # The files to read in the service's namespace, in this order (a container's `cat` takes both).
 TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 _ESTABLISHED = "01"  # the kernel's TCP_ESTABLISHED, the "st" column in hex
@@ -25,3 +27,15 @@ def established(tables: str, port: int) -> int:
         ):
             pairs.add((fields[1], fields[2]))
     return len(pairs)
+
+
+def seen_by(pid: int, port: int) -> int | None:
+    """established() in the namespace of process `pid`, read through its own /proc/<pid>/net; None
+    once it has ended."""
+    try:
+        tables = "".join(
+            (Path(f"/proc/{pid}") / table.removeprefix("/proc/")).read_text() for table in TABLES
+        )
+    except OSError:
+        return None
+    return established(tables, port)

@@ -161,8 +161,8 @@ def _multiplexes(streams: int, model: LoadModel, target: Target) -> bool:
     multiplexes, under a closed model with at least one connection's worth of VUs."""
     if streams == DEFAULT_STREAMS:
         return True
-    vus = model.vus or 0
-    return target.protocol in MULTIPLEXED_PROTOCOLS and model.executor == "constant-vus" and streams <= vus
+    closed = model.executor == "constant-vus" and streams <= (model.vus or 0)
+    return closed and target.protocol in MULTIPLEXED_PROTOCOLS
 
 
 def _streams_notes(
@@ -175,13 +175,13 @@ def _streams_notes(
         return ()
     if measure == "caller":
         raise MatrixError(f"{where}: streams {multiplexed}: the callers hold one call per connection")
-    closed = [m for m in models if m.executor == "constant-vus" and m.vus is not None]
-    for model in closed:
+    closed = {m.name: m.vus for m in models if m.executor == "constant-vus" and m.vus}  # name: VUs
+    for name, vus in closed.items():
         for n in multiplexed:
-            if n <= (model.vus or 0) and (model.vus or 0) % n:
+            if n <= vus and vus % n:
                 raise MatrixError(
-                    f"{where}: streams {n} does not divide the {model.vus} VUs of load model "
-                    f"{model.name!r} (its connections are VUs / streams)"
+                    f"{where}: streams {n} does not divide the {vus} VUs of load model {name!r} "
+                    "(its connections are VUs / streams)"
                 )
     able = [t for t in targets if t.protocol in MULTIPLEXED_PROTOCOLS]
     if not able or not closed:
@@ -193,13 +193,11 @@ def _streams_notes(
             f"HTTP/1.1 cannot multiplex: {', '.join(unable)} run at 1 stream per connection only "
             "(their comparable is as many connections)"
         )
-    if others := [m.name for m in models if m not in closed]:
+    if others := [m.name for m in models if m.name not in closed]:
         notes.append(f"streams above 1 run under closed load models only, not {', '.join(others)}")
-    for model in closed:
-        if too_many := [n for n in multiplexed if n > (model.vus or 0)]:
-            notes.append(
-                f"{model.name} has {model.vus} VUs: not run at {', '.join(map(str, too_many))} streams"
-            )
+    for name, vus in closed.items():
+        if too_many := [n for n in multiplexed if n > vus]:
+            notes.append(f"{name} has {vus} VUs: not run at {', '.join(map(str, too_many))} streams")
     return tuple(notes)
 
 

@@ -178,6 +178,23 @@ class Duet:
         return f".aa{self.side}" if self.partner == name else f".vs-{self.partner}"
 
 
+def connections_of(executor: str, vus: int | None, streams: int) -> int | None:
+    """The connections k6 holds: a closed model's VUs over its streams; None for other models, whose
+    VUs (and so connections) vary with the service's pace."""
+    return vus // streams if executor == "constant-vus" and vus else None
+
+
+def connection_model_of(connections: int | None, streams: int) -> str:
+    """connections x streams, "10x1"; "?x1" for a model whose connections vary."""
+    return f"{'?' if connections is None else connections}x{streams}"
+
+
+def duet_name_of(target: str, streams: int, connection_model: str) -> str:
+    """What a duet partner calls a side: its target, and its connection model when that is not the
+    default (a pair across connection models may be one target's)."""
+    return target if streams == DEFAULT_STREAMS else f"{target}-{connection_model}"
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One measured unit: a target on a profile, at a payload count, under a load model."""
@@ -202,17 +219,11 @@ class Scenario:
 
     @property
     def connections(self) -> int | None:
-        """The connections k6 holds: a closed model's VUs over its streams; None for other models,
-        whose VUs (and so connections) vary with the service's pace."""
-        if self.load_model.executor != "constant-vus" or self.load_model.vus is None:
-            return None
-        return self.load_model.vus // self.streams
+        return connections_of(self.load_model.executor, self.load_model.vus, self.streams)
 
     @property
     def connection_model(self) -> str:
-        """connections x streams, "10x1"; "?x1" for a model whose connections vary."""
-        connections = self.connections
-        return f"{'?' if connections is None else connections}x{self.streams}"
+        return connection_model_of(self.connections, self.streams)
 
     @property
     def group(self) -> str:
@@ -227,11 +238,7 @@ class Scenario:
 
     @property
     def duet_name(self) -> str:
-        """What a duet partner calls this side: its target, and its connection model when that is not
-        the default (a pair across connection models may be one target's)."""
-        if self.streams == DEFAULT_STREAMS:
-            return self.target.name
-        return f"{self.target.name}-{self.connection_model}"
+        return duet_name_of(self.target.name, self.streams, self.connection_model)
 
     @property
     def target_group(self) -> str:

@@ -5,7 +5,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from labrunner.model.questions import pairs
-from labrunner.model.scenario import DEFAULT_DIRECTION, DEFAULT_SHAPE, DEFAULT_STREAMS
+from labrunner.model.scenario import DEFAULT_DIRECTION, DEFAULT_SHAPE, DEFAULT_STREAMS, duet_name_of
 from labrunner.report.stats import (
     Ratio,
     Summary,
@@ -129,7 +129,7 @@ class Group:
     @property
     def duet_name(self) -> str:
         """What a duet partner calls this group's side (model.scenario.Scenario.duet_name)."""
-        return self.target if self.streams == DEFAULT_STREAMS else f"{self.target}-{self.connection_model}"
+        return duet_name_of(self.target, self.streams, self.connection_model)
 
     def values(self, metric: str) -> list[float]:
         read = METRICS[metric].read

@@ -9,7 +9,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-from labrunner.model.scenario import DEFAULT_DIRECTION, DEFAULT_SHAPE, DEFAULT_STREAMS
+from labrunner.model.scenario import (
+    DEFAULT_DIRECTION,
+    DEFAULT_SHAPE,
+    DEFAULT_STREAMS,
+    connection_model_of,
+    connections_of,
+)
 
 # What results written before a field existed mean by its absence (one rule each, here only).
 BEFORE_RESPONSE_MODELS = ""  # no response model named
@@ -77,9 +83,8 @@ class ScenarioInfo:
     @property
     def connection_model(self) -> str:
         """connections x streams ("10x1"), as model.scenario.Scenario says it."""
-        vus = self.load_model.vus
-        connections = "?" if self.load_model.executor != "constant-vus" or not vus else vus // self.streams
-        return f"{connections}x{self.streams}"
+        model = self.load_model
+        return connection_model_of(connections_of(model.executor, model.vus, self.streams), self.streams)
 
     @property
     def instrumented(self) -> bool:

@@ -49,7 +49,6 @@ def scenario_dict(scenario: Scenario) -> dict[str, Any]:
         "direction": scenario.direction,
         "shape": scenario.shape,  # a result without it (written before shapes) is of cars
         "streams": scenario.streams,  # without it (written before connection models): 1
-        "connections": scenario.connections,  # a closed model's VUs / streams; None for the others
         "network": asdict(scenario.network) | {"rtt_s": scenario.network.rtt_s},
         "load_model": {
             "name": model.name,

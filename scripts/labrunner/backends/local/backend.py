@@ -23,7 +23,7 @@ from labrunner.backends.base import (
     tail_file,
 )
 from labrunner.backends.cgroups import Cgroup, remove_cgroup, reset_memory_peak, set_cpu_quota, split_cpus
-from labrunner.backends.connections import TABLES, established
+from labrunner.backends.connections import seen_by
 from labrunner.backends.local.k6 import run_k6
 from labrunner.backends.local.limits import service_cgroup
 from labrunner.backends.local.network import (
@@ -168,14 +168,7 @@ class LocalBackend:
 
     def service_connections(self, handle: ServiceHandle) -> int | None:
         """Counted in the service process's own view of /proc/net (its namespace's)."""
-        pid = self._service(handle).process.pid
-        try:
-            tables = "".join(
-                Path(f"/proc/{pid}/{table.removeprefix('/proc/')}").read_text() for table in TABLES
-            )
-        except OSError:  # the service has ended
-            return None
-        return established(tables, handle.address.port)
+        return seen_by(self._service(handle).process.pid, handle.address.port)
 
     def _service(self, handle: ServiceHandle) -> Service:
         with self._services_lock:
