@@ -25,14 +25,16 @@ INFLUXDB = Datasource("influxdb", "protolab-influxdb", "InfluxDB", "DS_INFLUXDB"
 DATASOURCES = (PROMETHEUS, INFLUXDB)
 
 # Run-specific filters. `run` is single-valued; target, profile, connections (the connection model,
-# "10x1") and scenario are multi-valued with "All", which Grafana expands to a regex of the listed
-# values (escaped); connections' "All" is ".*", which matches a series without the label.
+# "10x1"), churn ("never", or the calls a connection carries) and scenario are multi-valued with "All",
+# which Grafana expands to a regex of the listed values (escaped); the "All" of connections and churn is
+# ".*", which matches a series without the label.
 INFLUX_FILTER = (
     '"run" =~ /^$run$/ AND "target" =~ /^$target$/ AND "profile" =~ /^$profile$/'
-    ' AND "connections" =~ /^$connections$/ AND "scenario" =~ /^$scenario$/'
+    ' AND "connections" =~ /^$connections$/ AND "churn" =~ /^$churn$/ AND "scenario" =~ /^$scenario$/'
 )
 PROM_FILTER = (
-    'run="$run", target=~"$target", profile=~"$profile", connections=~"$connections", scenario=~"$scenario"'
+    'run="$run", target=~"$target", profile=~"$profile", connections=~"$connections", churn=~"$churn", '
+    'scenario=~"$scenario"'
 )
 SCENARIO_TAGS = ("scenario", "target", "profile")
 # The lab's latency clock, as the runner reads it (k6/lib/common.js summaryHandler): k6's own timer

@@ -88,6 +88,8 @@ def test_k6_container_parameters(tmp_path: Path, published_service: FakeDocker) 
             "profile=p1",
             "--tag",
             "connections=10x1",
+            "--tag",
+            "churn=never",
             "/k6/rest.js",
         ],
         "name": "protolab-run1-aiohttp-h1-p1-c3-closed-r1-k6",
@@ -222,6 +224,7 @@ def test_scenario_through_the_runner_collects_usage_and_removes_everything(
                 "protocol": "http1.1",
                 "profile": "p1",
                 "connections": "10x1",
+                "churn": "never",
                 "service": "rest_aiohttp",
             },
         }

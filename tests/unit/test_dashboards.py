@@ -195,6 +195,7 @@ def test_run_specific_things_are_variables(path: Path):
         "target",
         "profile",
         "connections",
+        "churn",
         "scenario",
     ]
     for where, text in _queries(dashboard):

@@ -235,7 +235,7 @@ def test_a_missing_baseline_is_said_and_the_preset_that_asks_is_named() -> None:
     found = _find(_run({"grpc-stream": [60, 62, 61], "quart-h1": [400, 405, 395]}))
     _one(found, "gRPC streaming vs unary", "without unary gRPC")
     [unasked] = findings.unasked(found, "default")
-    assert unasked.sentence.startswith("Not asked: --preset implementations (server vs server), ")
+    assert unasked.sentence.startswith("Not asked: --preset implementations, ")
     assert unasked.sentence.endswith(", network, payload.")  # a preset named as its question: once
 
 

@@ -194,8 +194,8 @@ def test_the_questions_not_asked_name_their_presets() -> None:
     [line] = findings.unasked(asked, "full")
     assert line.question == "run"
     assert line.sentence == (
-        "Not asked: --preset default (HTTP/2 vs HTTP/1.1, gRPC streaming vs unary), implementations "
-        "(server vs server), metrics-overhead (metrics on vs off), multiplexing, network, payload."
+        "Not asked: --preset default (HTTP/2 vs HTTP/1.1, gRPC streaming vs unary), implementations, "
+        "metrics-overhead, multiplexing, churn, network, payload."
     )
     every = [Finding(q.name, "") for q in findings.QUESTIONS]
     assert findings.unasked(every, "default") == []

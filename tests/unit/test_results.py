@@ -318,6 +318,7 @@ def test_prometheus_file_sd_per_scenario(tmp_path: Path) -> None:
                 "protocol": "http2",
                 "profile": "small",
                 "connections": "10x1",
+                "churn": "never",
                 "service": "rest_quart",
             },
         }

@@ -164,6 +164,13 @@ def _add_scenarios(pick: argparse._ArgumentGroup) -> None:
         "(HTTP/2 and gRPC; default 1, docs/matrix.md)",
     )
     pick.add_argument(
+        "--churn",
+        action="append",
+        metavar="N[,N]",
+        help="a new connection every N calls, or never (default): what connecting and TLS handshakes "
+        "cost (docs/matrix.md)",
+    )
+    pick.add_argument(
         "--proto",
         metavar="FILE",
         help="your own .proto: the services serve --message from it, compiled at run time (docs/matrix.md)",

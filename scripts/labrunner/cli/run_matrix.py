@@ -21,7 +21,7 @@ from labrunner.model import duet
 from labrunner.model.duet import DuetError
 from labrunner.model.engine_roles import Hosts, HostsError, hosts
 from labrunner.model.matrix import expand, load_matrix, split_list
-from labrunner.model.scenario import AUTO_INSTANCES, CALLER, USER_SHAPE, Matrix, Overrides, Plan
+from labrunner.model.scenario import AUTO_INSTANCES, CALLER, NEVER, USER_SHAPE, Matrix, Overrides, Plan
 from labrunner.model.schema import MatrixError
 from labrunner.observe import local_stack
 from labrunner.paths import REPO
@@ -366,6 +366,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         directions=split_list(args.direction),
         shapes=_shapes(args),
         streams=streams,
+        churn=_churns(args.churn),
         networks=split_list(args.network),
         vus=args.vus,
         rate=args.rate,
@@ -383,6 +384,15 @@ def _integers(values: list[str] | None, option: str) -> tuple[int, ...] | None:
         return tuple(int(value) for value in listed) if listed else None
     except ValueError:
         raise _Usage(f"{option} takes integers, got {values}") from None
+
+
+def _churns(values: list[str] | None) -> tuple[int | str, ...] | None:
+    """--churn: calls per connection, or never; the schema checks the range."""
+    listed = split_list(values)
+    try:
+        return tuple(v if v == NEVER else int(v) for v in listed) if listed else None
+    except ValueError:
+        raise _Usage(f"--churn takes integers or {NEVER!r}, got {values}") from None
 
 
 def _shapes(args: argparse.Namespace) -> tuple[str, ...] | None:

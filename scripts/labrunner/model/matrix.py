@@ -15,12 +15,14 @@ from labrunner.model.scenario import (
     DEFAULT_STREAMS,
     LOOPBACK,
     MULTIPLEXED_PROTOCOLS,
+    Churn,
     LoadModel,
     Matrix,
     Overrides,
     Plan,
     Scenario,
     Target,
+    churn_name,
 )
 from labrunner.model.schema import (
     SELECTION_KEYS,
@@ -103,6 +105,8 @@ def expand(
     networks = _names(settings.networks, matrix.networks, "network", where)
     streams = sorted(set(settings.streams))
     notes = _streams_notes(streams, models, [matrix.targets[t] for t in targets], settings.measure, where)
+    churns = sorted(set(settings.churn), key=lambda churn: (churn is not None, churn or 0))  # never first
+    notes += _churn_notes(churns, streams, settings.measure, where)
     scenarios = tuple(
         Scenario(
             target=matrix.targets[target],
@@ -119,6 +123,7 @@ def expand(
             shape=shape,
             k6_instances=settings.k6_instances,
             streams=stream_count,
+            churn=churn,
         )
         for rungs in (False, True)
         for repeat in range(1, settings.repeats + 1)
@@ -133,6 +138,9 @@ def expand(
         if direction == DEFAULT_DIRECTION or response_model == settings.response_models[0]
         for shape in dict.fromkeys(settings.shapes)
         for stream_count in streams
+        for churn in churns
+        # Churn counts calls one at a time: a multiplexed connection runs never replaced.
+        if churn is None or stream_count == DEFAULT_STREAMS
         for target in targets
         # A target pinned to one model runs only in that model.
         if matrix.targets[target].response_model in (None, response_model)
@@ -199,6 +207,19 @@ def _streams_notes(
         if too_many := [n for n in multiplexed if n > vus]:
             notes.append(f"{name} has {vus} VUs: not run at {', '.join(map(str, too_many))} streams")
     return tuple(notes)
+
+
+def _churn_notes(churns: list[Churn], streams: list[int], measure: str, where: str) -> tuple[str, ...]:
+    """What the plan leaves out of `churns`, said once; a MatrixError for callers, which hold their
+    connections."""
+    churning = [churn_name(c) for c in churns if c is not None]
+    if not churning:
+        return ()
+    if measure == "caller":
+        raise MatrixError(f"{where}: churn {', '.join(churning)}: the callers keep their connections")
+    if any(n != DEFAULT_STREAMS for n in streams):
+        return (f"churn {', '.join(churning)} runs at 1 stream per connection only (one call at a time)",)
+    return ()
 
 
 def _repeats(model: LoadModel, preset_repeats: int) -> int:

@@ -41,6 +41,8 @@ class Side(Protocol):
     @property
     def streams(self) -> int: ...  # requests at once on each connection
     @property
+    def churn(self) -> int | None: ...  # calls a connection carries before it is replaced; None: never
+    @property
     def order(self) -> int: ...  # the target's position in the run (matrix order)
 
 
@@ -81,9 +83,10 @@ def is_streaming(side: Side) -> bool:
 # Every question compares like with like: same scenario, and instrumented with instrumented.
 _SCENARIO = (
     "profile", "count", "load_model", "response_model", "direction", "shape", "network", "instrumented",
-    "streams",
+    "streams", "churn",
 )  # fmt: skip
 _ANY_STREAMS = tuple(a for a in _SCENARIO if a != "streams")  # the same load, on however many connections
+_ANY_CHURN = tuple(a for a in _SCENARIO if a != "churn")  # the same load, however often reconnected
 QUESTIONS = (
     # The harness each lab server carries over its bare server, all else the same.
     Question(
@@ -133,6 +136,13 @@ QUESTIONS = (
         "HTTP/2 multiplexed vs HTTP/1.1",
         ("service", "tls", *_ANY_STREAMS),
         lambda c, b: c.protocol == "http2" and c.streams > 1 and b.protocol == "http1.1",
+    ),
+    # A new connection every N calls against connections kept for the run, on the same target: what
+    # connecting (and with TLS a full handshake) costs per call. The report fits it against 1/N.
+    Question(
+        "new connections vs kept",
+        ("target", *_ANY_CHURN),
+        lambda c, b: c.churn is not None and b.churn is None,
     ),
     # Servers compare in matrix order (aiohttp before Quart): ratio = earlier / later target.
     Question(

@@ -44,6 +44,11 @@ MEASURES = (SERVICE, CALLER)
 # HTTP/1.1 cannot multiplex; streams above 1 run on closed (constant-vus) models only.
 DEFAULT_STREAMS = 1
 MULTIPLEXED_PROTOCOLS = ("http2", "grpc")
+# Connection churn: each k6 VU replaces its connection after every `churn` calls on it (a TLS target's
+# every new connection a full handshake: k6 does not resume sessions); None, written "never", keeps it
+# for the whole k6 run, as every run before churn did. One call at a time: streams 1 only.
+NEVER = "never"
+Churn = int | None
 # Today's network: 127.0.0.1, no namespaces, no emulator; groups on it keep their old ids.
 LOOPBACK = NetworkProfile("loopback")
 
@@ -189,10 +194,23 @@ def connection_model_of(connections: int | None, streams: int) -> str:
     return f"{'?' if connections is None else connections}x{streams}"
 
 
-def duet_name_of(target: str, streams: int, connection_model: str) -> str:
-    """What a duet partner calls a side: its target, and its connection model when that is not the
-    default (a pair across connection models may be one target's)."""
-    return target if streams == DEFAULT_STREAMS else f"{target}-{connection_model}"
+def churn_name(churn: Churn) -> str:
+    """How a label, a table or the command line says a churn: "never" or the calls, "10"."""
+    return NEVER if churn is None else str(churn)
+
+
+def churn_words(churn: Churn) -> str:
+    """A churn in a report's words: "new connection every 10 calls", "connections kept"."""
+    if churn is None:
+        return "connections kept"
+    return "new connection every call" if churn == 1 else f"new connection every {churn} calls"
+
+
+def duet_name_of(target: str, streams: int, connection_model: str, churn: Churn = None) -> str:
+    """What a duet partner calls a side: its target, and its connection model and churn where they are
+    not the default (a pair across connection models or churns may be one target's)."""
+    name = target if streams == DEFAULT_STREAMS else f"{target}-{connection_model}"
+    return name if churn is None else f"{name}-churn{churn}"
 
 
 @dataclass(frozen=True)
@@ -216,6 +234,7 @@ class Scenario:
     k6_instances: K6Instances = 1
     duet: Duet | None = None  # measured beside a partner, None: alone
     streams: int = DEFAULT_STREAMS  # requests at once on each connection (a closed model's only)
+    churn: Churn = None  # a new connection every this many calls; None: never
 
     @property
     def connections(self) -> int | None:
@@ -230,24 +249,24 @@ class Scenario:
         """The scenario id without the repeat: repeats of one group are aggregated. A duet's group
         names its partner: its repeats ran beside that partner's, and pair with them only.
 
-        The default response model, direction, shape and streams add nothing, so groups keep the ids
-        runs made before the models, directions, shapes and connection models existed had.
+        The default response model, direction, shape, streams and churn add nothing, so groups keep the
+        ids runs made before the models, directions, shapes, connection models and churn existed had.
         """
         target_group = self.target_group
         return target_group if self.duet is None else target_group + self.duet.suffix(self.duet_name)
 
     @property
     def duet_name(self) -> str:
-        return duet_name_of(self.target.name, self.streams, self.connection_model)
+        return duet_name_of(self.target.name, self.streams, self.connection_model, self.churn)
 
     @property
     def target_group(self) -> str:
         """The group without the duet's partner: the target under these conditions, alone or not."""
         return self.group_under(self.load_model.name)
 
-    def group_under(self, load_model: str, *, with_streams: bool = True) -> str:
-        """The group id this scenario would have under another load model, all else the same (and, not
-        with_streams, at the default streams)."""
+    def group_under(self, load_model: str, *, with_connection: bool = True) -> str:
+        """The group id this scenario would have under another load model, all else the same (and,
+        not with_connection, at the default streams and churn: what a duet's two sides share)."""
         group = f"{self.target.name}.{self.profile.name}.c{self.count}.{load_model}"
         if self.response_model != DEFAULT_RESPONSE_MODEL:
             group = f"{group}.{self.response_model}"
@@ -255,8 +274,10 @@ class Scenario:
             group = f"{group}.{self.direction}"
         if self.shape != DEFAULT_SHAPE:
             group = f"{group}.{self.shape}"
-        if with_streams and self.streams != DEFAULT_STREAMS:
+        if with_connection and self.streams != DEFAULT_STREAMS:
             group = f"{group}.{self.connection_model}"
+        if with_connection and self.churn is not None:
+            group = f"{group}.churn{self.churn}"
         return group if self.network.name == LOOPBACK.name else f"{group}.{self.network.name}"
 
     @property
@@ -295,6 +316,7 @@ class Overrides:
     directions: tuple[str, ...] | None = None
     shapes: tuple[str, ...] | None = None
     streams: tuple[int, ...] | None = None
+    churn: tuple[int | str, ...] | None = None  # calls per connection, or NEVER (the schema checks them)
     networks: tuple[str, ...] | None = None
     vus: int | None = None
     rate: int | None = None
@@ -366,7 +388,7 @@ def units_of(scenarios: Sequence[Scenario]) -> list[tuple[Scenario, ...]]:
             units[(s.id,)] = [s]
         else:
             pair = frozenset({s.duet_name, s.duet.partner})
-            shared = s.group_under(s.load_model.name, with_streams=False).partition(".")[2]
+            shared = s.group_under(s.load_model.name, with_connection=False).partition(".")[2]
             units.setdefault((s.repeat, pair, shared), []).append(s)
     return [tuple(sorted(u, key=lambda s: s.duet.slot if s.duet else 0)) for u in units.values()]
 

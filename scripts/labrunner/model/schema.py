@@ -32,6 +32,7 @@ from labrunner.model.scenario import (
     DEFAULT_SHAPE,
     DEFAULT_STREAMS,
     DIRECTIONS,
+    NEVER,
     RESPONSE_MODELS,
     SHAPES,
     USER_SHAPE,
@@ -58,6 +59,7 @@ QuestionName = Literal[
     "gRPC streaming vs unary",
     "multiplexed vs connections",
     "HTTP/2 multiplexed vs HTTP/1.1",
+    "new connections vs kept",
     "REST server vs REST server",
     "gRPC server vs gRPC server",
 ]
@@ -119,6 +121,20 @@ def _bytes(value: object) -> int:
             if size > 0:
                 return size
     raise _problem("{value} is not a memory size (e.g. '512m', '2g')", value)
+
+
+def _churn(value: object) -> object:
+    """A churn: "never" (None, each connection kept for the whole k6 run) or the calls a connection
+    carries before k6 replaces it, 1 or more."""
+    if value == NEVER:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise _problem(
+        f"churn {{value}}: a connection carries 1 or more calls before it is replaced, or {NEVER!r} "
+        "to keep it",
+        value,
+    )
 
 
 def _k6_instances(value: object) -> object:
@@ -210,6 +226,8 @@ StreamCount = Annotated[
 StreamCounts = Annotated[
     list[StreamCount], BeforeValidator(_as_list), _must(len, "must list at least one number of streams")
 ]
+ChurnEvery = Annotated[int | None, BeforeValidator(_churn)]
+Churns = Annotated[list[ChurnEvery], BeforeValidator(_as_list), _must(len, "must list at least one churn")]
 Entries = Annotated[dict[Name, T], _must(len, "must define at least one entry")]
 ResponseModelName = Annotated[
     str,
@@ -533,6 +551,8 @@ class Settings(_Table):
     shapes: ShapeNames = [DEFAULT_SHAPE]
     # Requests at once on each connection: a closed model runs VUs / streams connections (model.scenario).
     streams: StreamCounts = [DEFAULT_STREAMS]
+    # A new connection every N calls, or "never" (model.scenario.NEVER); one call at a time only.
+    churn: Churns = [None]
     networks: Names = ["loopback"]
     k6_instances: K6InstancesSetting = 1
     duration: PositiveDuration
@@ -564,6 +584,7 @@ class _Selection(_Table):
     directions: DirectionNames | None = None
     shapes: ShapeNames | None = None
     streams: StreamCounts | None = None
+    churn: Churns | None = None
     networks: Names | None = None
     k6_instances: K6InstancesSetting | None = None
     duration: PositiveDuration | None = None

@@ -5,7 +5,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from labrunner.model.questions import pairs
-from labrunner.model.scenario import DEFAULT_DIRECTION, DEFAULT_SHAPE, DEFAULT_STREAMS, duet_name_of
+from labrunner.model.scenario import (
+    DEFAULT_DIRECTION,
+    DEFAULT_SHAPE,
+    DEFAULT_STREAMS,
+    churn_words,
+    duet_name_of,
+)
 from labrunner.report.stats import (
     Ratio,
     Summary,
@@ -125,11 +131,12 @@ class Group:
     side: int | None = None
     streams: int = DEFAULT_STREAMS  # requests at once on each connection
     connection_model: str = ""  # connections x streams, "1x10" ("?x1": an open model's connections vary)
+    churn: int | None = None  # calls a connection carried before k6 replaced it; None: never
 
     @property
     def duet_name(self) -> str:
         """What a duet partner calls this group's side (model.scenario.Scenario.duet_name)."""
-        return duet_name_of(self.target, self.streams, self.connection_model)
+        return duet_name_of(self.target, self.streams, self.connection_model, self.churn)
 
     def values(self, metric: str) -> list[float]:
         read = METRICS[metric].read
@@ -207,6 +214,8 @@ class Group:
             held = f"{held}, {self.shape}"
         if self.streams != DEFAULT_STREAMS:
             held = f"{held}, {self.connection_model}"
+        if self.churn is not None:
+            held = f"{held}, {churn_words(self.churn)}"
         return held if self.network == "loopback" else f"{held}, {self.network}"
 
 
@@ -261,6 +270,7 @@ def group_results(results: Iterable[Result]) -> list[Group]:
                 partner=scenario.duet.partner if scenario.duet else None,
                 side=scenario.duet.side if scenario.duet else None,
                 streams=scenario.streams,
+                churn=scenario.churn,
                 connection_model=scenario.connection_model,
             )
         )

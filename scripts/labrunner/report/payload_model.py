@@ -194,7 +194,7 @@ class PerRecordSplit:
         return self.encoding / self.servers.value
 
 
-def fit_line(records: Sequence[int], costs: Sequence[float]) -> Line:
+def fit_line(records: Sequence[float], costs: Sequence[float]) -> Line:
     """costs = a + b·records by weighted least squares, weights 1/m² (m: the mean cost at that count).
 
     numpy's weights multiply the unweighted residuals, so they are 1/m; the covariance it returns is
@@ -202,7 +202,7 @@ def fit_line(records: Sequence[int], costs: Sequence[float]) -> Line:
     """
     if len(set(records)) < 2:
         raise ValueError("a line needs two or more counts")
-    by_count: dict[int, list[float]] = {}
+    by_count: dict[float, list[float]] = {}
     for n, cost in zip(records, costs, strict=True):
         by_count.setdefault(n, []).append(cost)
     x = np.asarray(records, dtype=float)
@@ -387,8 +387,8 @@ def format_lines(cases: Sequence[Case], direction: str, shape: str = DEFAULT_SHA
 
 
 def per_record_difference(grpc: Line, rest: Line) -> Estimate:
-    """gRPC's b - REST's b, with an interval when both fits have residuals (the fits independent,
-    the fewer of their degrees of freedom)."""
+    """gRPC's b - REST's b (any two lines' b), with an interval when both fits have residuals (the fits
+    independent, the fewer of their degrees of freedom)."""
     difference = grpc.per_record.value - rest.per_record.value
     if grpc.covariance is None or rest.covariance is None:
         return Estimate(difference, None, None)

@@ -79,6 +79,7 @@ class ScenarioInfo:
     repeat: int = field(metadata=_shown("repeat"))
     duet: Duet | None
     streams: int = BEFORE_STREAMS  # requests at once on each connection (model.scenario.Scenario)
+    churn: int | None = None  # calls a connection carried before k6 replaced it; None: never (and before)
 
     @property
     def connection_model(self) -> str:
@@ -109,6 +110,7 @@ class Metrics:
     data_received_bytes: int | None = field(metadata=_shown("received_bytes"))
     dropped_iterations: int = field(metadata=_shown("dropped_iterations"))
     test_run_seconds: float | None
+    connections_opened: int | None  # the connections k6 dialed; None in results written before churn
 
 
 @dataclass(frozen=True)
@@ -352,6 +354,7 @@ def _scenario(s: Mapping[str, Any]) -> ScenarioInfo:
         repeat=int(s["repeat"]),
         duet=Duet(duet["partner"], int(duet["side"])) if duet else None,
         streams=int(s.get("streams", BEFORE_STREAMS)),
+        churn=s.get("churn"),
     )
 
 
@@ -385,6 +388,7 @@ def _metrics(m: Mapping[str, Any]) -> Metrics:
         data_received_bytes=m.get("data_received_bytes"),
         dropped_iterations=int(m.get("dropped_iterations") or 0),
         test_run_seconds=m.get("test_run_seconds"),
+        connections_opened=m.get("connections_opened"),
     )
 
 

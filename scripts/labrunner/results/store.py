@@ -49,6 +49,7 @@ def scenario_dict(scenario: Scenario) -> dict[str, Any]:
         "direction": scenario.direction,
         "shape": scenario.shape,  # a result without it (written before shapes) is of cars
         "streams": scenario.streams,  # without it (written before connection models): 1
+        "churn": scenario.churn,  # null: connections kept (so too without it, written before churn)
         "network": asdict(scenario.network) | {"rtt_s": scenario.network.rtt_s},
         "load_model": {
             "name": model.name,
@@ -122,13 +123,14 @@ _SAME: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "direction": lambda scenario: scenario.get("direction", BEFORE_UPLOADS),
     "shape": lambda scenario: scenario.get("shape", BEFORE_SHAPES),
     "streams": lambda scenario: scenario.get("streams", BEFORE_STREAMS),
+    "churn": lambda scenario: scenario.get("churn"),
 }
 
 
 def resumable(out_dir: Path, scenarios: Sequence[Scenario]) -> Resumable:
     """The ok results of `out_dir` that --resume may keep: each file's scenario must be the plan's
-    scenario of that id (its id, target, profile, count, load model, direction, shape and streams as
-    planned; a further repeat of a planned group, which --precision adds, as its group's), and the file
+    scenario of that id (its id, target, profile, count, load model, direction, shape, streams and churn
+    as planned; a further repeat of a planned group, which --precision adds, as its group's), and the file
     must be named by that id; every other file is ignored, with why. A failed result is rerun, as a
     missing one is, and not named."""
     planned = {s.id: scenario_dict(s) for s in scenarios}

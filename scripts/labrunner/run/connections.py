@@ -49,6 +49,19 @@ class Watch:
                 self.counts.append(counted)
 
 
+def check_churn(churn: int, attempts: int, opened: int, vus: int) -> None:
+    """ScenarioFailed when k6 did not dial a new connection every `churn` calls: each VU dials one for
+    its first call and one after every `churn` calls, so `attempts` calls over `vus` VUs dial between
+    attempts / churn and attempts / churn + vus connections."""
+    low, high = attempts // churn, attempts / churn + vus
+    if not low <= opened <= high:
+        raise ScenarioFailed(
+            "connections",
+            f"k6 dialed {opened} connections for {attempts} calls on {vus} VUs; a new one every {churn} "
+            f"calls dials {low} to {high:.0f}",
+        )
+
+
 def check(planned: int | None, seen: int | None, phase: str, connection_model: str) -> None:
     """ScenarioFailed when k6 held other than the planned connections. In the warm-up, only more than
     planned fails (a request that did not multiplex): its first count may come before every VU has

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from labrunner.report import payload
 from labrunner.report.compare import Group
-from labrunner.report.findings import aa_control, network, pairs, payload_sweep, run
+from labrunner.report.findings import aa_control, churn, network, pairs, payload_sweep, run
 from labrunner.report.findings.finding import Evidence, Finding
 from labrunner.report.floor import lab_groups
 from labrunner.report.serialization import Case
@@ -34,6 +34,8 @@ QUESTIONS: tuple[Question, ...] = (
     Question(pairs.RESPONSE_MODEL, "full", pairs.findings),
     Question(pairs.METRICS_OVERHEAD, "metrics-overhead", pairs.findings),
     Question(pairs.MULTIPLEXING, "multiplexing", pairs.findings),
+    # Its answers (what a connection costs, fitted); pairs.findings adds each churn against connections kept.
+    Question(churn.QUESTION, "churn", churn.findings),
     Question(network.QUESTION, "network", network.findings),
     Question(payload_sweep.QUESTION, "payload", payload_sweep.findings),
     Question(run.QUESTION, "", run.findings, headed=False),  # lower bounds, what was not compared
@@ -73,5 +75,7 @@ def unasked(found: Sequence[Finding], preset: str | None) -> list[Finding]:
             missing.setdefault(q.asked_by, []).append(q.name)
     if not missing:
         return []
-    named = [p if questions == [p] else f"{p} ({', '.join(questions)})" for p, questions in missing.items()]
+    # A preset of one question is named alone; of several, with those this run did not answer.
+    asks = {p: {q.name for q in QUESTIONS if q.asked_by == p} for p in missing}
+    named = [p if len(asks[p]) == 1 else f"{p} ({', '.join(questions)})" for p, questions in missing.items()]
     return [Finding(run.QUESTION, "Not asked: --preset " + ", ".join(named) + ".")]

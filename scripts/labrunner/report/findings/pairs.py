@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 
 from labrunner.model.questions import is_streaming
-from labrunner.model.scenario import UPLOAD
+from labrunner.model.scenario import UPLOAD, churn_words
 from labrunner.report.compare import Comparison, Group, compare_groups
 from labrunner.report.findings.finding import (
     CONDITIONS,
@@ -40,6 +40,7 @@ STREAMING = "gRPC streaming vs unary"
 RESPONSE_MODEL = "response model"
 METRICS_OVERHEAD = "metrics on vs off"
 MULTIPLEXING = "multiplexing"
+CHURN = "churn"
 _RULE_QUESTION = {
     "HTTP/2 vs HTTP/1.1": HTTP2,
     "gRPC vs REST": GRPC_VS_REST,
@@ -50,6 +51,7 @@ _RULE_QUESTION = {
     "metrics on vs off": METRICS_OVERHEAD,
     "multiplexed vs connections": MULTIPLEXING,
     "HTTP/2 multiplexed vs HTTP/1.1": MULTIPLEXING,
+    "new connections vs kept": CHURN,
 }
 # An open-model group carried its offered rate when it served at least this share of it.
 CARRIED_SHARE = 0.95
@@ -212,11 +214,17 @@ def _unsupported(c: Comparison, metric: str) -> str:
 def side_names(candidate: Group, baseline: Group) -> tuple[str, str]:
     """The two sides by target, and by what differs when the target is the same on both (a response
     model, a profile, a network): 'aiohttp-h1 (build)' against 'aiohttp-h1 (prebuilt)'; and by their
-    connection models when those differ: 'quart-h2-tls (1x10)' against 'quart-h1-tls (10x1)'."""
+    connection models or churns when those differ: 'quart-h2-tls (1x10)' against 'quart-h1-tls (10x1)',
+    'grpc (new connection every 10 calls)' against 'grpc (connections kept)'."""
     if candidate.streams != baseline.streams:
         return (
             f"{candidate.target} ({candidate.connection_model})",
             f"{baseline.target} ({baseline.connection_model})",
+        )
+    if candidate.churn != baseline.churn:
+        return (
+            f"{candidate.target} ({churn_words(candidate.churn)})",
+            f"{baseline.target} ({churn_words(baseline.churn)})",
         )
     if candidate.target != baseline.target:
         return candidate.target, baseline.target

@@ -3,7 +3,7 @@ run's host and date, and a warning when the host changed speed during the run.""
 
 from collections.abc import Callable, Sequence
 
-from labrunner.model.scenario import DEFAULT_SHAPE, DEFAULT_STREAMS, UPLOAD
+from labrunner.model.scenario import DEFAULT_SHAPE, DEFAULT_STREAMS, UPLOAD, churn_words
 from labrunner.report import aa_control, host_conditions
 from labrunner.report import charts as drawing
 from labrunner.report.compare import AA_CONTROL, Comparison, Group
@@ -76,6 +76,7 @@ _CONDITIONS: tuple[tuple[str, Callable[[Group], str]], ...] = (
     ("profile", lambda g: g.profile),
     ("load_model", lambda g: g.load_model),
     ("connection_model", lambda g: "" if g.streams == DEFAULT_STREAMS else g.connection_model),
+    ("churn", lambda g: "" if g.churn is None else churn_words(g.churn)),
 )
 
 

@@ -90,6 +90,8 @@ class K6Setup:
             "DURATION": format_duration(duration_s),
             **_load_env(model, self.scenario.streams),
         }
+        if self.scenario.churn is not None:  # a new connection every CHURN calls (k6/lib/common.js)
+            env["CHURN"] = str(self.scenario.churn)
         if self.upload is not None:
             env["UPLOAD_FILE"] = str(self.upload.path)
             env["UPLOAD_COUNT"] = str(self.upload.count)

@@ -90,6 +90,7 @@ def merge_metrics(metrics: Sequence[K6Metrics], samples: Sequence[float] | None)
         vus_max=sum(vus) if vus else None,
         test_run_seconds=seconds,
         failed_thresholds=tuple(sorted({t for m in metrics for t in m.failed_thresholds})),
+        connections_opened=sum(m.connections_opened for m in metrics),
     )
 
 

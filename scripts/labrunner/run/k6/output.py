@@ -37,6 +37,7 @@ class K6Metrics:
     vus_max: int | None
     test_run_seconds: float | None
     failed_thresholds: tuple[str, ...]
+    connections_opened: int = 0  # the connections the script dialed (protolab_connections: k6/lib/common.js)
 
 
 def read_summary(path: Path) -> dict[str, Any] | None:
@@ -79,6 +80,7 @@ def parse_summary(summary: Mapping[str, Any]) -> K6Metrics:
         vus_max=value("vus_max", "max") or value("protolab_vus", "max"),
         test_run_seconds=duration_ms / 1000 if duration_ms is not None else None,
         failed_thresholds=_failed_thresholds(metrics),
+        connections_opened=int(value("protolab_connections", "count") or 0),
     )
 
 
