@@ -2,14 +2,18 @@
 // SHAPE's service's), one record per message from the server; or, with UPLOAD_FILE set, RecordService/UploadRecords, each
 // record of that file one message from the client, then the server's one reply. One protolab_reqs
 // per completed stream.
-// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE, STREAMS and the load model's
+// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE, STREAMS, CHURN and the load model's
 // (k6/lib/common.js); UPLOAD_FILE and UPLOAD_COUNT (k6/lib/common.js uploadFile).
 // STREAMS (default 1): each iteration opens STREAMS streams at once on its VU's one connection, each
 // with its own handlers and one protolab_reqs outcome; k6's event loop ends the iteration when all end.
+// CHURN (unset: never): N, each VU closes its client after every N streams (calls) and connects again;
+// STREAMS must then be 1. The close waits for the next iteration's start, when the N-th stream has
+// ended and k6 has run its every event (k6/lib/common.js connectForCall). protolab_connections counts
+// every connect.
 import { check } from 'k6';
 import { Stream } from 'k6/net/grpc';
 import {
-  COUNT, STREAMS, buildOptions, connectOnce, grpcClient, method, uploadFile, logFirstFailure, record,
+  COUNT, STREAMS, buildOptions, connectForCall, grpcClient, method, uploadFile, logFirstFailure, record,
   recordChecks, sampled, summaryHandler, uploadReplyChecks,
   DECODED, UNDECODED,
 } from './lib/common.js';
@@ -38,7 +42,7 @@ function messageChecks(received) {
 }
 
 export default function () {
-  connectOnce(client);
+  connectForCall(client);
   for (let i = 0; i < STREAMS; i += 1) openStream(sampled(i));
 }
 

@@ -1,14 +1,17 @@
 // gRPC unary load (see docs/CONTRACTS.md): RecordService/ListRecords({count: COUNT}) (or the SHAPE's
 // service's); or, with UPLOAD_FILE set, CreateRecords with the records of that file (an upload).
-// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE, STREAMS and the load model's
+// Env: GRPC_ADDR, TLS, PROTO_DIR, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE, STREAMS, CHURN and the load model's
 // (k6/lib/common.js); UPLOAD_FILE and UPLOAD_COUNT (k6/lib/common.js uploadFile).
 // STREAMS (default 1, one synchronous invoke): with more, each iteration makes STREAMS calls at once
 // (asyncInvoke) on its VU's one connection and ends when all have answered.
+// CHURN (unset: never): N, each VU closes its client after every N calls (client.close() once the N-th
+// has answered) and its next call connects again; STREAMS must then be 1. protolab_connections counts
+// every connect (k6/lib/common.js connectForCall).
 import { check } from 'k6';
 import grpc from 'k6/net/grpc';
 import {
-  COUNT, STREAMS, buildOptions, connectOnce, grpcClient, method, uploadFile, logFirstFailure, record,
-  recordChecks, sampled, summaryHandler, uploadReplyChecks,
+  COUNT, STREAMS, buildOptions, closeIfChurned, connectForCall, grpcClient, method, uploadFile, logFirstFailure,
+  record, recordChecks, sampled, summaryHandler, uploadReplyChecks,
   DECODED, UNDECODED,
 } from './lib/common.js';
 
@@ -42,15 +45,16 @@ function finish(res, decode) {
 }
 
 function callOnce() {
-  connectOnce(client);
+  connectForCall(client);
   const decode = sampled();
   const res = client.invoke(METHOD, REQUEST, decode ? DECODE : FAST);
   finish(res, decode);
+  closeIfChurned(client);
 }
 
 // STREAMS > 1: STREAMS calls at once on the VU's connection; which are decoded is decided per call.
 async function callStreams() {
-  connectOnce(client);
+  connectForCall(client);
   const decodes = Array.from({ length: STREAMS }, (_, i) => sampled(i));
   const replies = await Promise.all(
     decodes.map((decode) => client.asyncInvoke(METHOD, REQUEST, decode ? DECODE : FAST)),

@@ -1,17 +1,22 @@
 // REST load (see docs/CONTRACTS.md): GET BASE_URL/records?count=COUNT over HTTP/1.1 or HTTP/2; or,
 // with UPLOAD_FILE set, an upload: POST BASE_URL/records with that file's bytes as the body.
-// Env: BASE_URL, EXPECT_PROTO, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE, STREAMS and the load model's
+// Env: BASE_URL, EXPECT_PROTO, COUNT, SHAPE, CHECK_EVERY, SUMMARY_FILE, STREAMS, CHURN and the load model's
 // (k6/lib/common.js); for an upload UPLOAD_FILE (an absolute path to the exact body, written by the
 // runner before the run) and UPLOAD_COUNT (the records in it, default: as many as it holds), which
 // a checked reply's count and checksum must match (k6/lib/common.js restUpload).
 // STREAMS (default 1): with more, each iteration sends STREAMS of the same request at once (http.batch,
 // batchPerHost STREAMS) on its VU's one HTTP/2 connection; HTTP/1.1 cannot multiplex, and is refused.
+// CHURN (unset: never): N, every N-th request of a VU carries Connection: close (a decoded one or
+// not, an upload too), so k6 closes that connection after its response and opens a new one for the
+// next request (HTTP/1.1: when the response says Connection: close too, as every lab server's does);
+// STREAMS must then be 1. protolab_connections counts a VU's first request and each after a
+// Connection: close one (k6/lib/common.js requestCloses).
 import { check } from 'k6';
 import exec from 'k6/execution';
 import http from 'k6/http';
 import {
-  COUNT, STREAMS, batchOptions, buildOptions, envString, logFirstFailure, record, recordChecks, restUpload,
-  sampled, summaryHandler, uploadReplyChecks,
+  COUNT, STREAMS, batchOptions, buildOptions, envString, logFirstFailure, record, recordChecks, requestCloses,
+  restUpload, sampled, summaryHandler, uploadReplyChecks,
   DECODED, UNDECODED,
 } from './lib/common.js';
 
@@ -47,6 +52,19 @@ const UPLOAD_HEADERS = { 'Content-Type': 'application/json' };
 const UPLOAD_FAST = Object.assign({ headers: UPLOAD_HEADERS }, FAST);
 const UPLOAD_DECODE = Object.assign({ headers: UPLOAD_HEADERS }, DECODE);
 
+// A request's params, chosen by whether k6 decodes it and whether it is its connection's last (CHURN),
+// which carries Connection: close: every object made once here.
+function closing(params) {
+  return Object.assign({}, params, { headers: Object.assign({}, params.headers, { Connection: 'close' }) });
+}
+function paramsOf(fast, decoded) {
+  const open = [fast, decoded];
+  const last = [closing(fast), closing(decoded)];
+  return (decode, close) => (close ? last : open)[decode ? 1 : 0];
+}
+const LIST_PARAMS = paramsOf(FAST, DECODE);
+const UPLOAD_PARAMS = paramsOf(UPLOAD_FAST, UPLOAD_DECODE);
+
 export const options = Object.assign(buildOptions(CLOCK), batchOptions());
 
 function parsed(res) {
@@ -76,13 +94,13 @@ const uploadChecks = (reply) => uploadReplyChecks(reply, UPLOAD);
 
 function listRecords() {
   const decode = sampled();
-  const res = http.get(URL, decode ? DECODE : FAST);
+  const res = http.get(URL, LIST_PARAMS(decode, requestCloses()));
   finish(res, decode, LIST, listChecks);
 }
 
 function uploadRecords() {
   const decode = sampled();
-  const res = http.post(UPLOAD_URL, UPLOAD.body, decode ? UPLOAD_DECODE : UPLOAD_FAST);
+  const res = http.post(UPLOAD_URL, UPLOAD.body, UPLOAD_PARAMS(decode, requestCloses()));
   finish(res, decode, POST, uploadChecks);
 }
 
@@ -90,10 +108,12 @@ function uploadRecords() {
 // single request's; which are decoded is decided per request (sampled(i)). The VU's first iteration
 // sends its first request alone, to open the connection: a batch that finds none has Go's HTTP/2
 // transport dial a TLS connection per request, closing all but one once ALPN says h2 (seen: up to
-// 10 connections for VUS=2, STREAMS=5), where the connection model holds one per VU.
+// 10 connections for VUS=2, STREAMS=5), where the connection model holds one per VU. (No CHURN with
+// STREAMS > 1: requestCloses only counts the requests, and the VU's one connection at its first.)
 function batchOf(method, url, body, fast, decoded, request, contentChecks) {
   return function () {
     const decodes = Array.from({ length: STREAMS }, (_, i) => sampled(i));
+    decodes.forEach(() => requestCloses());
     const requests = decodes.map((decode) => [method, url, body, decode ? decoded : fast]);
     const responses = __ITER === 0
       ? [http.request(...requests[0])].concat(http.batch(requests.slice(1)))

@@ -1,6 +1,6 @@
 // Shared k6 pieces for every protolab script: env parsing, load models, the connection model (VUs
-// = connections, STREAMS requests at once on each), the uniform protolab_* metrics, record checks
-// and handleSummary. See docs/CONTRACTS.md.
+// = connections, STREAMS requests at once on each, CHURN calls on each before a new one), the
+// uniform protolab_* metrics, record checks and handleSummary. See docs/CONTRACTS.md.
 import exec from 'k6/execution';
 import { Counter, Gauge, Rate } from 'k6/metrics';
 import grpc from 'k6/net/grpc';
@@ -15,6 +15,10 @@ export const reqFailed = new Rate('protolab_req_failed');
 // has none, and a k6 split by execution segments must show that its VUs add up.
 export const vusInitialized = new Gauge('protolab_vus');
 let vusNoted = false;
+// The connections the scripts open on purpose: gRPC's every connect that succeeded, REST's each VU's
+// first request and every request after one that carried Connection: close (CHURN). Not the
+// connections k6 (Go) may dial by itself, for instance after a server closed one.
+export const connections = new Counter('protolab_connections');
 
 // The summary's trend statistics; the runner reads the same file (scripts/labrunner/run/k6.py).
 // import.meta.resolve: relative to this module, from any working directory and importing script.
@@ -75,6 +79,22 @@ if (!/^\d+$/.test(STREAMS_RAW) || parseInt(STREAMS_RAW, 10) < 1) {
   throw new Error(`protolab: env STREAMS=${STREAMS_RAW} is not a positive integer (requests at once per VU)`);
 }
 export const STREAMS = parseInt(STREAMS_RAW, 10);
+
+// Connection churn: CHURN=N, a positive integer, has each VU replace its connection after every N
+// calls (requests) it made on it; unset or empty, never (one connection per VU for the whole run).
+// Defined for one call at a time, so not with STREAMS > 1. null: never.
+const CHURN_RAW = envString('CHURN', '');
+if (CHURN_RAW !== '' && (!/^\d+$/.test(CHURN_RAW) || parseInt(CHURN_RAW, 10) < 1)) {
+  throw new Error(
+    `protolab: env CHURN=${CHURN_RAW} is not a positive integer (calls per connection; unset: never a new one)`,
+  );
+}
+export const CHURN = CHURN_RAW === '' ? null : parseInt(CHURN_RAW, 10);
+if (CHURN !== null && STREAMS > 1) {
+  throw new Error(
+    `protolab: CHURN=${CHURN} needs STREAMS=1, not STREAMS=${STREAMS} (churn counts calls made one at a time)`,
+  );
+}
 
 // Decode and check this request? Every VU's first request, then 1 in CHECK_EVERY: request i of an
 // iteration's STREAMS is the VU's request __ITER * STREAMS + i (STREAMS=1: this iteration's).
@@ -356,17 +376,51 @@ export function restUpload() {
   return { body: open(__ENV.UPLOAD_FILE, 'b'), count: upload.count, checksum: upload.checksum };
 }
 
-// Each VU has its own JS runtime, so this flag is per VU: one connection per VU.
+// The VU's calls on its current connection (each VU has its own JS runtime, so this is per VU):
+// 0 before its first, and again once CHURN calls have ended one.
+let callsOnConnection = 0;
+
+// REST: counts one request of the VU, and says whether it must carry Connection: close, the
+// CHURN-th on its connection: k6 then closes that connection after the response and dials a new one
+// for the next request (over HTTP/2 on the request's header alone; over HTTP/1.1 when the response
+// says Connection: close too, as every lab server's does: docs/CONTRACTS.md). The VU's first request,
+// and the next after one that closed, open a connection: protolab_connections counts them.
+export function requestCloses() {
+  if (callsOnConnection === 0) connections.add(1);
+  callsOnConnection += 1;
+  if (CHURN === null || callsOnConnection < CHURN) return false;
+  callsOnConnection = 0;
+  return true;
+}
+
+// gRPC: whether the VU's client is connected.
 let connected = false;
 
-// Connects on the VU's first iteration; a failed connect counts as a failed request.
-export function connectOnce(client) {
-  if (connected) return;
-  try {
-    client.connect(envString('GRPC_ADDR'), { plaintext: !TLS, timeout: '10s' });
-  } catch (e) {
-    record(false);
-    throw e;
+// gRPC, after a call has ended: closes the VU's connection once CHURN calls were made on it (the next
+// call connects again).
+export function closeIfChurned(client) {
+  if (!connected || CHURN === null || callsOnConnection < CHURN) return;
+  client.close();
+  connected = false;
+}
+
+// gRPC, before each call (an iteration's): closes a connection churned and not yet closed (a stream's:
+// its iteration's stream has ended, and every event of it, as k6 started this iteration), connects the
+// client when it is not (the VU's first call, and the first after a churn), and counts the call on the
+// connection. Each connect that succeeds counts one in protolab_connections; a failed one counts as a
+// failed request.
+export function connectForCall(client) {
+  closeIfChurned(client);
+  if (!connected) {
+    try {
+      client.connect(envString('GRPC_ADDR'), { plaintext: !TLS, timeout: '10s' });
+    } catch (e) {
+      record(false);
+      throw e;
+    }
+    connected = true;
+    callsOnConnection = 0;
+    connections.add(1);
   }
-  connected = true;
+  callsOnConnection += 1;
 }

@@ -4,6 +4,7 @@ small in-test REST and gRPC servers on 127.0.0.1 that answer with fake records.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import ipaddress
@@ -126,6 +127,15 @@ def make_tls_material(directory: Path) -> tuple[Path, Path, Path]:
     return paths
 
 
+def echo_close(handler: BaseHTTPRequestHandler) -> None:
+    """Says Connection: close on a response to a request that asked for it, as the lab's servers do
+    (http.server closes the connection without saying so). Go's HTTP/1.1 client (k6) keeps a
+    connection after a request of its own with Connection: close unless the response says it too: it
+    would send its next request on the connection the server closed (k6/rest.js CHURN)."""
+    if handler.close_connection:
+        handler.send_header("Connection", "close")
+
+
 class RecordsServer:
     """GET /records?count=N -> N fake records (minus `short` of them, to fake a broken server)."""
 
@@ -151,6 +161,7 @@ class RecordsServer:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
+                echo_close(self)
                 self.end_headers()
                 self.wfile.write(body)
 
@@ -207,6 +218,53 @@ def k6_options(script: str, env: dict[str, str]) -> dict[str, Any]:
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+class CountingRelay:
+    """A TCP relay on 127.0.0.1 to `port`; `accepted`: the connections it took, every one a client
+    opened; `closed`: those the client closed (its end read to EOF); `most_open`: the most open at once
+    (accepted less closed), taken at each accept."""
+
+    def __init__(self, port: int) -> None:
+        self.target = port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepted = self.closed = self.most_open = 0
+        self.lock = threading.Lock()
+        self.sockets: list[socket.socket] = []
+
+    def __enter__(self) -> CountingRelay:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sock in [self.listener, *self.sockets]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.accepted += 1
+                self.most_open = max(self.most_open, self.accepted - self.closed)
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            self.sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+            if from_client:
+                with self.lock:
+                    self.closed += 1
+            sink.shutdown(socket.SHUT_WR)
 
 
 # --- gRPC: a minimal RecordService built from proto/cars.proto with grpcio ---

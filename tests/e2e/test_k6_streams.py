@@ -10,7 +10,6 @@ integer stop k6 before any load."""
 
 import contextlib
 import json
-import socket
 import ssl
 import subprocess
 import sys
@@ -30,7 +29,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.common.records import load_pool
 from services.common.stacks import STACKS
-from tests.e2e.k6_servers import K6_SCRIPT_EXCEPTION, GrpcServer, fake_record, free_port, port_open, run_k6
+from tests.e2e.k6_servers import (
+    K6_SCRIPT_EXCEPTION,
+    CountingRelay,
+    GrpcServer,
+    fake_record,
+    free_port,
+    port_open,
+    run_k6,
+)
 from tests.support import (
     CERTS,
     GRPC_SERVERS,
@@ -263,47 +270,6 @@ class InFlight:
                 self.condition.notify_all()
             self.condition.wait_for(lambda: self.filled > filled, timeout=HOLD_SECONDS)
             self.in_flight -= 1
-
-
-class CountingRelay:
-    """A TCP relay on 127.0.0.1 to `port`; `accepted`: the connections it took, every one a client
-    opened."""
-
-    def __init__(self, port: int) -> None:
-        self.target = port
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.accepted = 0
-        self.sockets: list[socket.socket] = []
-
-    def __enter__(self) -> "CountingRelay":
-        threading.Thread(target=self._accept, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sock in [self.listener, *self.sockets]:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            self.sockets += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                sink.sendall(data)
-            sink.shutdown(socket.SHUT_WR)
 
 
 @pytest.mark.parametrize("script", ["grpc_unary.js", "grpc_stream.js"])
