@@ -63,8 +63,15 @@ def _result(outcome: ScenarioOutcome, verdict: Verdict | None) -> dict[str, Any]
         },
         **({"suspect": list(verdict.suspect), "lower_bound": verdict.lower_bound} if verdict else {}),
         **({"capacity": outcome.search.as_dict()} if outcome.search is not None else {}),
-        # k6's connections as the service's namespace counted them, against the plan's (run.connections).
-        "connections": {"planned": outcome.scenario.connections, "seen": dict(outcome.connections_seen)},
+        # k6's connections as the service's namespace counted them, against the plan's (run.connections),
+        # and those k6 dialed in the measured window (a churn's every N calls).
+        "connections": {
+            "planned": outcome.scenario.connections,
+            "seen": dict(outcome.connections_seen),
+            "dialed": outcome.k6_run.metrics.connections_opened
+            if outcome.k6_run is not None and outcome.k6_run.metrics is not None
+            else None,
+        },
     }
 
 

@@ -27,12 +27,13 @@ def findings(evidence: Evidence) -> list[Finding]:
 
 
 def _target_finding(c: ConnectionCost) -> Finding:
-    """E.g. "aiohttp-h1-tls: a new connection costs 2,100 µs [1,900, 2,300] of CPU, 6.1 calls on a kept
-    connection (0.34 ms each)"."""
+    """E.g. "aiohttp-h1-tls: a new connection costs 2,100 µs [1,900, 2,300] of CPU, as much as 6.1 calls on
+    a kept connection (0.34 ms each)"."""
     line = f"{c.target}: a new connection costs {microseconds(c.per_connection)} of CPU"
     kept = c.kept_call.value
     if kept > 0:
-        line += f", {c.per_connection.value / kept:.1f} calls on a kept connection ({kept:.2f} ms each)"
+        calls = c.per_connection.value / kept
+        line += f", as much as {calls:.1f} calls on a kept connection ({kept:.2f} ms each)"
     churns = ", ".join(churn_name(n) for n in c.churns)
     return Finding(
         QUESTION,
@@ -44,11 +45,11 @@ def _target_finding(c: ConnectionCost) -> Finding:
 
 
 def _handshake_finding(h: Handshake) -> Finding:
-    """E.g. "A full TLS handshake costs aiohttp (HTTP/1.1) 1,690 µs [1,500, 1,880] (aiohttp-h1-tls over
-    aiohttp-h1); k6 never resumes a session"."""
+    """E.g. "aiohttp-h1-tls: a full TLS handshake costs 1,690 µs [1,500, 1,880] of CPU (its new connection
+    over aiohttp-h1's); k6 never resumes a TLS session"."""
     return Finding(
         QUESTION,
-        f"A full TLS handshake costs {h.tls.service} ({h.tls.protocol}) {microseconds(h.cost)} of CPU "
-        f"({h.tls.target}'s new connection over {h.cleartext.target}'s); k6 never resumes a TLS session.",
+        f"{h.tls.target}: a full TLS handshake costs {microseconds(h.cost)} of CPU (its new connection "
+        f"over {h.cleartext.target}'s); k6 never resumes a TLS session.",
         answer=True,
     )
