@@ -1,4 +1,5 @@
-"""Prometheus metrics shared by the services: the HTTP histogram, cgroup resources, build info.
+"""Prometheus metrics shared by the services: the HTTP histogram, TLS handshakes, cgroup resources,
+build info.
 
 Workers record into prometheus_client's multiprocess files; the supervisor process
 serves them merged, with the cgroup and build-info collectors, on METRICS_PORT. The
@@ -27,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from services.common.cgroup import CgroupPaths, own_cgroup, read_stats
 from services.common.metrics_server import start_bounded_metrics_server
+from services.common.tls import HANDSHAKES, HandshakeCounts
 
 log = logging.getLogger("protolab.metrics")
 
@@ -94,6 +96,38 @@ class BatchedHistogram:
         self._child._sum.inc(total)
 
 
+class TlsHandshakes:
+    """protolab_tls_handshakes_total{resumed="true"|"false"}: the server-side TLS handshakes the worker
+    completed on the contexts services.common.tls.count_handshakes set up, taken from their counts at
+    each flush. Both series exist, at 0, from the start: a query sees 0, not nothing.
+
+    Batched like the requests, though a handshake is rare next to a request: a write of the files
+    (a lock and the mmap'd file) from inside the SSL protocol's do_handshake would fail the
+    connection if it raised (a full disk); the flush logs that and goes on.
+    """
+
+    __slots__ = ("_counts", "_full", "_resumed", "counter")
+
+    def __init__(self, counts: HandshakeCounts = HANDSHAKES) -> None:
+        self._counts = counts
+        # Unregistered, as the gRPC metrics: in multiprocess mode the files are the registry.
+        self.counter = Counter(
+            "protolab_tls_handshakes_total",
+            "Server-side TLS handshakes completed, full or resumed (a session ticket or session id).",
+            ["resumed"],
+            registry=None,
+        )
+        self._full = self.counter.labels("false")
+        self._resumed = self.counter.labels("true")
+
+    def flush(self) -> None:
+        full, resumed = self._counts.take()  # taken before writing, as BatchedHistogram's counts
+        if full:
+            self._full.inc(full)
+        if resumed:
+            self._resumed.inc(resumed)
+
+
 class MetricBatch:
     """A worker's batched series, written to the multiprocess files together.
 
@@ -102,7 +136,7 @@ class MetricBatch:
     """
 
     def __init__(self) -> None:
-        self._series: list[BatchedCounter | BatchedHistogram] = []
+        self._series: list[BatchedCounter | BatchedHistogram | TlsHandshakes] = []
 
     def counter(self, child: Counter) -> BatchedCounter:
         batched = BatchedCounter(child)
@@ -113,6 +147,13 @@ class MetricBatch:
         batched = BatchedHistogram(child)
         self._series.append(batched)
         return batched
+
+    def tls_handshakes(self, counts: HandshakeCounts = HANDSHAKES) -> TlsHandshakes:
+        """protolab_tls_handshakes_total, written with the batch: for a server whose TLS context
+        counts its handshakes (services.common.tls.count_handshakes)."""
+        series = TlsHandshakes(counts)
+        self._series.append(series)
+        return series
 
     def flush(self) -> None:
         for series in self._series:

@@ -22,7 +22,7 @@ from services.common.metrics import MetricBatch, worker_metrics
 from services.common.rest import LISTEN_BACKLOG
 from services.common.shapes import shape_kit
 from services.common.supervisor import WorkerContext, listen_socket
-from services.common.tls import server_ssl_context
+from services.common.tls import count_handshakes, server_ssl_context
 from services.grpc_grpclib.metrics import InstrumentedServicer
 from services.grpc_grpclib.servicer import Calls, Codec, RecordService
 from services.grpc_grpclib.wire import install as install_bounded_receive
@@ -43,6 +43,9 @@ async def _serve(context: WorkerContext, batch: MetricBatch | None) -> None:
 
     sock = listen_socket(context, LISTEN_BACKLOG)
     ssl = server_ssl_context(settings, ["h2"])
+    if ssl is not None and batch is not None:
+        count_handshakes(ssl)
+        batch.tls_handshakes()
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
     async with contextlib.nullcontext() if batch is None else batch.flushing():

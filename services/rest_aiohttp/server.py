@@ -30,7 +30,7 @@ from services.common.rest import (
 )
 from services.common.shapes import shape_kit
 from services.common.supervisor import WorkerContext
-from services.common.tls import server_ssl_context
+from services.common.tls import count_handshakes, server_ssl_context
 
 log = logging.getLogger("protolab.rest_aiohttp")
 # The methods each route answers, as aiohttp's 405 says: GET (and HEAD, which aiohttp adds to each
@@ -214,11 +214,15 @@ async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
         shutdown_timeout=settings.shutdown_grace_seconds,
     )
     await runner.setup()
+    ssl_context = server_ssl_context(settings, ["http/1.1"])
+    if ssl_context is not None and metrics is not None:
+        count_handshakes(ssl_context)  # uvloop's SSL protocol makes its SSLObjects with wrap_bio
+        metrics.tls_handshakes()
     site = web.TCPSite(
         runner,
         settings.host,
         context.port,
-        ssl_context=server_ssl_context(settings, ["http/1.1"]),
+        ssl_context=ssl_context,
         backlog=LISTEN_BACKLOG,
         reuse_port=context.reuse_port,
     )

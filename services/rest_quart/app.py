@@ -101,9 +101,13 @@ def _responses_after_request_bodies(asgi_app: ASGIApp) -> ASGIApp:
     return app
 
 
-def build_app(settings: Settings, records: RecordSource, health: Health) -> Quart:
+def build_app(
+    settings: Settings, records: RecordSource, health: Health, *, tls_handshakes: bool = False
+) -> Quart:
     """The REST API as a Quart app: routes, JSON errors and, when enabled, request metrics (flushed
-    while the ASGI lifespan runs). The server decides when health reports draining."""
+    while the ASGI lifespan runs); with tls_handshakes, protolab_tls_handshakes_total too, for a
+    server whose TLS context counts them (Hypercorn's: services.rest_quart.server; Granian's TLS is
+    not Python's). The server decides when health reports draining."""
     openapi = orjson.dumps(
         openapi_document(settings.max_count, settings.default_count, settings.max_request_bytes)
     )
@@ -174,6 +178,8 @@ def build_app(settings: Settings, records: RecordSource, health: Health) -> Quar
     if settings.metrics_enabled:
         metrics = MetricBatch()
         durations = HttpServerDurations(metrics)
+        if tls_handshakes:
+            metrics.tls_handshakes()
 
         @app.while_serving
         async def flush_metrics() -> AsyncGenerator[None, None]:
@@ -191,7 +197,12 @@ def create_app() -> Quart:
     build_app, with the drain flag the supervising process creates and the worker's start-up rules."""
     settings = load_settings("rest_quart")
     hypercorn_limits.install()
-    app = build_app(settings, record_source(settings), Health(flag_file=runtime_dir() / DRAIN_FLAG))
+    app = build_app(
+        settings,
+        record_source(settings),
+        Health(flag_file=runtime_dir() / DRAIN_FLAG),
+        tls_handshakes=settings.tls,  # counted by Hypercorn's context (HandshakeCountingConfig)
+    )
 
     @app.before_serving
     async def started() -> None:

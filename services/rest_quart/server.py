@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import ssl
 import threading
 import time
 from multiprocessing import resource_tracker
@@ -35,6 +36,7 @@ from services.common.metrics import start_metrics_server
 from services.common.records import load_pool
 from services.common.rest import KEEP_ALIVE_TIMEOUT_SECONDS, LISTEN_BACKLOG
 from services.common.supervisor import print_listening
+from services.common.tls import count_handshakes
 from services.rest_quart import DRAIN_FLAG, READY_PREFIX, runtime_dir
 
 SERVICE = "rest_quart"
@@ -55,9 +57,23 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+class HandshakeCountingConfig(Config):
+    """Hypercorn's configuration, its TLS context counting the handshakes (services.common.tls).
+
+    Hypercorn makes the context in each worker, from the configuration it pickled for the worker
+    (this class, by reference), after the app's startup: its own context, Hypercorn's settings
+    unchanged, with the counting SSLObject. The app writes the counts (create_app).
+    """
+
+    def create_ssl_context(self) -> ssl.SSLContext | None:
+        context = super().create_ssl_context()
+        return None if context is None else count_handshakes(context)
+
+
 def hypercorn_config(settings: Settings, workers: int, fd: int) -> Config:
-    """hypercorn.toml, then what the environment decides."""
-    config = Config.from_toml(CONFIG_FILE)
+    """hypercorn.toml, then what the environment decides; handshakes counted when TLS and metrics are on."""
+    counting = settings.tls and settings.metrics_enabled
+    config = (HandshakeCountingConfig if counting else Config).from_toml(CONFIG_FILE)
     config.application_path = APPLICATION
     config.bind = [f"fd://{fd}"]
     config.workers = workers
