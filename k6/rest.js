@@ -11,6 +11,8 @@
 // next request (HTTP/1.1: when the response says Connection: close too, as every lab server's does);
 // STREAMS must then be 1. protolab_connections counts a VU's first request and each after a
 // Connection: close one (k6/lib/common.js requestCloses).
+// COMPRESSION (default identity): gzip, every GET says Accept-Encoding: gzip, and a checked response
+// must have come gzip-compressed (Content-Encoding: gzip; k6 decompresses it to check the records).
 import { check } from 'k6';
 import exec from 'k6/execution';
 import http from 'k6/http';
@@ -36,13 +38,20 @@ if (EXPECT_PROTO === 'HTTP/1.1' && STREAMS > 1) {
     `(its comparable is ${STREAMS} connections: VUS x ${STREAMS}, STREAMS=1)`,
   );
 }
+const COMPRESSIONS = ['identity', 'gzip'];
+const COMPRESSION = envString('COMPRESSION', 'identity');
+if (!COMPRESSIONS.includes(COMPRESSION)) {
+  throw new Error(`protolab: COMPRESSION=${COMPRESSION}, want one of ${COMPRESSIONS.join(', ')}`);
+}
+const GZIP = COMPRESSION === 'gzip';
 const BASE_URL = envString('BASE_URL').replace(/\/+$/, '');
 const URL = `${BASE_URL}/records?count=${COUNT}`;
 const LIST = `GET ${URL}`;
 
 // Throughput requests skip the body entirely; sampled ones keep it for checking.
-const FAST = { responseType: 'none', tags: UNDECODED };
-const DECODE = { responseType: 'text', tags: DECODED };
+const ACCEPT = GZIP ? { headers: { 'Accept-Encoding': 'gzip' } } : {};
+const FAST = Object.assign({ responseType: 'none', tags: UNDECODED }, ACCEPT);
+const DECODE = Object.assign({ responseType: 'text', tags: DECODED }, ACCEPT);
 
 // An upload sends the same bytes every iteration, read once per VU here in init.
 const UPLOAD = restUpload();
@@ -84,12 +93,17 @@ function finish(res, decode, request, contentChecks) {
   let ok = res.status === 200;
   if (!ok) logFirstFailure(`${request}: status ${res.status} ${res.error}`);
   if (decode) {
-    ok = check(res, Object.assign({ 'status is 200': () => ok }, contentChecks(parsed(res))));
+    ok = check(res, Object.assign({ 'status is 200': () => ok }, contentChecks(parsed(res), res)));
   }
   record(ok);
 }
 
-const listChecks = (body) => recordChecks(body && body.records);
+const listChecks = GZIP
+  ? (body, res) => Object.assign(
+    { 'compressed with gzip': () => res.headers['Content-Encoding'] === 'gzip' },
+    recordChecks(body && body.records),
+  )
+  : (body) => recordChecks(body && body.records);
 const uploadChecks = (reply) => uploadReplyChecks(reply, UPLOAD);
 
 function listRecords() {

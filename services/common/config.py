@@ -40,6 +40,14 @@ def _response_model(record_mode: str) -> ResponseModel:
     return model
 
 
+# What a server compresses its responses with when the client accepts it (COMPRESSION): identity
+# sends them as they are. REST compresses the /records body (services.common.rest.ResponseEncoding),
+# grpc.aio every response message; grpclib and the floor servers cannot.
+IDENTITY, GZIP = "identity", "gzip"
+COMPRESSIONS = (IDENTITY, GZIP)
+COMPRESSING_SERVICES = ("rest_aiohttp", "rest_quart", "rest_granian", "grpc_aio")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything a service reads from its environment, with units in the names."""
@@ -64,6 +72,7 @@ class Settings:
     shutdown_drain_seconds: float
     shutdown_grace_seconds: float
     grpc_max_concurrent_rpcs: int | None
+    compression: str = IDENTITY  # COMPRESSIONS
 
     @property
     def tls(self) -> bool:
@@ -100,6 +109,11 @@ def load_settings(service: str) -> Settings:
     alpn = tuple(p.strip() for p in os.environ.get("ALPN_PROTOCOLS", "h2,http/1.1").split(",") if p.strip())
     if not alpn or not set(alpn) <= {"h2", "http/1.1"}:
         raise ConfigError(f"ALPN_PROTOCOLS={alpn!r} must list h2 and/or http/1.1")
+    compression = os.environ.get("COMPRESSION", "").strip() or IDENTITY
+    if compression not in COMPRESSIONS:
+        raise ConfigError(f"COMPRESSION={compression!r} must be one of {', '.join(COMPRESSIONS)}")
+    if compression != IDENTITY and service not in COMPRESSING_SERVICES:
+        raise ConfigError(f"COMPRESSION={compression}: {service} cannot compress its responses")
     workers = env_int("WORKERS", 0)
     max_rpcs = env_int("GRPC_MAX_CONCURRENT_RPCS", 0)
     return Settings(
@@ -122,4 +136,5 @@ def load_settings(service: str) -> Settings:
         shutdown_drain_seconds=env_float("SHUTDOWN_DRAIN_SECONDS", 0.5 * SECONDS),
         shutdown_grace_seconds=env_float("SHUTDOWN_GRACE_SECONDS", 10 * SECONDS),
         grpc_max_concurrent_rpcs=max_rpcs or None,
+        compression=compression,
     )

@@ -189,6 +189,7 @@ def print_listening(service: str, port: int, metrics_port: int, workers: int, se
         "tls": settings.tls,
         "response_model": settings.response_model.value,
         "shape": settings.shape,
+        "compression": settings.compression,
         "interpreter": interpreter.describe(),
     }
     print(json.dumps(event), flush=True)

@@ -13,7 +13,7 @@ from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.common.config import ResponseModel
+from services.common.config import GZIP, ResponseModel
 from services.common.messages import RecordMessages, RecordUploads, UploadTooLarge, undecodable
 from services.common.metrics import MetricBatch, worker_metrics
 from services.common.pb import cars_pb2, cars_pb2_grpc
@@ -221,7 +221,10 @@ def _credentials(context: WorkerContext) -> grpc.ServerCredentials | None:
 
 async def _serve(context: WorkerContext, metrics: MetricBatch | None) -> None:
     settings = context.settings
-    server = grpc.aio.server(options=_server_options(context))
+    # COMPRESSION=gzip: every response message gzip-compressed for a client that accepts it (grpc-go's,
+    # k6's, advertises gzip); a compressed request is read whatever the setting.
+    compression = grpc.Compression.Gzip if settings.compression == GZIP else grpc.Compression.NoCompression
+    server = grpc.aio.server(options=_server_options(context), compression=compression)
     shape = shape_kit(settings.shape)
     servicer = record_servicer(
         context.records,

@@ -23,6 +23,7 @@ from services.common.rest import (
     ROUTES,
     Health,
     RecordBodies,
+    ResponseEncoding,
     Uploads,
     error_body,
     openapi_document,
@@ -153,6 +154,7 @@ def build_app(
     )
     shape = shape_kit(settings.shape)  # the record shape, for the process's life (SHAPE)
     bodies = RecordBodies(records, settings.response_model, shape)
+    encoding = ResponseEncoding(settings.compression)
     uploads = Uploads(settings.max_count, settings.max_request_bytes, shape)
 
     def list_records(request: web.Request) -> web.Response:
@@ -161,7 +163,7 @@ def build_app(
             body = bodies.body(query.get("count"), query.get("offset"))
         except BadRequest as error:
             return _json(400, error_body(400, str(error)))
-        return _json(200, body)
+        return _json(200, *encoding.encode(body, request.headers.get("Accept-Encoding")))
 
     async def create_records(request: web.Request) -> web.Response:
         refused = uploads.refused_encoding(request.headers.get("Content-Encoding"))

@@ -23,6 +23,7 @@ from services.common.rest import (
     JSON,
     Health,
     RecordBodies,
+    ResponseEncoding,
     Uploads,
     error_body,
     openapi_document,
@@ -113,6 +114,7 @@ def build_app(
     )
     shape = shape_kit(settings.shape)  # the record shape, for the process's life (SHAPE)
     bodies = RecordBodies(records, settings.response_model, shape)
+    encoding = ResponseEncoding(settings.compression)
     uploads = Uploads(settings.max_count, settings.max_request_bytes, shape)
 
     app = Quart(__name__)
@@ -136,7 +138,7 @@ def build_app(
             body = bodies.body(request.args.get("count"), request.args.get("offset"))
         except BadRequest as error:
             return _json(400, error_body(400, str(error)))
-        return _json(200, body)
+        return _json(200, *encoding.encode(body, request.headers.get("Accept-Encoding")))
 
     @app.post("/records")
     async def create_records() -> Response:

@@ -90,6 +90,8 @@ def test_k6_container_parameters(tmp_path: Path, published_service: FakeDocker) 
             "connections=10x1",
             "--tag",
             "churn=never",
+            "--tag",
+            "compression=identity",
             "/k6/rest.js",
         ],
         "name": "protolab-run1-aiohttp-h1-p1-c3-closed-r1-k6",
@@ -225,6 +227,7 @@ def test_scenario_through_the_runner_collects_usage_and_removes_everything(
                 "profile": "p1",
                 "connections": "10x1",
                 "churn": "never",
+                "compression": "identity",
                 "service": "rest_aiohttp",
             },
         }

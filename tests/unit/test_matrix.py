@@ -350,6 +350,7 @@ def test_k6_invocation_for_rest_h1_tls(tmp_path: Path, warmup: bool) -> None:
         "profile=small",
         "connections=10x1",
         "churn=never",
+        "compression=identity",
     ]
     outs = [args[i + 1] for i, a in enumerate(args) if a == "--out"]
     assert outs == ([] if warmup else ["influxdb=http://127.0.0.1:8086/myk6db"])

@@ -319,6 +319,7 @@ def test_prometheus_file_sd_per_scenario(tmp_path: Path) -> None:
                 "profile": "small",
                 "connections": "10x1",
                 "churn": "never",
+                "compression": "identity",
                 "service": "rest_quart",
             },
         }

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from labrunner.model.engine_roles import Hosts
-from labrunner.model.scenario import USER_SHAPE, K6Instances, Profile, Scenario
+from labrunner.model.scenario import IDENTITY, USER_SHAPE, K6Instances, Profile, Scenario
 from services.common import user_message
 
 # The runner stops a service only after k6 has finished, so no client is left to move away
@@ -219,6 +219,7 @@ def service_env(scenario: Scenario) -> dict[str, str]:
     return {
         "RESPONSE_MODEL": scenario.response_model,
         "SHAPE": scenario.shape,
+        "COMPRESSION": scenario.compression,
         **shape_dir_env(scenario),
         **SERVICE_STOP_ENV,
         **dict(scenario.target.env),
@@ -242,11 +243,14 @@ def check_listening(listening: Mapping[str, Any], scenario: Scenario, log_tail: 
         not isinstance(listening.get("port"), int)
         or bool(listening.get("tls")) != target.tls
         or listening.get("response_model") != scenario.response_model
-        # A line without a shape (a service from before shapes) served cars.
+        # A line without a shape (a service from before shapes) served cars; without a compression,
+        # identity.
         or listening.get("shape", "cars") != scenario.shape
+        or listening.get("compression", IDENTITY) != scenario.compression
     ):
         expected = (
-            f"target tls={target.tls}, response_model={scenario.response_model}, shape={scenario.shape}"
+            f"target tls={target.tls}, response_model={scenario.response_model}, shape={scenario.shape}, "
+            f"compression={scenario.compression}"
         )
         raise ScenarioFailed(
             "start", f"unexpected listening line {json.dumps(listening)} ({expected})", log_tail

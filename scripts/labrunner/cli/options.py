@@ -171,6 +171,13 @@ def _add_scenarios(pick: argparse._ArgumentGroup) -> None:
         "cost (docs/matrix.md)",
     )
     pick.add_argument(
+        "--compression",
+        action="append",
+        metavar="NAME[,NAME]",
+        help="what the services compress their responses with: identity (default) and/or gzip "
+        "(docs/matrix.md)",
+    )
+    pick.add_argument(
         "--proto",
         metavar="FILE",
         help="your own .proto: the services serve --message from it, compiled at run time (docs/matrix.md)",

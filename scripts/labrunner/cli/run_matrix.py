@@ -367,6 +367,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         shapes=_shapes(args),
         streams=streams,
         churn=_churns(args.churn),
+        compressions=split_list(args.compression),
         networks=split_list(args.network),
         vus=args.vus,
         rate=args.rate,

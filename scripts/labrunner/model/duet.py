@@ -118,6 +118,10 @@ class _Side:
     def churn(self) -> int | None:
         return self.scenario.churn
 
+    @property
+    def compression(self) -> str:
+        return self.scenario.compression
+
 
 def plan_duets(plan: Plan, mode: str) -> Plan:
     """The plan with each compared pair of closed scenarios as duet blocks, where the pair's quotas fit
@@ -130,8 +134,9 @@ def plan_duets(plan: Plan, mode: str) -> Plan:
     order = {name: i for i, name in enumerate(dict.fromkeys(s.target.name for s in first_round))}
     named = {name: i for i, name in enumerate(dict.fromkeys(s.duet_name for s in first_round))}
     asked = plan.duet_questions
-    # A duet names its partner by duet_name (the target, and its connection model and churn when not
-    # the default): the sides of a pair with one name (build vs prebuilt) keep their own rounds.
+    # A duet names its partner by duet_name (the target, and its connection model, churn and
+    # compression when not the default): the sides of a pair with one name (build vs prebuilt) keep
+    # their own rounds.
     found = [
         (q, c, b)
         for q, c, b in pairs([_Side(s, order[s.target.name]) for s in first_round])

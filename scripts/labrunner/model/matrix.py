@@ -10,11 +10,14 @@ from typing import Any
 from labrunner.model.engine_roles import HostsError, hosts
 from labrunner.model.scenario import (
     BACKENDS,
+    COMPRESSING_SERVICES,
     DEFAULT_DIRECTION,
     DEFAULT_SHAPE,
     DEFAULT_STREAMS,
+    IDENTITY,
     LOOPBACK,
     MULTIPLEXED_PROTOCOLS,
+    UPLOAD,
     Churn,
     LoadModel,
     Matrix,
@@ -107,6 +110,8 @@ def expand(
     notes = _streams_notes(streams, models, [matrix.targets[t] for t in targets], settings.measure, where)
     churns = sorted(set(settings.churn), key=lambda churn: (churn is not None, churn or 0))  # never first
     notes += _churn_notes(churns, streams, settings.measure, where)
+    compressions = list(dict.fromkeys(settings.compressions))
+    notes += _compression_notes(compressions, [matrix.targets[t] for t in targets], settings, where)
     scenarios = tuple(
         Scenario(
             target=matrix.targets[target],
@@ -124,6 +129,7 @@ def expand(
             k6_instances=settings.k6_instances,
             streams=stream_count,
             churn=churn,
+            compression=compression,
         )
         for rungs in (False, True)
         for repeat in range(1, settings.repeats + 1)
@@ -141,6 +147,9 @@ def expand(
         for churn in churns
         # Churn counts calls one at a time: a multiplexed connection runs never replaced.
         if churn is None or stream_count == DEFAULT_STREAMS
+        for compression in compressions
+        # k6 compresses no request: a compressed scenario is a download.
+        if compression == IDENTITY or direction == DEFAULT_DIRECTION
         for target in targets
         # A target pinned to one model runs only in that model.
         if matrix.targets[target].response_model in (None, response_model)
@@ -219,6 +228,28 @@ def _churn_notes(churns: list[Churn], streams: list[int], measure: str, where: s
         raise MatrixError(f"{where}: churn {', '.join(churning)}: the callers keep their connections")
     if any(n != DEFAULT_STREAMS for n in streams):
         return (f"churn {', '.join(churning)} runs at 1 stream per connection only (one call at a time)",)
+    return ()
+
+
+def _compression_notes(
+    compressions: list[str], targets: list[Target], settings: Settings, where: str
+) -> tuple[str, ...]:
+    """What the plan leaves out of `compressions`, said once; a MatrixError for a target whose server
+    cannot compress, and for callers."""
+    compressed = [c for c in compressions if c != IDENTITY]
+    if not compressed:
+        return ()
+    if settings.measure == "caller":
+        raise MatrixError(f"{where}: compression {', '.join(compressed)}: the callers measure identity only")
+    # A floor server (its own module) is the bare server: it compresses nothing.
+    unable = [t.name for t in targets if t.service not in COMPRESSING_SERVICES or t.module is not None]
+    if unable:
+        raise MatrixError(
+            f"{where}: compression {', '.join(compressed)}: {', '.join(unable)} cannot compress its "
+            f"responses (those that can: {', '.join(COMPRESSING_SERVICES)})"
+        )
+    if UPLOAD in settings.directions:
+        return (f"compression {', '.join(compressed)} runs downloads only (k6 compresses no request)",)
     return ()
 
 

@@ -43,6 +43,8 @@ class Side(Protocol):
     @property
     def churn(self) -> int | None: ...  # calls a connection carries before it is replaced; None: never
     @property
+    def compression(self) -> str: ...  # what the service compresses its responses with
+    @property
     def order(self) -> int: ...  # the target's position in the run (matrix order)
 
 
@@ -83,10 +85,11 @@ def is_streaming(side: Side) -> bool:
 # Every question compares like with like: same scenario, and instrumented with instrumented.
 _SCENARIO = (
     "profile", "count", "load_model", "response_model", "direction", "shape", "network", "instrumented",
-    "streams", "churn",
+    "streams", "churn", "compression",
 )  # fmt: skip
 _ANY_STREAMS = tuple(a for a in _SCENARIO if a != "streams")  # the same load, on however many connections
 _ANY_CHURN = tuple(a for a in _SCENARIO if a != "churn")  # the same load, however often reconnected
+_ANY_COMPRESSION = tuple(a for a in _SCENARIO if a != "compression")  # the same load, however encoded
 QUESTIONS = (
     # The harness each lab server carries over its bare server, all else the same.
     Question(
@@ -143,6 +146,13 @@ QUESTIONS = (
         "new connections vs kept",
         ("target", *_ANY_CHURN),
         lambda c, b: c.churn is not None and b.churn is None,
+    ),
+    # The same target compressing its responses against sending them as they are: what gzip costs a
+    # server in CPU and saves on the wire (bytes per call), and what that does to req/s on the link.
+    Question(
+        "compressed vs identity",
+        ("target", *_ANY_COMPRESSION),
+        lambda c, b: c.compression != "identity" and b.compression == "identity",
     ),
     # Servers compare in matrix order (aiohttp before Quart): ratio = earlier / later target.
     Question(

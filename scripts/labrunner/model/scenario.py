@@ -10,6 +10,9 @@ from typing import Any, Literal
 
 from labrunner.model.engine_roles import Hosts
 from labrunner.network.profiles import NetworkProfile
+from services.common.config import COMPRESSING_SERVICES as COMPRESSING_SERVICES  # noqa: PLC0414
+from services.common.config import COMPRESSIONS as COMPRESSIONS  # noqa: PLC0414
+from services.common.config import IDENTITY as IDENTITY  # noqa: PLC0414
 from services.common.pool import DEFAULT_SHAPE as POOL_DEFAULT_SHAPE
 from services.common.pool import SHAPES as POOL_SHAPES
 from services.common.pool import USER_SHAPE as USER_SHAPE  # noqa: PLC0414
@@ -49,6 +52,9 @@ MULTIPLEXED_PROTOCOLS = ("http2", "grpc")
 # for the whole k6 run, as every run before churn did. One call at a time: streams 1 only.
 NEVER = "never"
 Churn = int | None
+# What the service compresses its responses with (its COMPRESSION, and the services that can:
+# services/common/config.py) when the client accepts it: REST's k6 then sends Accept-Encoding: gzip,
+# gRPC's k6 client always accepts gzip. k6 compresses no request, so compression is a download's.
 # Today's network: 127.0.0.1, no namespaces, no emulator; groups on it keep their old ids.
 LOOPBACK = NetworkProfile("loopback")
 
@@ -206,11 +212,14 @@ def churn_words(churn: Churn) -> str:
     return "new connection every call" if churn == 1 else f"new connection every {churn} calls"
 
 
-def duet_name_of(target: str, streams: int, connection_model: str, churn: Churn = None) -> str:
-    """What a duet partner calls a side: its target, and its connection model and churn where they are
-    not the default (a pair across connection models or churns may be one target's)."""
+def duet_name_of(
+    target: str, streams: int, connection_model: str, churn: Churn = None, compression: str = IDENTITY
+) -> str:
+    """What a duet partner calls a side: its target, and its connection model, churn and compression
+    where they are not the default (a pair across them may be one target's)."""
     name = target if streams == DEFAULT_STREAMS else f"{target}-{connection_model}"
-    return name if churn is None else f"{name}-churn{churn}"
+    name = name if churn is None else f"{name}-churn{churn}"
+    return name if compression == IDENTITY else f"{name}-{compression}"
 
 
 @dataclass(frozen=True)
@@ -235,6 +244,7 @@ class Scenario:
     duet: Duet | None = None  # measured beside a partner, None: alone
     streams: int = DEFAULT_STREAMS  # requests at once on each connection (a closed model's only)
     churn: Churn = None  # a new connection every this many calls; None: never
+    compression: str = IDENTITY  # what the service compresses its responses with (COMPRESSIONS)
 
     @property
     def connections(self) -> int | None:
@@ -249,15 +259,17 @@ class Scenario:
         """The scenario id without the repeat: repeats of one group are aggregated. A duet's group
         names its partner: its repeats ran beside that partner's, and pair with them only.
 
-        The default response model, direction, shape, streams and churn add nothing, so groups keep the
-        ids runs made before the models, directions, shapes, connection models and churn existed had.
+        The default response model, direction, shape, streams, churn and compression add nothing, so
+        groups keep the ids runs made before those axes existed had.
         """
         target_group = self.target_group
         return target_group if self.duet is None else target_group + self.duet.suffix(self.duet_name)
 
     @property
     def duet_name(self) -> str:
-        return duet_name_of(self.target.name, self.streams, self.connection_model, self.churn)
+        return duet_name_of(
+            self.target.name, self.streams, self.connection_model, self.churn, self.compression
+        )
 
     @property
     def target_group(self) -> str:
@@ -266,7 +278,8 @@ class Scenario:
 
     def group_under(self, load_model: str, *, with_connection: bool = True) -> str:
         """The group id this scenario would have under another load model, all else the same (and,
-        not with_connection, at the default streams and churn: what a duet's two sides share)."""
+        not with_connection, at the default streams, churn and compression: what a duet's two sides
+        share)."""
         group = f"{self.target.name}.{self.profile.name}.c{self.count}.{load_model}"
         if self.response_model != DEFAULT_RESPONSE_MODEL:
             group = f"{group}.{self.response_model}"
@@ -278,6 +291,8 @@ class Scenario:
             group = f"{group}.{self.connection_model}"
         if with_connection and self.churn is not None:
             group = f"{group}.churn{self.churn}"
+        if with_connection and self.compression != IDENTITY:
+            group = f"{group}.{self.compression}"
         return group if self.network.name == LOOPBACK.name else f"{group}.{self.network.name}"
 
     @property
@@ -317,6 +332,7 @@ class Overrides:
     shapes: tuple[str, ...] | None = None
     streams: tuple[int, ...] | None = None
     churn: tuple[int | str, ...] | None = None  # calls per connection, or NEVER (the schema checks them)
+    compressions: tuple[str, ...] | None = None
     networks: tuple[str, ...] | None = None
     vus: int | None = None
     rate: int | None = None

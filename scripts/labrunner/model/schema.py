@@ -27,11 +27,13 @@ from labrunner.model.engine_roles import LOCAL_ENGINE, LOOPBACK_ADDRESS
 from labrunner.model.scenario import (
     AUTO_INSTANCES,
     BACKENDS,
+    COMPRESSIONS,
     DEFAULT_BUDGET_S,
     DEFAULT_DIRECTION,
     DEFAULT_SHAPE,
     DEFAULT_STREAMS,
     DIRECTIONS,
+    IDENTITY,
     NEVER,
     RESPONSE_MODELS,
     SHAPES,
@@ -60,6 +62,7 @@ QuestionName = Literal[
     "multiplexed vs connections",
     "HTTP/2 multiplexed vs HTTP/1.1",
     "new connections vs kept",
+    "compressed vs identity",
     "REST server vs REST server",
     "gRPC server vs gRPC server",
 ]
@@ -228,6 +231,16 @@ StreamCounts = Annotated[
 ]
 ChurnEvery = Annotated[int | None, BeforeValidator(_churn)]
 Churns = Annotated[list[ChurnEvery], BeforeValidator(_as_list), _must(len, "must list at least one churn")]
+CompressionName = Annotated[
+    str,
+    _must(
+        COMPRESSIONS.__contains__,
+        "{value}: the lab's servers compress with " + " or ".join(map(repr, COMPRESSIONS)) + " only",
+    ),
+]
+CompressionNames = Annotated[
+    list[CompressionName], BeforeValidator(_as_list), _must(len, "must list at least one compression")
+]
 Entries = Annotated[dict[Name, T], _must(len, "must define at least one entry")]
 ResponseModelName = Annotated[
     str,
@@ -553,6 +566,8 @@ class Settings(_Table):
     streams: StreamCounts = [DEFAULT_STREAMS]
     # A new connection every N calls, or "never" (model.scenario.NEVER); one call at a time only.
     churn: Churns = [None]
+    # What the services compress their responses with (model.scenario.COMPRESSIONS).
+    compressions: CompressionNames = [IDENTITY]
     networks: Names = ["loopback"]
     k6_instances: K6InstancesSetting = 1
     duration: PositiveDuration
@@ -585,6 +600,7 @@ class _Selection(_Table):
     shapes: ShapeNames | None = None
     streams: StreamCounts | None = None
     churn: Churns | None = None
+    compressions: CompressionNames | None = None
     networks: Names | None = None
     k6_instances: K6InstancesSetting | None = None
     duration: PositiveDuration | None = None

@@ -11,8 +11,9 @@ INFLUXDB_DATABASE = "myk6db"
 
 
 def scenario_labels(run_id: str, scenario: Scenario) -> dict[str, str]:
-    """run, scenario, target, protocol, profile, connection model ("10x1": connections x streams) and
-    churn ("never", or the calls a connection carries): what identifies a scenario's samples."""
+    """run, scenario, target, protocol, profile, connection model ("10x1": connections x streams),
+    churn ("never", or the calls a connection carries) and compression ("identity", "gzip"): what
+    identifies a scenario's samples."""
     return {
         "run": run_id,
         "scenario": scenario.id,
@@ -21,4 +22,5 @@ def scenario_labels(run_id: str, scenario: Scenario) -> dict[str, str]:
         "profile": scenario.profile.name,
         "connections": scenario.connection_model,
         "churn": churn_name(scenario.churn),
+        "compression": scenario.compression,
     }

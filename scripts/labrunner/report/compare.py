@@ -9,6 +9,7 @@ from labrunner.model.scenario import (
     DEFAULT_DIRECTION,
     DEFAULT_SHAPE,
     DEFAULT_STREAMS,
+    IDENTITY,
     churn_words,
     duet_name_of,
 )
@@ -132,11 +133,12 @@ class Group:
     streams: int = DEFAULT_STREAMS  # requests at once on each connection
     connection_model: str = ""  # connections x streams, "1x10" ("?x1": an open model's connections vary)
     churn: int | None = None  # calls a connection carried before k6 replaced it; None: never
+    compression: str = IDENTITY  # what the service compressed its responses with
 
     @property
     def duet_name(self) -> str:
         """What a duet partner calls this group's side (model.scenario.Scenario.duet_name)."""
-        return duet_name_of(self.target, self.streams, self.connection_model, self.churn)
+        return duet_name_of(self.target, self.streams, self.connection_model, self.churn, self.compression)
 
     def values(self, metric: str) -> list[float]:
         read = METRICS[metric].read
@@ -216,6 +218,8 @@ class Group:
             held = f"{held}, {self.connection_model}"
         if self.churn is not None:
             held = f"{held}, {churn_words(self.churn)}"
+        if self.compression != IDENTITY:
+            held = f"{held}, {self.compression}"
         return held if self.network == "loopback" else f"{held}, {self.network}"
 
 
@@ -271,6 +275,7 @@ def group_results(results: Iterable[Result]) -> list[Group]:
                 side=scenario.duet.side if scenario.duet else None,
                 streams=scenario.streams,
                 churn=scenario.churn,
+                compression=scenario.compression,
                 connection_model=scenario.connection_model,
             )
         )

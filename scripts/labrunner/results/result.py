@@ -13,6 +13,7 @@ from labrunner.model.scenario import (
     DEFAULT_DIRECTION,
     DEFAULT_SHAPE,
     DEFAULT_STREAMS,
+    IDENTITY,
     connection_model_of,
     connections_of,
 )
@@ -80,6 +81,7 @@ class ScenarioInfo:
     duet: Duet | None
     streams: int = BEFORE_STREAMS  # requests at once on each connection (model.scenario.Scenario)
     churn: int | None = None  # calls a connection carried before k6 replaced it; None: never (and before)
+    compression: str = IDENTITY  # what the service compressed its responses with (identity before)
 
     @property
     def connection_model(self) -> str:
@@ -355,6 +357,7 @@ def _scenario(s: Mapping[str, Any]) -> ScenarioInfo:
         duet=Duet(duet["partner"], int(duet["side"])) if duet else None,
         streams=int(s.get("streams", BEFORE_STREAMS)),
         churn=s.get("churn"),
+        compression=s.get("compression", IDENTITY),
     )
 
 

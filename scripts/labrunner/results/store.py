@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.files import write_json_atomic
-from labrunner.model.scenario import Plan, Scenario
+from labrunner.model.scenario import IDENTITY, Plan, Scenario
 from labrunner.results.result import (
     BEFORE_SHAPES,
     BEFORE_STREAMS,
@@ -50,6 +50,7 @@ def scenario_dict(scenario: Scenario) -> dict[str, Any]:
         "shape": scenario.shape,  # a result without it (written before shapes) is of cars
         "streams": scenario.streams,  # without it (written before connection models): 1
         "churn": scenario.churn,  # null: connections kept (so too without it, written before churn)
+        "compression": scenario.compression,  # without it (written before compression): identity
         "network": asdict(scenario.network) | {"rtt_s": scenario.network.rtt_s},
         "load_model": {
             "name": model.name,
@@ -124,15 +125,16 @@ _SAME: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "shape": lambda scenario: scenario.get("shape", BEFORE_SHAPES),
     "streams": lambda scenario: scenario.get("streams", BEFORE_STREAMS),
     "churn": lambda scenario: scenario.get("churn"),
+    "compression": lambda scenario: scenario.get("compression", IDENTITY),
 }
 
 
 def resumable(out_dir: Path, scenarios: Sequence[Scenario]) -> Resumable:
     """The ok results of `out_dir` that --resume may keep: each file's scenario must be the plan's
-    scenario of that id (its id, target, profile, count, load model, direction, shape, streams and churn
-    as planned; a further repeat of a planned group, which --precision adds, as its group's), and the file
-    must be named by that id; every other file is ignored, with why. A failed result is rerun, as a
-    missing one is, and not named."""
+    scenario of that id (its id, target, profile, count, load model, direction, shape, streams, churn
+    and compression as planned; a further repeat of a planned group, which --precision adds, as its
+    group's), and the file must be named by that id; every other file is ignored, with why. A failed
+    result is rerun, as a missing one is, and not named."""
     planned = {s.id: scenario_dict(s) for s in scenarios}
     done: set[str] = set()
     ignored: dict[str, str] = {}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from labrunner.report import payload
 from labrunner.report.compare import Group
-from labrunner.report.findings import aa_control, churn, network, pairs, payload_sweep, run
+from labrunner.report.findings import aa_control, churn, compression, network, pairs, payload_sweep, run
 from labrunner.report.findings.finding import Evidence, Finding
 from labrunner.report.floor import lab_groups
 from labrunner.report.serialization import Case
@@ -36,6 +36,7 @@ QUESTIONS: tuple[Question, ...] = (
     Question(pairs.MULTIPLEXING, "multiplexing", pairs.findings),
     # Its answers (what a connection costs, fitted); pairs.findings adds each churn against connections kept.
     Question(churn.QUESTION, "churn", churn.findings),
+    Question(compression.QUESTION, "compression", compression.findings),
     Question(network.QUESTION, "network", network.findings),
     Question(payload_sweep.QUESTION, "payload", payload_sweep.findings),
     Question(run.QUESTION, "", run.findings, headed=False),  # lower bounds, what was not compared

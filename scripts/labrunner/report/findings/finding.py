@@ -4,7 +4,7 @@ its notes; the evidence every builder reads; and the words and tests the builder
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD, churn_words
+from labrunner.model.scenario import DEFAULT_SHAPE, IDENTITY, UPLOAD, churn_words
 from labrunner.report.compare import THROUGHPUT, Comparison, Group
 from labrunner.report.payload import PayloadRow
 from labrunner.report.serialization import Case
@@ -147,6 +147,8 @@ def held_fixed(comparison: Comparison) -> str:
         parts.append(f"{g.connection_model} connections x streams")
     if g.churn == comparison.baseline.churn is not None:
         parts.append(churn_words(g.churn))
+    if g.compression == comparison.baseline.compression != IDENTITY:
+        parts.append(g.compression)
     if g.tls == comparison.baseline.tls:
         parts.append("TLS" if g.tls else "no TLS")
     if g.network != "loopback":

@@ -41,6 +41,7 @@ RESPONSE_MODEL = "response model"
 METRICS_OVERHEAD = "metrics on vs off"
 MULTIPLEXING = "multiplexing"
 CHURN = "churn"
+COMPRESSION = "compression"  # answered by findings.compression, on every network (not a pair's line)
 _RULE_QUESTION = {
     "HTTP/2 vs HTTP/1.1": HTTP2,
     "gRPC vs REST": GRPC_VS_REST,
@@ -228,7 +229,7 @@ def side_names(candidate: Group, baseline: Group) -> tuple[str, str]:
         )
     if candidate.target != baseline.target:
         return candidate.target, baseline.target
-    for side in ("response_model", "direction", "shape", "profile", "network"):
+    for side in ("compression", "response_model", "direction", "shape", "profile", "network"):
         ours, theirs = getattr(candidate, side), getattr(baseline, side)
         if ours != theirs:
             return f"{candidate.target} ({ours})", f"{baseline.target} ({theirs})"

@@ -3,7 +3,7 @@ run's host and date, and a warning when the host changed speed during the run.""
 
 from collections.abc import Callable, Sequence
 
-from labrunner.model.scenario import DEFAULT_SHAPE, DEFAULT_STREAMS, UPLOAD, churn_words
+from labrunner.model.scenario import DEFAULT_SHAPE, DEFAULT_STREAMS, IDENTITY, UPLOAD, churn_words
 from labrunner.report import aa_control, host_conditions
 from labrunner.report import charts as drawing
 from labrunner.report.compare import AA_CONTROL, Comparison, Group
@@ -77,6 +77,7 @@ _CONDITIONS: tuple[tuple[str, Callable[[Group], str]], ...] = (
     ("load_model", lambda g: g.load_model),
     ("connection_model", lambda g: "" if g.streams == DEFAULT_STREAMS else g.connection_model),
     ("churn", lambda g: "" if g.churn is None else churn_words(g.churn)),
+    ("compression", lambda g: "" if g.compression == IDENTITY else g.compression),
 )
 
 

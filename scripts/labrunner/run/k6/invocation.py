@@ -5,7 +5,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from labrunner.backends.base import K6Invocation, ServiceHandle
-from labrunner.model.scenario import DEFAULT_STREAMS, USER_SHAPE, LoadModel, Scenario, format_duration
+from labrunner.model.scenario import (
+    DEFAULT_STREAMS,
+    IDENTITY,
+    USER_SHAPE,
+    LoadModel,
+    Scenario,
+    format_duration,
+)
 from labrunner.observe import influx_auth
 from labrunner.observe.labels import INFLUXDB_DATABASE, scenario_labels
 from labrunner.run import live
@@ -92,6 +99,8 @@ class K6Setup:
         }
         if self.scenario.churn is not None:  # a new connection every CHURN calls (k6/lib/common.js)
             env["CHURN"] = str(self.scenario.churn)
+        if self.scenario.compression != IDENTITY:  # rest.js accepts it (Accept-Encoding)
+            env["COMPRESSION"] = self.scenario.compression
         if self.upload is not None:
             env["UPLOAD_FILE"] = str(self.upload.path)
             env["UPLOAD_COUNT"] = str(self.upload.count)
