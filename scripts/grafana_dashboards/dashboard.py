@@ -12,10 +12,10 @@ from grafana_dashboards.queries import INFLUX_FILTER, INFLUXDB, PROMETHEUS, Data
 SCHEMA_VERSION = 42
 GRAFANA_VERSION = "12.4.3"
 
-VARIABLES = ("run", "target", "profile", "connections", "churn", "scenario")
+VARIABLES = ("run", "target", "profile", "connections", "churn", "compression", "scenario")
 # A variable whose "All" matches every series, those without its label too: runs made before the
-# runner labelled connection models and churn have none.
-ALL_MATCHES_ANY = ("connections", "churn")
+# runner labelled connection models, churn and compression have none.
+ALL_MATCHES_ANY = ("connections", "churn", "compression")
 
 
 def _variable(name: str, source: Datasource, query: str) -> Json:
@@ -68,8 +68,8 @@ def prom_variables(metric: str) -> list[Json]:
 
 
 # The runner writes two points per scenario into InfluxDB measurement protolab_scenario, at its
-# start and at its end: tags run, scenario, target, protocol, profile, connections, churn; string
-# fields event ("start" or "end") and text.
+# start and at its end: tags run, scenario, target, protocol, profile, connections, churn and
+# compression; string fields event ("start" or "end") and text.
 SCENARIO_WINDOWS: Json = {
     "name": "Scenario windows",
     "datasource": INFLUXDB.ref(),

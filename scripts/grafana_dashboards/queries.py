@@ -25,16 +25,17 @@ INFLUXDB = Datasource("influxdb", "protolab-influxdb", "InfluxDB", "DS_INFLUXDB"
 DATASOURCES = (PROMETHEUS, INFLUXDB)
 
 # Run-specific filters. `run` is single-valued; target, profile, connections (the connection model,
-# "10x1"), churn ("never", or the calls a connection carries) and scenario are multi-valued with "All",
-# which Grafana expands to a regex of the listed values (escaped); the "All" of connections and churn is
-# ".*", which matches a series without the label.
+# "10x1"), churn ("never", or the calls a connection carries), compression ("identity", "gzip") and
+# scenario are multi-valued with "All", which Grafana expands to a regex of the listed values (escaped);
+# the "All" of connections, churn and compression is ".*", which matches a series without the label.
 INFLUX_FILTER = (
     '"run" =~ /^$run$/ AND "target" =~ /^$target$/ AND "profile" =~ /^$profile$/'
-    ' AND "connections" =~ /^$connections$/ AND "churn" =~ /^$churn$/ AND "scenario" =~ /^$scenario$/'
+    ' AND "connections" =~ /^$connections$/ AND "churn" =~ /^$churn$/ AND "compression" =~ /^$compression$/'
+    ' AND "scenario" =~ /^$scenario$/'
 )
 PROM_FILTER = (
     'run="$run", target=~"$target", profile=~"$profile", connections=~"$connections", churn=~"$churn", '
-    'scenario=~"$scenario"'
+    'compression=~"$compression", scenario=~"$scenario"'
 )
 SCENARIO_TAGS = ("scenario", "target", "profile")
 # The lab's latency clock, as the runner reads it (k6/lib/common.js summaryHandler): k6's own timer

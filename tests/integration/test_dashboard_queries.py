@@ -33,6 +33,7 @@ RUN = "20250101T000000Z-test"
 PROFILE = "small"
 CONNECTIONS = "10x1"  # the connection model label the runner adds (observe.labels)
 CHURN = "never"  # and the churn label
+COMPRESSION = "identity"  # and the compression label
 # Scenario id -> (target, runner's protocol tag, kind of k6 script).
 SCENARIOS = {
     "aiohttp-h1.small": ("aiohttp-h1", "h1", "rest"),
@@ -180,7 +181,7 @@ def _k6_lines(now_ns: int) -> str:
     for scenario, (target, protocol, kind) in SCENARIOS.items():
         tags = (
             f"run={RUN},scenario={scenario},target={target},protocol={protocol},profile={PROFILE},"
-            f"connections={CONNECTIONS},churn={CHURN}"
+            f"connections={CONNECTIONS},churn={CHURN},compression={COMPRESSION}"
         )
         for event, ts in (("start", start_ns), ("end", now_ns)):
             lines.append(f'protolab_scenario,{tags} event="{event}",text="{scenario} {event}" {ts}')
@@ -246,6 +247,7 @@ def backends(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backends]:
                 "profile": PROFILE,
                 "connections": CONNECTIONS,
                 "churn": CHURN,
+                "compression": COMPRESSION,
                 "service": "rest_aiohttp" if kind == "rest" else "grpc_aio",
             },
         }

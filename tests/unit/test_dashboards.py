@@ -196,6 +196,7 @@ def test_run_specific_things_are_variables(path: Path):
         "profile",
         "connections",
         "churn",
+        "compression",
         "scenario",
     ]
     for where, text in _queries(dashboard):
