@@ -6,6 +6,7 @@ handshake cost."""
 import copy
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,7 +18,9 @@ from labrunner.model.schema import MatrixError
 from labrunner.report import findings
 from labrunner.report.compare import compare_groups, group_results
 from labrunner.report.connection_cost import connection_costs, handshakes, microseconds
+from labrunner.report.document import Table
 from labrunner.report.payload_model import Estimate
+from labrunner.report.sections import connections as connections_section
 from labrunner.report.sections.findings import forest_rows
 from labrunner.results.result import parse_results
 from labrunner.results.store import scenario_dict
@@ -214,3 +217,17 @@ def test_results_written_before_churn_kept_their_connections() -> None:
     del old["scenario"]["churn"]
     [result] = parse_results([old])
     assert result.scenario.churn is None
+
+
+def test_the_report_shows_each_churn_the_fit_and_the_handshakes() -> None:
+    groups = group_results(parse_results(_churn_run()))
+    report = SimpleNamespace(run=SimpleNamespace(groups=groups))
+    assert connections_section.applies(report)
+    blocks = connections_section.blocks(report)
+    tables = [b for b in blocks if isinstance(b, Table)]
+    churns, fits, tls = tables
+    assert {row[1] for row in churns.rows} == {"never", "1", "10", "100"}
+    assert {row[0] for row in fits.rows} == set(KEPT)
+    assert [row[:2] for row in tls.rows] == [("aiohttp-h1-tls", "aiohttp-h1"), ("grpc-tls", "grpc")]
+    plain = group_results(parse_results([_result(s) for s in _plan(Overrides(targets=("grpc",))).scenarios]))
+    assert not connections_section.applies(SimpleNamespace(run=SimpleNamespace(groups=plain)))

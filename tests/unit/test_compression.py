@@ -5,6 +5,7 @@ import copy
 import gzip
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from labrunner.model.scenario import Overrides, Plan, Scenario
 from labrunner.model.schema import MatrixError
 from labrunner.report import findings
 from labrunner.report.compare import group_results
+from labrunner.report.document import Table
+from labrunner.report.sections import connections as connections_section
 from labrunner.results.result import parse_results
 from labrunner.results.store import scenario_dict
 from labrunner.run.k6.invocation import K6Setup
@@ -192,3 +195,15 @@ def test_results_written_before_compression_sent_responses_as_they_were() -> Non
     del old["scenario"]["compression"]
     [result] = parse_results([old])
     assert result.scenario.compression == "identity"
+
+
+def test_the_report_shows_bytes_and_cpu_with_and_without_compression() -> None:
+    plan = duet.plan_duets(_plan(COMPRESSED, "compression"), duet.AUTO)
+    groups = group_results(parse_results([_result(s) for s in plan.scenarios]))
+    report = SimpleNamespace(run=SimpleNamespace(groups=groups))
+    assert connections_section.applies(report)
+    [compression] = [b for b in connections_section.blocks(report) if isinstance(b, Table)]
+    rows = {(row[0], row[2]): row for row in compression.rows}
+    assert set(rows) == {(t, c) for t in ("aiohttp-h1", "grpc") for c in ("identity", "gzip")}
+    assert rows[("aiohttp-h1", "gzip")][5] == "3,850" and rows[("aiohttp-h1", "identity")][5] == "18,500"
+    assert rows[("grpc", "gzip")][6] == "0.660"

@@ -75,6 +75,10 @@ METRICS = {
         Metric("cpu_per_1k", "CPU s / 1k req", False, _per_request(_usage(lambda u: u.cpu_seconds), 1000)),
         # Everything k6 read from the socket (headers, framing, TLS) per successful request.
         Metric("bytes", "bytes / response", False, _per_request(_k6(lambda m: m.data_received_bytes), 1)),
+        # The connections k6 dialed per successful request: a churn's 1/N, about 0 with connections kept.
+        Metric(
+            "dialed", "connections / request", False, _per_request(_k6(lambda m: m.connections_opened), 1)
+        ),
         Metric("service_cpu", "service CPU", False, _usage(lambda u: u.cpu_utilisation)),
         # CFS throttling over the window: near a full quota, the tail waits for the next period.
         Metric("throttled_s", "throttled s", False, _usage(lambda u: u.throttled_seconds)),

@@ -328,11 +328,10 @@ def choose_cpus() -> Cpus:
 
 @dataclass(frozen=True)
 class Server:
-    """A started service: its supervisor, the one worker that serves, its ports."""
+    """A started service: its supervisor's process, its ports, where its log goes."""
 
     service: str
     process: "subprocess.Popen[bytes]"
-    worker_pid: int
     port: int
     metrics_port: int
     log: Path
@@ -375,14 +374,7 @@ def serving(service: str, cpu: int | None, certs_dir: Path = certs.DEFAULT_DIR) 
         try:
             assert process.stdout is not None
             listening = _await_listening(process.stdout, service, log)
-            yield Server(
-                service,
-                process,
-                _worker(process.pid, service),
-                listening["port"],
-                listening["metrics_port"],
-                log,
-            )
+            yield Server(service, process, listening["port"], listening["metrics_port"], log)
         finally:
             terminate(process, grace_s=5)
 
@@ -403,9 +395,10 @@ def _await_listening(stdout: IO[bytes], service: str, log: Path) -> dict[str, An
     raise BenchError(f"{service} printed no listening line; its log ends:\n{tail_file(log)}")
 
 
-def _worker(supervisor: int, service: str) -> int:
-    """The supervisor's one worker: its child that is not multiprocessing's resource tracker (Hypercorn
-    spawns its workers, whose multiprocessing starts one)."""
+def worker_pid(server: Server) -> int:
+    """The server's one worker: the supervisor's child that is not multiprocessing's resource tracker
+    (Hypercorn spawns its workers, and multiprocessing starts a tracker for them)."""
+    supervisor, service = server.process.pid, server.service
     children = [
         int(pid)
         for task in Path(f"/proc/{supervisor}/task").iterdir()
@@ -474,6 +467,7 @@ def handshake_counts(metrics_port: int) -> tuple[int, int] | None:
 class Seen:
     """What a server's run saw so far: the plan, the counts and the client's view."""
 
+    worker: int  # the worker's pid
     planned: tuple[int, int] = (0, 0)  # (full, resumed) handshakes made so far
     counted: tuple[int, int] = (0, 0)  # the server's counter at the last check
     client_resumed: int = 0
@@ -500,8 +494,9 @@ def measure_server(
             f"{service} has no {METRIC}_total series: its TLS handshakes are not counted "
             f"(the counting servers: {', '.join(COUNTING)})"
         )
+    worker = worker_pid(server)
     context = client_context(service, ca_file)
-    seen = Seen()
+    seen = Seen(worker=worker)
     for kind in (FULL, RESUMED):
         _connections(server, context, kind, warmup, seen)
     _check(server, seen, "warm-up")
@@ -510,10 +505,10 @@ def measure_server(
         order = PHASES if index % 2 == 0 else PHASES[::-1]
         unchecked: list[str] = []
         for phase in order:
-            before = cpu_ns(server.worker_pid)
+            before = cpu_ns(worker)
             _connections(server, context, phase, handshakes, seen)
             wait_closed(server.port)
-            ns = cpu_between(before, cpu_ns(server.worker_pid))
+            ns = cpu_between(before, cpu_ns(worker))
             rounds_us[phase].append(ns / handshakes / 1000)
             unchecked.append(phase)
             if phase != NO_HANDSHAKE:  # its check is the next one's: it adds nothing to wait for
@@ -562,7 +557,7 @@ def _check(server: Server, seen: Seen, what: str, settle: bool = False) -> None:
     """The server's counter equals the plan: awaited (its worker writes it every FLUSH_SECONDS); with
     settle, read again two flushes later, so that a count past the plan shows too. The worker's CPU
     over the wait counts as idle."""
-    before, began = cpu_ns(server.worker_pid), time.perf_counter()
+    before, began = cpu_ns(seen.worker), time.perf_counter()
     deadline = time.monotonic() + COUNT_TIMEOUT_S
     counted = handshake_counts(server.metrics_port)
     # Counts only grow: one past the plan fails at once.
@@ -574,7 +569,7 @@ def _check(server: Server, seen: Seen, what: str, settle: bool = False) -> None:
     if settle and counted == seen.planned:
         time.sleep(2 * FLUSH_SECONDS)
         counted = handshake_counts(server.metrics_port)
-    seen.idle_ns += cpu_between(before, cpu_ns(server.worker_pid))
+    seen.idle_ns += cpu_between(before, cpu_ns(seen.worker))
     seen.idle_s += time.perf_counter() - began
     if counted != seen.planned:
         got = "no series" if counted is None else f"{counted[0]} full and {counted[1]} resumed"
