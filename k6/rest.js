@@ -58,8 +58,12 @@ const UPLOAD = restUpload();
 const UPLOAD_URL = `${BASE_URL}/records`;
 const POST = `POST ${UPLOAD_URL}`;
 const UPLOAD_HEADERS = { 'Content-Type': 'application/json' };
-const UPLOAD_FAST = Object.assign({ headers: UPLOAD_HEADERS }, FAST);
-const UPLOAD_DECODE = Object.assign({ headers: UPLOAD_HEADERS }, DECODE);
+// An upload's params: FAST's or DECODE's with the upload's headers added to theirs (Accept-Encoding).
+const withUploadHeaders = (params) => Object.assign({}, params, {
+  headers: Object.assign({}, params.headers, UPLOAD_HEADERS),
+});
+const UPLOAD_FAST = withUploadHeaders(FAST);
+const UPLOAD_DECODE = withUploadHeaders(DECODE);
 
 // A request's params, chosen by whether k6 decodes it and whether it is its connection's last (CHURN),
 // which carries Connection: close: every object made once here.

@@ -12,7 +12,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -114,13 +114,14 @@ GRPC_SERVERS = tuple(service for service in DEFAULT_PORTS if service.startswith(
 
 @dataclass
 class RunningService:
-    """A service process and the ports it printed in its listening line."""
+    """A service process and the ports it printed in its listening line (`listening`: the whole line)."""
 
     process: subprocess.Popen[str]
     port: int
     metrics_port: int
     workers: int
     tls: bool
+    listening: dict[str, Any] = field(default_factory=dict)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
         if self.process.poll() is None:
@@ -226,7 +227,7 @@ def launch_service(
             event = json.loads(line)
             if event.get("event") == "listening":
                 return RunningService(
-                    process, event["port"], event["metrics_port"], event["workers"], event["tls"]
+                    process, event["port"], event["metrics_port"], event["workers"], event["tls"], event
                 )
         elif process.poll() is not None:
             break

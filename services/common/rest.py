@@ -239,17 +239,25 @@ class ResponseEncoding:
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:
-    """Whether an Accept-Encoding header lists gzip (or *) at a quality above 0 (RFC 9110 12.5.3)."""
+    """Whether an Accept-Encoding header accepts gzip (RFC 9110 12.5.3): gzip (or its alias x-gzip)
+    listed at a quality above 0, else a * above 0 (which stands for the codings not listed)."""
+    qualities: dict[str, float] = {}
     for item in (accept_encoding or "").split(","):
         coding, _, parameters = item.partition(";")
-        if coding.strip().lower() not in (GZIP, "*"):
-            continue
-        quality = parameters.strip().lower().removeprefix("q=").strip()
-        try:
-            return not quality or float(quality) > 0
-        except ValueError:
-            return False
-    return False
+        name = coding.strip().lower()
+        qualities[GZIP if name == "x-gzip" else name] = _quality(parameters)
+    return qualities.get(GZIP, qualities.get("*", 0.0)) > 0
+
+
+def _quality(parameters: str) -> float:
+    """An Accept-Encoding item's q (1 when absent); 0, never chosen, when it is not a number."""
+    value = parameters.strip().lower()
+    if not value:
+        return 1.0
+    try:
+        return float(value.removeprefix("q=").strip())
+    except ValueError:
+        return 0.0
 
 
 def is_json(content_type: str | None) -> bool:

@@ -223,13 +223,16 @@ def k6_options(script: str, env: dict[str, str]) -> dict[str, Any]:
 class CountingRelay:
     """A TCP relay on 127.0.0.1 to `port`; `accepted`: the connections it took, every one a client
     opened; `closed`: those the client closed (its end read to EOF); `most_open`: the most open at once
-    (accepted less closed), taken at each accept."""
+    (accepted less closed), taken at each accept; `client_bytes` and `server_bytes`: the bytes it
+    relayed each way, every one counted before it is passed on (so a reply the client has read is
+    counted); `ended`: the directions (two a connection) read to EOF, each's bytes all counted."""
 
     def __init__(self, port: int) -> None:
         self.target = port
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.accepted = self.closed = self.most_open = 0
+        self.client_bytes = self.server_bytes = self.ended = 0
         self.lock = threading.Lock()
         self.sockets: list[socket.socket] = []
 
@@ -260,9 +263,15 @@ class CountingRelay:
     def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
-                sink.sendall(data)
-            if from_client:
                 with self.lock:
+                    if from_client:
+                        self.client_bytes += len(data)
+                    else:
+                        self.server_bytes += len(data)
+                sink.sendall(data)
+            with self.lock:
+                self.ended += 1
+                if from_client:
                     self.closed += 1
             sink.shutdown(socket.SHUT_WR)
 

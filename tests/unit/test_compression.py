@@ -134,6 +134,11 @@ def test_the_service_compresses_and_k6_accepts_it(tmp_path: Path, compression: s
         ("gzipped", False),
         (None, False),
         ("gzip;q=nonsense", False),
+        ("*, gzip;q=0", False),  # * stands for the codings not listed
+        ("deflate, *;q=0.5, gzip;q=0", False),
+        ("gzip;q=0, *", False),
+        ("br, *;q=0.1", True),
+        ("x-gzip", True),
     ],
 )
 def test_gzip_is_accepted_as_rfc_9110_says(header: str | None, accepted: bool) -> None:
