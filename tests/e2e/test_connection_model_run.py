@@ -47,9 +47,9 @@ def test_each_connection_model_runs_with_the_connections_it_plans(tmp_path: Path
         assert result["status"] == "ok", (scenario_id, result["failure"])
         planned = 2 if scenario_id.endswith(".2x5.r1") else 10
         assert result["scenario"]["streams"] == (5 if planned == 2 else 1)
-        assert result["connections"] == {
-            "planned": planned,
-            "seen": {"warmup": planned, "measured window": planned},
-        }, scenario_id
+        connections = result["connections"]
+        assert connections["planned"] == planned, scenario_id
+        assert connections["seen"] == {"warmup": planned, "measured window": planned}, scenario_id
+        assert connections["dialed"] == planned, scenario_id  # each connection dialed once, then kept
         metrics = result["k6"]["metrics"]
         assert metrics["requests"] > 0 and metrics["errors"] == 0
