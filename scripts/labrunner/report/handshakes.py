@@ -49,6 +49,7 @@ from labrunner import certs
 from labrunner.backends.base import SERVICE_STOP_ENV, listening_event, tail_file
 from labrunner.backends.local.limits import enter_limits
 from labrunner.backends.local.service import SERVICE_KNOBS, terminate
+from labrunner.observe import interference
 from labrunner.paths import REPO
 from labrunner.report.stats import CONFIDENCE, half_width, paired_ratio
 from labrunner.say import Say
@@ -60,7 +61,10 @@ FILE = "handshakes.json"  # in a run's directory
 # TLS is not Python's, and nothing counts it.
 COUNTING = ("rest_aiohttp", "rest_quart", "grpc_grpclib")
 ROUNDS = 5
-HANDSHAKES = 100  # per phase and round: a full phase is some 30 ms of server CPU, schedstat counts ns
+# Per phase and round: a phase of 0.25-0.35 s on the lab's VM (the client's 1.5-2.3 ms a connection), so that
+# it and its counter check take one flush period (measure_server), with room on a busy host; some 0.1 s of
+# server CPU. The defaults take about 23 s for the three servers.
+HANDSHAKES = 150
 WARMUP = 20  # full and as many resumed connections before the first round, counted but not measured
 FULL, RESUMED, NO_HANDSHAKE = "full", "resumed", "no handshake"
 PHASES = (FULL, RESUMED, NO_HANDSHAKE)
@@ -124,6 +128,11 @@ class HandshakeCase:
     counted_resumed: int
     client_resumed: int  # connections the client saw resume (session_reused), warm-up included
     idle_us_per_s: float  # the worker's CPU between phases, idle but for its metrics' flushes
+    # The share of the host's CPUs that processes other than the worker and the client used during the
+    # phases (observe.interference.others_share; /proc/stat counts 10 ms): above a few percent, the
+    # figures were measured beside other work, which slows a server's CPU without taking it (caches,
+    # the hypervisor).
+    others_share: float
     server_cpu: int | None  # the CPU the server was pinned to; None: not pinned (one CPU available)
     client_cpu: int | None
 
@@ -152,10 +161,9 @@ def summarize_case(
     *,
     handshakes: int,
     warmup: int,
-    idle_us_per_s: float,
     cpus: "Cpus",
 ) -> HandshakeCase:
-    """The case of a server from its per-round µs per connection of each phase."""
+    """The case of a server from its per-round µs per connection of each phase and what it saw."""
     full, resumed, bare = (tuple(rounds_us[phase]) for phase in PHASES)
     return HandshakeCase(
         service=service,
@@ -174,7 +182,8 @@ def summarize_case(
         counted_full=seen.counted[0],
         counted_resumed=seen.counted[1],
         client_resumed=seen.client_resumed,
-        idle_us_per_s=idle_us_per_s,
+        idle_us_per_s=seen.idle_ns / 1000 / seen.idle_s if seen.idle_s else 0.0,
+        others_share=seen.others_s / seen.phases_s if seen.phases_s else 0.0,
         server_cpu=cpus.server,
         client_cpu=cpus.client,
     )
@@ -441,7 +450,7 @@ def open_connections(port: int) -> int:
 
 
 def wait_closed(port: int) -> None:
-    """Until the server has closed every connection of its port (it closes after the client)."""
+    """Until the server has closed every connection of its port, those still in its accept queue too."""
     deadline = time.monotonic() + QUIET_TIMEOUT_S
     while open_connections(port):
         if time.monotonic() > deadline:
@@ -474,8 +483,10 @@ class Seen:
     version: str = ""
     alpn: str | None = None
     session: ssl.SSLSession | None = None  # the latest session, with its tickets: the next to offer
-    idle_ns: int = 0
+    idle_ns: int = 0  # the worker's CPU while the counter checks waited
     idle_s: float = 0.0
+    phases_s: float = 0.0  # the phases' wall time
+    others_s: float = 0.0  # others' share of the host's CPUs, times each phase's wall time
 
 
 def measure_server(
@@ -501,26 +512,27 @@ def measure_server(
         _connections(server, context, kind, warmup, seen)
     _check(server, seen, "warm-up")
     rounds_us: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    unchecked: list[str] = []
     for index in range(rounds):
-        order = PHASES if index % 2 == 0 else PHASES[::-1]
-        unchecked: list[str] = []
-        for phase in order:
-            before = cpu_ns(worker)
+        for phase in PHASES if index % 2 == 0 else PHASES[::-1]:
+            host, client, before = interference.read_snapshot(), time.thread_time_ns(), cpu_ns(worker)
             _connections(server, context, phase, handshakes, seen)
             wait_closed(server.port)
-            ns = cpu_between(before, cpu_ns(worker))
-            rounds_us[phase].append(ns / handshakes / 1000)
-            unchecked.append(phase)
-            if phase != NO_HANDSHAKE:  # its check is the next one's: it adds nothing to wait for
-                _check(server, seen, f"round {index + 1}, {' then '.join(unchecked)}")
+            server_ns = cpu_between(before, cpu_ns(worker))
+            own_s = (server_ns + time.thread_time_ns() - client) / 1e9
+            host_after = interference.read_snapshot()
+            seen.phases_s += host_after.at - host.at
+            seen.others_s += interference.others_share(host, host_after, own_s) * (host_after.at - host.at)
+            rounds_us[phase].append(server_ns / handshakes / 1000)
+            unchecked.append(f"round {index + 1}'s {phase} phase")
+            # A check waits for the worker's next flush, and a check's end is just after one: a phase
+            # shorter than FLUSH_SECONDS and its check take one flush period. A phase without handshakes
+            # adds nothing to wait for: the next check is its own.
+            if phase != NO_HANDSHAKE:
+                _check(server, seen, " then ".join(unchecked))
                 unchecked = []
-        if unchecked:
-            _check(server, seen, f"round {index + 1}, {' then '.join(unchecked)}")
-    _check(server, seen, "the end", settle=True)
-    idle = seen.idle_ns / 1000 / seen.idle_s if seen.idle_s else 0.0
-    return summarize_case(
-        service, rounds_us, seen, handshakes=handshakes, warmup=warmup, idle_us_per_s=idle, cpus=cpus
-    )
+    _check(server, seen, " then ".join([*unchecked, "the end"]), settle=True)
+    return summarize_case(service, rounds_us, seen, handshakes=handshakes, warmup=warmup, cpus=cpus)
 
 
 def _connections(server: Server, context: ssl.SSLContext, phase: str, count: int, seen: Seen) -> None:
