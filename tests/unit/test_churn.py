@@ -19,6 +19,8 @@ from labrunner.report import findings
 from labrunner.report.compare import compare_groups, group_results
 from labrunner.report.connection_cost import connection_costs, handshakes, microseconds
 from labrunner.report.document import Table
+from labrunner.report.handshakes import Estimate as HandshakeEstimate
+from labrunner.report.handshakes import HandshakeCase, RatioEstimate
 from labrunner.report.payload_model import Estimate
 from labrunner.report.sections import connections as connections_section
 from labrunner.report.sections.findings import forest_rows
@@ -221,7 +223,7 @@ def test_results_written_before_churn_kept_their_connections() -> None:
 
 def test_the_report_shows_each_churn_the_fit_and_the_handshakes() -> None:
     groups = group_results(parse_results(_churn_run()))
-    report = SimpleNamespace(run=SimpleNamespace(groups=groups))
+    report = SimpleNamespace(run=SimpleNamespace(groups=groups), handshakes=())
     assert connections_section.applies(report)
     blocks = connections_section.blocks(report)
     tables = [b for b in blocks if isinstance(b, Table)]
@@ -230,4 +232,51 @@ def test_the_report_shows_each_churn_the_fit_and_the_handshakes() -> None:
     assert {row[0] for row in fits.rows} == set(KEPT)
     assert [row[:2] for row in tls.rows] == [("aiohttp-h1-tls", "aiohttp-h1"), ("grpc-tls", "grpc")]
     plain = group_results(parse_results([_result(s) for s in _plan(Overrides(targets=("grpc",))).scenarios]))
-    assert not connections_section.applies(SimpleNamespace(run=SimpleNamespace(groups=plain)))
+    assert not connections_section.applies(SimpleNamespace(run=SimpleNamespace(groups=plain), handshakes=()))
+
+
+def _handshake_case(service: str, full: float, resumed: float, others: float = 0.01) -> HandshakeCase:
+    return HandshakeCase(
+        service=service,
+        tls_version="TLSv1.3",
+        alpn="http/1.1",
+        rounds=5,
+        handshakes=150,
+        warmup=20,
+        full_us=HandshakeEstimate(full, full - 40, full + 40),
+        resumed_us=HandshakeEstimate(resumed, resumed - 45, resumed + 45),
+        resumed_over_full=RatioEstimate(resumed / full, resumed / full - 0.07, resumed / full + 0.07),
+        no_handshake_us=HandshakeEstimate(69, 60, 78),
+        full_rounds_us=(full,) * 5,
+        resumed_rounds_us=(resumed,) * 5,
+        no_handshake_rounds_us=(69.0,) * 5,
+        counted_full=770,
+        counted_resumed=770,
+        client_resumed=770,
+        idle_us_per_s=500.0,
+        others_share=others,
+        server_cpu=1,
+        client_cpu=0,
+    )
+
+
+def test_the_handshake_benchmark_answers_full_against_resumed_in_the_findings_and_the_report() -> None:
+    cases = (_handshake_case("rest_aiohttp", 600, 558), _handshake_case("grpc_grpclib", 791, 713, others=0.2))
+    groups = group_results(parse_results(_churn_run()))
+    found = [f for f in findings.for_run(groups, "churn", handshake_cases=cases) if f.question == "churn"]
+    [aiohttp] = [f for f in found if f.sentence.startswith("rest_aiohttp, handshake benchmark")]
+    assert aiohttp.sentence.startswith(
+        "rest_aiohttp, handshake benchmark: a resumed TLSv1.3 handshake costs 558 µs [513, 603] of the "
+        "server's CPU, a full one 600 µs [560, 640]: 0.93x [0.86, 1.00]"
+    )
+    assert aiohttp.answer and not aiohttp.caveat
+    [grpclib] = [f for f in found if f.sentence.startswith("grpc_grpclib")]
+    assert grpclib.caveat == "others used 20% of the host"
+    # The report's table, with or without churn in the run.
+    report = SimpleNamespace(run=SimpleNamespace(groups=[]), handshakes=cases)
+    assert connections_section.applies(report)
+    [table] = [b for b in connections_section.blocks(report) if isinstance(b, Table)]
+    assert [row[:5] for row in table.rows] == [
+        ("rest_aiohttp", "TLSv1.3", "600 [560, 640]", "558 [513, 603]", "0.93 [0.86, 1.00]"),
+        ("grpc_grpclib", "TLSv1.3", "791 [751, 831]", "713 [668, 758]", "0.90 [0.83, 0.97]"),
+    ]

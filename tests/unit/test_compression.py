@@ -205,7 +205,7 @@ def test_results_written_before_compression_sent_responses_as_they_were() -> Non
 def test_the_report_shows_bytes_and_cpu_with_and_without_compression() -> None:
     plan = duet.plan_duets(_plan(COMPRESSED, "compression"), duet.AUTO)
     groups = group_results(parse_results([_result(s) for s in plan.scenarios]))
-    report = SimpleNamespace(run=SimpleNamespace(groups=groups))
+    report = SimpleNamespace(run=SimpleNamespace(groups=groups), handshakes=())
     assert connections_section.applies(report)
     [compression] = [b for b in connections_section.blocks(report) if isinstance(b, Table)]
     rows = {(row[0], row[2]): row for row in compression.rows}

@@ -10,7 +10,7 @@ from labrunner.backends.base import Backend
 from labrunner.files import write_json_atomic
 from labrunner.model.scenario import DEFAULT_SHAPE
 from labrunner.observe import prometheus_sd
-from labrunner.report import payload, serialization
+from labrunner.report import handshakes, payload, serialization
 from labrunner.report.build import PAYLOAD_FILE, SERIALIZATION_FILE, write_report
 from labrunner.report.compare import group_results
 from labrunner.report.findings import for_run, text
@@ -66,16 +66,25 @@ def say_findings(out_dir: Path, order: list[str], preset: str, say: Say) -> None
         say(line)
 
 
-# About how long the full serialization benchmark takes for one shape on a 2-vCPU VM.
+# About how long the full serialization benchmark takes for one shape on a 2-vCPU VM, and the handshake
+# benchmark for one server.
 BENCHMARK_S = 10
+HANDSHAKES_S = 8
 
 
-def finish(run_dir: Path, benchmark: bool, say: Say, shapes: Sequence[str] = (DEFAULT_SHAPE,)) -> None:
-    """What run_matrix.py does after the last scenario: payload table, benchmark, report.
+def finish(
+    run_dir: Path,
+    benchmark: bool,
+    say: Say,
+    shapes: Sequence[str] = (DEFAULT_SHAPE,),
+    handshake_services: Sequence[str] = (),
+) -> None:
+    """What run_matrix.py does after the last scenario: payload table, benchmarks, report.
 
-    The serialization benchmark runs only after a run that was not interrupted, on the
-    now idle host, for each of the run's shapes it knows (payload.measurable). Failures are
-    reported, never raised: the results are already safe.
+    The benchmarks run only after a run that was not interrupted, on the now idle host: the
+    serialization benchmark for each of the run's shapes it knows (payload.measurable), the handshake
+    benchmark for each of handshake_services whose handshakes are counted. Failures are reported,
+    never raised: the results are already safe.
     """
     try:
         if not (run_dir / PAYLOAD_FILE).exists():
@@ -86,7 +95,22 @@ def finish(run_dir: Path, benchmark: bool, say: Say, shapes: Sequence[str] = (DE
             budget = serialization.FULL
             cases = serialization.run(budget, benchmarked)
             write_json_atomic(run_dir / SERIALIZATION_FILE, serialization.as_document(cases, budget))
+        counted = [s for s in handshake_services if s in handshakes.COUNTING]
+        if benchmark and counted and not (run_dir / handshakes.FILE).exists():
+            _handshake_benchmark(run_dir, counted, say)
         md, _ = write_report(run_dir)
         say(f"report: {md} (and report.html)")
     except Exception:  # a report bug must not turn a finished run into a failed one
         say(f"report: not written:\n{traceback.format_exc()}\nregenerate with: scripts/report.py {run_dir}")
+
+
+def _handshake_benchmark(run_dir: Path, services: Sequence[str], say: Say) -> None:
+    """Full against resumed TLS handshakes on `services` (report.handshakes) into the run's
+    handshakes.json; a server it cannot measure, or whose count disagrees, is said and skipped."""
+    say(f"handshake benchmark, full against resumed TLS (about {HANDSHAKES_S * len(services)} s)")
+    try:
+        cases = handshakes.run(services=services)
+    except (handshakes.HandshakeMismatch, handshakes.BenchError) as error:
+        say(f"handshake benchmark: not measured: {error}")
+        return
+    write_json_atomic(run_dir / handshakes.FILE, handshakes.as_document(cases))

@@ -141,7 +141,10 @@ def _run(
                 run_end.finish(out_dir, benchmark=False, say=_say)
         return EXIT_INTERRUPTED
     shapes = tuple(dict.fromkeys(s.shape for s in plan.scenarios))  # each shape's benchmark, in plan order
-    run_end.finish(out_dir, benchmark=True, say=_say, shapes=shapes)
+    # A churn over TLS measured full handshakes only (k6 never resumes): the handshake benchmark measures
+    # full against resumed on the servers of those targets whose handshakes are counted.
+    tls_churned = tuple(dict.fromkeys(s.target.service for s in plan.scenarios if s.churn and s.target.tls))
+    run_end.finish(out_dir, benchmark=True, say=_say, shapes=shapes, handshake_services=tls_churned)
     return EXIT_OK if ok else EXIT_FAILED
 
 

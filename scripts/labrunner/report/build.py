@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from labrunner.files import write_text_atomic
-from labrunner.report import payload, serialization
+from labrunner.report import handshakes, payload, serialization
 from labrunner.report.document import Block, Heading, to_html, to_markdown
 from labrunner.report.runs import load_run, read_json
 from labrunner.report.sections import SECTIONS
@@ -22,7 +22,14 @@ def write_report(run_dir: Path, baseline_dir: Path | None = None) -> tuple[Path,
     if not payload_rows:
         payload_rows = payload.measure()
         payload_note = f"{PAYLOAD_FILE} was missing: computed now from the current code's record pool."
-    report = Report(run, baseline, tuple(payload_rows), payload_note, read_json(run_dir / SERIALIZATION_FILE))
+    report = Report(
+        run,
+        baseline,
+        tuple(payload_rows),
+        payload_note,
+        read_json(run_dir / SERIALIZATION_FILE),
+        tuple(handshakes.cases_of(read_json(run_dir / handshakes.FILE))),
+    )
     for stale in report.charts_dir.glob("*.png"):  # a chart without data this time must not linger
         stale.unlink()
     blocks = build(report)

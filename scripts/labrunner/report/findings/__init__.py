@@ -14,6 +14,7 @@ from labrunner.report.compare import Group
 from labrunner.report.findings import aa_control, churn, compression, network, pairs, payload_sweep, run
 from labrunner.report.findings.finding import Evidence, Finding
 from labrunner.report.floor import lab_groups
+from labrunner.report.handshakes import HandshakeCase
 from labrunner.report.serialization import Case
 
 
@@ -48,14 +49,15 @@ def for_run(
     preset: str | None,
     payload_rows: Sequence[payload.PayloadRow] | None = None,
     cases: Sequence[Case] = (),
+    handshake_cases: Sequence[HandshakeCase] = (),
 ) -> list[Finding]:
     """Every question's findings, ranked, and which presets would answer the questions not asked.
     payload_rows: the run's body sizes (payload.json); measured from the record pool when the run swept
-    counts and none are given."""
+    counts and none are given. handshake_cases: the handshake benchmark's (handshakes.json)."""
     lab = lab_groups(groups)
     if payload_rows is None and len({g.count for g in lab}) > 1:
         payload_rows = payload.measure()
-    evidence = Evidence(tuple(lab), tuple(payload_rows or ()), tuple(cases))
+    evidence = Evidence(tuple(lab), tuple(payload_rows or ()), tuple(cases), tuple(handshake_cases))
     builders = dict.fromkeys(q.build for q in QUESTIONS)  # each once, in the registry's order
     found = [finding for build in builders for finding in build(evidence)]
     return ranked(found + unasked(found, preset))

@@ -11,6 +11,11 @@ from labrunner.report.connection_cost import (
 )
 from labrunner.report.findings.finding import Evidence, Finding
 from labrunner.report.findings.pairs import CHURN
+from labrunner.report.handshakes import Estimate as HandshakeEstimate
+from labrunner.report.handshakes import HandshakeCase
+
+# A handshake benchmark beside more than this share of other work on the host is said to be.
+OTHERS_QUIET = 0.05
 
 QUESTION = CHURN  # its answers stand before the pairs' lines under the one heading
 
@@ -19,11 +24,9 @@ def findings(evidence: Evidence) -> list[Finding]:
     """One answer per set of conditions the churns ran under: each target's cost of a new connection,
     then each TLS target's handshake over its cleartext twin; [] for a run with no churn."""
     costs = connection_costs(evidence.groups)
-    if not costs:
-        return []
     found = [_target_finding(c) for c in costs]
     found += [_handshake_finding(h) for h in handshakes(costs)]
-    return found
+    return found + [_resumption_finding(c) for c in evidence.handshakes]
 
 
 def _target_finding(c: ConnectionCost) -> Finding:
@@ -42,6 +45,29 @@ def _target_finding(c: ConnectionCost) -> Finding:
         answer=True,
         caveat="" if c.per_connection.low is not None else "one repeat at two churns: no interval",
     )
+
+
+def _resumption_finding(c: HandshakeCase) -> Finding:
+    """E.g. "rest_aiohttp, handshake benchmark: a resumed TLS 1.3 handshake costs 558 µs [512, 604] of
+    the server's CPU, a full one 600 µs [555, 644]: 0.93x [0.86, 1.00]"."""
+    ratio = c.resumed_over_full
+    interval = (
+        f" [{ratio.low:.2f}, {ratio.high:.2f}]" if ratio.low is not None and ratio.high is not None else ""
+    )
+    return Finding(
+        QUESTION,
+        f"{c.service}, handshake benchmark: a resumed {c.tls_version} handshake costs "
+        f"{_us(c.resumed_us)} of the server's CPU, a full one {_us(c.full_us)}: "
+        f"{ratio.estimate:.2f}x{interval} "
+        f"(a Python client resuming, one worker, {c.rounds} rounds of {c.handshakes}).",
+        answer=True,
+        caveat=f"others used {c.others_share:.0%} of the host" if c.others_share > OTHERS_QUIET else "",
+    )
+
+
+def _us(e: HandshakeEstimate) -> str:
+    interval = f" [{e.low:,.0f}, {e.high:,.0f}]" if e.low is not None and e.high is not None else ""
+    return f"{e.mean:,.0f} µs{interval}"
 
 
 def _handshake_finding(h: Handshake) -> Finding:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 from labrunner.model.scenario import DEFAULT_SHAPE, IDENTITY, UPLOAD, churn_words
 from labrunner.report.compare import THROUGHPUT, Comparison, Group
+from labrunner.report.handshakes import HandshakeCase
 from labrunner.report.payload import PayloadRow
 from labrunner.report.serialization import Case
 from labrunner.report.stats import CONFIDENCE, Ratio, holm, ratio_too_wide
@@ -69,6 +70,7 @@ class Evidence:
     groups: tuple[Group, ...]
     payload_rows: tuple[PayloadRow, ...] = ()
     cases: tuple[Case, ...] = ()
+    handshakes: tuple[HandshakeCase, ...] = ()  # the handshake benchmark's: full against resumed TLS
 
 
 def executor(group: Group) -> str:

@@ -9,13 +9,16 @@ from labrunner.report.connection_cost import METHOD, connection_costs, handshake
 from labrunner.report.document import Block, Heading, Paragraph, Table, table
 from labrunner.report.findings.compression import KIND
 from labrunner.report.findings.finding import closed_groups
+from labrunner.report.handshakes import Estimate, HandshakeCase
 from labrunner.report.sections.section import Report, Section
 
 TITLE = "Connections: churn and compression"
 
 
 def applies(report: Report) -> bool:
-    return any(g.churn is not None or g.compression != IDENTITY for g in report.run.groups)
+    return bool(report.handshakes) or any(
+        g.churn is not None or g.compression != IDENTITY for g in report.run.groups
+    )
 
 
 def blocks(report: Report) -> list[Block]:
@@ -53,6 +56,9 @@ def blocks(report: Report) -> list[Block]:
                     [[h.tls.target, h.cleartext.target, microseconds(h.cost)] for h in found],
                 )
             )
+    if report.handshakes:
+        shown += [Heading(3, "Full against resumed TLS handshakes"), Paragraph(HANDSHAKE_METHOD)]
+        shown.append(_handshake_table(report.handshakes))
     compressed = [c for c in compare_groups(groups) if c.kind == KIND]
     if compressed:
         shown += [
@@ -65,6 +71,54 @@ def blocks(report: Report) -> list[Block]:
             _compression_table([g for c in compressed for g in (c.baseline, c.candidate)]),
         ]
     return shown
+
+
+HANDSHAKE_METHOD = (
+    "The handshake benchmark (labrunner.report.handshakes, after the run on the idle host): each server "
+    "whose handshakes are counted, one worker on its own CPU, takes rounds of full handshakes, of resumed "
+    "ones (a Python client offering the session of an earlier connection) and of connections closed "
+    "before any handshake; the worker's CPU per connection from its threads' schedstat, mean over the "
+    "rounds with a 95% t interval, the ratio paired round by round. The server's own counter "
+    "(protolab_tls_handshakes_total) must equal the plan, or the server is not reported."
+)
+
+
+def _estimate(e: Estimate) -> str:
+    interval = f" [{e.low:,.0f}, {e.high:,.0f}]" if e.low is not None and e.high is not None else ""
+    return f"{e.mean:,.0f}{interval}"
+
+
+def _handshake_table(cases: Sequence[HandshakeCase]) -> Table:
+    return table(
+        [
+            "server",
+            "TLS",
+            "full (µs)",
+            "resumed (µs)",
+            "resumed / full",
+            "no handshake (µs)",
+            "counted",
+            "others",
+        ],
+        [
+            [
+                c.service,
+                c.tls_version,
+                _estimate(c.full_us),
+                _estimate(c.resumed_us),
+                f"{c.resumed_over_full.estimate:.2f}"
+                + (
+                    f" [{c.resumed_over_full.low:.2f}, {c.resumed_over_full.high:.2f}]"
+                    if c.resumed_over_full.low is not None and c.resumed_over_full.high is not None
+                    else ""
+                ),
+                _estimate(c.no_handshake_us),
+                f"{c.counted_full:,} full, {c.counted_resumed:,} resumed",
+                f"{c.others_share:.0%}",
+            ]
+            for c in cases
+        ],
+    )
 
 
 def _centre(group: Group, metric: str, scale: float = 1.0, digits: int = 0) -> str:

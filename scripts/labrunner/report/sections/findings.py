@@ -28,7 +28,7 @@ def blocks(report: Report) -> list[Block]:
         f"({host.get('cpus_available', '?')} of {host.get('cpu_count', '?')} CPUs available), "
         f"started {m.get('started_at') or 'at an unrecorded time'}, preset `{preset}`; provenance at the end."
     )
-    found = for_run(run.groups, preset, cases=report.cases)
+    found = for_run(run.groups, preset, cases=report.cases, handshake_cases=report.handshakes)
     shown: list[Block] = [Heading(2, TITLE)]
     if chart := drawing.forest(forest_rows(run.groups), report.charts_dir / "findings.png"):
         shown.append(

@@ -10,6 +10,7 @@ from typing import Any
 from labrunner.report import serialization
 from labrunner.report.compare import Comparison, Group, against_baseline
 from labrunner.report.document import Block, Image
+from labrunner.report.handshakes import HandshakeCase
 from labrunner.report.payload import PayloadRow
 from labrunner.report.runs import Run
 
@@ -26,6 +27,7 @@ class Report:
     payload_rows: tuple[PayloadRow, ...] = ()
     payload_note: str = ""  # why the payload table was measured now instead of read from the run
     bench: Any = None  # serialization.json as read; None when the run has none
+    handshakes: tuple[HandshakeCase, ...] = ()  # handshakes.json's cases; none when the run has none
 
     @property
     def charts_dir(self) -> Path:
