@@ -32,6 +32,10 @@ _SAME = (
     "direction",
     "instrumented",
     "kind",
+    "shape",
+    "streams",
+    "churn",
+    "compression",
 )
 COMPARED_HERE = ("rps", "p50", "p99", "bytes")
 

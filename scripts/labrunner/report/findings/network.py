@@ -3,6 +3,7 @@
 import math
 from collections.abc import Sequence
 
+from labrunner.model.scenario import IDENTITY
 from labrunner.report.compare import Comparison, Group
 from labrunner.report.findings.finding import Evidence, Finding
 from labrunner.report.network import (
@@ -35,10 +36,10 @@ def findings(evidence: Evidence) -> list[Finding]:
 
 def _cost_findings(costs: Sequence[LinkCost]) -> list[Finding]:
     """One finding per link and load model: each target against itself on loopback."""
-    by_link: dict[tuple[str, str, str, int, str, str, str], list[LinkCost]] = {}
+    by_link: dict[tuple[str, str, str, int, str, str, str, str], list[LinkCost]] = {}
     for c in costs:
         g = c.group
-        key = (g.network, c.kind, g.profile, g.count, g.response_model, g.direction, g.shape)
+        key = (g.network, c.kind, g.profile, g.count, g.response_model, g.direction, g.shape, g.compression)
         by_link.setdefault(key, []).append(c)
     out = []
     for (network, kind, *_), members in by_link.items():
@@ -137,6 +138,10 @@ def _pair_key(c: Comparison) -> tuple[object, ...]:
         g.response_model,
         g.direction,
         g.tls,
+        g.shape,
+        g.streams,
+        g.churn,
+        g.compression,
     )
 
 
@@ -188,7 +193,8 @@ def _effect(ratios: Sequence[Ratio | None]) -> float:
 
 def _held(g: Group) -> str:
     """What a network finding holds fixed besides the load model."""
-    return f"{g.profile} profile, {g.count} records, {g.response_model or 'build'}"
+    held = f"{g.profile} profile, {g.count} records, {g.response_model or 'build'}"
+    return held if g.compression == IDENTITY else f"{held}, {g.compression}"
 
 
 def _added(ms: float | None) -> str:

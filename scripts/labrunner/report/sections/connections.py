@@ -4,10 +4,10 @@ fit of CPU per call against connections per call, and each TLS handshake's cost 
 from collections.abc import Sequence
 
 from labrunner.model.scenario import IDENTITY, churn_name
-from labrunner.report.compare import Group, compare_groups
+from labrunner.report.compare import Group
 from labrunner.report.connection_cost import METHOD, connection_costs, handshakes, microseconds
 from labrunner.report.document import Block, Heading, Paragraph, Table, table
-from labrunner.report.findings.compression import KIND
+from labrunner.report.findings.compression import compressed_pairs
 from labrunner.report.findings.finding import closed_groups
 from labrunner.report.handshakes import Estimate, HandshakeCase
 from labrunner.report.sections.section import Report, Section
@@ -59,7 +59,7 @@ def blocks(report: Report) -> list[Block]:
     if report.handshakes:
         shown += [Heading(3, "Full against resumed TLS handshakes"), Paragraph(HANDSHAKE_METHOD)]
         shown.append(_handshake_table(report.handshakes))
-    compressed = [c for c in compare_groups(groups) if c.kind == KIND]
+    compressed = compressed_pairs(groups)
     if compressed:
         shown += [
             Heading(3, "Compression"),
