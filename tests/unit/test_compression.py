@@ -197,6 +197,9 @@ def test_the_findings_say_what_gzip_saves_on_the_wire_and_costs_in_cpu() -> None
     narrow = [f for f in findings.for_run(groups, "compression") if ", narrow: " in f.sentence]
     assert {f.sentence.split(",")[0] for f in narrow} == {"aiohttp-h1", "grpc"}
     assert all(not f.caveat for f in narrow)
+    assert all(f.held_fixed.endswith("no TLS, narrow") for f in narrow)
+    # Nor is the link's pace said to keep the narrow groups out of every ratio.
+    assert not [f for f in findings.for_run(groups, "compression") if "in no ratio" in f.sentence]
     assert any(
         f.sentence.startswith("grpc, narrow: gzip 3,900 bytes a response against 7,600") for f in narrow
     )

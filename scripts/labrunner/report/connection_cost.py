@@ -37,6 +37,7 @@ class ConnectionCost:
     churns: tuple[int | None, ...]  # the churns fitted, never (None) first
     points: tuple[tuple[float, float], ...]  # (1/N, ms per call) of every repeat
     line: Line  # fixed: ms per call on a kept connection; per_record: ms per new connection
+    group: Group  # one of its groups: the conditions the fit held
 
     @property
     def per_connection(self) -> Estimate:
@@ -99,6 +100,7 @@ def connection_costs(groups: Sequence[Group]) -> list[ConnectionCost]:
                 churns=tuple(sorted(churns, key=lambda c: (c is not None, c or 0))),
                 points=points,
                 line=fit_line([x for x, _ in points], [y for _, y in points]),
+                group=first,
             )
         )
     return costs

@@ -9,7 +9,7 @@ from labrunner.report.connection_cost import (
     handshakes,
     microseconds,
 )
-from labrunner.report.findings.finding import Evidence, Finding
+from labrunner.report.findings.finding import Evidence, Finding, held_by
 from labrunner.report.findings.pairs import CHURN
 from labrunner.report.handshakes import Estimate as HandshakeEstimate
 from labrunner.report.handshakes import HandshakeCase
@@ -44,6 +44,7 @@ def _target_finding(c: ConnectionCost) -> Finding:
         effect=max(c.per_connection.value, 0.0) / kept if kept > 0 else 0.0,
         answer=True,
         caveat="" if c.per_connection.low is not None else "one repeat at two churns: no interval",
+        held_fixed=held_by(c.group),
     )
 
 
@@ -78,4 +79,5 @@ def _handshake_finding(h: Handshake) -> Finding:
         f"{h.tls.target}: a full TLS handshake costs {microseconds(h.cost)} of CPU (its new connection "
         f"over {h.cleartext.target}'s); k6 never resumes a TLS session.",
         answer=True,
+        held_fixed=held_by(h.tls.group),
     )

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from labrunner.model.questions import pairs
 from labrunner.report.compare import Comparison, Group, compare_groups
-from labrunner.report.findings.finding import Evidence, Finding, closed_groups
+from labrunner.report.findings.finding import Evidence, Finding, closed_groups, held_fixed
 from labrunner.report.findings.pairs import COMPRESSION
 from labrunner.report.stats import Ratio, ratio
 
@@ -64,6 +64,7 @@ def _finding(c: Comparison) -> Finding:
         effect=abs(1 - sent / plain) if sent is not None and plain else 0.0,
         answer=True,
         caveat=caveat,
+        held_fixed=held_fixed(c),
     )
 
 

@@ -134,6 +134,11 @@ def corrected(ratios: Sequence[Ratio]) -> dict[int, Ratio]:
     return judged
 
 
+def held_by(group: Group) -> str:
+    """What a finding about one group's conditions held fixed, in held_fixed's words."""
+    return held_fixed(Comparison("", group, group, {}))
+
+
 def held_fixed(comparison: Comparison) -> str:
     """What a comparison held fixed, in words: profile, records, response model, load, TLS, network."""
     g = comparison.candidate
