@@ -127,13 +127,65 @@ def make_tls_material(directory: Path) -> tuple[Path, Path, Path]:
     return paths
 
 
-def echo_close(handler: BaseHTTPRequestHandler) -> None:
-    """Says Connection: close on a response to a request that asked for it, as the lab's servers do
-    (http.server closes the connection without saying so). Go's HTTP/1.1 client (k6) keeps a
+def send_json(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+    """A 200 JSON response, saying Connection: close to a request that asked for it, as the lab's
+    servers do (http.server closes the connection without saying so). Go's HTTP/1.1 client (k6) keeps a
     connection after a request of its own with Connection: close unless the response says it too: it
     would send its next request on the connection the server closed (k6/rest.js CHURN)."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
     if handler.close_connection:
         handler.send_header("Connection", "close")
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+# Hypercorn over TLS, h2 and http/1.1 offered by ALPN: GET /records?count=N answers N fake records.
+H2_APP = """
+import json
+from urllib.parse import parse_qs
+
+RECORD = json.loads({record!r})
+
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    count = int(parse_qs(scope["query_string"].decode()).get("count", ["100"])[0])
+    body = json.dumps({{"records": [RECORD] * count}}).encode()
+    headers = [(b"content-type", b"application/json")]
+    await send({{"type": "http.response.start", "status": 200, "headers": headers}})
+    await send({{"type": "http.response.body", "body": body}})
+"""
+
+
+def write_h2_app(directory: Path) -> str:
+    """H2_APP as a module in directory; its app for hypercorn_tls."""
+    (directory / "h2app.py").write_text(H2_APP.format(record=json.dumps(fake_record(0))))
+    return "h2app:app"
+
+
+@contextlib.contextmanager
+def hypercorn_tls(
+    directory: Path, app: str, tls_material: tuple[Path, Path, Path], *options: str
+) -> Iterator[int]:
+    """Hypercorn serving `app` (module:attribute, the module in directory) over TLS on a free port,
+    with its further command-line options; yields the port once it listens."""
+    _, cert, key = tls_material
+    port = free_port()
+    argv = [sys.executable, "-m", "hypercorn", *options, "--bind", f"127.0.0.1:{port}"]
+    argv += ["--certfile", str(cert), "--keyfile", str(key), app]
+    proc = subprocess.Popen(argv, cwd=directory, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not port_open(port):
+            assert proc.poll() is None and time.monotonic() < deadline, "hypercorn did not start"
+            time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 class RecordsServer:
@@ -158,12 +210,7 @@ class RecordsServer:
                 count = int(urllib.parse.parse_qs(url.query).get("count", ["100"])[0])
                 body = body_for(count)
                 time.sleep(delay_s)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                echo_close(self)
-                self.end_headers()
-                self.wfile.write(body)
+                send_json(self, body)
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -4,17 +4,14 @@ its calls / N connections rounded up; without CHURN, one per VU. Each server sit
 counts the TCP connections k6 opens (CountingRelay: grpcio cannot count its own), and k6's
 protolab_connections says the same number. REST over HTTP/1.1 and over HTTP/2 (TLS) sends
 `Connection: close` on a connection's last request (the HTTP/1.1 servers say it back, as the lab's do:
-k6_servers.echo_close), gRPC (unary, over TLS too, and streaming) closes its client. A fixed number of
+k6_servers.send_json), gRPC (unary, over TLS too, and streaming) closes its client. A fixed number of
 calls (shared-iterations), never a duration, so every count is exact;
 how many of them each VU took, k6's own points say (`--out json`, tagged by VU). A CHURN that is no
 positive integer, or beside STREAMS > 1, stops k6 before any load."""
 
 import json
 import math
-import subprocess
-import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,12 +29,11 @@ from tests.e2e.k6_servers import (
     CountingRelay,
     GrpcServer,
     RecordsServer,
-    echo_close,
-    fake_record,
-    free_port,
+    hypercorn_tls,
     load_summary,
-    port_open,
     run_k6,
+    send_json,
+    write_h2_app,
 )
 from tests.support import ROOT, stream_end_lost
 
@@ -69,43 +65,11 @@ def grpc_env(**extra: str) -> Callable[[int], dict[str, str]]:
     return lambda port: {"GRPC_ADDR": f"127.0.0.1:{port}", "PROTO_DIR": str(ROOT / "proto"), **extra}
 
 
-# Hypercorn over TLS, h2 offered by ALPN: GET /records?count=N answers N records.
-H2_APP = """
-import json
-from urllib.parse import parse_qs
-
-RECORD = json.loads({record!r})
-
-
-async def app(scope, receive, send):
-    if scope["type"] != "http":
-        return
-    count = int(parse_qs(scope["query_string"].decode()).get("count", ["100"])[0])
-    body = json.dumps({{"records": [RECORD] * count}}).encode()
-    headers = [(b"content-type", b"application/json")]
-    await send({{"type": "http.response.start", "status": 200, "headers": headers}})
-    await send({{"type": "http.response.body", "body": body}})
-"""
-
-
 @pytest.fixture(scope="module")
 def h2_port(tmp_path_factory: pytest.TempPathFactory, tls_material: tuple[Path, Path, Path]) -> Iterator[int]:
-    _, cert, key = tls_material
     app_dir = tmp_path_factory.mktemp("h2app")
-    (app_dir / "h2app.py").write_text(H2_APP.format(record=json.dumps(fake_record(0))))
-    port = free_port()
-    argv = [sys.executable, "-m", "hypercorn", "--bind", f"127.0.0.1:{port}"]
-    argv += ["--certfile", str(cert), "--keyfile", str(key), "h2app:app"]
-    proc = subprocess.Popen(argv, cwd=app_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while not port_open(port):
-            assert proc.poll() is None and time.monotonic() < deadline, "hypercorn did not start"
-            time.sleep(0.1)
+    with hypercorn_tls(app_dir, write_h2_app(app_dir), tls_material) as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 TARGETS = ["rest-h1", "rest-h2-tls", "grpc-unary", "grpc-unary-tls", "grpc-stream"]
@@ -233,13 +197,7 @@ class UploadServer:
             def do_POST(self) -> None:
                 records = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["records"]
                 reply = {"count": len(records), "checksum": checksum(map(record_from_json, records))}
-                body = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                echo_close(self)
-                self.end_headers()
-                self.wfile.write(body)
+                send_json(self, json.dumps(reply).encode())
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -4,10 +4,6 @@ model, TLS and HTTP/2 (negotiated or forced off), a wrong record count, a bad lo
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,13 +16,12 @@ from tests.e2e.k6_servers import (
     K6_SCRIPT_EXCEPTION,
     K6_THRESHOLDS_FAILED,
     RecordsServer,
-    fake_record,
-    free_port,
+    hypercorn_tls,
     k6_options,
     load_summary,
-    port_open,
     rest_env,
     run_k6,
+    write_h2_app,
 )
 
 pytestmark = [pytest.mark.parallel, pytest.mark.timeout(120)]  # answers checked, nothing measured
@@ -107,48 +102,17 @@ def test_rest_aborts_when_http2_is_expected_but_not_negotiated(tls_material: tup
     assert "server negotiated HTTP/1.1 but EXPECT_PROTO=HTTP/2.0" in result.stderr
 
 
-H2_APP = """
-import json
-from urllib.parse import parse_qs
-
-RECORD = json.loads({record!r})
-
-
-async def app(scope, receive, send):
-    if scope["type"] != "http":
-        return
-    count = int(parse_qs(scope["query_string"].decode()).get("count", ["100"])[0])
-    body = json.dumps({{"records": [RECORD] * count}}).encode()
-    headers = [(b"content-type", b"application/json")]
-    await send({{"type": "http.response.start", "status": 200, "headers": headers}})
-    await send({{"type": "http.response.body", "body": body}})
-"""
-
-
 @pytest.fixture(scope="module")
 def h2_server(
     tmp_path_factory: pytest.TempPathFactory, tls_material: tuple[Path, Path, Path]
 ) -> Iterator[str]:
     """Hypercorn over TLS offering h2 and http/1.1 via ALPN; yields its https base URL."""
-    _, cert, key = tls_material
     app_dir = tmp_path_factory.mktemp("h2app")
-    (app_dir / "h2app.py").write_text(H2_APP.format(record=json.dumps(fake_record(0))))
     # Hypercorn ends a connection after 1,000 requests by default (GOAWAY), which k6 reports
     # as a failed request: the lab's Quart service lifts the limit the same way.
     (app_dir / "hypercorn.toml").write_text("keep_alive_max_requests = 1_000_000_000\n")
-    port = free_port()
-    argv = [sys.executable, "-m", "hypercorn", "--config", "hypercorn.toml", "--bind", f"127.0.0.1:{port}"]
-    argv += ["--certfile", str(cert), "--keyfile", str(key), "h2app:app"]
-    proc = subprocess.Popen(argv, cwd=app_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while not port_open(port):
-            assert proc.poll() is None and time.monotonic() < deadline, "hypercorn did not start"
-            time.sleep(0.1)
+    with hypercorn_tls(app_dir, write_h2_app(app_dir), tls_material, "--config", "hypercorn.toml") as port:
         yield f"https://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @pytest.mark.parametrize(("expect", "extra"), [("HTTP/2.0", {}), ("HTTP/1.1", {"GODEBUG": "http2client=0"})])

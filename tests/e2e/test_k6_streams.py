@@ -12,7 +12,6 @@ import contextlib
 import json
 import ssl
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -34,8 +33,7 @@ from tests.e2e.k6_servers import (
     CountingRelay,
     GrpcServer,
     fake_record,
-    free_port,
-    port_open,
+    hypercorn_tls,
     run_k6,
 )
 from tests.support import (
@@ -332,19 +330,11 @@ async def app(scope, receive, send):
 
 
 def test_rest_streams_are_in_flight_at_once(tmp_path: Path, tls_material: tuple[Path, Path, Path]) -> None:
-    ca, cert, key = tls_material
+    ca = tls_material[0]
     (tmp_path / "held.py").write_text(
         HELD_APP.format(record=json.dumps(fake_record(0)), streams=STREAMS_AT_ONCE, hold=HOLD_SECONDS)
     )
-    port = free_port()
-    argv = [sys.executable, "-m", "hypercorn", "--bind", f"127.0.0.1:{port}"]
-    argv += ["--certfile", str(cert), "--keyfile", str(key), "held:app"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while not port_open(port):
-            assert proc.poll() is None and time.monotonic() < deadline, "hypercorn did not start"
-            time.sleep(0.1)
+    with hypercorn_tls(tmp_path, "held:app", tls_material) as port:
         summary = tmp_path / "summary.json"
         with CountingRelay(port) as relay:
             env = k6_env(relay.port, grpc=False, COUNT="7", **fixed_run(1, STREAMS_AT_ONCE, 3, summary))
@@ -353,9 +343,6 @@ def test_rest_streams_are_in_flight_at_once(tmp_path: Path, tls_material: tuple[
         most = int(
             urllib.request.urlopen(f"https://127.0.0.1:{port}/most", context=context, timeout=5).read()
         )
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     assert k6.errors == 0 and k6.requests == 3 * STREAMS_AT_ONCE
     # One VU: only its own iteration's requests can overlap, and all of them did, on its one connection
     # (a batch that found none open would have had Go dial one per request: k6/rest.js).
