@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from labrunner.files import write_json_atomic
 from labrunner.model.matrix import expand, load_matrix
@@ -63,6 +64,24 @@ def quick_benchmark(out: Path) -> None:
     (the report skips the benchmark when its file exists)."""
     document = as_document(run_serialization(QUICK), QUICK)
     write_json_atomic(out / "serialization.json", document)
+
+
+def finished_run(out: Path, *args: str) -> tuple[str, dict[str, dict[str, Any]]]:
+    """run_matrix.py with args (QUIET, into `out`, with a quick serialization benchmark there) to its
+    end, which must be a success; its output and its results by scenario id."""
+    out.mkdir()
+    quick_benchmark(out)
+    completed = subprocess.run(
+        run_matrix_command(*args, *QUIET, "--out", str(out)),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    results = {path.stem: json.loads(path.read_text()) for path in (out / "scenarios").glob("*.json")}
+    return completed.stdout, results
 
 
 def start_run(out: Path, *args: str, marker: str | None = None) -> Run:

@@ -4,14 +4,11 @@ calls (the runner's check passed and the result keeps the count), a kept one dia
 compressed scenario's responses took fewer bytes than the same target's uncompressed ones; the run's
 report has the connections section."""
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.local_runs import QUIET, quick_benchmark
-from tests.support import ROOT, run_matrix_command
+from tests.e2e.local_runs import finished_run
 
 # Connections dialed and bytes counted, results written: no timing judged.
 pytestmark = [pytest.mark.e2e, pytest.mark.paired]
@@ -25,18 +22,7 @@ SELECTION = (
 
 def test_churned_scenarios_dial_every_n_calls_and_compressed_ones_send_fewer_bytes(tmp_path: Path) -> None:
     out = tmp_path / "churn-compression-run"  # the run id names its cgroups: unique among the paired phase
-    out.mkdir()
-    quick_benchmark(out)
-    completed = subprocess.run(
-        run_matrix_command(*SELECTION, *QUIET, "--out", str(out)),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    results = {path.stem: json.loads(path.read_text()) for path in (out / "scenarios").glob("*.json")}
+    _, results = finished_run(out, *SELECTION)
     assert set(results) == {
         f"{target}.small.c100.closed{churn}{compression}.r1"
         for target in ("aiohttp-h1-tls", "grpc")

@@ -3,14 +3,11 @@ real HTTP/2 and gRPC servers runs each target at 10 connections of one request a
 5 requests at once, and the service's own namespace counted exactly the planned connections in the
 warm-up and the measured window; HTTP/1.1 beside them runs at one stream only, said once."""
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.local_runs import QUIET, quick_benchmark
-from tests.support import ROOT, run_matrix_command
+from tests.e2e.local_runs import finished_run
 
 # Connections counted and results written, no figure judged.
 pytestmark = [pytest.mark.e2e, pytest.mark.paired]
@@ -22,20 +19,9 @@ SELECTION = (
 
 
 def test_each_connection_model_runs_with_the_connections_it_plans(tmp_path: Path) -> None:
-    out = tmp_path / "connection-model-run"  # the run id names its cgroups: unique among the paired phase
-    out.mkdir()
-    quick_benchmark(out)
-    completed = subprocess.run(
-        run_matrix_command(*SELECTION, *QUIET, "--out", str(out)),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    assert "HTTP/1.1 cannot multiplex: aiohttp-h1 run at 1 stream per connection only" in completed.stdout
-    results = {path.stem: json.loads(path.read_text()) for path in (out / "scenarios").glob("*.json")}
+    # The run id names its cgroups: unique among the paired phase.
+    output, results = finished_run(tmp_path / "connection-model-run", *SELECTION)
+    assert "HTTP/1.1 cannot multiplex: aiohttp-h1 run at 1 stream per connection only" in output
     assert set(results) == {
         "aiohttp-h1.small.c10.closed.r1",
         "quart-h2-tls.small.c10.closed.r1",

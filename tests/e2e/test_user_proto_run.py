@@ -7,18 +7,13 @@ parallel phase's integration test covers every stack (tests/integration/test_use
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from labrunner.files import write_json_atomic
-from labrunner.report.serialization import QUICK, as_document
-from labrunner.report.serialization import run as run_serialization
 
-from tests.e2e.test_shape_run import QUIET
+from tests.e2e.local_runs import finished_run
 from tests.e2e.test_shape_run import SELECTION as SHAPE_RUN
-from tests.support import QUICK_CALIBRATION, ROOT
+from tests.support import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.paired]  # bytes verified and results written, no figure judged
 # test_shape_run's small run, with unary gRPC beside REST: a pair the findings compare (gRPC vs REST).
@@ -30,28 +25,7 @@ CHECKSUM = re.compile(r"the pool's records \(canonical checksum ([0-9a-f]{8})\)"
 
 def test_a_user_proto_run_verifies_equal_work_and_gives_findings(tmp_path: Path) -> None:
     out = tmp_path / "user-proto-run"  # the run id names its cgroups: unique among the paired phase
-    out.mkdir()
-    # The serialization benchmark is not under test here: a quick one in place.
-    write_json_atomic(out / "serialization.json", as_document(run_serialization(QUICK), QUICK))
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "scripts/run_matrix.py",
-            *QUICK_CALIBRATION,
-            *SELECTION,
-            *QUIET,
-            *PROTO,
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    results = {path.stem: json.loads(path.read_text()) for path in (out / "scenarios").glob("*.json")}
+    output, results = finished_run(out, *SELECTION, *PROTO)
     assert set(results) == {"aiohttp-h1.small.c10.closed.proto.r1", "grpc.small.c10.closed.proto.r1"}
     checksums = set()
     for scenario_id, result in results.items():
@@ -61,7 +35,7 @@ def test_a_user_proto_run_verifies_equal_work_and_gives_findings(tmp_path: Path)
         checksums |= found
         assert result["k6"]["metrics"]["requests"] > 0
     assert len(checksums) == 1, checksums  # the same records from every server: equal work
-    assert "findings:" in completed.stdout and "proto records" in completed.stdout
+    assert "findings:" in output and "proto records" in output
     manifest = json.loads((out / "manifest.json").read_text())
     described = manifest["settings"]["user_message"]
     assert described["message"] == "weather.v1.Observation" and described["records"]["string_chars"] == 16
