@@ -12,9 +12,10 @@ import sys
 import time
 import tomllib
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from labrunner.backends.base import SERVICE_STOP_ENV, Endpoint, ServiceHandle
 from labrunner.model.matrix import expand, parse_matrix
@@ -178,6 +179,22 @@ def tls_env() -> dict[str, str]:
     if not (CERTS / "server.pem").is_file():
         subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_certs.py")], check=True, cwd=ROOT)
     return {"TLS_CERT_FILE": str(CERTS / "server.pem"), "TLS_KEY_FILE": str(CERTS / "server-key.pem")}
+
+
+K = TypeVar("K")
+
+
+def launch_at_once(launches: Mapping[K, Callable[[], RunningService]]) -> dict[K, RunningService]:
+    """Every launch (a launch_service call) at once, each in a thread; when any failed, the others are
+    killed and the first failure raised."""
+    with ThreadPoolExecutor(len(launches)) as executor:
+        futures = {key: executor.submit(launch) for key, launch in launches.items()}
+    started = {key: future.result() for key, future in futures.items() if future.exception() is None}
+    if failed := [error for future in futures.values() if (error := future.exception()) is not None]:
+        for service in started.values():
+            service.kill()
+        raise failed[0]
+    return started
 
 
 def launch_service(

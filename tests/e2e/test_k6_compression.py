@@ -6,11 +6,11 @@ quarters over gRPC (100 records: JSON gzips about 5x, protobuf about 2x). rest.j
 server that does not compress fails its 'compressed with gzip' check, so its thresholds; a COMPRESSION
 it does not know stops it at init."""
 
+import functools
 import json
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,7 +20,7 @@ import pytest
 from services.common.environment import DEFAULT_POOL_SIZE, DEFAULT_SEED
 from services.common.records import load_pool
 from tests.e2e.k6_servers import K6_SCRIPT_EXCEPTION, K6_THRESHOLDS_FAILED, load_summary, run_k6
-from tests.support import CERTS, RunningService, k6_env, launch_service, tls_env
+from tests.support import CERTS, RunningService, k6_env, launch_at_once, launch_service, tls_env
 
 # Bytes counted, never a time or a CPU: k6 and the servers answer the same whatever runs beside them.
 pytestmark = [pytest.mark.parallel, pytest.mark.timeout(180)]
@@ -57,13 +57,14 @@ def servers() -> Iterator[dict[tuple[str, str], RunningService]]:
         )
 
     tls_env()  # generates certs/ when missing, once, before the launches
-    wanted = [(name, compression) for name in TARGETS for compression in COMPRESSIONS]
-    with ThreadPoolExecutor(len(wanted)) as executor:
-        launches = {key: executor.submit(launch, TARGETS[key[0]], key[1]) for key in wanted}
-    started = {key: future.result() for key, future in launches.items() if future.exception() is None}
+    started = launch_at_once(
+        {
+            (name, compression): functools.partial(launch, TARGETS[name], compression)
+            for name in TARGETS
+            for compression in COMPRESSIONS
+        }
+    )
     try:
-        for future in launches.values():
-            future.result()  # the first that failed, raised
         yield started
     finally:
         for service in started.values():

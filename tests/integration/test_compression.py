@@ -9,6 +9,7 @@ server that cannot compress (grpclib), stops the server at start with a configur
 COMPRESSION."""
 
 import contextlib
+import functools
 import gzip
 import http.client
 import os
@@ -18,7 +19,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import grpc
@@ -27,7 +27,7 @@ import pytest
 
 from services.common.pb import cars_pb2, cars_pb2_grpc
 from tests.e2e.k6_servers import CountingRelay
-from tests.support import CERTS, ROOT, RunningService, launch_service, tls_env
+from tests.support import CERTS, ROOT, RunningService, launch_at_once, launch_service, tls_env
 
 # Sockets on ephemeral ports, its own processes; bytes counted, no CPU or time measured: beside other
 # tests (tests/conftest.py).
@@ -84,12 +84,8 @@ def servers() -> Iterator[dict[str, RunningService]]:
         )
 
     tls_env()  # generates certs/ when missing, once, before the launches
-    with ThreadPoolExecutor(len(SERVERS)) as executor:
-        launches = {name: executor.submit(launch, server) for name, server in SERVERS.items()}
-    started = {name: future.result() for name, future in launches.items() if future.exception() is None}
+    started = launch_at_once({name: functools.partial(launch, server) for name, server in SERVERS.items()})
     try:
-        for future in launches.values():
-            future.result()  # the first that failed, raised
         yield started
     finally:
         for service in started.values():

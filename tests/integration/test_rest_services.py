@@ -2,11 +2,11 @@
 equal work, bad input, negotiated protocol, metrics and graceful shutdown."""
 
 import asyncio
+import functools
 import signal
 import ssl
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -22,7 +22,7 @@ from services.common.pb import cars_pb2
 from services.common.records import generate_pool
 from services.common.rest import ROUTES
 from services.common.stacks import STACKS
-from tests.support import CERTS, REST_SERVERS, RunningService, launch_service, tls_env
+from tests.support import CERTS, REST_SERVERS, RunningService, launch_at_once, launch_service, tls_env
 
 POOL_SIZE = 2000
 SEED = 42
@@ -63,19 +63,14 @@ def shared(ca_context: ssl.SSLContext) -> Iterator[dict[str, RunningService]]:
     # The services' own 10 s grace, not the tests' 1 s: all of them stop at once here, on a host busy
     # with the other phases, and a Quart worker once took more than 1 s to stop (exit 1, killed).
     stop = {"SHUTDOWN_GRACE_SECONDS": "10"}
-    with ThreadPoolExecutor(len(SHARED)) as executor:
-        launches = {
-            name: executor.submit(
+    services = launch_at_once(
+        {
+            name: functools.partial(
                 launch_service, module, {**BASE_ENV, **stop, **(tls_env() if tls else {}), **env}
             )
             for name, (module, tls, env) in SHARED.items()
         }
-    failed = [launch.exception() for launch in launches.values() if launch.exception() is not None]
-    services = {name: launch.result() for name, launch in launches.items() if launch.exception() is None}
-    if failed:
-        for service in services.values():
-            service.process.kill()
-        raise failed[0]
+    )
     yield services
     for service in services.values():
         service.process.send_signal(signal.SIGTERM)

@@ -2,10 +2,10 @@
 the records sent, every bad input gets its status and JSON message (the same on lab and floor),
 the request metrics count the uploads, and each server keeps serving."""
 
+import functools
 import ssl
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from services.common.metrics import FLUSH_SECONDS
 from services.common.records import generate_pool
 from services.common.stacks import STACKS
-from tests.support import CERTS, REST_SERVERS, RunningService, launch_service, tls_env
+from tests.support import CERTS, REST_SERVERS, RunningService, launch_at_once, launch_service, tls_env
 
 POOL_SIZE, SEED, MAX_COUNT = 2000, 42, 1000
 # Above the largest body of MAX_COUNT + 1 pool records (about 185 KB), under the 1 MiB default: the
@@ -50,19 +50,14 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.parallel]
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, RunningService]]:
     """Every server, started in parallel; each must stop with exit code 0."""
-    with ThreadPoolExecutor(len(SERVERS)) as executor:
-        launches = {
-            name: executor.submit(
+    started = launch_at_once(
+        {
+            name: functools.partial(
                 launch_service, module, {**ENV, **(tls_env() if tls else {})}, package=package
             )
             for name, (package, module, tls) in SERVERS.items()
         }
-    started = {name: launch.result() for name, launch in launches.items() if launch.exception() is None}
-    failed = [launch.exception() for launch in launches.values() if launch.exception() is not None]
-    if failed:
-        for service in started.values():
-            service.kill()
-        raise failed[0]
+    )
     yield started
     codes = {name: service.stop() for name, service in started.items()}
     assert set(codes.values()) == {0}, codes
