@@ -2,8 +2,10 @@
 from printed t tables; its document; the pieces that read /proc and HTTP/2 frames. The benchmark
 against the real servers: tests/integration/test_handshake_bench.py."""
 
+import functools
 import json
 import math
+import os
 import socket
 
 import pytest
@@ -112,12 +114,13 @@ def test_open_connections_are_those_the_server_still_holds() -> None:
     a connection the server closed do not."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
-        assert open_connections(port) == 0
+        held = functools.partial(open_connections, os.getpid(), port)
+        assert held() == 0
         client = socket.create_connection(("127.0.0.1", port))
         accepted, _ = listener.accept()
-        assert open_connections(port) == 1
+        assert held() == 1
         client.close()
         assert accepted.recv(1) == b""  # the client's FIN: half-closed, the server holds it
-        assert open_connections(port) == 1
+        assert held() == 1
         accepted.close()
-        assert open_connections(port) == 0
+        assert held() == 0

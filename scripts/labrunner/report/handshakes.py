@@ -47,6 +47,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from labrunner import certs
 from labrunner.backends.base import SERVICE_STOP_ENV, listening_event, tail_file
+from labrunner.backends.connections import CLOSE_WAIT, ESTABLISHED, seen_by
 from labrunner.backends.local.limits import enter_limits
 from labrunner.backends.local.service import SERVICE_KNOBS, terminate
 from labrunner.observe import interference
@@ -76,7 +77,6 @@ START_TIMEOUT_S = 60.0
 COUNT_TIMEOUT_S = 10 * FLUSH_SECONDS  # for the counter to reach the plan: ten flushes
 QUIET_TIMEOUT_S = 10.0  # for the server to close its connections after a phase
 IO_TIMEOUT_S = 10.0
-_TCP_OPEN_STATES = frozenset({"01", "08"})  # ESTABLISHED, CLOSE_WAIT: the process still holds it
 
 
 class HandshakeMismatch(Exception):
@@ -436,23 +436,17 @@ def cpu_between(before: Mapping[int, int], after: Mapping[int, int]) -> int:
     return sum(ns - before.get(tid, 0) for tid, ns in after.items())
 
 
-def open_connections(port: int) -> int:
-    """Sockets of the local port the server still holds: established, or half-closed by the client."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(FileNotFoundError), open(table) as rows:
-            next(rows)
-            for row in rows:
-                fields = row.split()
-                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] in _TCP_OPEN_STATES:
-                    count += 1
-    return count
+def open_connections(pid: int, port: int) -> int:
+    """Sockets of the local port that process pid's server still holds: established, or half-closed by
+    the client (0 once the process has ended)."""
+    return seen_by(pid, port, (ESTABLISHED, CLOSE_WAIT)) or 0
 
 
-def wait_closed(port: int) -> None:
-    """Until the server has closed every connection of its port, those still in its accept queue too."""
+def wait_closed(pid: int, port: int) -> None:
+    """Until process pid's server has closed every connection of its port, those still in its accept
+    queue too."""
     deadline = time.monotonic() + QUIET_TIMEOUT_S
-    while open_connections(port):
+    while open_connections(pid, port):
         if time.monotonic() > deadline:
             raise BenchError(f"connections to port {port} still open after {QUIET_TIMEOUT_S:g} s")
         time.sleep(0.001)
@@ -517,7 +511,7 @@ def measure_server(
         for phase in PHASES if index % 2 == 0 else PHASES[::-1]:
             host, client, before = interference.read_snapshot(), time.thread_time_ns(), cpu_ns(worker)
             _connections(server, context, phase, handshakes, seen)
-            wait_closed(server.port)
+            wait_closed(server.process.pid, server.port)
             server_ns = cpu_between(before, cpu_ns(worker))
             own_s = (server_ns + time.thread_time_ns() - client) / 1e9
             host_after = interference.read_snapshot()
