@@ -229,10 +229,11 @@ class ResponseEncoding:
     def __init__(self, compression: str) -> None:
         self._gzip = compression == GZIP
 
-    def encode(self, body: bytes, accept_encoding: str | None) -> tuple[bytes, dict[str, str]]:
-        """(body, headers to add): Vary from a server that compresses, Content-Encoding when it did."""
+    def encode(self, body: bytes, accept_encoding: str | None) -> tuple[bytes, dict[str, str] | None]:
+        """(body, headers to add): Vary from a server that compresses, Content-Encoding when it did;
+        none from one that does not, whose responses stay exactly what they were before compression."""
         if not self._gzip:
-            return body, {}
+            return body, None
         if not accepts_gzip(accept_encoding):
             return body, {"Vary": "Accept-Encoding"}
         return gzip.compress(body, GZIP_LEVEL, mtime=0), {"Vary": "Accept-Encoding", "Content-Encoding": GZIP}
