@@ -8,7 +8,7 @@ from pathlib import Path
 
 from labrunner.files import write_json_atomic
 from labrunner.report import handshakes
-from labrunner.report.handshakes import Estimate, HandshakeCase
+from labrunner.report.handshakes import HandshakeCase
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,15 +62,14 @@ def table(cases: Sequence[HandshakeCase]) -> str:
         )
     ]
     for case in cases:
-        ratio = case.resumed_over_full
         rows.append(
             (
                 case.service,
                 case.tls_version,
-                _estimate(case.full_us),
-                _estimate(case.resumed_us),
-                f"{ratio.estimate:.3f} {_interval(ratio.low, ratio.high, '.3f')}",
-                f"{case.no_handshake_us.mean:.0f}",
+                case.full_us.text("{:.0f}"),
+                case.resumed_us.text("{:.0f}"),
+                case.resumed_over_full.text("{:.3f}"),
+                f"{case.no_handshake_us.value:.0f}",
                 f"{case.counted_full} full, {case.counted_resumed} resumed",
                 f"{case.others_share:.0%}",
             )
@@ -87,14 +86,6 @@ def table(cases: Sequence[HandshakeCase]) -> str:
             f"{plan}; {pinned if first.server_cpu is not None else 'not pinned (one CPU available)'}"
         )
     return "\n".join(lines)
-
-
-def _estimate(estimate: Estimate) -> str:
-    return f"{estimate.mean:.0f} {_interval(estimate.low, estimate.high, '.0f')}"
-
-
-def _interval(low: float | None, high: float | None, spec: str) -> str:
-    return "[-]" if low is None or high is None else f"[{low:{spec}}, {high:{spec}}]"
 
 
 def _positive(text: str) -> int:

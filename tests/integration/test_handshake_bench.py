@@ -29,12 +29,12 @@ def figures(case: HandshakeCase) -> list[float]:
     values = [*case.full_rounds_us, *case.resumed_rounds_us, *case.no_handshake_rounds_us]
     for estimate in (case.full_us, case.resumed_us, case.no_handshake_us):
         assert estimate.low is not None and estimate.high is not None, case
-        assert estimate.low <= estimate.mean <= estimate.high, case
-        values.append(estimate.mean)
+        assert estimate.low <= estimate.value <= estimate.high, case
+        values.append(estimate.value)
     ratio = case.resumed_over_full
     assert ratio.low is not None and ratio.high is not None, case
-    assert ratio.low <= ratio.estimate <= ratio.high, case
-    return [*values, ratio.estimate, ratio.low]
+    assert ratio.low <= ratio.value <= ratio.high, case
+    return [*values, ratio.value, ratio.low]
 
 
 def test_the_benchmark_runs_on_its_own_and_the_servers_count_its_plan(tmp_path: Path) -> None:

@@ -19,8 +19,7 @@ from labrunner.report import findings
 from labrunner.report.compare import compare_groups, group_results
 from labrunner.report.connection_cost import connection_costs, handshakes, microseconds
 from labrunner.report.document import Table
-from labrunner.report.handshakes import Estimate as HandshakeEstimate
-from labrunner.report.handshakes import HandshakeCase, RatioEstimate
+from labrunner.report.handshakes import HandshakeCase
 from labrunner.report.payload_model import Estimate
 from labrunner.report.sections import connections as connections_section
 from labrunner.report.sections.findings import forest_rows
@@ -243,10 +242,10 @@ def _handshake_case(service: str, full: float, resumed: float, others: float = 0
         rounds=5,
         handshakes=150,
         warmup=20,
-        full_us=HandshakeEstimate(full, full - 40, full + 40),
-        resumed_us=HandshakeEstimate(resumed, resumed - 45, resumed + 45),
-        resumed_over_full=RatioEstimate(resumed / full, resumed / full - 0.07, resumed / full + 0.07),
-        no_handshake_us=HandshakeEstimate(69, 60, 78),
+        full_us=Estimate(full, full - 40, full + 40),
+        resumed_us=Estimate(resumed, resumed - 45, resumed + 45),
+        resumed_over_full=Estimate(resumed / full, resumed / full - 0.07, resumed / full + 0.07),
+        no_handshake_us=Estimate(69, 60, 78),
         full_rounds_us=(full,) * 5,
         resumed_rounds_us=(resumed,) * 5,
         no_handshake_rounds_us=(69.0,) * 5,

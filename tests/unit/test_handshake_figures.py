@@ -15,8 +15,6 @@ from labrunner.report.handshakes import (
     NO_HANDSHAKE,
     RESUMED,
     Cpus,
-    Estimate,
-    RatioEstimate,
     Seen,
     cpu_between,
     mean_interval,
@@ -24,6 +22,7 @@ from labrunner.report.handshakes import (
     resumed_over_full,
     summarize_case,
 )
+from labrunner.report.payload_model import Estimate
 
 T_975_DF4 = 2.7764  # two-sided 95%, 4 degrees of freedom (printed tables)
 T_975_DF2 = 4.3027
@@ -33,7 +32,7 @@ FULL_ROUNDS = [700.0, 720.0, 740.0, 760.0, 780.0]  # mean 740, deviations ±20, 
 def test_a_mean_and_its_student_t_interval() -> None:
     estimate = mean_interval(FULL_ROUNDS)
     margin = T_975_DF4 * math.sqrt(1000) / math.sqrt(5)  # 39.26
-    assert estimate.mean == pytest.approx(740)
+    assert estimate.value == pytest.approx(740)
     assert estimate.low == pytest.approx(740 - margin, rel=1e-4)
     assert estimate.high == pytest.approx(740 + margin, rel=1e-4)
     assert mean_interval([5.0, 5.0, 5.0]) == Estimate(5.0, 5.0, 5.0)
@@ -49,12 +48,12 @@ def test_resumed_over_full_pairs_the_rounds() -> None:
     resumed = [f * math.exp(d) for f, d in zip(full, (-0.1, -0.2, -0.3), strict=True)]
     r = resumed_over_full(resumed, full)
     margin = T_975_DF2 * 0.1 / math.sqrt(3)
-    assert r.estimate == pytest.approx(math.exp(-0.2))
+    assert r.value == pytest.approx(math.exp(-0.2))
     assert r.low == pytest.approx(math.exp(-0.2 - margin), rel=1e-4)
     assert r.high == pytest.approx(math.exp(-0.2 + margin), rel=1e-4)
     same = resumed_over_full([0.8 * f for f in FULL_ROUNDS], FULL_ROUNDS)
-    assert (same.estimate, same.low, same.high) == pytest.approx((0.8, 0.8, 0.8))  # no spread: exact
-    assert resumed_over_full([400.0], [500.0]) == RatioEstimate(0.8, None, None)
+    assert (same.value, same.low, same.high) == pytest.approx((0.8, 0.8, 0.8))  # no spread: exact
+    assert resumed_over_full([400.0], [500.0]) == Estimate(0.8, None, None)
 
 
 def case() -> handshakes.HandshakeCase:
@@ -71,16 +70,16 @@ def test_a_case_from_its_rounds_and_its_document() -> None:
         "grpc_grpclib", "TLSv1.3", "h2", 5, 100, 20,
     )  # fmt: skip
     assert c.full_us == mean_interval(FULL_ROUNDS)
-    assert c.resumed_us.mean == pytest.approx(0.8 * 740)
+    assert c.resumed_us.value == pytest.approx(0.8 * 740)
     assert c.no_handshake_us == Estimate(60.0, 60.0, 60.0)
-    assert c.resumed_over_full.estimate == pytest.approx(0.8)
+    assert c.resumed_over_full.value == pytest.approx(0.8)
     assert (c.counted_full, c.counted_resumed, c.client_resumed) == (520, 520, 520)
     assert (c.server_cpu, c.client_cpu) == (1, 0)
     assert (c.idle_us_per_s, c.others_share) == (pytest.approx(400.0), pytest.approx(0.05))
     document = json.loads(json.dumps(handshakes.as_document([c])))
     assert document["schema"] == handshakes.SCHEMA
     assert document["cases"][0]["full_us"] == {
-        "mean": c.full_us.mean,
+        "value": c.full_us.value,
         "low": c.full_us.low,
         "high": c.full_us.high,
     }

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from labrunner.report.compare import Group
-from labrunner.report.payload_model import CPU, Estimate, Line, fit_line, per_record_difference
+from labrunner.report.payload_model import CPU, Estimate, Line, fit_line, per_record_difference, scaled
 from labrunner.report.stats import CONFIDENCE
 
 METHOD = (
@@ -123,7 +123,4 @@ def handshakes(costs: Sequence[ConnectionCost]) -> list[Handshake]:
 
 def microseconds(e: Estimate) -> str:
     """An estimate in ms as µs with its interval: '412 µs [380, 445]'."""
-    value = f"{e.value * 1000:,.0f} µs"
-    if e.low is None or e.high is None:
-        return value
-    return f"{value} [{e.low * 1000:,.0f}, {e.high * 1000:,.0f}]"
+    return scaled(e, 1000).text("{:,.0f}", " µs")

@@ -52,11 +52,14 @@ from labrunner.backends.local.limits import enter_limits
 from labrunner.backends.local.service import SERVICE_KNOBS, terminate
 from labrunner.observe import interference
 from labrunner.paths import REPO
+from labrunner.report.payload_model import Estimate
 from labrunner.report.stats import CONFIDENCE, half_width, paired_ratio
 from labrunner.say import Say
 from services.common.metrics import FLUSH_SECONDS
 
-SCHEMA = "protolab.handshakes/1"
+# /2: every estimate as value, low, high (the first, unreleased, wrote mean and estimate): cases_of
+# ignores a /1 document instead of failing on it.
+SCHEMA = "protolab.handshakes/2"
 FILE = "handshakes.json"  # in a run's directory
 # The servers whose TLS handshakes are counted (docs/services.md, Metrics); Granian's and grpc.aio's
 # TLS is not Python's, and nothing counts it.
@@ -89,25 +92,6 @@ class BenchError(Exception):
 
 
 @dataclass(frozen=True)
-class Estimate:
-    """The mean of the rounds' values with its CONFIDENCE Student t interval (None with one round)."""
-
-    mean: float
-    low: float | None
-    high: float | None
-
-
-@dataclass(frozen=True)
-class RatioEstimate:
-    """resumed / full paired round by round (stats.paired_ratio): the geometric mean of the rounds'
-    ratios and its CONFIDENCE interval (None with one round)."""
-
-    estimate: float
-    low: float | None
-    high: float | None
-
-
-@dataclass(frozen=True)
 class HandshakeCase:
     """One server: its worker's CPU per connection of each kind, in µs."""
 
@@ -117,9 +101,10 @@ class HandshakeCase:
     rounds: int
     handshakes: int  # connections per phase and round
     warmup: int  # full, and as many resumed, connections before the first round
+    # Means over the rounds with their Student t intervals; the ratio paired round by round.
     full_us: Estimate
     resumed_us: Estimate
-    resumed_over_full: RatioEstimate
+    resumed_over_full: Estimate
     no_handshake_us: Estimate
     full_rounds_us: tuple[float, ...]
     resumed_rounds_us: tuple[float, ...]
@@ -148,10 +133,11 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Es
     return Estimate(mean, mean - margin, mean + margin)
 
 
-def resumed_over_full(resumed: Sequence[float], full: Sequence[float]) -> RatioEstimate:
-    """resumed / full with the rounds paired (each round's phases ran back to back)."""
+def resumed_over_full(resumed: Sequence[float], full: Sequence[float]) -> Estimate:
+    """resumed / full with the rounds paired (each round's phases ran back to back, stats.paired_ratio):
+    the geometric mean of the rounds' ratios and its interval (none with one round)."""
     r = paired_ratio(resumed, full)
-    return RatioEstimate(r.estimate, r.low, r.high)
+    return Estimate(r.estimate, r.low, r.high)
 
 
 def summarize_case(
@@ -212,13 +198,15 @@ def cases_of(document: Any) -> list[HandshakeCase]:
 
 
 def _case(fields: dict[str, Any]) -> HandshakeCase:
-    estimates = {name: Estimate(**fields[name]) for name in ("full_us", "resumed_us", "no_handshake_us")}
+    estimates = {
+        name: Estimate(**fields[name])
+        for name in ("full_us", "resumed_us", "no_handshake_us", "resumed_over_full")
+    }
     rounds = {
         name: tuple(fields[name])
         for name in ("full_rounds_us", "resumed_rounds_us", "no_handshake_rounds_us")
     }
-    ratio = RatioEstimate(**fields["resumed_over_full"])
-    return HandshakeCase(**{**fields, **estimates, **rounds, "resumed_over_full": ratio})
+    return HandshakeCase(**{**fields, **estimates, **rounds})
 
 
 # --- the client ---

@@ -56,12 +56,28 @@ DECODING_METHOD = (
 
 @dataclass(frozen=True)
 class Estimate:
-    """A fitted value with its CONFIDENCE interval; low and high are None without residual degrees
-    of freedom (two points: the line goes through both)."""
+    """A value with its CONFIDENCE interval; low and high are None without one (a fit without residual
+    degrees of freedom, two points the line goes through; a mean or a ratio of one round)."""
 
     value: float
     low: float | None
     high: float | None
+
+    def text(self, spec: str = "{:.2f}", unit: str = "") -> str:
+        """'value unit [low, high]', each in spec ("{:,.0f}"); the value alone without an interval."""
+        shown = spec.format(self.value) + unit
+        if self.low is None or self.high is None:
+            return shown
+        return f"{shown} [{spec.format(self.low)}, {spec.format(self.high)}]"
+
+
+def scaled(e: Estimate, factor: float) -> Estimate:
+    """The estimate in another unit (ms to µs: 1000)."""
+    return Estimate(
+        e.value * factor,
+        None if e.low is None else e.low * factor,
+        None if e.high is None else e.high * factor,
+    )
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report import payload, payload_model
 from labrunner.report.compare import THROUGHPUT, Group
 from labrunner.report.network import CLOSED, load_kind
-from labrunner.report.payload_model import CostModel, Crossover, Estimate
+from labrunner.report.payload_model import CostModel, Crossover, Estimate, scaled
 from labrunner.report.stats import Ratio, ratio
 
 SWEPT = ("cpu_per_1k", "rps")
@@ -218,10 +218,7 @@ def models(pairs: Sequence[Sweep]) -> list[CostModel]:
 
 def interval(e: Estimate, sign: str = "", scale: float = 1000, digits: int = 2) -> str:
     """value [low, high] times scale (by default ms to µs), or the value alone without an interval."""
-    text = f"{e.value * scale:{sign}.{digits}f}"
-    if e.low is None or e.high is None:
-        return text
-    return f"{text} [{e.low * scale:{sign}.{digits}f}, {e.high * scale:{sign}.{digits}f}]"
+    return scaled(e, scale).text(f"{{:{sign}.{digits}f}}")
 
 
 def size(value: float) -> str:

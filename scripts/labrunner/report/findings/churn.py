@@ -11,12 +11,11 @@ from labrunner.report.connection_cost import (
 )
 from labrunner.report.findings.finding import Evidence, Finding, held_by
 from labrunner.report.findings.pairs import CHURN
-from labrunner.report.handshakes import Estimate as HandshakeEstimate
 from labrunner.report.handshakes import HandshakeCase
 
 # A handshake benchmark beside more than this share of other work on the host is said to be.
 OTHERS_QUIET = 0.05
-
+US = "{:,.0f}"  # how µs read
 QUESTION = CHURN  # its answers stand before the pairs' lines under the one heading
 
 
@@ -51,24 +50,15 @@ def _target_finding(c: ConnectionCost) -> Finding:
 def _resumption_finding(c: HandshakeCase) -> Finding:
     """E.g. "rest_aiohttp, handshake benchmark: a resumed TLS 1.3 handshake costs 558 µs [512, 604] of
     the server's CPU, a full one 600 µs [555, 644]: 0.93x [0.86, 1.00]"."""
-    ratio = c.resumed_over_full
-    interval = (
-        f" [{ratio.low:.2f}, {ratio.high:.2f}]" if ratio.low is not None and ratio.high is not None else ""
-    )
     return Finding(
         QUESTION,
         f"{c.service}, handshake benchmark: a resumed {c.tls_version} handshake costs "
-        f"{_us(c.resumed_us)} of the server's CPU, a full one {_us(c.full_us)}: "
-        f"{ratio.estimate:.2f}x{interval} "
+        f"{c.resumed_us.text(US, ' µs')} of the server's CPU, a full one {c.full_us.text(US, ' µs')}: "
+        f"{c.resumed_over_full.text(unit='x')} "
         f"(a Python client resuming, one worker, {c.rounds} rounds of {c.handshakes}).",
         answer=True,
         caveat=f"others used {c.others_share:.0%} of the host" if c.others_share > OTHERS_QUIET else "",
     )
-
-
-def _us(e: HandshakeEstimate) -> str:
-    interval = f" [{e.low:,.0f}, {e.high:,.0f}]" if e.low is not None and e.high is not None else ""
-    return f"{e.mean:,.0f} µs{interval}"
 
 
 def _handshake_finding(h: Handshake) -> Finding:

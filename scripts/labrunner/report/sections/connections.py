@@ -7,9 +7,10 @@ from labrunner.model.scenario import IDENTITY, churn_name
 from labrunner.report.compare import Group
 from labrunner.report.connection_cost import METHOD, connection_costs, handshakes, microseconds
 from labrunner.report.document import Block, Heading, Paragraph, Table, table
+from labrunner.report.findings.churn import US
 from labrunner.report.findings.compression import compressed_pairs
 from labrunner.report.findings.finding import closed_groups
-from labrunner.report.handshakes import Estimate, HandshakeCase
+from labrunner.report.handshakes import HandshakeCase
 from labrunner.report.sections.section import Report, Section
 
 TITLE = "Connections: churn and compression"
@@ -83,11 +84,6 @@ HANDSHAKE_METHOD = (
 )
 
 
-def _estimate(e: Estimate) -> str:
-    interval = f" [{e.low:,.0f}, {e.high:,.0f}]" if e.low is not None and e.high is not None else ""
-    return f"{e.mean:,.0f}{interval}"
-
-
 def _handshake_table(cases: Sequence[HandshakeCase]) -> Table:
     return table(
         [
@@ -104,15 +100,10 @@ def _handshake_table(cases: Sequence[HandshakeCase]) -> Table:
             [
                 c.service,
                 c.tls_version,
-                _estimate(c.full_us),
-                _estimate(c.resumed_us),
-                f"{c.resumed_over_full.estimate:.2f}"
-                + (
-                    f" [{c.resumed_over_full.low:.2f}, {c.resumed_over_full.high:.2f}]"
-                    if c.resumed_over_full.low is not None and c.resumed_over_full.high is not None
-                    else ""
-                ),
-                _estimate(c.no_handshake_us),
+                c.full_us.text(US),
+                c.resumed_us.text(US),
+                c.resumed_over_full.text(),
+                c.no_handshake_us.text(US),
                 f"{c.counted_full:,} full, {c.counted_resumed:,} resumed",
                 f"{c.others_share:.0%}",
             ]
