@@ -167,6 +167,19 @@ def k6_env(port: int, grpc: bool, **settings: str) -> dict[str, str]:
     }
 
 
+def rest_h2(env: dict[str, str], base_url: str, ca: Path) -> dict[str, str]:
+    """k6_env's for rest.js as the runner runs an HTTP/2 target: TLS, the CA, h2 offered by ALPN."""
+    env = dict(env)
+    del env["GODEBUG"]
+    return env | {"BASE_URL": base_url, "EXPECT_PROTO": "HTTP/2.0", "TLS": "1", "SSL_CERT_FILE": str(ca)}
+
+
+def fixed_calls(calls: int, vus: int) -> dict[str, str]:
+    """k6's load model for exactly `calls` calls shared by `vus` VUs (shared-iterations; DURATION only
+    caps it): the counts a test judges, never a race with a duration's end."""
+    return {"LOAD_MODEL": "shared-iterations", "ITERATIONS": str(calls), "VUS": str(vus), "DURATION": "60s"}
+
+
 def stream_end_lost(script: str) -> int:
     """How many of a shared-iterations run's streams may end unrecorded by k6: k6 once ended its last
     iteration before the stream's 'end' event ran (19 of 20 recorded, none failed, on a busy host). The

@@ -35,7 +35,7 @@ from tests.e2e.k6_servers import (
     send_json,
     write_h2_app,
 )
-from tests.support import ROOT, stream_end_lost
+from tests.support import ROOT, fixed_calls, stream_end_lost
 
 pytestmark = [pytest.mark.parallel, pytest.mark.timeout(180)]  # connections counted, nothing measured
 
@@ -99,10 +99,7 @@ def target(
 def fixed_run(summary: Path, churn: str | None, **settings: str) -> dict[str, str]:
     """CALLS calls shared by VUS VUs, one at a time each (STREAMS=1); CHURN set unless None."""
     return {
-        "LOAD_MODEL": "shared-iterations",
-        "ITERATIONS": str(CALLS),
-        "VUS": str(VUS),
-        "DURATION": "60s",  # only a cap
+        **fixed_calls(CALLS, VUS),
         "COUNT": str(COUNT),
         "CHECK_EVERY": str(CHECK_EVERY),
         "SUMMARY_FILE": str(summary),

@@ -20,7 +20,16 @@ import pytest
 from services.common.environment import DEFAULT_POOL_SIZE, DEFAULT_SEED
 from services.common.records import load_pool
 from tests.e2e.k6_servers import K6_SCRIPT_EXCEPTION, K6_THRESHOLDS_FAILED, load_summary, run_k6
-from tests.support import CERTS, RunningService, k6_env, launch_at_once, launch_service, tls_env
+from tests.support import (
+    CERTS,
+    RunningService,
+    fixed_calls,
+    k6_env,
+    launch_at_once,
+    launch_service,
+    rest_h2,
+    tls_env,
+)
 
 # Bytes counted, never a time or a CPU: k6 and the servers answer the same whatever runs beside them.
 pytestmark = [pytest.mark.parallel, pytest.mark.timeout(180)]
@@ -88,24 +97,15 @@ def run(target: Target, service: RunningService, directory: Path, compression: s
     """CALLS calls of target's script shared by VUS VUs, COMPRESSION=compression (and `extra`) in k6's
     env."""
     settings = {
-        "LOAD_MODEL": "shared-iterations",
-        "ITERATIONS": str(CALLS),
-        "VUS": str(VUS),
-        "DURATION": "60s",  # only a cap
+        **fixed_calls(CALLS, VUS),
         "COUNT": str(COUNT),
         "CHECK_EVERY": str(CHECK_EVERY),
         "COMPRESSION": compression,
         **extra,
     }
     env = k6_env(service.port, grpc=target.script != "rest.js", **settings)
-    if target.http2:  # as the runner runs an HTTP/2 target: TLS, the lab CA, h2 offered by ALPN
-        del env["GODEBUG"]
-        env |= {
-            "BASE_URL": f"https://localhost:{service.port}",
-            "EXPECT_PROTO": "HTTP/2.0",
-            "TLS": "1",
-            "SSL_CERT_FILE": str(CERTS / "ca.pem"),
-        }
+    if target.http2:
+        env = rest_h2(env, f"https://localhost:{service.port}", CERTS / "ca.pem")
     directory.mkdir()
     summary, points = directory / "summary.json", directory / "points.json"
     completed = run_k6(target.script, env, "--out", f"json={points}", summary=summary)

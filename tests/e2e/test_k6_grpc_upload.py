@@ -17,7 +17,15 @@ from labrunner.run.k6.output import K6Metrics, parse_summary
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.common.records import load_pool
-from tests.support import GRPC_SERVERS, ROOT, RunningService, k6_env, launch_service, stream_end_lost
+from tests.support import (
+    GRPC_SERVERS,
+    ROOT,
+    RunningService,
+    fixed_calls,
+    k6_env,
+    launch_service,
+    stream_end_lost,
+)
 
 SERVICE = "protolab.cars.v1.RecordService"
 POOL_SIZE, SEED, COUNT = 2000, 42, 100
@@ -65,10 +73,7 @@ def run_k6(
         **{
             "UPLOAD_FILE": str(upload),
             "UPLOAD_COUNT": str(COUNT),
-            "LOAD_MODEL": "shared-iterations",
-            "ITERATIONS": str(CALLS),
-            "VUS": "2",
-            "DURATION": "60s",  # only a cap
+            **fixed_calls(CALLS, 2),
             "CHECK_EVERY": "5",  # many replies decoded and checked
             "SUMMARY_FILE": str(summary),
             **settings,

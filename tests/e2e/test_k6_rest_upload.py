@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.common.metrics import FLUSH_SECONDS
 from services.common.records import load_pool
-from tests.support import CERTS, ROOT, RunningService, k6_env, tls_env
+from tests.support import CERTS, ROOT, RunningService, k6_env, rest_h2, tls_env
 
 POOL_SIZE, SEED, MAX_COUNT, COUNT = 2000, 42, 1000, 100
 ENV = {"RECORD_POOL_SIZE": str(POOL_SIZE), "RECORD_SEED": str(SEED), "MAX_COUNT": str(MAX_COUNT)}
@@ -38,14 +38,8 @@ def _run_k6(
 ) -> subprocess.CompletedProcess[str]:
     run = {"DURATION": "3s", "VUS": "2", "CHECK_EVERY": "5", "SUMMARY_FILE": str(summary)}
     env = k6_env(service.port, grpc=False, **run, **settings)
-    if http2:  # as the runner runs an HTTP/2 target: TLS, the lab CA, h2 offered by ALPN
-        del env["GODEBUG"]
-        env |= {
-            "BASE_URL": f"https://localhost:{service.port}",
-            "EXPECT_PROTO": "HTTP/2.0",
-            "TLS": "1",
-            "SSL_CERT_FILE": str(CERTS / "ca.pem"),
-        }
+    if http2:
+        env = rest_h2(env, f"https://localhost:{service.port}", CERTS / "ca.pem")
     script = str(ROOT / "k6" / "rest.js")
     command = [str(find_k6(None)), "run", "--quiet", script]
     return subprocess.run(command, env=env, check=False, capture_output=True, text=True, timeout=90)

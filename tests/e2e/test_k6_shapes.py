@@ -13,7 +13,7 @@ from labrunner.run.k6.output import K6Metrics, parse_summary
 
 from services.common.pool import SHAPES, load_pool
 from tests.e2e.k6_servers import K6_THRESHOLDS_FAILED, k6_binary
-from tests.support import ROOT, RunningService, k6_env, launch_service, stream_end_lost
+from tests.support import ROOT, RunningService, fixed_calls, k6_env, launch_service, stream_end_lost
 
 POOL_SIZE, SEED, COUNT = 2000, 42, 20
 OTHER_SHAPES = [shape for shape in SHAPES if shape != "cars"]
@@ -48,10 +48,7 @@ def run_k6(
         grpc=script != "rest.js",
         **{
             "COUNT": str(COUNT),
-            "LOAD_MODEL": "shared-iterations",
-            "VUS": "2",
-            "ITERATIONS": str(ITERATIONS),
-            "DURATION": "60s",
+            **fixed_calls(ITERATIONS, 2),
             "CHECK_EVERY": "1",  # every reply decoded and checked
             "SUMMARY_FILE": str(summary),
             **settings,

@@ -40,8 +40,10 @@ from tests.support import (
     CERTS,
     GRPC_SERVERS,
     RunningService,
+    fixed_calls,
     k6_env,
     launch_service,
+    rest_h2,
     stream_end_lost,
     tls_env,
 )
@@ -88,13 +90,6 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     assert service.stop() == 0
 
 
-def rest_h2(env: dict[str, str], base_url: str, ca: Path) -> dict[str, str]:
-    """env for rest.js as the runner runs an HTTP/2 target: TLS, the CA, h2 offered by ALPN."""
-    env = dict(env)
-    del env["GODEBUG"]
-    return env | {"BASE_URL": base_url, "EXPECT_PROTO": "HTTP/2.0", "TLS": "1", "SSL_CERT_FILE": str(ca)}
-
-
 def env_for(served: Served, **settings: str) -> dict[str, str]:
     env = k6_env(served.service.port, grpc=served.script != "rest.js", COUNT=str(COUNT), **settings)
     if served.script == "rest.js":
@@ -104,11 +99,8 @@ def env_for(served: Served, **settings: str) -> dict[str, str]:
 
 def fixed_run(vus: int, streams: int, iterations: int, summary: Path) -> dict[str, str]:
     return {
-        "LOAD_MODEL": "shared-iterations",
-        "ITERATIONS": str(iterations),
-        "VUS": str(vus),
+        **fixed_calls(iterations, vus),
         "STREAMS": str(streams),
-        "DURATION": "60s",  # only a cap
         "CHECK_EVERY": str(CHECK_EVERY),
         "SUMMARY_FILE": str(summary),
     }
