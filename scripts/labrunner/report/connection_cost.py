@@ -30,14 +30,23 @@ METHOD = (
 class ConnectionCost:
     """One target's CPU per call against connections per call, over the churns it ran."""
 
-    target: str
-    service: str
-    protocol: str
-    tls: bool
+    group: Group  # one of its groups: the target and the conditions the fit held
     churns: tuple[int | None, ...]  # the churns fitted, never (None) first
     points: tuple[tuple[float, float], ...]  # (1/N, ms per call) of every repeat
     line: Line  # fixed: ms per call on a kept connection; per_record: ms per new connection
-    group: Group  # one of its groups: the conditions the fit held
+
+    @property
+    def target(self) -> str:
+        return self.group.target
+
+    @property
+    def tls(self) -> bool:
+        return self.group.tls
+
+    @property
+    def twin(self) -> tuple[str, str, tuple[int | None, ...]]:
+        """What its cleartext twin shares with a TLS target: the server, the protocol, the churns."""
+        return self.group.service, self.group.protocol, self.churns
 
     @property
     def per_connection(self) -> Estimate:
@@ -90,17 +99,12 @@ def connection_costs(groups: Sequence[Group]) -> list[ConnectionCost]:
         churns = {g.churn for g in members if any(cost > 0 for cost in g.values(CPU))}
         if len(churns) < 2 or churns == {None}:
             continue
-        first = members[0]
         costs.append(
             ConnectionCost(
-                target=first.target,
-                service=first.service,
-                protocol=first.protocol,
-                tls=first.tls,
+                group=members[0],
                 churns=tuple(sorted(churns, key=lambda c: (c is not None, c or 0))),
                 points=points,
                 line=fit_line([x for x, _ in points], [y for _, y in points]),
-                group=first,
             )
         )
     return costs
@@ -112,11 +116,7 @@ def handshakes(costs: Sequence[ConnectionCost]) -> list[Handshake]:
     found = []
     for tls in (c for c in costs if c.tls):
         for clear in costs:
-            if not clear.tls and (clear.service, clear.protocol, clear.churns) == (
-                tls.service,
-                tls.protocol,
-                tls.churns,
-            ):
+            if not clear.tls and clear.twin == tls.twin:
                 found.append(Handshake(tls, clear, per_record_difference(tls.line, clear.line)))
     return found
 

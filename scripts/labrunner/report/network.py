@@ -73,7 +73,7 @@ def within_profile(groups: Sequence[Group]) -> list[Comparison]:
                     continue
                 if _protocol_pair(candidate, baseline) == kind:
                     ratios = {
-                        m: r for m in COMPARED_HERE if (r := _ratio(candidate, baseline, m)) is not None
+                        m: r for m in COMPARED_HERE if (r := welch_ratio(candidate, baseline, m)) is not None
                     }
                     comparisons.append(Comparison(kind, candidate, baseline, ratios))
     return comparisons
@@ -127,10 +127,10 @@ def link_costs(groups: Sequence[Group]) -> list[LinkCost]:
             LinkCost(
                 group=g,
                 loopback=base,
-                rps=_ratio(g, base, "rps"),
+                rps=welch_ratio(g, base, "rps"),
                 p50_added_ms=_added(g, base, "p50"),
                 p99_added_ms=_added(g, base, "p99"),
-                p99=_ratio(g, base, "p99"),
+                p99=welch_ratio(g, base, "p99"),
             )
         )
     return costs
@@ -172,7 +172,8 @@ def emulator(group: Group) -> str:
     return ", ".join(names) if group.network != LOOPBACK else "-"
 
 
-def _ratio(candidate: Group, baseline: Group, metric: str) -> Ratio | None:
+def welch_ratio(candidate: Group, baseline: Group, metric: str) -> Ratio | None:
+    """candidate / baseline of a metric over their repeats, unpaired (stats.ratio); None without values."""
     c, b = candidate.values(metric), baseline.values(metric)
     return ratio(c, b) if c and b else None
 

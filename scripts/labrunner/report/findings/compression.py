@@ -8,7 +8,8 @@ from labrunner.model.questions import pairs
 from labrunner.report.compare import Comparison, Group, compare_groups
 from labrunner.report.findings.finding import Evidence, Finding, closed_groups, held_fixed
 from labrunner.report.findings.pairs import COMPRESSION
-from labrunner.report.stats import Ratio, ratio
+from labrunner.report.network import welch_ratio
+from labrunner.report.stats import Ratio
 
 QUESTION = COMPRESSION
 KIND = "compressed vs identity"  # model.questions' rule
@@ -29,14 +30,9 @@ def compressed_pairs(groups: Sequence[Group]) -> list[Comparison]:
     found = [c for c in compare_groups([g for g in closed if g.network == LOOPBACK]) if c.kind == KIND]
     for question, candidate, baseline in pairs([g for g in closed if g.network != LOOPBACK]):
         if question.kind == KIND:
-            ratios = {m: r for m in _COMPARED if (r := _welch(candidate, baseline, m)) is not None}
+            ratios = {m: r for m in _COMPARED if (r := welch_ratio(candidate, baseline, m)) is not None}
             found.append(Comparison(KIND, candidate, baseline, ratios))
     return found
-
-
-def _welch(candidate: Group, baseline: Group, metric: str) -> Ratio | None:
-    c, b = candidate.values(metric), baseline.values(metric)
-    return ratio(c, b) if c and b else None
 
 
 def _finding(c: Comparison) -> Finding:
