@@ -46,6 +46,8 @@ def _response_model(record_mode: str) -> ResponseModel:
 IDENTITY, GZIP = "identity", "gzip"
 COMPRESSIONS = (IDENTITY, GZIP)
 COMPRESSING_SERVICES = ("rest_aiohttp", "rest_quart", "rest_granian", "grpc_aio")
+# What serves HTTP/3 beside its TCP listener (HTTP3): Hypercorn, through aioquic.
+HTTP3_SERVICES = ("rest_quart",)
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class Settings:
     shutdown_grace_seconds: float
     grpc_max_concurrent_rpcs: int | None
     compression: str = IDENTITY  # COMPRESSIONS
+    http3: bool = False  # HTTP3: also serve HTTP/3 over QUIC, on UDP at the TCP port's number
 
     @property
     def tls(self) -> bool:
@@ -114,6 +117,11 @@ def load_settings(service: str) -> Settings:
         raise ConfigError(f"COMPRESSION={compression!r} must be one of {', '.join(COMPRESSIONS)}")
     if compression != IDENTITY and service not in COMPRESSING_SERVICES:
         raise ConfigError(f"COMPRESSION={compression}: {service} cannot compress its responses")
+    http3 = env_bool("HTTP3", False)
+    if http3 and service not in HTTP3_SERVICES:
+        raise ConfigError(f"HTTP3=1: {service} cannot serve HTTP/3 (only {', '.join(HTTP3_SERVICES)} can)")
+    if http3 and not cert:
+        raise ConfigError("HTTP3=1 needs TLS_CERT_FILE and TLS_KEY_FILE: QUIC is always encrypted")
     workers = env_int("WORKERS", 0)
     max_rpcs = env_int("GRPC_MAX_CONCURRENT_RPCS", 0)
     return Settings(
@@ -137,4 +145,5 @@ def load_settings(service: str) -> Settings:
         shutdown_grace_seconds=env_float("SHUTDOWN_GRACE_SECONDS", 10 * SECONDS),
         grpc_max_concurrent_rpcs=max_rpcs or None,
         compression=compression,
+        http3=http3,
     )

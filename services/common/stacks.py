@@ -11,7 +11,7 @@ which names what a stack lacks. Adding one: docs/architecture.md, "Adding a serv
 from dataclasses import dataclass
 from typing import Literal
 
-Protocol = Literal["http1.1", "http2", "grpc"]  # matrix.toml's target protocols
+Protocol = Literal["http1.1", "http2", "http3", "grpc"]  # matrix.toml's target protocols
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,9 @@ class Stack:
 
 STACKS = (
     Stack("rest_aiohttp", 8081, 9101, ("http1.1",), ("aiohttp",), "o"),
-    Stack("rest_quart", 8082, 9102, ("http1.1", "http2"), ("hypercorn", "quart", "h2"), "s"),
+    Stack(
+        "rest_quart", 8082, 9102, ("http1.1", "http2", "http3"), ("hypercorn", "quart", "h2", "aioquic"), "s"
+    ),
     Stack("grpc_aio", 50051, 9103, ("grpc",), ("grpcio",), "D"),
     # Second implementations at equal protocol: Granian running the Quart app, grpclib.
     Stack("rest_granian", 8083, 9104, ("http1.1", "http2"), ("granian", "quart"), "^"),

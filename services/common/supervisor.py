@@ -190,6 +190,7 @@ def print_listening(service: str, port: int, metrics_port: int, workers: int, se
         "response_model": settings.response_model.value,
         "shape": settings.shape,
         "compression": settings.compression,
+        "http3": settings.http3,
         "interpreter": interpreter.describe(),
     }
     print(json.dumps(event), flush=True)

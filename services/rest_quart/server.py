@@ -31,6 +31,7 @@ from hypercorn.run import run
 
 from services.common.cgroup import worker_count
 from services.common.config import Settings, load_settings
+from services.common.environment import ConfigError
 from services.common.hypercorn_limits import MAX_REQUESTS_PER_CONNECTION
 from services.common.metrics import start_metrics_server
 from services.common.records import load_pool
@@ -57,6 +58,14 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _listen_quic(host: str, port: int) -> socket.socket:
+    """The UDP socket HTTP/3 is served on: the TCP listener's port number, as Alt-Svc advertises it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    sock.bind((host, port))
+    return sock
+
+
 class HandshakeCountingConfig(Config):
     """Hypercorn's configuration, its TLS context counting the handshakes (services.common.tls).
 
@@ -70,12 +79,15 @@ class HandshakeCountingConfig(Config):
         return None if context is None else count_handshakes(context)
 
 
-def hypercorn_config(settings: Settings, workers: int, fd: int) -> Config:
-    """hypercorn.toml, then what the environment decides; handshakes counted when TLS and metrics are on."""
+def hypercorn_config(settings: Settings, workers: int, fd: int, quic_fd: int | None = None) -> Config:
+    """hypercorn.toml, then what the environment decides; handshakes counted when TLS and metrics are on
+    (QUIC's handshakes are aioquic's own TLS 1.3, not counted). quic_fd: the UDP socket of HTTP/3."""
     counting = settings.tls and settings.metrics_enabled
     config = (HandshakeCountingConfig if counting else Config).from_toml(CONFIG_FILE)
     config.application_path = APPLICATION
     config.bind = [f"fd://{fd}"]
+    if quic_fd is not None:
+        config.quic_bind = [f"fd://{quic_fd}"]
     config.workers = workers
     config.backlog = LISTEN_BACKLOG
     config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT_SECONDS
@@ -146,9 +158,16 @@ def main() -> int:
     if settings.record_mode == "pool":
         # Fills the pool cache once: the spawned workers then load it instead of each running Faker.
         load_pool(settings.record_pool_size, settings.record_seed)
+    if settings.http3 and workers > 1:
+        # Hypercorn hands every worker the one UDP socket it was given, so a QUIC connection's
+        # packets would be read by whichever worker is first, not by the one holding its state.
+        raise ConfigError(
+            f"HTTP3=1 serves with 1 worker, not {workers}: Hypercorn's workers would share one UDP socket"
+        )
     sock = _listen(settings.host, settings.port)
     port = sock.getsockname()[1]
-    config = hypercorn_config(settings, workers, sock.detach())
+    quic_fd = _listen_quic(settings.host, port).detach() if settings.http3 else None
+    config = hypercorn_config(settings, workers, sock.detach(), quic_fd)
 
     # multiprocessing unblocks SIGINT and SIGTERM after starting its resource tracker (which
     # Hypercorn's shutdown event needs), so it starts first; the mask is set before any thread

@@ -3,6 +3,7 @@
 import ctypes
 import itertools
 import json
+import math
 import os
 import select
 import signal
@@ -11,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +31,7 @@ from labrunner.network.link_checks import (
     LinkVerificationError,
     measure_rate,
     measure_rtt,
+    measure_udp_rtt,
     verify,
 )
 from labrunner.network.namespaces import (
@@ -103,9 +106,14 @@ def _emulator(name: str) -> Emulator:
 
 def _tcp_retransmits(namespace: str) -> int:
     """TCP segments retransmitted so far inside `namespace` (nstat's TcpRetransSegs)."""
-    out = run([*exec_prefix(namespace), "nstat", "-asz", "TcpRetransSegs"]).stdout
-    counts = [int(line.split()[1]) for line in out.splitlines() if line.startswith("TcpRetransSegs")]
-    assert counts, f"nstat in {namespace} printed no TcpRetransSegs: {out!r}"
+    return _nstat(namespace, "TcpRetransSegs")
+
+
+def _nstat(namespace: str, counter: str) -> int:
+    """The kernel's SNMP counter `counter` inside `namespace`, so far (nstat -a)."""
+    out = run([*exec_prefix(namespace), "nstat", "-asz", counter]).stdout
+    counts = [int(line.split()[1]) for line in out.splitlines() if line.split()[:1] == [counter]]
+    assert counts, f"nstat in {namespace} printed no {counter}: {out!r}"
     return counts[0]
 
 
@@ -157,11 +165,170 @@ def test_lossy_shows_retransmissions(link: Link, emulator_name: str) -> None:
         assert usage.lost > 0
 
 
+@pytest.mark.parametrize("emulator_name", EMULATORS)
+@pytest.mark.parametrize("profile_name", ["lan", "wan", "lossy", "narrow"])
+def test_udp_crosses_each_profile_with_its_rtt(link: Link, emulator_name: str, profile_name: str) -> None:
+    """What QUIC's packets see: UDP echoes take the profile's RTT (verify's rule: 10%, 0.25 ms below
+    2.5 ms), as ICMP does."""
+    profile = PROFILES[profile_name]
+    emulator = _emulator(emulator_name)
+    emulator.apply(link, profile)
+    try:
+        measured = verify(link, profile, udp=True)
+        usage = emulator.usage(link)
+    finally:
+        emulator.remove(link)
+    assert measured.udp_rtt_s is not None and len(measured.udp_rtt_samples) == 21
+    udp = sorted(measured.udp_rtt_samples)
+    print(
+        f"{emulator_name} {profile_name}: UDP RTT median {measured.udp_rtt_s * 1000:.3f} ms "
+        f"[{udp[0] * 1000:.3f}, {udp[-1] * 1000:.3f}], ICMP {measured.rtt_s * 1000:.3f} ms, {usage}"
+    )
+    if usage is not None:
+        assert usage.overflow == 0
+    # Taken off, UDP goes the direct veth again.
+    assert statistics.median(measure_udp_rtt(link, 5)) < 0.001
+
+
+# A stream of numbered datagrams, paced: 4,000/s, about 200 in flight at lossy's 50 ms RTT.
+_STREAM_DATAGRAMS = 10_000
+_STREAM_BURST = 20  # datagrams sent at once, every _STREAM_PAUSE_S
+_STREAM_PAUSE_S = 0.005
+_STREAM_QUIET_S = 1.5  # no new datagram for this long (30 lossy RTTs): the stream is over
+_SOCKET_BUFFER = 4 << 20  # holds the whole stream: a stalled reader must not drop datagrams
+_SO_RCVBUFFORCE = 33  # asm-generic/socket.h: past rmem_max (we are root)
+# The kernel's own UDP drops; any of them would be a loss that is not the emulator's.
+_UDP_DROPS = ("UdpRcvbufErrors", "UdpSndbufErrors", "UdpInErrors")
+
+
+def _udp_stream(link: Link, count: int) -> tuple[int, int]:
+    """Send `count` numbered datagrams from the client's side to an echo on the service's address:
+    (how many distinct ones the service received, how many distinct answers came back)."""
+    with entered(link.service.namespace):
+        server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with entered(link.client.namespace):
+        client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    received: set[int] = set()
+    answered: set[int] = set()
+    stop = threading.Event()
+
+    def echo() -> None:
+        while not stop.is_set():
+            try:
+                data, peer = server.recvfrom(64)
+            except TimeoutError:
+                continue
+            received.add(int.from_bytes(data, "big"))
+            server.sendto(data, peer)
+
+    def collect() -> None:
+        while not stop.is_set():
+            try:
+                answered.add(int.from_bytes(client.recv(64), "big"))
+            except TimeoutError:
+                continue
+
+    with server, client:
+        for sock in (server, client):
+            sock.setsockopt(socket.SOL_SOCKET, _SO_RCVBUFFORCE, _SOCKET_BUFFER)
+            sock.settimeout(0.1)
+        server.bind((link.service.address, 0))
+        client.connect(server.getsockname())
+        threads = [threading.Thread(target=work, daemon=True) for work in (echo, collect)]
+        for thread in threads:
+            thread.start()
+        try:
+            for number in range(count):
+                client.send(number.to_bytes(4, "big"))
+                if number % _STREAM_BURST == _STREAM_BURST - 1:
+                    time.sleep(_STREAM_PAUSE_S)
+            seen = (-1, -1)
+            while seen != (len(received), len(answered)):
+                seen = (len(received), len(answered))
+                time.sleep(_STREAM_QUIET_S)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(5)
+    return len(received), len(answered)
+
+
+def _binomial_range(n: int, p: float, tail: float = 1e-9) -> tuple[int, int]:
+    """[low, high]: Binomial(n, p) falls below low, or above high, with a chance under `tail` each."""
+    if p == 0:
+        return 0, 0
+    log_pmf = [
+        math.lgamma(n + 1)
+        - math.lgamma(k + 1)
+        - math.lgamma(n - k + 1)
+        + k * math.log(p)
+        + (n - k) * math.log1p(-p)
+        for k in range(n + 1)
+    ]
+    cdf = list(itertools.accumulate(math.exp(value) for value in log_pmf))
+    low = next(k for k in range(n + 1) if cdf[k] > tail)
+    high = next(k for k in range(n + 1) if cdf[k] >= 1 - tail)
+    return low, high
+
+
+@pytest.mark.parametrize("emulator_name", EMULATORS)
+@pytest.mark.parametrize("profile_name", ["lan", "lossy"])
+def test_udp_loses_the_profiles_share_of_datagrams(link: Link, emulator_name: str, profile_name: str) -> None:
+    """10,000 datagrams each way: each direction loses what a binomial with the profile's loss
+    allows (outside it: a chance under 1e-9 per side), lan none at all, so losses are the emulator's."""
+    profile = PROFILES[profile_name]
+    loss = profile.loss_percent / 100
+    emulator = _emulator(emulator_name)
+    emulator.apply(link, profile)
+    try:
+        drops_before = [_nstat(ns, counter) for ns in link.namespaces for counter in _UDP_DROPS]
+        received, answered = _udp_stream(link, _STREAM_DATAGRAMS)
+        drops = [_nstat(ns, counter) for ns in link.namespaces for counter in _UDP_DROPS]
+        usage = emulator.usage(link)
+    finally:
+        emulator.remove(link)
+    there, back = _STREAM_DATAGRAMS - received, received - answered
+    print(
+        f"{emulator_name} {profile_name}: lost {there} of {_STREAM_DATAGRAMS} to the service "
+        f"({there / _STREAM_DATAGRAMS:.2%}), {back} of {received} back ({back / received:.2%}), "
+        f"round trips {(_STREAM_DATAGRAMS - answered) / _STREAM_DATAGRAMS:.2%}; {usage}"
+    )
+    assert drops == drops_before, f"the kernel dropped datagrams itself: {_UDP_DROPS} in both namespaces"
+    if usage is not None:
+        assert usage.overflow == 0
+    low, high = _binomial_range(_STREAM_DATAGRAMS, loss)
+    assert low <= there <= high, f"{there} lost on the way to the service, expected {low}..{high}"
+    low, high = _binomial_range(received, loss)
+    assert low <= back <= high, f"{back} lost on the way back, expected {low}..{high}"
+
+
+def test_lost_udp_echoes_are_sent_again_and_do_not_fail_the_check(link: Link) -> None:
+    """10% loss each way: about one UDP echo in five gets no answer; each is sent again after its
+    timeout, and the answered ones make up the samples."""
+    profile = NetworkProfile("lossier", delay_s=0.001, loss_percent=10)
+    emulator = UserspaceEmulator(RELAY_CPUS)
+    emulator.apply(link, profile)
+    try:
+        before = emulator.usage(link).lost  # only the echoes cross the link from here
+        # Three rounds of 31 (32 answers of 63 datagrams each: a round fails with a chance of ~1e-8)
+        # make 192 packets or more; none lost, at 10% each: a chance of ~2e-9.
+        rtts = [rtt for _ in range(3) for rtt in measure_udp_rtt(link, 31, timeout_s=0.1)]
+        lost = emulator.usage(link).lost - before
+    finally:
+        emulator.remove(link)
+    print(f"lossier: {lost} datagrams lost, UDP RTT median {statistics.median(rtts) * 1000:.3f} ms")
+    assert lost > 0 and len(rtts) == 93
+
+
 def test_verification_fails_when_the_link_is_off(link: Link) -> None:
     with pytest.raises(
         LinkVerificationError, match=r"RTT 0\.\d+ ms is more than 5\.000 ms off wan's 50\.000 ms"
     ):
         verify(link, PROFILES["wan"])  # no emulator: a direct veth
+    with pytest.raises(
+        LinkVerificationError, match=r"; UDP RTT 0\.\d+ ms is more than 5\.000 ms off wan's 50\.000 ms"
+    ):
+        verify(link, PROFILES["wan"], udp=True)
     emulator = UserspaceEmulator(RELAY_CPUS)
     emulator.apply(link, PROFILES["lan"])
     try:
@@ -235,9 +402,12 @@ def test_a_dead_relay_fails_loudly_instead_of_bypassing_the_emulation(link: Link
         time.sleep(0.2)
         with pytest.raises(LinkVerificationError, match="No route to host"):
             measure_rtt(link, 3)
+        with pytest.raises(LinkVerificationError, match=r"over UDP: .*No route to host"):
+            measure_udp_rtt(link, 3)
     finally:
         assert emulator.remove(link) is None  # it had died: no final counters
     assert statistics.median(measure_rtt(link, 5)) < 0.001
+    assert statistics.median(measure_udp_rtt(link, 5)) < 0.001
 
 
 _KILLED_CHILD = """

@@ -195,7 +195,7 @@ def test_the_questions_not_asked_name_their_presets() -> None:
     assert line.question == "run"
     assert line.sentence == (
         "Not asked: --preset default (HTTP/2 vs HTTP/1.1, gRPC streaming vs unary), implementations, "
-        "metrics-overhead, multiplexing, churn, compression, network, payload."
+        "metrics-overhead, multiplexing, churn, compression, http3, network, payload."
     )
     every = [Finding(q.name, "") for q in findings.QUESTIONS]
     assert findings.unasked(every, "default") == []

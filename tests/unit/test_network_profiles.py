@@ -345,6 +345,33 @@ def test_verification_tolerance(profile: str, rtt_ms: float, rate_mbit: float | 
     assert (problems == []) is ok, problems
 
 
+@pytest.mark.parametrize(
+    ("profile", "icmp_ms", "udp_ms", "problems"),
+    [
+        ("lossy", 50.2, None, []),  # not asked for: not checked
+        ("lossy", 50.2, 54.9, []),
+        ("lossy", 50.2, 55.1, ["UDP RTT 55.100 ms is more than 5.000 ms off lossy's 50.000 ms"]),
+        ("lan", 0.52, 0.74, []),  # the same absolute floor: 0.25 ms
+        ("lan", 0.52, 0.01, ["UDP RTT 0.010 ms is more than 0.250 ms off lan's 0.500 ms"]),
+        (
+            "wan",
+            0.01,
+            0.02,
+            [
+                "RTT 0.010 ms is more than 5.000 ms off wan's 50.000 ms",
+                "UDP RTT 0.020 ms is more than 5.000 ms off wan's 50.000 ms",
+            ],
+        ),
+    ],
+)
+def test_the_udp_rtt_is_held_to_the_same_tolerance(
+    profile: str, icmp_ms: float, udp_ms: float | None, problems: list[str]
+) -> None:
+    udp = None if udp_ms is None else udp_ms / 1000
+    measured = LinkMeasurement(icmp_ms / 1000, (), None, udp, () if udp is None else (udp,))
+    assert measured.problems(_profiles()[profile]) == problems
+
+
 def _arrivals(pattern: list[tuple[float, float]], start: float = 1_000.0) -> list[tuple[float, int]]:
     """Reads every millisecond of `pattern`'s (seconds, bytes per second) periods, in turn."""
     arrivals, now = [], start

@@ -1,6 +1,7 @@
 """The Backend interface and what backends share: start, observe and stop a service and k6."""
 
 import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,17 @@ class K6Invocation:
     def run_args(self) -> tuple[str, ...]:
         """What follows the k6 binary: `run`, the options, the script."""
         return ("run", *self.args, str(self.script))
+
+    @property
+    def python_driven(self) -> bool:
+        """Whether the Python driver (scripts/drive_http.py, labrunner.run.drive) runs it, not k6."""
+        return self.script.suffix == ".py"
+
+    def command(self, k6_binary: Path) -> tuple[str, ...]:
+        """The process that runs it: k6 with run_args, or this interpreter on the driver with the options."""
+        if self.python_driven:
+            return (sys.executable, str(self.script), *self.args)
+        return (str(k6_binary), *self.run_args)
 
 
 @dataclass(frozen=True)
@@ -247,6 +259,7 @@ def check_listening(listening: Mapping[str, Any], scenario: Scenario, log_tail: 
         # identity.
         or listening.get("shape", "cars") != scenario.shape
         or listening.get("compression", IDENTITY) != scenario.compression
+        or bool(listening.get("http3")) != (target.protocol == "http3")
     ):
         expected = (
             f"target tls={target.tls}, response_model={scenario.response_model}, shape={scenario.shape}, "

@@ -318,6 +318,11 @@ def _preflight(plan: Plan) -> None:
     for target in {s.target for s in plan.scenarios}:
         if not (REPO / target.script).is_file():
             raise _Usage(f"target {target.name}: k6 script {target.script} does not exist")
+        if target.python_driven and plan.backend != "local":
+            raise _Usage(
+                f"target {target.name}: the Python driver ({target.script}) runs on the local backend "
+                "only (--backend local); the docker backend's load generator is k6's image"
+            )
         path = REPO.joinpath(*target.main_module.split("."))
         if not ((path / "__main__.py").is_file() or path.with_suffix(".py").is_file()):
             raise _Usage(f"target {target.name}: module {target.main_module} does not exist in {REPO}")

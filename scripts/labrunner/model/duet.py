@@ -52,7 +52,7 @@ def dueted(scenario: Scenario) -> bool:
 
 
 @dataclass(frozen=True)
-class _Side:
+class PlannedSide:
     """A planned scenario as model.questions reads a side."""
 
     scenario: Scenario
@@ -139,7 +139,7 @@ def plan_duets(plan: Plan, mode: str) -> Plan:
     # their own rounds.
     found = [
         (q, c, b)
-        for q, c, b in pairs([_Side(s, order[s.target.name]) for s in first_round])
+        for q, c, b in pairs([PlannedSide(s, order[s.target.name]) for s in first_round])
         if (not asked or q.kind in asked) and c.scenario.duet_name != b.scenario.duet_name
     ]
     too_big = {

@@ -14,6 +14,7 @@ from labrunner.model.scenario import (
     DEFAULT_DIRECTION,
     DEFAULT_SHAPE,
     DEFAULT_STREAMS,
+    DRIVER_LOAD_MODELS,
     IDENTITY,
     LOOPBACK,
     MULTIPLEXED_PROTOCOLS,
@@ -112,6 +113,7 @@ def expand(
     notes += _churn_notes(churns, streams, settings.measure, where)
     compressions = list(dict.fromkeys(settings.compressions))
     notes += _compression_notes(compressions, [matrix.targets[t] for t in targets], settings, where)
+    notes += _driver_notes([matrix.targets[t] for t in targets], models, settings, where)
     scenarios = tuple(
         Scenario(
             target=matrix.targets[target],
@@ -157,6 +159,14 @@ def expand(
         # A rung runs on the targets of its ladder's k6 scripts only.
         and (model.rung is None or matrix.targets[target].script in model.rung.scripts)
         and _multiplexes(stream_count, model, matrix.targets[target])
+        and _drives(
+            matrix.targets[target],
+            model,
+            direction=direction,
+            streams=stream_count,
+            churn=churn,
+            compression=compression,
+        )
     )
     return Plan(
         matrix_path=matrix.path,
@@ -180,6 +190,41 @@ def _multiplexes(streams: int, model: LoadModel, target: Target) -> bool:
         return True
     closed = model.executor == "constant-vus" and streams <= (model.vus or 0)
     return closed and target.protocol in MULTIPLEXED_PROTOCOLS
+
+
+def _drives(
+    target: Target, model: LoadModel, *, direction: str, streams: int, churn: Churn, compression: str
+) -> bool:
+    """Whether the target runs the combination: a k6 target every one; the Python driver's downloads
+    only, one request at a time on kept connections, uncompressed, under a constant load model."""
+    if not target.python_driven:
+        return True
+    plain = (direction, streams, churn, compression) == (DEFAULT_DIRECTION, DEFAULT_STREAMS, None, IDENTITY)
+    return plain and model.executor in DRIVER_LOAD_MODELS
+
+
+def _driver_notes(
+    targets: list[Target], models: list[LoadModel], settings: Settings, where: str
+) -> tuple[str, ...]:
+    """What the plan leaves out of the Python driver's targets, said once; a MatrixError for callers."""
+    driven = [t.name for t in targets if t.python_driven]
+    if not driven:
+        return ()
+    if settings.measure == "caller":
+        raise MatrixError(
+            f"{where}: {', '.join(driven)} are driven by the Python driver, which the callers are not"
+        )
+    left_out = [
+        *(f"direction {d}" for d in settings.directions if d != DEFAULT_DIRECTION),
+        *(f"streams {n}" for n in settings.streams if n != DEFAULT_STREAMS),
+        *(f"churn {churn_name(c)}" for c in settings.churn if c is not None),
+        *(f"compression {c}" for c in settings.compressions if c != IDENTITY),
+        *(f"load model {m.name}" for m in models if m.executor not in DRIVER_LOAD_MODELS),
+    ]
+    if not left_out:
+        return ()
+    kept = "run downloads on kept connections only"
+    return (f"the Python driver's targets ({', '.join(driven)}) {kept}: not {', '.join(left_out)}",)
 
 
 def _streams_notes(

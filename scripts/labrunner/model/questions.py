@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from labrunner.model.scenario import DRIVER_SCRIPT
+
 
 class Side(Protocol):
     """What a question reads of one side: a report's group or a planned scenario."""
@@ -59,6 +61,8 @@ class Question:
     def asks(self, candidate: Side, baseline: Side) -> bool:
         if (self.kind == LAB_VS_FLOOR) != (is_floor(candidate) or is_floor(baseline)):
             return False  # a floor answers lab vs floor only
+        if (self.kind == DRIVER_VS_K6) != (is_python_driven(candidate) != is_python_driven(baseline)):
+            return False  # two load generators' sides answer the comparison of their clocks only
         return all(getattr(candidate, a) == getattr(baseline, a) for a in self.same) and self.is_pair(
             candidate, baseline
         )
@@ -75,6 +79,15 @@ LAB_VS_FLOOR = "lab vs floor"
 
 def is_floor(side: Side) -> bool:
     return side.target.startswith(FLOOR_PREFIX)
+
+
+# The Python driver (scripts/drive_http.py) and k6 time requests on different clocks: their sides are
+# compared with each other in this question only, which measures the difference.
+DRIVER_VS_K6 = "Python driver vs k6"
+
+
+def is_python_driven(side: Side) -> bool:
+    return side.script == DRIVER_SCRIPT
 
 
 def is_streaming(side: Side) -> bool:
@@ -113,6 +126,24 @@ QUESTIONS = (
         "HTTP/2 vs HTTP/1.1",
         ("service", "tls", *_SCENARIO),
         lambda c, b: c.protocol == "http2" and b.protocol == "http1.1",
+    ),
+    # HTTP/3 (the Python driver's: k6 has none) against the same server over TCP.
+    Question(
+        "HTTP/3 vs HTTP/2",
+        ("service", "tls", *_SCENARIO),
+        lambda c, b: c.protocol == "http3" and b.protocol == "http2",
+    ),
+    Question(
+        "HTTP/3 vs HTTP/1.1",
+        ("service", "tls", *_SCENARIO),
+        lambda c, b: c.protocol == "http3" and b.protocol == "http1.1",
+    ),
+    # The same server and protocol loaded by the Python driver and by k6: how the two clocks (and the
+    # two clients' limits) differ, so that neither driver's figures are read as the other's.
+    Question(
+        DRIVER_VS_K6,
+        ("service", "protocol", "tls", *_SCENARIO),
+        lambda c, b: is_python_driven(c) and not is_python_driven(b),
     ),
     # Unary only: a stream of N messages is not one response of N records.
     Question(

@@ -73,6 +73,11 @@ class Profile:
         return max(1, math.ceil(self.cpus - 1e-9))
 
 
+# The Python load driver's script (labrunner.run.drive): a target naming it is driven by Python, not k6.
+DRIVER_SCRIPT = "scripts/drive_http.py"
+DRIVER_LOAD_MODELS = ("constant-vus", "constant-arrival-rate")  # the executors it runs
+
+
 @dataclass(frozen=True)
 class Target:
     """One server x protocol x TLS combination and the k6 script that drives it."""
@@ -90,6 +95,11 @@ class Target:
     @property
     def is_grpc(self) -> bool:
         return self.protocol == "grpc"
+
+    @property
+    def python_driven(self) -> bool:
+        """Whether the Python driver loads it instead of k6 (scripts/drive_http.py)."""
+        return self.script == DRIVER_SCRIPT
 
     @property
     def main_module(self) -> str:

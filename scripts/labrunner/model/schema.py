@@ -33,6 +33,7 @@ from labrunner.model.scenario import (
     DEFAULT_SHAPE,
     DEFAULT_STREAMS,
     DIRECTIONS,
+    DRIVER_SCRIPT,
     IDENTITY,
     NEVER,
     RESPONSE_MODELS,
@@ -49,7 +50,7 @@ from labrunner.model.scenario import (
 from labrunner.network.profiles import NetworkProfile
 from services.common.stacks import BY_PACKAGE
 
-ProtocolName = Literal["http1.1", "http2", "grpc"]
+ProtocolName = Literal["http1.1", "http2", "http3", "grpc"]
 MeasureName = Literal["service", "caller"]  # labrunner.model.scenario.MEASURES
 # labrunner.model.questions.QUESTIONS' kinds, held equal by a test.
 QuestionName = Literal[
@@ -57,6 +58,9 @@ QuestionName = Literal[
     "build vs prebuilt",
     "metrics on vs off",
     "HTTP/2 vs HTTP/1.1",
+    "HTTP/3 vs HTTP/2",
+    "HTTP/3 vs HTTP/1.1",
+    "Python driver vs k6",
     "gRPC vs REST",
     "gRPC streaming vs unary",
     "multiplexed vs connections",
@@ -67,7 +71,7 @@ QuestionName = Literal[
     "gRPC server vs gRPC server",
 ]
 # What k6 reports as res.proto for each REST protocol.
-REST_PROTO = {"http1.1": "HTTP/1.1", "http2": "HTTP/2.0"}
+REST_PROTO = {"http1.1": "HTTP/1.1", "http2": "HTTP/2.0", "http3": "HTTP/3"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -310,7 +314,14 @@ class _TargetSpec(_Table):
     service: Annotated[
         str, _must(BY_PACKAGE.__contains__, "{value} must be a services/ package name of a declared stack")
     ]
-    script: Annotated[str, _must(lambda path: path.endswith(".js"), "{value} must be a k6 .js path")]
+    # A k6 script, or the Python driver (scripts/drive_http.py: REST downloads over any HTTP version).
+    script: Annotated[
+        str,
+        _must(
+            lambda path: path.endswith(".js") or path == DRIVER_SCRIPT,
+            f"{{value}} must be a k6 .js path or {DRIVER_SCRIPT}",
+        ),
+    ]
     protocol: ProtocolName
     tls: bool
     expect_proto: str | None = Field(default=None, validate_default=True)
@@ -342,6 +353,13 @@ class _TargetSpec(_Table):
     def _http2_over_tls(self) -> Self:
         if self.protocol == "http2" and not self.tls:
             raise _problem("http2 needs tls = true (k6 negotiates HTTP/2 only via ALPN)", self.tls)
+        if self.protocol == "http3" and (not self.tls or self.script != DRIVER_SCRIPT):
+            raise _problem(
+                f"http3 needs tls = true and script = {DRIVER_SCRIPT!r} (QUIC is encrypted, k6 no HTTP/3)",
+                self.script,
+            )
+        if self.script == DRIVER_SCRIPT and self.protocol == "grpc":
+            raise _problem("the Python driver speaks REST, not grpc", self.script)
         return self
 
     def build(self, name: str) -> Target:

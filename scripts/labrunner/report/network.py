@@ -15,13 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
+from labrunner.model.questions import QUESTIONS
 from labrunner.report.compare import THROUGHPUT, Comparison, Group
 from labrunner.report.stats import Ratio, ratio
 
 LOOPBACK = "loopback"
 CLOSED, OPEN = "closed", "open"
 # Within a profile: the protocol questions of the comparison rules, and what both sides share.
-PROTOCOL_KINDS = ("HTTP/2 vs HTTP/1.1", "gRPC vs REST")
+PROTOCOL_KINDS = ("HTTP/2 vs HTTP/1.1", "HTTP/3 vs HTTP/2", "HTTP/3 vs HTTP/1.1", "gRPC vs REST")
 _SAME = (
     "network",
     "tls",
@@ -80,16 +81,8 @@ def within_profile(groups: Sequence[Group]) -> list[Comparison]:
 
 
 def _protocol_pair(candidate: Group, baseline: Group) -> str | None:
-    """The protocol question a pair answers (as the report's comparison rules pair them), or None."""
-    if (
-        candidate.protocol == "http2"
-        and baseline.protocol == "http1.1"
-        and candidate.service == baseline.service
-    ):
-        return PROTOCOL_KINDS[0]
-    if candidate.protocol == "grpc" and baseline.protocol != "grpc":
-        return PROTOCOL_KINDS[1]
-    return None
+    """The protocol question a pair answers, by the report's comparison rules (model.questions), or None."""
+    return next((q.kind for q in QUESTIONS if q.kind in PROTOCOL_KINDS and q.asks(candidate, baseline)), None)
 
 
 @dataclass(frozen=True)

@@ -169,7 +169,9 @@ class ScenarioRun:
             log_file=settings.logs_dir / f"{scenario.id}.k6.log",
             influxdb_url=config.influxdb_url,
             instances=instances,
-            api=config.watch is not None and self.backend.name in live.BACKENDS_WITH_K6_HERE,
+            api=config.watch is not None
+            and self.backend.name in live.BACKENDS_WITH_K6_HERE
+            and not scenario.target.python_driven,
             upload=upload,
         )
 
@@ -213,7 +215,9 @@ class ScenarioRun:
     def _check_connections(self, watch: connections.Watch, phase: str) -> None:
         """The counts against the plan (run.connections.check), kept for the result."""
         self.connections_seen[phase] = watch.peak
-        if self.scenario.churn is None:  # churning, a closing connection outlives its successor's dial
+        # Churning, a closing connection outlives its successor's dial. QUIC's connections are not
+        # sockets: the service's one UDP socket carries them all (the driver fails a VU that gets no h3).
+        if self.scenario.churn is None and self.scenario.target.protocol != "http3":
             connections.check(self.scenario.connections, watch.peak, phase, self.scenario.connection_model)
 
     @contextmanager

@@ -1,5 +1,7 @@
 """Health checks and verification before measuring: status, record count and shape, protocol, TLS."""
 
+import asyncio
+import json
 import ssl
 import time
 import zlib
@@ -16,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from labrunner.backends.base import Backend, Endpoint, ScenarioFailed, ServiceHandle
 from labrunner.model.scenario import Scenario, Target
+from labrunner.run.drive.clients import HTTP3, Reply, opener
 from labrunner.run.uploads import UploadBody, first_records
 from services.common.contract import RECORD_SHAPE
 from services.common.pb import cars_pb2
@@ -160,15 +163,14 @@ def _rest(
     handle: ServiceHandle, scenario: Scenario, ca_file: Path, checks: list[str], failures: list[str]
 ) -> str | None:
     target = scenario.target
-    url = f"{_base_url(handle.address, target.tls)}/records?count={scenario.count}&offset=0"
+    path = f"/records?count={scenario.count}&offset=0"
+    url = f"{_base_url(handle.address, target.tls)}{path}"
     try:
-        # Offer h2 like k6 does: the server's ALPN choice is what gets verified.
-        with _http_client(target.tls, ca_file, timeout_s=TIMEOUT_S) as client:
-            response = client.get(url)
-    except httpx.HTTPError as exc:
+        response = _get(handle.address, path, target, ca_file)
+    except (httpx.HTTPError, OSError) as exc:  # OSError: QUIC's ConnectionError and TimeoutError
         failures.append(f"GET {url} failed: {_describe(exc)}")
         return None
-    protocol = _HTTPX_PROTO.get(response.http_version, response.http_version)
+    protocol = response.protocol
     _expect(
         protocol == target.expect_proto,
         f"negotiated {protocol}",
@@ -176,21 +178,22 @@ def _rest(
         checks,
         failures,
     )
-    if response.status_code != 200:
-        failures.append(f"GET {url} returned {response.status_code}: {response.text[:200]}")
+    text = response.body[:200].decode(errors="replace")
+    if response.status != 200:
+        failures.append(f"GET {url} returned {response.status}: {text}")
         return protocol
     checks.append("status 200")
     try:
-        body = response.json()
+        body = json.loads(response.body)
     except ValueError:
-        failures.append(f"GET {url} body is not JSON: {response.text[:200]!r}")
+        failures.append(f"GET {url} body is not JSON: {text!r}")
         return protocol
     records = body.get("records") if isinstance(body, dict) else None
     if scenario.shape == "cars":  # each missing or mistyped field named, from the proto's descriptor
         _check_records(records, scenario.count, "REST /records", checks, failures)
     kit = shape_kit(scenario.shape)
     try:
-        got = json_format.Parse(response.content, kit.list_message())
+        got = json_format.Parse(response.body, kit.list_message())
     except ParseError as exc:
         failures.append(f"GET {url} body is not {kit.list_message.DESCRIPTOR.full_name}: {exc}")
         return protocol
@@ -363,6 +366,26 @@ def _base_url(address: Endpoint, tls: bool) -> str:
 def _http_client(tls: bool, ca_file: Path, timeout_s: float) -> httpx.Client:
     verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca_file)) if tls else False
     return httpx.Client(http2=True, verify=verify, timeout=timeout_s)
+
+
+def _get(address: Endpoint, path: str, target: Target, ca_file: Path) -> Reply:
+    """GET path as k6 or the Python driver would: over HTTP/3 for an h3 target (the driver's own client,
+    which fails unless QUIC negotiated h3), else offering h2 like k6 does, so that the server's ALPN
+    choice is what gets verified."""
+    if target.protocol == "http3":
+        return asyncio.run(_get_h3(_base_url(address, tls=True), path, ca_file))
+    with _http_client(target.tls, ca_file, timeout_s=TIMEOUT_S) as client:
+        response = client.get(f"{_base_url(address, target.tls)}{path}")
+    protocol = _HTTPX_PROTO.get(response.http_version, response.http_version)
+    return Reply(response.status_code, response.content, 0, protocol)
+
+
+async def _get_h3(base_url: str, path: str, ca_file: Path) -> Reply:
+    connection = await opener(HTTP3, base_url, ca_file)()
+    try:
+        return await asyncio.wait_for(connection.get(path), TIMEOUT_S)
+    finally:
+        await connection.close()
 
 
 def _grpc_channel(address: Endpoint, tls: bool, ca_file: Path) -> grpc.Channel:

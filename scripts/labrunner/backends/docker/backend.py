@@ -280,6 +280,10 @@ class DockerBackend:
         """One k6 container per invocation, started together, each on its own cpuset; on other
         engines, k6's files go in and its summary and raw samples come out through the engine's API
         (a bind mount would name a directory of the engine's host, not of this one)."""
+        if any(invocation.python_driven for invocation in invocations):
+            raise ScenarioFailed(
+                "measure" if measured else "warmup", "the Python driver runs on the local backend only"
+            )
         service = self._service(handle)
         phase = "measure" if measured else "warmup"
         runs: list[_K6Run] = []

@@ -66,7 +66,7 @@ def run_k6(
         for invocation in invocations:
             with invocation.log_file.open("ab") as log:
                 process = subprocess.Popen(
-                    [*prefix, str(settings.k6_binary), *invocation.run_args],
+                    [*prefix, *invocation.command(settings.k6_binary)],
                     cwd=settings.root,
                     env=env | dict(invocation.env),
                     stdout=log,

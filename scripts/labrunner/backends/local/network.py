@@ -67,7 +67,8 @@ def create_network(run_id: str, scenario: Scenario, relay_cpus: tuple[int, ...],
         emulator = choose_emulator(relay_cpus)
         emulator.apply(network.link, profile)
         network.emulator = emulator
-        network.measurement = verify(network.link, profile)
+        # QUIC's link is UDP: its RTT is verified too, beside ICMP's (network.link_checks).
+        network.measurement = verify(network.link, profile, udp=scenario.target.protocol == "http3")
     except (NetworkError, LinkVerificationError) as exc:
         remove_network(network)
         raise ScenarioFailed("network", str(exc)) from exc
@@ -125,4 +126,5 @@ def network_record(network: Network | None) -> dict[str, Any] | None:
         "client_address": network.link.client.address,
         "measured_rtt_s": measurement.rtt_s if measurement else None,
         "measured_rate_bps": measurement.rate_bps if measurement else None,
+        "measured_udp_rtt_s": measurement.udp_rtt_s if measurement else None,
     }

@@ -38,6 +38,8 @@ QUESTIONS: tuple[Question, ...] = (
     # Its answers (what a connection costs, fitted); pairs.findings adds each churn against connections kept.
     Question(churn.QUESTION, "churn", churn.findings),
     Question(compression.QUESTION, "compression", compression.findings),
+    Question(pairs.HTTP3, "http3", pairs.findings),
+    Question(pairs.DRIVER_VS_K6, "", pairs.findings),
     Question(network.QUESTION, "network", network.findings),
     Question(payload_sweep.QUESTION, "payload", payload_sweep.findings),
     Question(run.QUESTION, "", run.findings, headed=False),  # lower bounds, what was not compared

@@ -35,6 +35,8 @@ from labrunner.run.k6_stats import PERCENTILES
 # The questions the pairs answer, and which comparison rule (model.questions) answers which.
 HTTP2 = "HTTP/2 vs HTTP/1.1"
 GRPC_VS_REST = "gRPC vs REST"
+HTTP3 = "HTTP/3 vs HTTP/2 and HTTP/1.1"
+DRIVER_VS_K6 = "Python driver vs k6"
 SERVERS = "server vs server"
 STREAMING = "gRPC streaming vs unary"
 RESPONSE_MODEL = "response model"
@@ -45,6 +47,9 @@ COMPRESSION = "compression"  # answered by findings.compression, on every networ
 _RULE_QUESTION = {
     "HTTP/2 vs HTTP/1.1": HTTP2,
     "gRPC vs REST": GRPC_VS_REST,
+    "HTTP/3 vs HTTP/2": HTTP3,
+    "HTTP/3 vs HTTP/1.1": HTTP3,
+    "Python driver vs k6": DRIVER_VS_K6,
     "REST server vs REST server": SERVERS,
     "gRPC server vs gRPC server": SERVERS,
     "gRPC streaming vs unary": STREAMING,
