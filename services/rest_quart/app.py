@@ -199,6 +199,10 @@ def create_app() -> Quart:
     build_app, with the drain flag the supervising process creates and the worker's start-up rules."""
     settings = load_settings("rest_quart")
     hypercorn_limits.install()
+    if settings.http3:  # aioquic imported only for HTTP/3, as Hypercorn does
+        from services.common import quic_limits  # noqa: PLC0415
+
+        quic_limits.install()
     app = build_app(
         settings,
         record_source(settings),
