@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import DRIVER_SCRIPT
+from labrunner.run import connections
 from labrunner.run.drive.main import EXIT_BAD_SETUP
 from labrunner.run.k6.output import parse_summary, read_summary, take_latency_samples
 from labrunner.run.k6_stats import trend_stats
@@ -86,6 +87,36 @@ def test_each_protocol_is_driven_and_summarized_as_k6_would(
     assert "thresholds=ok" in done.stdout
 
 
+@pytest.mark.parametrize("protocol", ["HTTP/1.1", "HTTP/3"])
+def test_the_open_model_starts_requests_at_the_rate_and_grows_its_pool_to_max_vus(
+    quart: RunningService, protocol: str, tmp_path: Path
+) -> None:
+    model = {"LOAD_MODEL": "constant-arrival-rate", "RATE": "40", "PRE_ALLOCATED_VUS": "1", "MAX_VUS": "4"}
+    done, summary_file = drive(quart.port, protocol, tmp_path, **model)
+    assert done.returncode == 0, done.stderr
+    summary = read_summary(summary_file)
+    assert summary is not None
+    metrics = parse_summary(summary)
+    # 40 starts in the second, each run or dropped: none lost, none made up.
+    assert metrics.iterations + metrics.dropped_iterations == 40
+    assert metrics.errors == 0 and metrics.requests == metrics.iterations
+    assert 1 <= metrics.connections_opened <= 4 and metrics.vus_max == metrics.connections_opened
+
+
+@pytest.mark.parametrize("protocol", ["HTTP/1.1", "HTTP/2.0", "HTTP/3"])
+def test_churn_opens_a_new_connection_every_n_requests_as_the_runner_checks(
+    quart: RunningService, protocol: str, tmp_path: Path
+) -> None:
+    done, summary_file = drive(quart.port, protocol, tmp_path, CHURN="4")
+    assert done.returncode == 0, done.stderr
+    summary = read_summary(summary_file)
+    assert summary is not None
+    metrics = parse_summary(summary)
+    assert metrics.errors == 0 and metrics.requests > 4 * VUS and metrics.vus_max == VUS
+    connections.check_churn(4, metrics.attempts, metrics.connections_opened, metrics.vus_max or 0)
+    assert metrics.connections_opened > VUS
+
+
 def test_h2_asked_of_a_server_offering_only_http1_fails_before_any_load(tmp_path: Path) -> None:
     service = launch_service("rest_quart", {**tls_env(), "ALPN_PROTOCOLS": "http/1.1", "WORKERS": "1"})
     try:
@@ -98,9 +129,9 @@ def test_h2_asked_of_a_server_offering_only_http1_fails_before_any_load(tmp_path
 
 
 def test_unsupported_settings_are_refused_by_name(quart: RunningService, tmp_path: Path) -> None:
-    done, summary = drive(quart.port, "HTTP/3", tmp_path, CHURN="10")
+    done, summary = drive(quart.port, "HTTP/3", tmp_path, COMPRESSION="gzip")
     assert done.returncode == EXIT_BAD_SETUP
-    assert "CHURN is set: the Python driver does not run new connections (churn)" in done.stderr
+    assert "COMPRESSION is set: the Python driver does not run compression" in done.stderr
     assert not summary.exists()
 
 

@@ -32,10 +32,21 @@ OPEN = {
 
 def test_a_closed_plan_reads_rest_js_environment() -> None:
     plan = plan_from(CLOSED)
-    assert (plan.base_url, plan.protocol, plan.vus, plan.rate, plan.duration_s) == (
-        "https://127.0.0.1:8082", "HTTP/3", 5, None, 90.0,
+    assert (plan.base_url, plan.protocol, plan.vus, plan.max_vus, plan.rate, plan.duration_s) == (
+        "https://127.0.0.1:8082", "HTTP/3", 5, 5, None, 90.0,
     )  # fmt: skip
     assert plan.path == "/records?count=100"
+
+
+def test_a_closed_plan_churns_every_n_requests() -> None:
+    assert plan_from(CLOSED | {"CHURN": "10"}).churn == 10
+    assert plan_from(CLOSED).churn is None
+
+
+def test_an_open_plan_preallocates_and_may_grow_to_max_vus() -> None:
+    assert (plan_from(OPEN).vus, plan_from(OPEN).max_vus, plan_from(OPEN).rate) == (7, 7, 90.0)
+    grown = plan_from(OPEN | {"MAX_VUS": "20"})
+    assert (grown.vus, grown.max_vus) == (7, 20)
 
 
 @pytest.mark.parametrize("instances", [2, 3, 4])
@@ -51,7 +62,8 @@ def test_execution_segments_share_the_vus_and_the_rate_exactly(instances: int) -
 @pytest.mark.parametrize(
     ("extra", "said"),
     [
-        ({"CHURN": "1"}, "CHURN is set"),
+        ({"CHURN": "1", **OPEN}, "CHURN=1 under constant-arrival-rate"),
+        ({"CHURN": "never"}, "bad load settings"),
         ({"COMPRESSION": "gzip"}, "COMPRESSION is set"),
         ({"UPLOAD_FILE": "x"}, "UPLOAD_FILE is set"),
         ({"STREAMS": "10"}, "STREAMS is set"),
@@ -67,21 +79,23 @@ def test_what_the_driver_does_not_run_is_refused_by_name(extra: dict[str, str], 
 
 def test_the_summary_reads_back_as_k6s_with_k6s_statistics(tmp_path: Path) -> None:
     samples = [float(v) for v in (5, 1, 9, 3, 7, 2, 8)]
-    tally = Tally(latency_ms=samples, failed=1, received_bytes=700, checks_passed=3, iterations=8)
-    metrics = parse_summary(document(tally, ran_s=2.0, vus=4, stats=trend_stats()))
+    tally = Tally(
+        latency_ms=samples, failed=1, received_bytes=700, checks_passed=3, iterations=8, connections=6, vus=4
+    )
+    metrics = parse_summary(document(tally, ran_s=2.0, stats=trend_stats()))
     assert (metrics.requests, metrics.attempts, metrics.errors) == (7, 8, 1)
     assert metrics.requests_per_second == 3.5 and metrics.data_received_bytes == 700
     assert metrics.latency_metric == CLOCK and metrics.latency_count == 7
     assert metrics.latency_ms == latency_stats(samples)  # the same interpolation as k6's
-    assert metrics.vus_max == 4 and metrics.connections_opened == 4 and metrics.test_run_seconds == 2.0
+    assert metrics.vus_max == 4 and metrics.connections_opened == 6 and metrics.test_run_seconds == 2.0
     assert metrics.failed_thresholds == ("protolab_req_failed rate<0.01",)  # 1 of 8 failed
     write_csv(tmp_path / "raw.csv", samples)
     assert take_latency_samples(tmp_path / "raw.csv", CLOCK) == samples
 
 
 def test_a_clean_run_crosses_no_threshold_and_a_failed_check_does() -> None:
-    clean = parse_summary(document(Tally(latency_ms=[1.0], checks_passed=2), 1.0, 1, trend_stats()))
-    checked = parse_summary(document(Tally(latency_ms=[1.0], checks_failed=1), 1.0, 1, trend_stats()))
+    clean = parse_summary(document(Tally(latency_ms=[1.0], checks_passed=2), 1.0, trend_stats()))
+    checked = parse_summary(document(Tally(latency_ms=[1.0], checks_failed=1), 1.0, trend_stats()))
     assert clean.failed_thresholds == ()
     assert checked.failed_thresholds == ("checks rate==1.0",)
 

@@ -196,11 +196,13 @@ def _drives(
     target: Target, model: LoadModel, *, direction: str, streams: int, churn: Churn, compression: str
 ) -> bool:
     """Whether the target runs the combination: a k6 target every one; the Python driver's downloads
-    only, one request at a time on kept connections, uncompressed, under a constant load model."""
+    only, one request at a time, uncompressed, under a constant load model (churning a closed one's)."""
     if not target.python_driven:
         return True
-    plain = (direction, streams, churn, compression) == (DEFAULT_DIRECTION, DEFAULT_STREAMS, None, IDENTITY)
-    return plain and model.executor in DRIVER_LOAD_MODELS
+    plain = (direction, streams, compression) == (DEFAULT_DIRECTION, DEFAULT_STREAMS, IDENTITY)
+    # It churns a closed model's VUs (labrunner.run.drive.load), not an open model's pool.
+    churns = churn is None or model.executor == "constant-vus"
+    return plain and churns and model.executor in DRIVER_LOAD_MODELS
 
 
 def _driver_notes(
@@ -217,13 +219,19 @@ def _driver_notes(
     left_out = [
         *(f"direction {d}" for d in settings.directions if d != DEFAULT_DIRECTION),
         *(f"streams {n}" for n in settings.streams if n != DEFAULT_STREAMS),
-        *(f"churn {churn_name(c)}" for c in settings.churn if c is not None),
+        *(
+            f"churn {churn_name(c)} under load model {m.name}"
+            for c in settings.churn
+            if c is not None
+            for m in models
+            if m.executor != "constant-vus"
+        ),
         *(f"compression {c}" for c in settings.compressions if c != IDENTITY),
         *(f"load model {m.name}" for m in models if m.executor not in DRIVER_LOAD_MODELS),
     ]
     if not left_out:
         return ()
-    kept = "run downloads on kept connections only"
+    kept = "run uncompressed downloads, one request at a time, churning closed models only"
     return (f"the Python driver's targets ({', '.join(driven)}) {kept}: not {', '.join(left_out)}",)
 
 

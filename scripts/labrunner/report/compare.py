@@ -297,7 +297,7 @@ def compare_groups(groups: Sequence[Group]) -> list[Comparison]:
     comparisons = [
         _compare(question.kind, candidate, baseline)
         for question, candidate, baseline in pairs(usable)
-        if candidate.kind == baseline.kind and _partners(candidate, baseline)
+        if candidate.kind == baseline.kind and partners(candidate, baseline)
     ]
     for candidate in usable:
         for baseline in usable:
@@ -306,7 +306,7 @@ def compare_groups(groups: Sequence[Group]) -> list[Comparison]:
     return comparisons
 
 
-def _partners(candidate: Group, baseline: Group) -> bool:
+def partners(candidate: Group, baseline: Group) -> bool:
     """Whether two groups may form a pair: both ran alone, or each beside the other in one duet."""
     if candidate.partner is None and baseline.partner is None:
         return True

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from labrunner.model.questions import QUESTIONS
-from labrunner.report.compare import THROUGHPUT, Comparison, Group
+from labrunner.report.compare import THROUGHPUT, Comparison, Group, partners
 from labrunner.report.stats import Ratio, ratio
 
 LOOPBACK = "loopback"
@@ -71,6 +71,8 @@ def within_profile(groups: Sequence[Group]) -> list[Comparison]:
         for candidate in usable:
             for baseline in usable:
                 if candidate is baseline or any(getattr(candidate, a) != getattr(baseline, a) for a in _SAME):
+                    continue
+                if not partners(candidate, baseline):  # a duet's group compares with its partner's only
                     continue
                 if _protocol_pair(candidate, baseline) == kind:
                     ratios = {

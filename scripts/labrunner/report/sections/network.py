@@ -76,15 +76,24 @@ def section(groups: Sequence[Group]) -> list[Block]:
 
 
 def _overview(groups: Sequence[Group], kind: str) -> Any:
-    headers = ["network", "target", "load", "repeats", "req/s (geometric mean)", f"req/s {CONFIDENCE:.0%} CI"]
-    headers += ["p50 ms", "p99 ms", "bytes / resp", "RTT measured ms", "emulator", "relay CPU s"]
+    headers = ["network", "profile", "target", "load", "repeats", "req/s (geometric mean)"]
+    headers += [
+        f"req/s {CONFIDENCE:.0%} CI",
+        "p50 ms",
+        "p99 ms",
+        "bytes / resp",
+        "RTT measured ms",
+        "emulator",
+    ]
+    headers += ["relay CPU s"]
     if kind == OPEN:
-        headers[6:6] = ["offered req/s", "achieved / offered", "dropped"]
+        headers[7:7] = ["offered req/s", "achieved / offered", "dropped"]
     rows = []
     for g in sorted(groups, key=lambda g: (_network_order(groups, g.network), g.order)):
         rps = g.summary("rps")
         row = [
             f"`{g.network}`",
+            g.profile,
             g.target,
             g.load_model,
             str(len(g.results)),
@@ -98,9 +107,9 @@ def _overview(groups: Sequence[Group], kind: str) -> Any:
             _fmt(relay_cpu_s(g), "{:.2f}"),
         ]
         if kind == OPEN:
-            row[6:6] = [_fmt(offered_rate(g), "{:.0f}"), _fmt(achieved_share(g), "{:.0%}"), str(dropped(g))]
+            row[7:7] = [_fmt(offered_rate(g), "{:.0f}"), _fmt(achieved_share(g), "{:.0%}"), str(dropped(g))]
         rows.append(row)
-    return table(headers, rows, tuple(i >= 3 and headers[i] != "emulator" for i in range(len(headers))))
+    return table(headers, rows, tuple(i >= 4 and headers[i] != "emulator" for i in range(len(headers))))
 
 
 def _cost_caption(kind: str) -> str:
@@ -154,6 +163,7 @@ def _findings(costs: Sequence[LinkCost]) -> list[Block]:
 def _within_table(comparisons: Sequence[Comparison]) -> Any:
     headers = (
         "network",
+        "profile",
         "comparison",
         "candidate",
         "baseline",
@@ -168,6 +178,7 @@ def _within_table(comparisons: Sequence[Comparison]) -> Any:
         rows.append(
             [
                 f"`{c.candidate.network}`",
+                c.candidate.profile,
                 c.kind,
                 c.candidate.target,
                 c.baseline.target,
@@ -175,7 +186,7 @@ def _within_table(comparisons: Sequence[Comparison]) -> Any:
                 _bound_note(c),
             ]
         )
-    return table(headers, rows, (False, False, False, False, True, True, True, True, False))
+    return table(headers, rows, (False, False, False, False, False, True, True, True, True, False))
 
 
 def _bound_note(c: Comparison) -> str:

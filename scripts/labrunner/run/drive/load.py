@@ -22,7 +22,6 @@ from labrunner.run.drive.clients import Connection, Opener, Reply
 # What the driver reads of rest.js's environment (docs/CONTRACTS.md) and refuses: the parts of k6's
 # contract it does not run.
 UNSUPPORTED_ENV = {
-    "CHURN": "new connections (churn)",
     "COMPRESSION": "compression",
     "UPLOAD_FILE": "uploads",
     "STREAMS": "several requests at once on a connection (streams)",
@@ -44,8 +43,10 @@ class Plan:
     count: int
     executor: str  # LOAD_MODELS
     duration_s: float
-    vus: int  # connections: a closed model's VUs, an open model's pool
+    vus: int  # connections opened before the clock: a closed model's VUs, an open model's pre-allocated
     rate: float | None  # an open model's requests per second
+    max_vus: int  # an open model's connections at most (opened when none is idle), a closed model's VUs
+    churn: int | None  # a closed model's VU replaces its connection every `churn` requests (CHURN)
     ca_file: str | None
 
     @property
@@ -66,17 +67,25 @@ def plan_from(
     executor = env.get("LOAD_MODEL", "constant-vus")
     if executor not in DRIVER_LOAD_MODELS:
         raise DriveError(f"LOAD_MODEL={executor}: the Python driver runs {' and '.join(DRIVER_LOAD_MODELS)}")
+    churn = env.get("CHURN") or None
+    if churn is not None and executor != "constant-vus":
+        raise DriveError(
+            f"CHURN={churn} under {executor}: the Python driver churns a closed model's VUs only"
+        )
     base_url = env.get("BASE_URL", "").rstrip("/")
     if not base_url:
         raise DriveError("BASE_URL is not set")
     try:
         duration_s = duration_seconds(env.get("DURATION", "30s"))
         count = int(env.get("COUNT", "100"))
+        churn_every = None if churn is None else int(churn)
         if executor == "constant-vus":
             vus, rate = int(env.get("VUS", "1")), None
+            most = vus
         else:
             rate = float(env["RATE"]) * float(segment[1] - segment[0])
-            vus = max(int(env.get("PRE_ALLOCATED_VUS", "1")), int(env.get("MAX_VUS", "0") or 0))
+            vus = int(env.get("PRE_ALLOCATED_VUS", "1"))
+            most = max(vus, int(env.get("MAX_VUS", "0") or 0))
     except (KeyError, ValueError) as exc:
         raise DriveError(f"bad load settings: {exc}") from None
     return Plan(
@@ -85,10 +94,17 @@ def plan_from(
         count=count,
         executor=executor,
         duration_s=duration_s,
-        vus=max(1, math.floor(vus * segment[1]) - math.floor(vus * segment[0])),
+        vus=_share(vus, segment),
         rate=rate,
+        max_vus=_share(most, segment),
+        churn=churn_every,
         ca_file=env.get("SSL_CERT_FILE") or None,
     )
+
+
+def _share(vus: int, segment: tuple[Fraction, Fraction]) -> int:
+    """The VUs numbered in an execution segment (at least one): the segments of a run add up to vus."""
+    return max(1, math.floor(vus * segment[1]) - math.floor(vus * segment[0]))
 
 
 @dataclass
@@ -102,6 +118,8 @@ class Tally:
     checks_failed: int = 0
     iterations: int = 0
     dropped: int = 0
+    connections: int = 0  # opened: the VUs' before the clock, a churning VU's new ones, an open model's added
+    vus: int = 0  # the most connections held at once
     first_failure: str | None = None
 
     def fail(self, why: str) -> None:
@@ -145,53 +163,105 @@ async def _one(connection: Connection, plan: Plan, decode: bool, tally: Tally) -
 
 async def run(plan: Plan, open_connection: Opener) -> tuple[Tally, float]:
     """Open the VUs' connections, run the load model for its duration; the tally and the seconds it ran."""
-    connections = await asyncio.gather(*(open_connection() for _ in range(plan.vus)))
-    tally = Tally()
+    connections = list(await asyncio.gather(*(open_connection() for _ in range(plan.vus))))
+    tally = Tally(connections=len(connections))
     began = time.perf_counter()
     deadline = began + plan.duration_s
     try:
         if plan.rate is None:
-            await asyncio.gather(*(_closed_vu(c, plan, deadline, tally) for c in connections))
+            vus = range(len(connections))
+            await asyncio.gather(
+                *(
+                    _closed_vu(connections, i, open_connection, plan=plan, deadline=deadline, tally=tally)
+                    for i in vus
+                )
+            )
         else:
-            await _open_model(connections, plan, plan.rate, deadline, tally)
+            await _open_model(
+                connections, open_connection, plan, rate=plan.rate, deadline=deadline, tally=tally
+            )
     finally:
         ran_s = time.perf_counter() - began
+        tally.vus = len(connections)
         await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
     return tally, ran_s
 
 
-async def _closed_vu(connection: Connection, plan: Plan, deadline: float, tally: Tally) -> None:
+async def _closed_vu(
+    connections: list[Connection],
+    vu: int,
+    open_connection: Opener,
+    *,
+    plan: Plan,
+    deadline: float,
+    tally: Tally,
+) -> None:
+    """VU `vu`'s requests on connections[vu], one after another; under churn its connection is closed
+    and a new one opened every plan.churn requests, outside the request's clock (k6's http_req_duration
+    leaves connecting out too), inside the VU's time (so req/s pays for it)."""
     iteration = 0
     while time.perf_counter() < deadline:
-        await _one(connection, plan, iteration % CHECK_EVERY == 0, tally)
+        if plan.churn and iteration and iteration % plan.churn == 0:
+            await connections[vu].close()
+            try:
+                connections[vu] = await open_connection()
+            except (OSError, TimeoutError) as exc:
+                tally.fail(f"connect: {type(exc).__name__}: {exc}")
+                return
+            tally.connections += 1
+        await _one(connections[vu], plan, iteration % CHECK_EVERY == 0, tally)
         iteration += 1
 
 
 async def _open_model(
-    connections: list[Connection], plan: Plan, rate: float, deadline: float, tally: Tally
+    connections: list[Connection],
+    open_connection: Opener,
+    plan: Plan,
+    *,
+    rate: float,
+    deadline: float,
+    tally: Tally,
 ) -> None:
-    """Start a request every 1/rate s on an idle connection; with none idle, the start is dropped (k6's
-    dropped_iterations). Requests in flight at the deadline finish, as k6's graceful stop lets them."""
-    idle: asyncio.Queue[Connection] = asyncio.Queue()
-    for connection in connections:
-        idle.put_nowait(connection)
+    """Start a request every 1/rate s on the connection idle the shortest time, as a pool of k6's VUs:
+    with none idle, a new one is opened while there are fewer than max_vus (a VU k6 initializes mid-run),
+    else the start is dropped (k6's dropped_iterations). Requests in flight at the deadline finish, as
+    k6's graceful stop lets them. Opened connections join `connections`, which the caller closes."""
+    idle = list(connections)  # a stack: the most recently idle on top
+    opening = 0  # connections being opened
     started = 0
     in_flight: set[asyncio.Task[None]] = set()
     first = time.perf_counter()
 
-    async def on(connection: Connection, decode: bool) -> None:
+    async def on(connection: Connection | None, decode: bool) -> None:
+        nonlocal opening
+        if connection is None:  # opened in its iteration, as k6 initializes a VU
+            try:
+                connection = await open_connection()
+                connections.append(connection)
+                tally.connections += 1
+            except (OSError, TimeoutError) as exc:
+                tally.iterations += 1
+                tally.fail(f"connect: {type(exc).__name__}: {exc}")
+                return
+            finally:
+                opening -= 1
         try:
             await _one(connection, plan, decode, tally)
         finally:
-            idle.put_nowait(connection)
+            idle.append(connection)
 
     while (due := first + started / rate) < deadline:
         await asyncio.sleep(max(0.0, due - time.perf_counter()))
         started += 1
-        if idle.empty():
+        if idle:
+            connection: Connection | None = idle.pop()
+        elif len(connections) + opening < plan.max_vus:
+            opening += 1
+            connection = None
+        else:
             tally.dropped += 1
             continue
-        task = asyncio.create_task(on(idle.get_nowait(), started % CHECK_EVERY == 1))
+        task = asyncio.create_task(on(connection, started % CHECK_EVERY == 1))
         in_flight.add(task)
         task.add_done_callback(in_flight.discard)
     await asyncio.gather(*in_flight)

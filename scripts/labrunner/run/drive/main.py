@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         why = f"{type(exc).__name__}: {exc}"
         print(f"drive_http: could not connect {plan.vus} VUs to {plan.base_url}: {why}", file=sys.stderr)
         return EXIT_BAD_SETUP
-    document = summary.document(tally, ran_s, plan.vus, args.summary_trend_stats.split(","))
+    document = summary.document(tally, ran_s, args.summary_trend_stats.split(","))
     if summary_file := os.environ.get("SUMMARY_FILE"):
         summary.write_summary(Path(summary_file), document)
     for path in csv_files:

@@ -29,7 +29,7 @@ def trend(samples: Sequence[float], stats: Sequence[str]) -> dict[str, float]:
     }
 
 
-def document(tally: Tally, ran_s: float, vus: int, stats: Sequence[str]) -> dict[str, Any]:
+def document(tally: Tally, ran_s: float, stats: Sequence[str]) -> dict[str, Any]:
     """The summary of a run: k6's metric names and value keys, its thresholds judged as k6 judges them."""
     succeeded = len(tally.latency_ms)
     attempts = succeeded + tally.failed
@@ -37,6 +37,7 @@ def document(tally: Tally, ran_s: float, vus: int, stats: Sequence[str]) -> dict
     checks = tally.checks_passed + tally.checks_failed
     checks_rate = tally.checks_passed / checks if checks else 1.0
     seconds = max(ran_s, 1e-9)
+    vus = tally.vus  # a VU is a connection
     return {
         "protolab": {"latency_metric": CLOCK, "driver": "python"},
         "state": {"testRunDurationMs": ran_s * 1000},
@@ -66,7 +67,10 @@ def document(tally: Tally, ran_s: float, vus: int, stats: Sequence[str]) -> dict
                 "thresholds": {"rate==1.0": {"ok": tally.checks_failed == 0}},
             },
             "protolab_vus": {"type": "gauge", "values": {"value": vus, "min": vus, "max": vus}},
-            "protolab_connections": {"type": "counter", "values": {"count": vus, "rate": vus / seconds}},
+            "protolab_connections": {
+                "type": "counter",
+                "values": {"count": tally.connections, "rate": tally.connections / seconds},
+            },
         },
     }
 
