@@ -10,7 +10,7 @@ import ssl
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import h2.config
 import h2.connection
@@ -78,15 +78,20 @@ class Confined:
 
 
 @contextlib.contextmanager
-def confined(package: str, module: str, env: dict[str, str] | None = None) -> Iterator[Confined]:
-    """The server started in a fresh cgroup; killed and its cgroup removed afterwards."""
+def confined(
+    package: str, module: str, env: dict[str, str] | None = None, stderr: IO[str] | None = None
+) -> Iterator[Confined]:
+    """The server started in a fresh cgroup (its stderr to `stderr`, else the test's); killed and its
+    cgroup removed afterwards."""
     name = f"test-abuse-{module}-{os.getpid()}-{time.monotonic_ns()}"
     try:
         cgroup = create_cgroup(name, CPUS, MEMORY_BYTES)
     except CgroupUnavailable as exc:
         pytest.fail(f"the abuse suite needs a writable cgroup (run as root): {exc}")
     try:
-        service = launch_service(module, env, preexec_fn=lambda: join_cgroup(cgroup), package=package)
+        service = launch_service(
+            module, env, preexec_fn=lambda: join_cgroup(cgroup), package=package, stderr=stderr
+        )
         try:
             yield Confined(service, cgroup)
         finally:

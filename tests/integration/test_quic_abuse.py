@@ -26,12 +26,11 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.crypto import CryptoPair
 from aioquic.quic.packet import pull_quic_header
-from labrunner.backends.cgroups import CgroupUnavailable, create_cgroup, join_cgroup, remove_cgroup
 from labrunner.run.drive.clients import HTTP3, Connection, opener
 
 from services.common.quic_limits import MAX_QUIC_CONNECTIONS
-from tests.integration.abuse_support import CPUS, MEMORY_BYTES, Confined, client_ssl_context
-from tests.support import CERTS, launch_service, tls_env
+from tests.integration.abuse_support import MEMORY_BYTES, Confined, client_ssl_context, confined
+from tests.support import CERTS, tls_env
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.paired]  # servers under CPU quotas, no time judged
 
@@ -79,23 +78,11 @@ class Served:
 
 @contextlib.contextmanager
 def served() -> Iterator[Served]:
-    """rest_quart with HTTP3=1 and TLS, in a fresh cgroup at the small profile's limits (as
-    abuse_support.confined, with the server's stderr kept for reading); killed and removed afterwards."""
-    name = f"test-abuse-quic-{os.getpid()}-{time.monotonic_ns()}"
-    try:
-        cgroup = create_cgroup(name, CPUS, MEMORY_BYTES)
-    except CgroupUnavailable as exc:
-        pytest.fail(f"the abuse suite needs a writable cgroup (run as root): {exc}")
-    try:
-        with tempfile.TemporaryFile("w+") as log:
-            env = {**tls_env(), "HTTP3": "1"}
-            service = launch_service("rest_quart", env, preexec_fn=lambda: join_cgroup(cgroup), stderr=log)
-            try:
-                yield Served(Confined(service, cgroup), log)
-            finally:
-                service.kill()
-    finally:
-        remove_cgroup(cgroup)
+    """rest_quart with HTTP3=1 and TLS, in a fresh cgroup at the small profile's limits, its stderr kept
+    for reading (abuse_support.confined); killed and removed afterwards."""
+    env = {**tls_env(), "HTTP3": "1"}
+    with tempfile.TemporaryFile("w+") as log, confined("services", "rest_quart", env, stderr=log) as started:
+        yield Served(started, log)
 
 
 @pytest.fixture(scope="module")
