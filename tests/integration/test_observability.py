@@ -188,6 +188,29 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
             local_stack.start(tmp_path, ports=ports)
 
 
+def test_a_port_a_run_before_left_in_time_wait_is_free(tmp_path: Path) -> None:
+    """Two runs back to back: the first one's Prometheus closed its connections, so its port waits in
+    TIME_WAIT; the second run's own Prometheus must start on it all the same."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server closes first: its end of the port waits in TIME_WAIT
+        client.close()
+    with socket.socket() as plain, pytest.raises(OSError):  # the state the run before leaves
+        plain.bind(("127.0.0.1", port))
+    ports = local_stack.Ports(prometheus=port, influxdb=free_port(), influxdb_rpc=free_port())
+    state_dir = tmp_path / "state"
+    try:
+        urls = local_stack.start(state_dir, targets_dir=tmp_path / "targets", ports=ports)
+        assert urls["prometheus"].endswith(f":{port}")
+    finally:
+        local_stack.stop(state_dir)
+
+
 def test_cli_start_status_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAB_PROMETHEUS_PORT", str(free_port()))
     monkeypatch.setenv("LAB_INFLUXDB_PORT", str(free_port()))

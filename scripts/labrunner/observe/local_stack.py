@@ -258,7 +258,11 @@ def _spawn(
 
 
 def _require_free_port(name: str, port: int) -> None:
+    """ObservabilityError when something listens on the port. SO_REUSEADDR, as Prometheus and InfluxDB
+    bind with it: the connections a run before this one closed leave the port in TIME_WAIT for a
+    minute, which stops neither daemon and must not stop the next run's observability either."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
         except OSError as exc:

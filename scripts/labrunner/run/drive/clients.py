@@ -5,6 +5,7 @@ that carried it.
 """
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -104,6 +105,16 @@ class Http1Connection:
         await self._session.close()
 
 
+@dataclass
+class _Pending:
+    """A request in flight on an HTTP/2 or HTTP/3 connection: what has arrived of its reply."""
+
+    done: "asyncio.Future[None]"
+    status: int = 0
+    header_bytes: int = 0
+    body: list[bytes] = field(default_factory=list)
+
+
 class _H2Protocol(asyncio.Protocol):
     """The h2 library's connection state over one TLS connection, completing each request's future when
     its stream ends; every byte received is acknowledged at once, so flow control never holds a reply."""
@@ -200,16 +211,6 @@ def _request_headers(authority: bytes, path: str) -> list[tuple[bytes, bytes]]:
     ]
 
 
-@dataclass
-class _Pending:
-    """A request in flight on an HTTP/3 connection: what has arrived of its reply."""
-
-    done: "asyncio.Future[None]"
-    status: int = 0
-    header_bytes: int = 0
-    body: list[bytes] = field(default_factory=list)
-
-
 class _H3Protocol(QuicConnectionProtocol):
     """aioquic's QUIC connection with an H3 connection over it, completing each request's future when
     its stream ends (aioquic's own examples/http3_client.py, reduced to GET)."""
@@ -247,23 +248,24 @@ class _H3Protocol(QuicConnectionProtocol):
 class Http3Connection:
     """HTTP/3 on one QUIC connection, whose ALPN must be h3."""
 
-    def __init__(self, protocol: _H3Protocol, authority: bytes, closer: Any) -> None:
+    def __init__(self, protocol: _H3Protocol, authority: bytes, connected: contextlib.AsyncExitStack) -> None:
         self._protocol = protocol
         self._authority = authority
-        self._closer = closer
+        self._connected = connected  # aioquic's connect(), whose exit closes the connection
 
     @classmethod
     async def open(cls, host: str, port: int, ca_file: Path | None) -> "Http3Connection":
         configuration = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
         configuration.load_verify_locations(cafile=str(ca_file) if ca_file else None)
-        closer = connect(host, port, configuration=configuration, create_protocol=_H3Protocol)
-        protocol = await asyncio.wait_for(closer.__aenter__(), CONNECT_TIMEOUT_S)
+        connected = contextlib.AsyncExitStack()
+        connecting = connect(host, port, configuration=configuration, create_protocol=_H3Protocol)
+        protocol = await asyncio.wait_for(connected.enter_async_context(connecting), CONNECT_TIMEOUT_S)
         assert isinstance(protocol, _H3Protocol)
         negotiated = protocol._quic.tls.alpn_negotiated
         if negotiated not in H3_ALPN:
-            await closer.__aexit__(None, None, None)
+            await connected.aclose()
             raise ConnectionError(f"QUIC to {host}:{port} negotiated ALPN {negotiated!r}, not h3")
-        return cls(protocol, f"{host}:{port}".encode(), closer)
+        return cls(protocol, f"{host}:{port}".encode(), connected)
 
     async def get(self, path: str) -> Reply:
         protocol = self._protocol
@@ -276,4 +278,4 @@ class Http3Connection:
         return Reply(request.status, b"".join(request.body), request.header_bytes, HTTP3)
 
     async def close(self) -> None:
-        await self._closer.__aexit__(None, None, None)
+        await self._connected.aclose()

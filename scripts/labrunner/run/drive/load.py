@@ -1,6 +1,7 @@
 """The Python driver's load: what it reads from the environment k6's scripts read (run/k6/invocation.py),
 and the two load models it runs, closed (constant-vus: each VU sends its next request when its reply is
-in) and open (constant-arrival-rate: requests start at the rate, each on an idle VU, or are dropped).
+in; under CHURN on a new connection every N requests) and open (constant-arrival-rate: requests start
+at the rate, each on an idle VU, one opened up to MAX_VUS, or are dropped).
 
 A VU is one connection, opened before the clock starts, as k6's VUs are by their first request. The
 clock of a request runs from just before it is sent to its whole reply in, on time.perf_counter.
@@ -41,7 +42,7 @@ class Plan:
     base_url: str
     protocol: str  # EXPECT_PROTO
     count: int
-    executor: str  # LOAD_MODELS
+    executor: str  # DRIVER_LOAD_MODELS
     duration_s: float
     vus: int  # connections opened before the clock: a closed model's VUs, an open model's pre-allocated
     rate: float | None  # an open model's requests per second
