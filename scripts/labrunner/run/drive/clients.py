@@ -24,8 +24,10 @@ from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import ConnectionTerminated, QuicEvent
 
-# The protocol names k6 reports as res.proto (EXPECT_PROTO), and the one this driver adds.
-HTTP1, HTTP2, HTTP3 = "HTTP/1.1", "HTTP/2.0", "HTTP/3"
+from labrunner.model.schema import REST_PROTO
+
+# What k6 reports as res.proto (EXPECT_PROTO), as the matrix's targets expect it.
+HTTP1, HTTP2, HTTP3 = REST_PROTO["http1.1"], REST_PROTO["http2"], REST_PROTO["http3"]
 PROTOCOLS = (HTTP1, HTTP2, HTTP3)
 CONNECT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 60.0
@@ -89,7 +91,10 @@ class Http1Connection:
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
         session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
         connection = cls(session, base_url.rstrip("/"))
-        await connection.get("/healthz")  # connected (and TLS done) before the clock starts, as a VU's
+        # Connected (and TLS done) before the clock starts, as a VU's: aiohttp connects only for a
+        # request, so this one, to /healthz, is one more request the server serves for each
+        # connection (under CHURN, one a churned connection: docs/http3.md).
+        await connection.get("/healthz")
         return connection
 
     async def get(self, path: str) -> Reply:
