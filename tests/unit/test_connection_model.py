@@ -5,6 +5,7 @@ count of a service's connections from the kernel's tables."""
 import copy
 import socket
 import threading
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -213,6 +214,35 @@ def test_established_counts_the_servers_side_of_its_connections_only() -> None:
     header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"
     listening = "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0\n"
     assert established(header + listening, 0x1F90) == 0
+
+
+def test_the_watch_counts_on_after_its_moments_until_it_sees_the_plan() -> None:
+    """A connection late past the last moment (a SYN lost on a lossy link, a slow driver's start) is
+    counted when it comes; once the plan is seen, or without a plan, counting stops at the moments."""
+    counted, seen = iter([6, 7, 8, 8, 10, 99]), threading.Event()
+
+    def count() -> int:
+        found = next(counted)
+        if found == 10:
+            seen.set()
+        return found
+
+    with connections.Watch(count, 0.05, planned=10) as watch:
+        assert seen.wait(10)
+        time.sleep(0.05)  # a count after the plan was seen would take the 99
+    assert (watch.counts, watch.peak) == ([6, 7, 8, 8, 10], 10)
+    unplanned, ended = iter([1, 2, 3, 4]), threading.Event()
+
+    def count_unplanned() -> int:
+        found = next(unplanned)
+        if found == 3:
+            ended.set()
+        return found
+
+    with connections.Watch(count_unplanned, 0.05) as without_plan:
+        assert ended.wait(10)
+        time.sleep(0.05)
+    assert without_plan.counts == [1, 2, 3]
 
 
 def test_the_watch_counts_during_the_run_and_the_check_holds_the_plan() -> None:

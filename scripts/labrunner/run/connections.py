@@ -12,14 +12,21 @@ from labrunner.backends.base import ScenarioFailed
 # The moments of a k6 run's expected length at which the connections are counted: after k6's start
 # (a few hundred ms), before its VUs end their last iterations.
 MOMENTS = (0.3, 0.5, 0.7)
+# Then, while fewer than the plan were counted, again every this share of the run's length until it
+# ends: a connection whose SYN or handshake an emulated lossy link dropped comes a second or more
+# late, and a load generator slow to start (the Python driver, an eighth of a CPU doing the TLS
+# handshakes) can hold all of its connections only after the last moment of a short window.
+LATE_EVERY = 0.1
 
 
 class Watch:
-    """Counts while a k6 run runs (`with Watch(count, seconds) as watch:`); watch.peak after it."""
+    """Counts while a k6 run runs (`with Watch(count, seconds, planned) as watch:`); watch.peak after
+    it. planned: the connections the plan holds (None: not known, only the moments are counted)."""
 
-    def __init__(self, count: Callable[[], int | None], seconds: float) -> None:
+    def __init__(self, count: Callable[[], int | None], seconds: float, planned: int | None = None) -> None:
         self._count = count
         self._seconds = seconds
+        self._planned = planned
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="connections", daemon=True)
         self.counts: list[int] = []
@@ -45,8 +52,15 @@ class Watch:
             if self._stop.wait(moment * self._seconds - waited):
                 return
             waited = moment * self._seconds
-            if (counted := self._count()) is not None:
-                self.counts.append(counted)
+            self._count_once()
+        while self._planned is not None and (self.peak or 0) < self._planned:
+            if self._stop.wait(LATE_EVERY * self._seconds):
+                return
+            self._count_once()
+
+    def _count_once(self) -> None:
+        if (counted := self._count()) is not None:
+            self.counts.append(counted)
 
 
 def check_churn(churn: int, attempts: int, opened: int, vus: int) -> None:
