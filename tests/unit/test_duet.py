@@ -7,6 +7,7 @@ from typing import Any, get_args
 
 import pytest
 from labrunner.backends.base import Endpoint, ServiceHandle, ServiceUsage
+from labrunner.cli import precision_rounds
 from labrunner.model import duet
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.questions import FLOOR_PREFIX, QUESTIONS
@@ -184,6 +185,18 @@ def test_precision_sharpens_the_aa_control_to_its_own_bound_whatever_it_asks_of_
     steady = precision.sharpness(group_results(parse_results(_run())))
     assert precision.to_repeat(steady, 0.05) == []
     assert precision.outcome(steady, 0.05).endswith("A/A control aiohttp-h1 ±2%: reached")
+
+
+def test_a_precision_rounds_budget_counts_a_duet_block_once() -> None:
+    # A duet's two sides run at once: a round of the default's closed pairs costs its blocks, not its
+    # scenarios (counted per scenario, the estimate doubled and the budget held half the rounds).
+    closed = [s for s in _closed(_plan()) if s.repeat == 1]
+    units = units_of(closed)
+    assert len(closed) == 2 * len(units) and all(len(u) == 2 for u in units)
+    one = closed[0].warmup_s + closed[0].measured_seconds + precision_rounds.ROUND_OVERHEAD_S
+    assert precision_rounds.round_seconds(units) == pytest.approx(len(units) * one)
+    alone = [(s,) for s in closed[:3]]
+    assert precision_rounds.round_seconds(alone) == pytest.approx(3 * one)
 
 
 def test_a_partners_cpu_counts_as_the_scenarios_own_not_as_others() -> None:

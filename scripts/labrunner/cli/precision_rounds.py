@@ -18,7 +18,7 @@ from labrunner.results.store import (
 from labrunner.say import Say
 
 # What a scenario adds beyond k6's time when a round's length is estimated against the budget.
-_ROUND_OVERHEAD_S = 2.0
+ROUND_OVERHEAD_S = 2.0
 
 
 def sharpen(
@@ -49,11 +49,11 @@ def sharpen(
         round_ = [duet.next_block(closed[g.id], last_repeat[g.id] + 1) for g in groups if g.id in closed]
         if not round_:
             return added
-        needed = sum(s.warmup_s + s.measured_seconds + _ROUND_OVERHEAD_S for s in round_)
+        units = units_of(round_)  # a duet's two sides run as one block
+        needed = round_seconds(units)
         if time.monotonic() + needed > deadline:
             say(f"precision: round {number} ({len(round_)} scenarios, {needed:.0f} s) would outlast --budget")
             return added
-        units = units_of(round_)  # a duet's two sides run as one block
         random.Random(f"{plan.seed}-precision-{number}").shuffle(units)
         say(
             f"precision: round {number}: one more repeat of the {len(round_)} groups of the pairs "
@@ -68,6 +68,12 @@ def sharpen(
             order += [s.id for s in unit]
         settle()
     raise AssertionError("unreachable: itertools.count never ends")
+
+
+def round_seconds(units: Sequence[tuple[Scenario, ...]]) -> float:
+    """How long a round of `units` takes, as its budget check estimates it: each unit one after
+    another, a duet's two sides at once (the longer of the two), plus each unit's start and stop."""
+    return sum(max(s.warmup_s + s.measured_seconds for s in unit) + ROUND_OVERHEAD_S for unit in units)
 
 
 def precision_record(
