@@ -3,8 +3,10 @@ included), its summary read back by the runner's k6 parser, its raw CSV; and wha
 its targets (HTTP/3 only through it, its unsupported axes left out and said once, its questions kept
 apart from k6's)."""
 
+import asyncio
 import itertools
 import math
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -14,6 +16,8 @@ from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.questions import DRIVER_VS_K6, pairs
 from labrunner.model.scenario import DRIVER_SCRIPT, Overrides
 from labrunner.model.schema import MatrixError
+from labrunner.run.drive import load
+from labrunner.run.drive.clients import Connection, Reply
 from labrunner.run.drive.load import DriveError, Tally, plan_from
 from labrunner.run.drive.summary import CLOCK, document, write_csv
 from labrunner.run.k6.output import parse_summary, take_latency_samples
@@ -41,6 +45,50 @@ def test_a_closed_plan_reads_rest_js_environment() -> None:
 def test_a_closed_plan_churns_every_n_requests() -> None:
     assert plan_from(CLOSED | {"CHURN": "10"}).churn == 10
     assert plan_from(CLOSED).churn is None
+
+
+class _SlowToClose:
+    """A connection that replies at once and whose close lasts until `released` is set (as a QUIC
+    connection's closing period lasts three probe timeouts); what the run did with it, in `log`."""
+
+    def __init__(self, number: int, released: asyncio.Event, log: list[str]) -> None:
+        self.number, self.released, self.log = number, released, log
+
+    async def get(self, path: str) -> Reply:
+        self.log.append(f"get {self.number}")
+        await asyncio.sleep(0)
+        return Reply(200, b'{"records": []}', 0, "HTTP/3")
+
+    async def close(self) -> None:
+        self.log.append(f"closing {self.number}")
+        await self.released.wait()
+        self.log.append(f"closed {self.number}")
+
+
+def test_a_churning_vu_opens_its_next_connection_while_the_last_one_closes() -> None:
+    """The VU goes on to its next connection and requests while the old one is in its closing period;
+    the run ends only once every close has ended."""
+    log: list[str] = []
+
+    async def churn() -> None:
+        released = asyncio.Event()
+        asyncio.get_running_loop().call_later(1.0, released.set)  # a VU that waited for a close: no hang
+        numbers = itertools.count()
+
+        async def open_connection() -> Connection:
+            number = next(numbers)
+            if number == 3:  # two churned connections are closing: let them end
+                asyncio.get_running_loop().call_later(0.05, released.set)
+            return _SlowToClose(number, released, log)
+
+        plan = replace(plan_from(CLOSED | {"CHURN": "1", "VUS": "1", "COUNT": "0"}), duration_s=0.3)
+        tally, _ = await load.run(plan, open_connection)
+        assert tally.connections >= 3
+
+    asyncio.run(churn())
+    assert log.index("get 1") < log.index("closed 0") and log.index("get 2") < log.index("closed 1")
+    last = max(int(line.split()[1]) for line in log if line.startswith("get"))
+    assert log[-1].startswith("closed") and f"closed {last}" in log  # nothing left closing
 
 
 def test_an_open_plan_preallocates_and_may_grow_to_max_vus() -> None:
