@@ -239,12 +239,16 @@ def _supervise_until_done(
 ) -> int:
     deadline: float | None = None
     forwarded = 0
-    while any(p.is_alive() for p in processes):
+    # The workers not seen to exit, polled once a pass: the same list is the loop's condition and the
+    # sentinels waited on. Polled twice (is_alive() reaps), a worker that exited between the two polls
+    # was in neither, and the supervisor slept out its deadline, drain + grace + 1 s (issue 37).
+    running = list(processes)
+    while running:
         if len(stop_requests) > forwarded:
             if forwarded == 0:
                 log.info("stopping: draining %.1f s, grace %.1f s", settings.shutdown_drain_seconds,
                          settings.shutdown_grace_seconds)  # fmt: skip
-                for process in processes:
+                for process in running:
                     if process.pid:
                         os.kill(process.pid, signal.SIGTERM)
                 deadline = (
@@ -259,19 +263,18 @@ def _supervise_until_done(
             log.warning("grace period over: killing workers")
             _kill(processes)
             return 1
-        if deadline is None and any(p.exitcode is not None for p in processes):
+        if deadline is None and len(running) < len(processes):
             log.error("a worker died unexpectedly (exit codes %s); stopping", [p.exitcode for p in processes])
             _kill(processes)
             return 1
         if len(stop_requests) > forwarded:
             continue  # a signal arrived since the checks above: handle it before sleeping
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready = multiprocessing.connection.wait(
-            [wakeup, *(p.sentinel for p in processes if p.is_alive())], timeout=timeout
-        )
+        ready = multiprocessing.connection.wait([wakeup, *(p.sentinel for p in running)], timeout=timeout)
         if wakeup in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wakeup, 512)  # the signals' bytes; their handler has run (request_stop)
+        running = [p for p in running if p.is_alive()]
     if deadline is None:  # every worker died before the loop above could see one die alone
         log.error("workers died unexpectedly (exit codes %s)", [p.exitcode for p in processes])
         return 1

@@ -13,9 +13,9 @@ from services.common import user_message
 
 # The runner stops a service only after k6 has finished, so no client is left to move away
 # while its health says NOT_SERVING: a drain would only lengthen every scenario. Nor is a call of
-# the lab's left in flight, so the grace serves only calls whose client has gone; grpc.aio's stop
-# sometimes waits its whole grace for one (1 of 6 stops right after a client exited mid-calls,
-# 2026-12-05), which at the services' 10 s added 10 s to a scenario now and then.
+# the lab's left in flight, so the grace serves only calls whose client has gone: 1 s bounds what one
+# of those may hold up the next scenario. (The stops that waited a whole 10 s grace now and then were
+# the supervisor's missed exit, fixed: services/common/supervisor.py.)
 SERVICE_STOP_ENV = {"SHUTDOWN_DRAIN_SECONDS": "0", "SHUTDOWN_GRACE_SECONDS": "1"}
 LOG_TAIL_LINES = 30
 _Number = TypeVar("_Number", int, float)
