@@ -1,9 +1,11 @@
 """End to end, HTTP/3: run_matrix.py --preset http3 on the local backend, as root, with the real Python
 driver, the real Hypercorn serving QUIC, on loopback and through the emulated lossy link (the
 userspace relay carries UDP): every scenario ran, over the protocol it was planned for, the h3 link's
-UDP RTT was verified, and the findings answer HTTP/3 against HTTP/2 and HTTP/1.1."""
+UDP RTT was verified, and the findings answer HTTP/3 against HTTP/2 and HTTP/1.1 (or name the side
+that was only a lower bound)."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -34,5 +36,14 @@ def test_the_http3_preset_runs_each_version_on_both_links_and_answers(tmp_path: 
             assert result["network"]["measured_udp_rtt_s"] is not None, scenario_id
     assert seen == {(t, n) for t in PROTOCOL for n in ("loopback", "lossy")}
     report = (out / "report.md").read_text()
-    assert "quart-h3 vs quart-h2-tls-py" in report and "quart-h3 vs quart-h1-tls-py" in report
+    for baseline in ("quart-h2-tls-py", "quart-h1-tls-py"):
+        # The pair's finding, or the line that says why there is none: a side whose driver took more
+        # than 80% of its CPU share is a lower bound and enters no ratio. In 2 s windows the driver's
+        # start (about 0.45 s of CPU, counted as k6's start is) can take it there beside another test.
+        bound = re.compile(
+            rf"^- ({baseline} \(eighth, 100 records, beside quart-h3\)|quart-h3 \(eighth, 100 records, "
+            rf"beside {baseline}\)): throughput only a lower bound",
+            re.M,
+        )
+        assert f"quart-h3 vs {baseline}" in report or bound.search(report), baseline
     assert "Traceback" not in output
