@@ -2,8 +2,10 @@
 for services/Dockerfile's `pip install --require-hashes`; `--help` for options.
 
 The hashes are those of the wheels pip downloads for this machine's platform (the service image's
-on an x86_64 Debian host); hashes already in the lock for the same pin are kept, so running it on
-another architecture adds that architecture's wheels. Rerun after changing requirements.txt.
+on an x86_64 Debian host), or with `--arch` for another architecture's Linux (the image's Debian
+bookworm, glibc 2.36); hashes already in the lock for the same pin are kept, so each run adds its
+platform's wheels. The committed lock holds x86_64's and aarch64's. Rerun after changing
+requirements.txt, once without and once with `--arch aarch64`.
 """
 
 import argparse
@@ -55,13 +57,28 @@ def read_lock(path: Path) -> dict[tuple[str, str], set[str]]:
     return entries
 
 
-def download(requirements: Path, directory: Path) -> None:
-    """The wheels of every pin for CPython 3.11 on this platform, no sdist, as the image installs them."""
+# The newest glibc the service image has (python:3.11-slim-bookworm: Debian 12, glibc 2.36), and the
+# oldest manylinux a wheel of the pins is built for (manylinux2014 is manylinux_2_17).
+IMAGE_GLIBC_MINOR = 36
+OLDEST_GLIBC_MINOR = 17
+
+
+def platform_tags(arch: str) -> list[str]:
+    """pip's --platform values for the image's Linux on `arch`, the most preferred first: pip takes them
+    as given, with no older manylinux implied, so every glibc the image can run is named."""
+    newest_first = range(IMAGE_GLIBC_MINOR, OLDEST_GLIBC_MINOR - 1, -1)
+    return [*(f"manylinux_2_{minor}_{arch}" for minor in newest_first), f"manylinux2014_{arch}"]
+
+
+def download(requirements: Path, directory: Path, arch: str | None = None) -> None:
+    """The wheels of every pin for CPython 3.11, no sdist, as the image installs them: for this
+    platform, or for the image's Linux on `arch`."""
+    platforms = [option for tag in platform_tags(arch) for option in ("--platform", tag)] if arch else []
     subprocess.run(
         [
             sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
             "--only-binary=:all:", "--no-deps", "--python-version", "3.11", "--implementation", "cp",
-            "--abi", "cp311", "-d", str(directory), "-r", str(requirements),
+            "--abi", "cp311", *platforms, "-d", str(directory), "-r", str(requirements),
         ],
         check=True,
     )  # fmt: skip
@@ -99,13 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--wheels", type=Path, help="hash the wheels in this folder instead of downloading them"
     )
+    parser.add_argument(
+        "--arch", help="download for the image's Linux on this machine architecture (aarch64, x86_64)"
+    )
     parser.add_argument("--out", type=Path, default=LOCK, help=f"the lock to write (default: {LOCK})")
     args = parser.parse_args(argv)
     hashes = read_lock(args.out)
     with tempfile.TemporaryDirectory(prefix="protolab-lock-") as tmp:
         directory = args.wheels or Path(tmp)
         if args.wheels is None:
-            download(REQUIREMENTS, directory)
+            download(REQUIREMENTS, directory, args.arch)
         for key, found in wheel_hashes(directory).items():
             hashes.setdefault(key, set()).update(found)
     args.out.write_text(render(REQUIREMENTS, hashes))

@@ -47,6 +47,20 @@ def test_the_lock_pins_exactly_what_requirements_txt_pins_each_with_a_hash() -> 
     assert LOCK.render(ROOT / "requirements.txt", lock) == (ROOT / "requirements.lock").read_text()
 
 
+def test_the_lock_holds_the_x86_64_and_the_aarch64_wheel_of_each_compiled_pin() -> None:
+    """The image builds on either architecture: each compiled pin carries two wheels' hashes,
+    this host's and those `--arch aarch64` adds, which are for the image's glibc or older."""
+    tags = LOCK.platform_tags("aarch64")
+    assert tags[0] == "manylinux_2_36_aarch64" and tags[-2:] == [
+        "manylinux_2_17_aarch64",
+        "manylinux2014_aarch64",
+    ]
+    lock = LOCK.read_lock(ROOT / "requirements.lock")
+    pins = LOCK.pins(ROOT / "requirements.txt")
+    compiled = ("aiohttp", "cryptography", "granian", "grpcio", "orjson", "protobuf", "pylsqpack", "uvloop")
+    assert {pin: len(lock[(pin, pins[pin])]) for pin in compiled} == dict.fromkeys(compiled, 2)
+
+
 def _pip_install(lock: Path, wheels: Path, target: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
