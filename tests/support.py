@@ -140,6 +140,21 @@ def _kill_group(process: subprocess.Popen[str]) -> int:
     return process.wait()
 
 
+def child_pids(pid: int) -> list[int]:
+    """The process ids of `pid`'s children (a service supervisor's workers)."""
+    with open(f"/proc/{pid}/task/{pid}/children") as handle:
+        return [int(child) for child in handle.read().split()]
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs: it exists and is not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def free_ports(count: int) -> list[int]:
     """count distinct free loopback ports: every socket stays bound until all are chosen, so
     the kernel cannot hand out one port twice (as separate bind-and-close calls may)."""

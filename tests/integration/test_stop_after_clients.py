@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import GRPC_SERVERS, ROOT, launch_service
+from tests.support import GRPC_SERVERS, ROOT, child_pids, launch_service, process_alive
 
 WORKERS = 2
 GRACE_S = 600  # the supervisor's deadline is drain + grace + 1 s: far past STOP_BOUND_S
@@ -88,19 +88,6 @@ asyncio.run(main(int(sys.argv[1])))
 pytestmark = [pytest.mark.timeout(240), pytest.mark.paired]
 
 
-def _children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as handle:
-        return [int(child) for child in handle.read().split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def kill_client_mid_requests(module: str, port: int) -> None:
     """Run a client process against port until it has had LOADED_AFTER answers, then SIGKILL it."""
     script = GRPC_CLIENT if module in GRPC_SERVERS else REST_CLIENT
@@ -127,14 +114,14 @@ def test_a_stop_after_the_clients_have_gone_ends_when_the_workers_do(module: str
         with log_path.open("w") as log:
             service = launch_service(module, ENV, stderr=log)
             try:
-                workers = _children(service.process.pid)
+                workers = child_pids(service.process.pid)
                 assert len(workers) == WORKERS
                 kill_client_mid_requests(module, service.port)
                 service.process.send_signal(signal.SIGTERM)
                 try:
                     code = service.process.wait(timeout=STOP_BOUND_S)
                 except subprocess.TimeoutExpired:
-                    left = [worker for worker in workers if _alive(worker)]
+                    left = [worker for worker in workers if process_alive(worker)]
                     pytest.fail(
                         f"stop {stop}: the supervisor still waits for its deadline (grace {GRACE_S} s) "
                         f"with workers {left} alive" + ("" if left else ": it missed their exit")
@@ -145,4 +132,5 @@ def test_a_stop_after_the_clients_have_gone_ends_when_the_workers_do(module: str
         assert code == 0, f"stop {stop}: exit {code}\n{logged}"
         assert "stopping: draining" in logged, logged
         assert not [line for line in logged.splitlines() if any(k in line for k in KILLED)], logged
-        assert not [worker for worker in workers if _alive(worker)], f"stop {stop}: workers outlived the stop"
+        outlived = [worker for worker in workers if process_alive(worker)]
+        assert not outlived, f"stop {stop}: workers {outlived} outlived the stop"
