@@ -12,6 +12,8 @@
 #   .ci/docker-engine.sh stop-load   # that dockerd, then its bridge ci-load0 (stop does it too)
 #   .ci/docker-engine.sh load-image IMAGE  # copies IMAGE from the first engine to the load engine
 #                                          # unless the load engine has it with the same id
+#   .ci/docker-engine.sh reserve-ports COMPOSE_FILE  # keeps outgoing connections off the host
+#                                          # ports the file publishes in the ephemeral range
 #
 # Bookworm's docker.io (20.10) is too old. Trixie's docker.io, docker-compose (the v2 plugin) and
 # docker-buildx install on bookworm from a trixie source pinned at priority 100: only the packages
@@ -271,6 +273,26 @@ cmd_load_image() { # image
     docker save "$image" | load_docker load
 }
 
+# A host port that compose publishes inside the ephemeral range (50051, 50052) can be held by an
+# outgoing connection's TIME_WAIT for 60 s: k6 and the tests before the docker phase connect to
+# 127.0.0.1 thousands of times, Linux gives connect() even ports first, and a client socket has
+# no SO_REUSEADDR, so the engine's `bind: address already in use` fails `compose up` (stop 48's
+# CI run). Reserved ports are never given to connect(); ports already reserved stay so.
+cmd_reserve_ports() {
+    local low high port wanted=() current
+    read -r low high </proc/sys/net/ipv4/ip_local_port_range
+    for port in $(grep -oE '^[[:space:]]+- "[^"]*:([0-9]+):[0-9]+(/[a-z]+)?"' "$1" \
+        | sed -E 's/.*:([0-9]+):[0-9]+(\/[a-z]+)?"$/\1/' | sort -un); do
+        ((port >= low && port <= high)) && wanted+=("$port")
+    done
+    ((${#wanted[@]})) || return 0
+    current=$(cat /proc/sys/net/ipv4/ip_local_reserved_ports)
+    local joined
+    joined=$(IFS=,; echo "${current:+$current,}${wanted[*]}")
+    sysctl -q -w net.ipv4.ip_local_reserved_ports="$joined"
+    log "reserved from the ephemeral range: $(cat /proc/sys/net/ipv4/ip_local_reserved_ports)"
+}
+
 case ${1:-} in
 install) cmd_install ;;
 start) cmd_start ;;
@@ -281,9 +303,13 @@ load-image)
     [[ -n ${2:-} ]] || { echo "usage: $0 load-image IMAGE" >&2; exit 2; }
     cmd_load_image "$2"
     ;;
+reserve-ports)
+    [[ -n ${2:-} ]] || { echo "usage: $0 reserve-ports COMPOSE_FILE" >&2; exit 2; }
+    cmd_reserve_ports "$2"
+    ;;
 versions) versions ;;
 *)
-    echo "usage: $0 install|start|stop|start-load|stop-load|load-image IMAGE|versions" >&2
+    echo "usage: $0 install|start|stop|start-load|stop-load|load-image IMAGE|reserve-ports FILE|versions" >&2
     exit 2
     ;;
 esac

@@ -47,6 +47,6 @@ def lab(engine: Engine) -> Iterator[list[str]]:
     started = [s for s in compose("config", "--services").stdout.split() if s not in NOT_STARTED]
     compose(*STANDING, "down", "-v", "--remove-orphans")  # whatever an earlier session left
     compose(*STANDING, "build", "--quiet", timeout=900)
-    compose_up("up", "-d", "--wait", "--wait-timeout", "240", *started)
+    compose_up(started)
     yield started
     compose(*STANDING, "down", "-v", "--remove-orphans", check=False)  # a no-op when the last test ran

@@ -155,12 +155,13 @@ def preflight() -> Engine:
     return Engine(version, int(details["NCPU"]), images)
 
 
-def compose_up(*args: str) -> None:
-    """`docker compose <args> up -d --wait`; on a failure, the logs and the lab taken down."""
-    up = compose(*args, check=False)
+def compose_up(services: list[str], *profiles: str) -> None:
+    """`docker compose <profiles> up -d --wait <services>`; on a failure, the logs, and those services
+    removed: what was up before stays up, so one failure does not take the tests after it down too."""
+    up = compose(*profiles, "up", "-d", "--wait", "--wait-timeout", "240", *services, check=False)
     if up.returncode != 0:
         logs = compose(*STANDING, "logs", "--no-color", "--tail", "30", check=False).stdout
-        compose(*STANDING, "down", "-v", "--remove-orphans", check=False)
+        compose(*STANDING, "rm", "--stop", "--force", "--volumes", *services, check=False)
         pytest.fail(f"docker compose up --wait failed:\n{up.stderr[-3000:]}\n{logs[-4000:]}")
 
 

@@ -52,6 +52,27 @@ def test_every_published_port_is_bound_to_loopback() -> None:
             assert host_port, f"{name}: port {target} needs an explicit host port"
 
 
+# Linux's default ephemeral range: a port published inside it can be held by an outgoing
+# connection's TIME_WAIT (docs/docker.md says so and names the sysctl that reserves it).
+_EPHEMERAL = range(32768, 61000)
+
+
+def test_the_ports_published_in_the_ephemeral_range_are_the_ones_docs_tell_to_reserve() -> None:
+    inside = {
+        int(host_port)
+        for service in compose()["services"].values()
+        for _, host_port, _ in published(service)
+        if int(host_port) in _EPHEMERAL
+    }
+    told = re.search(r"ip_local_reserved_ports=([\d,-]+)`", (ROOT / "docs" / "docker.md").read_text())
+    assert told, "docs/docker.md: the sysctl that reserves the published ports is gone"
+    reserved: set[int] = set()
+    for part in told.group(1).split(","):
+        low, _, high = part.partition("-")
+        reserved.update(range(int(low), int(high or low) + 1))
+    assert inside == reserved, f"published in the ephemeral range: {sorted(inside)}; docs: {sorted(reserved)}"
+
+
 def test_publish_address_moves_the_services_and_influxdb_and_the_certificate_names_it() -> None:
     moved = compose({**REQUIRED_ENV, "PUBLISH_ADDRESS": "10.0.0.5"})["services"]
     on_address = {
