@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything the tests need (scripts/setup.sh), then lint, type-check, check the layers
 # (import-linter) and run the suite in four phases (docs/testing.md): the tests that may run beside
-# each other, on PROTOLAB_TEST_WORKERS pytest-xdist workers (default 2, one per vCPU of the lab's VM),
+# each other, on PROTOLAB_TEST_WORKERS pytest-xdist workers (default 3 for the lab's 2 vCPUs: the
+# tests wait on sockets and subprocesses a fifth of the time; docs/testing.md),
 # and beside them the docker tests one at a time (with PROTOLAB_DOCKER_TESTS=1: they wait on the
 # engine and judge no figure); then the paired ones two at a time (load or CPU quotas, but no figure
 # judged: marked `paired`); then the serial ones one at a time, alone (they measure CPU, set cgroup
@@ -31,7 +32,7 @@ if [[ ${PROTOLAB_DOCKER_TESTS:-} == 1 ]]; then
     trap 'kill "$docker_pid" 2>/dev/null || true; rm -f "$docker_log"' EXIT
 fi
 parallel=0
-.venv/bin/python -m pytest --phase parallel -n "${PROTOLAB_TEST_WORKERS:-2}" --dist loadfile "$@" || parallel=$?
+.venv/bin/python -m pytest --phase parallel -n "${PROTOLAB_TEST_WORKERS:-3}" --dist loadfile "$@" || parallel=$?
 if [[ ${PROTOLAB_DOCKER_TESTS:-} == 1 ]]; then
     docker=0
     wait "$docker_pid" || docker=$?

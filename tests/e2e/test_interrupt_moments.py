@@ -136,8 +136,18 @@ def test_ctrl_c_in_a_duets_window_leaves_nothing_and_resume_completes_the_duet_r
     # Each side's k6 is judged with its partner's k6 beside it on k6's CPUs.
     for r, partner in (pair, reversed(pair)):
         assert r["k6"]["beside_cpu_seconds"] == partner["k6"]["cpu_seconds"]
-    assert "A/A control aiohttp-h1: req/s" in resumed.output()
-    assert "grpc vs aiohttp-h1: req/s" in resumed.output()
+    # Each comparison, or the line that says why there is none: a side whose k6 took more than 80% of
+    # its CPUs is a lower bound and enters no ratio (k6 at 89% beside a third test, once).
+    summary = (out / "summary.md").read_text()
+    for comparison, sides in (
+        ("A/A control aiohttp-h1", ("aiohttp-h1", "aiohttp-h1")),
+        ("grpc vs aiohttp-h1", ("grpc", "aiohttp-h1")),
+    ):
+        bounds = [
+            f"- {side} (quarter, 100 records, beside {partner}): throughput only a lower bound"
+            for side, partner in (sides, sides[::-1])
+        ]
+        assert f"{comparison}: req/s" in summary or any(b in summary for b in bounds), summary
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["complete"] is True and manifest["all_ok"] is True
     assert_nothing_left(resumed)
