@@ -149,10 +149,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # out files in this order, so the long ones (a pip install, the fuzzing) do not start at
             # the end while the other workers idle.
             items.sort(key=lambda item: is_under(item, PARALLEL_DIRECTORIES))
-        if phase == "paired":
-            # The runs (tests/e2e/, 10-75 s each) first, the abuse cases' few seconds last: the
-            # workers then end together instead of one finishing a long run alone.
-            items.sort(key=lambda item: not is_under(item, ("e2e",)))
         config.stash[_PHASE_NOTE] = (
             f"phase {phase}: {len(items)} test(s), {other} of the other phases deselected"
         )

@@ -39,7 +39,7 @@ def test_the_http3_preset_runs_each_version_on_both_links_and_answers(tmp_path: 
     for baseline in ("quart-h2-tls-py", "quart-h1-tls-py"):
         # The pair's finding, or the line that says why there is none: a side whose driver took more
         # than 80% of its CPU share is a lower bound and enters no ratio. In 2 s windows the driver's
-        # start (0.4-0.55 s of CPU, counted as k6's start is) can take it there beside another test.
+        # start (0.11-0.30 s of CPU, counted as k6's start is) can take it there beside another test.
         bound = re.compile(
             rf"^- ({baseline} \(eighth, 100 records, beside quart-h3\)|quart-h3 \(eighth, 100 records, "
             rf"beside {baseline}\)): throughput only a lower bound",

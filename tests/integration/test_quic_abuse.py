@@ -26,7 +26,8 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.crypto import CryptoPair
 from aioquic.quic.packet import pull_quic_header
-from labrunner.run.drive.clients import HTTP3, Connection, opener
+from labrunner.run.drive.clients import opener
+from labrunner.run.drive.connection import HTTP3, Connection
 
 from services.common.quic_limits import MAX_QUIC_CONNECTIONS
 from tests.integration.abuse_support import MEMORY_BYTES, Confined, client_ssl_context, confined

@@ -6,6 +6,8 @@ apart from k6's)."""
 import asyncio
 import itertools
 import math
+import subprocess
+import sys
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -17,7 +19,7 @@ from labrunner.model.questions import DRIVER_VS_K6, pairs
 from labrunner.model.scenario import DRIVER_SCRIPT, Overrides
 from labrunner.model.schema import MatrixError
 from labrunner.run.drive import load
-from labrunner.run.drive.clients import Connection, Reply
+from labrunner.run.drive.connection import Connection, Reply
 from labrunner.run.drive.load import DriveError, Tally, plan_from
 from labrunner.run.drive.summary import CLOCK, document, write_csv
 from labrunner.run.k6.output import parse_summary, take_latency_samples
@@ -197,3 +199,23 @@ def test_questions_compare_the_drivers_targets_with_each_other_and_k6_only_by_it
     driven = {"quart-h1-tls-py", "quart-h2-tls-py", "quart-h3"}
     across = {(k, c, b) for k, c, b in found if (c in driven) != (b in driven)}
     assert {k for k, _, _ in across} == {DRIVER_VS_K6}
+
+
+# What a driver of each protocol imports besides the standard library and its own client: its start
+# counts in its CPU share (docs/http3.md), and the matrix's pydantic, Faker and the other protocols'
+# clients cost it about 0.3 s of CPU.
+HEAVY = ("pydantic", "faker", "aiohttp", "h2", "aioquic")
+OWN_CLIENT = {"HTTP/1.1": "aiohttp", "HTTP/2.0": "h2", "HTTP/3": "aioquic"}
+
+
+@pytest.mark.parametrize("protocol", OWN_CLIENT)
+def test_a_driver_imports_only_its_own_protocols_client(protocol: str) -> None:
+    probe = (
+        "import sys; from labrunner.run.drive import main, clients; "
+        f"clients.opener({protocol!r}, 'https://127.0.0.1:1', None); "
+        f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT / "scripts", capture_output=True, text=True, check=True
+    )
+    assert completed.stdout.split() == [OWN_CLIENT[protocol]], completed.stdout

@@ -8,7 +8,7 @@ from labrunner import backends, certs
 from labrunner.cli import version
 from labrunner.model import duet
 from labrunner.model.scenario import BACKENDS
-from labrunner.model.schema import duration_seconds
+from labrunner.model.terms import duration_seconds
 from labrunner.observe.labels import INFLUXDB_DATABASE
 from labrunner.paths import REPO
 from labrunner.run import calibration

@@ -14,7 +14,6 @@ from labrunner.model.scenario import (
     DEFAULT_DIRECTION,
     DEFAULT_SHAPE,
     DEFAULT_STREAMS,
-    DRIVER_LOAD_MODELS,
     IDENTITY,
     LOOPBACK,
     MULTIPLEXED_PROTOCOLS,
@@ -37,6 +36,7 @@ from labrunner.model.schema import (
     validate_positive_int,
     validate_settings,
 )
+from labrunner.model.terms import DRIVER_LOAD_MODELS
 
 _NO_OVERRIDES = Overrides()  # the preset as written
 

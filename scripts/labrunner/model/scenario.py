@@ -75,7 +75,6 @@ class Profile:
 
 # The Python load driver's script (labrunner.run.drive): a target naming it is driven by Python, not k6.
 DRIVER_SCRIPT = "scripts/drive_http.py"
-DRIVER_LOAD_MODELS = ("constant-vus", "constant-arrival-rate")  # the executors it runs
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from labrunner.model.scenario import (
     Stage,
     Target,
 )
+from labrunner.model.terms import DURATION_EXAMPLES, REST_PROTO, seconds_or_none
 from labrunner.network.profiles import NetworkProfile
 from services.common.stacks import BY_PACKAGE
 
@@ -70,13 +71,8 @@ QuestionName = Literal[
     "REST server vs REST server",
     "gRPC server vs gRPC server",
 ]
-# What k6 reports as res.proto for each REST protocol.
-REST_PROTO = {"http1.1": "HTTP/1.1", "http2": "HTTP/2.0", "http3": "HTTP/3"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*([bkmg]?)b?$", re.IGNORECASE)
 _MEMORY_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 _QUANTITY = re.compile(r"^([+-]?\d+(?:\.\d+)?)\s*(\S*)$")
@@ -97,24 +93,10 @@ def _problem(message: str, value: object) -> PydanticCustomError:
 
 def _seconds(value: object) -> float:
     """Seconds from a k6-style duration ("500ms", "30s", "1m30s") or a number of seconds."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if _SECONDS.match(text):
-            return float(text)
-        parts = _DURATION_PART.findall(text)
-        if parts and "".join(n + u for n, u in parts) == text:
-            return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
-    raise _problem("{value} is not a duration (e.g. '500ms', '30s', '1m30s')", value)
-
-
-def duration_seconds(text: str) -> float:
-    """A k6-style duration as seconds; ValueError when it is none."""
-    try:
-        return _seconds(text)
-    except PydanticCustomError as exc:
-        raise ValueError(exc.message()) from None
+    seconds = seconds_or_none(value)
+    if seconds is None:
+        raise _problem(f"{{value}} is not a duration ({DURATION_EXAMPLES})", value)
+    return seconds
 
 
 def _bytes(value: object) -> int:

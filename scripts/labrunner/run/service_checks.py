@@ -18,7 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from labrunner.backends.base import Backend, Endpoint, ScenarioFailed, ServiceHandle
 from labrunner.model.scenario import Scenario, Target
-from labrunner.run.drive.clients import HTTP3, Reply, opener
+from labrunner.run.drive.clients import opener
+from labrunner.run.drive.connection import HTTP3, Reply
 from labrunner.run.uploads import UploadBody, first_records
 from services.common.contract import RECORD_SHAPE
 from services.common.pb import cars_pb2

@@ -17,9 +17,8 @@ from fractions import Fraction
 
 import orjson
 
-from labrunner.model.scenario import DRIVER_LOAD_MODELS
-from labrunner.model.schema import duration_seconds
-from labrunner.run.drive.clients import Connection, Opener, Reply
+from labrunner.model.terms import DRIVER_LOAD_MODELS, duration_seconds
+from labrunner.run.drive.connection import Connection, Opener, Reply
 
 # What the driver reads of rest.js's environment (docs/CONTRACTS.md) and refuses: the parts of k6's
 # contract it does not run.
