@@ -19,7 +19,7 @@ from labrunner.run.k6.output import parse_summary, read_summary, take_latency_sa
 from labrunner.run.k6_stats import trend_stats
 from labrunner.run.service_checks import verify
 
-from tests.support import CERTS, ROOT, RunningService, launch_service, service_handle, tls_env
+from tests.support import CERTS, ROOT, RunningService, free_ports, launch_service, service_handle, tls_env
 
 # Real sockets on 127.0.0.1, a second of load each; no figure judged.
 pytestmark = pytest.mark.parallel
@@ -125,6 +125,20 @@ def test_h2_asked_of_a_server_offering_only_http1_fails_before_any_load(tmp_path
         service.kill()
     assert done.returncode == EXIT_BAD_SETUP
     assert "negotiated ALPN None, not h2" in done.stderr  # it offers h2 alone: the server picks none
+    assert not summary.exists()
+
+
+# No server there: TCP is refused at once, QUIC gets no answer and waits out the connect timeout (10 s).
+@pytest.mark.parametrize("protocol", ["HTTP/1.1", "HTTP/2.0", "HTTP/3"])
+def test_no_server_is_one_line_that_says_why_and_no_leftovers(protocol: str, tmp_path: Path) -> None:
+    [port] = free_ports(1)
+    done, summary = drive(port, protocol, tmp_path)
+    assert done.returncode == EXIT_BAD_SETUP
+    # What asyncio and aiohttp log of a future or a session left behind ("Future exception was never
+    # retrieved", "Unclosed client session") would be more lines than the one.
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"drive_http: could not connect {VUS} VUs to https://127.0.0.1:{port}: "), line
+    assert not line.endswith(": "), "an error without a message says nothing"
     assert not summary.exists()
 
 

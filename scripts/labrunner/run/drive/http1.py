@@ -24,7 +24,11 @@ class Http1Connection:
         # Connected (and TLS done) before the clock starts, as a VU's: aiohttp connects only for a
         # request, so this one, to /healthz, is one more request the server serves for each
         # connection (under CHURN, one a churned connection: docs/http3.md).
-        await connection.get("/healthz")
+        try:
+            await connection.get("/healthz")
+        except BaseException:
+            await session.close()  # a connection that never was leaves no session behind
+            raise
         return connection
 
     async def get(self, path: str) -> Reply:

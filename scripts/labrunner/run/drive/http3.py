@@ -24,6 +24,17 @@ class _H3Protocol(QuicConnectionProtocol):
         self.h3 = H3Connection(self._quic)
         self.pending: dict[int, Pending] = {}
 
+    async def wait_connected(self) -> None:
+        """aioquic's, whose waiter it shields: a handshake given up on (the connect timeout) leaves the
+        waiter to be failed by the close that follows, and asyncio then logs "Future exception was never
+        retrieved". That outcome is read here, as the timeout already says what happened."""
+        try:
+            await super().wait_connected()
+        except asyncio.CancelledError:
+            if (waiter := self._connected_waiter) is not None:
+                waiter.add_done_callback(lambda done: done.cancelled() or done.exception())
+            raise
+
     def quic_event_received(self, event: QuicEvent) -> None:
         if isinstance(event, ConnectionTerminated):
             for request in self.pending.values():
