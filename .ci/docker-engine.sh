@@ -14,6 +14,7 @@
 #                                          # unless the load engine has it with the same id
 #   .ci/docker-engine.sh reserve-ports COMPOSE_FILE  # keeps outgoing connections off the host
 #                                          # ports the file publishes in the ephemeral range
+#   .ci/docker-engine.sh ephemeral-ports COMPOSE_FILE  # prints those ports
 #
 # Bookworm's docker.io (20.10) is too old. Trixie's docker.io, docker-compose (the v2 plugin) and
 # docker-buildx install on bookworm from a trixie source pinned at priority 100: only the packages
@@ -278,18 +279,23 @@ cmd_load_image() { # image
 # 127.0.0.1 thousands of times, Linux gives connect() even ports first, and a client socket has
 # no SO_REUSEADDR, so the engine's `bind: address already in use` fails `compose up` (stop 48's
 # CI run). Reserved ports are never given to connect(); ports already reserved stay so.
-cmd_reserve_ports() {
-    local low high port wanted=() current
+# The host ports COMPOSE_FILE publishes inside this host's ephemeral range, one a line
+# (tests/integration/test_compose_safety.py holds them to compose's own reading of the file).
+cmd_ephemeral_ports() {
+    local low high port
     read -r low high </proc/sys/net/ipv4/ip_local_port_range
     for port in $(grep -oE '^[[:space:]]+- "[^"]*:([0-9]+):[0-9]+(/[a-z]+)?"' "$1" \
         | sed -E 's/.*:([0-9]+):[0-9]+(\/[a-z]+)?"$/\1/' | sort -un); do
-        ((port >= low && port <= high)) && wanted+=("$port")
+        if ((port >= low && port <= high)); then echo "$port"; fi
     done
-    ((${#wanted[@]})) || return 0
+}
+
+cmd_reserve_ports() {
+    local wanted current
+    wanted=$(cmd_ephemeral_ports "$1" | paste -sd, -)
+    [[ -n $wanted ]] || return 0
     current=$(cat /proc/sys/net/ipv4/ip_local_reserved_ports)
-    local joined
-    joined=$(IFS=,; echo "${current:+$current,}${wanted[*]}")
-    sysctl -q -w net.ipv4.ip_local_reserved_ports="$joined"
+    sysctl -q -w net.ipv4.ip_local_reserved_ports="${current:+$current,}$wanted"
     log "reserved from the ephemeral range: $(cat /proc/sys/net/ipv4/ip_local_reserved_ports)"
 }
 
@@ -303,13 +309,13 @@ load-image)
     [[ -n ${2:-} ]] || { echo "usage: $0 load-image IMAGE" >&2; exit 2; }
     cmd_load_image "$2"
     ;;
-reserve-ports)
-    [[ -n ${2:-} ]] || { echo "usage: $0 reserve-ports COMPOSE_FILE" >&2; exit 2; }
-    cmd_reserve_ports "$2"
+reserve-ports | ephemeral-ports)
+    [[ -n ${2:-} ]] || { echo "usage: $0 $1 COMPOSE_FILE" >&2; exit 2; }
+    "cmd_${1//-/_}" "$2"
     ;;
 versions) versions ;;
 *)
-    echo "usage: $0 install|start|stop|start-load|stop-load|load-image IMAGE|reserve-ports FILE|versions" >&2
+    echo "usage: $0 install|start|stop|start-load|stop-load|load-image IMAGE|reserve-ports FILE|ephemeral-ports FILE|versions" >&2
     exit 2
     ;;
 esac

@@ -5,6 +5,8 @@ password, no root in the service images, and a build context without generated o
 
 import re
 import shlex
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -57,13 +59,17 @@ def test_every_published_port_is_bound_to_loopback() -> None:
 _EPHEMERAL = range(32768, 61000)
 
 
-def test_the_ports_published_in_the_ephemeral_range_are_the_ones_docs_tell_to_reserve() -> None:
-    inside = {
+def _published_ports(within: range) -> set[int]:
+    return {
         int(host_port)
         for service in compose()["services"].values()
         for _, host_port, _ in published(service)
-        if int(host_port) in _EPHEMERAL
+        if int(host_port) in within
     }
+
+
+def test_the_ports_published_in_the_ephemeral_range_are_the_ones_docs_tell_to_reserve() -> None:
+    inside = _published_ports(_EPHEMERAL)
     told = re.search(r"ip_local_reserved_ports=([\d,-]+)`", (ROOT / "docs" / "docker.md").read_text())
     assert told, "docs/docker.md: the sysctl that reserves the published ports is gone"
     reserved: set[int] = set()
@@ -71,6 +77,14 @@ def test_the_ports_published_in_the_ephemeral_range_are_the_ones_docs_tell_to_re
         low, _, high = part.partition("-")
         reserved.update(range(int(low), int(high or low) + 1))
     assert inside == reserved, f"published in the ephemeral range: {sorted(inside)}; docs: {sorted(reserved)}"
+
+
+def test_ci_reserves_the_ports_compose_publishes_in_this_hosts_ephemeral_range() -> None:
+    """.ci/docker-engine.sh reads the ports out of the file with grep; compose's own reading is the truth."""
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    script = [str(ROOT / ".ci" / "docker-engine.sh"), "ephemeral-ports", str(COMPOSE_FILE)]
+    printed = subprocess.run(script, capture_output=True, text=True, check=True).stdout.split()
+    assert {int(port) for port in printed} == _published_ports(range(low, high + 1)), printed
 
 
 def test_publish_address_moves_the_services_and_influxdb_and_the_certificate_names_it() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import uvloop
 
 from labrunner.run.drive import clients, load, summary
-from labrunner.run.drive.connection import CONNECT_TIMEOUT_S
+from labrunner.run.drive.connection import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S
 
 EXIT_THRESHOLDS_CROSSED = 99  # k6's: the run completed, a threshold failed
 EXIT_BAD_SETUP = 107  # k6's for a script that throws in its init: nothing was sent
@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         tally, ran_s = uvloop.run(load.run(plan, open_connection))
     except (OSError, ConnectionError, TimeoutError) as exc:
-        why = f"{type(exc).__name__}: {str(exc) or f'no answer within {CONNECT_TIMEOUT_S:g} s'}"
+        why = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, TimeoutError) and not str(exc):  # asyncio's and aiohttp's say nothing
+            why += f"no answer in time ({CONNECT_TIMEOUT_S:g} s to connect, {REQUEST_TIMEOUT_S:g} s to reply)"
         print(f"drive_http: could not connect {plan.vus} VUs to {plan.base_url}: {why}", file=sys.stderr)
         return EXIT_BAD_SETUP
     document = summary.document(tally, ran_s, args.summary_trend_stats.split(","))
