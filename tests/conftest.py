@@ -3,6 +3,7 @@ the four phases of scripts/test.sh (`--phase parallel`, `--phase docker`, `--pha
 serial`: docs/testing.md)."""
 
 import os
+import shutil
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +24,16 @@ grpc_fork.disable_fork_handlers()
 # across exec, so those runners would never see it; a handled one is reset to the default.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from tests.support import RunningService, launch_service  # noqa: E402  (imports grpc after the setting)
+from tests.support import (  # noqa: E402  (imports grpc after the setting)
+    SERVICE_METRICS_ROOT,
+    RunningService,
+    launch_service,
+)
+
+
+def pytest_unconfigure() -> None:
+    """Every service has stopped: remove their metrics directories, those of killed ones included."""
+    shutil.rmtree(SERVICE_METRICS_ROOT, ignore_errors=True)
 
 
 @pytest.fixture

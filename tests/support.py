@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from collections.abc import Callable, Mapping
@@ -26,6 +27,10 @@ from services.common.config import DEFAULT_PORTS
 from services.common.stacks import STACKS
 
 ROOT = Path(__file__).resolve().parents[1]
+# The services the tests start keep their prometheus_client files under one directory of this pytest
+# process, removed when it ends (tests/conftest.py): a service a test kills outright cannot remove its
+# own, and thousands were left in the temp directory.
+SERVICE_METRICS_ROOT = Path(tempfile.mkdtemp(prefix="protolab-test-metrics-"))
 # The lab's own runs calibrate with 5 rounds instead of 40 (run_matrix.py --calibration-rounds):
 # about 0.3 s instead of 2.5 s, before and after each of the ~50 runs of the serial phase. The local
 # ci run (test_e2e_local.py) and one interrupt moment keep the default.
@@ -248,6 +253,7 @@ def launch_service(
         # dozens of teardowns. A test of the drain or the grace period sets its own.
         **SERVICE_STOP_ENV,
         "RECORD_POOL_SIZE": "2000",
+        "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(dir=SERVICE_METRICS_ROOT),
         **(env or {}),
     }
     process = subprocess.Popen(

@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -165,9 +166,16 @@ def summary_rows(out: Path) -> set[tuple[str, str, str]]:
 
 
 def assert_nothing_left(run: Run, timeout: float = 10) -> None:
-    """No process and no cgroup of the run survive it (k6 may need its last second to exit)."""
+    """No process, cgroup or services' metrics directory of the run survives it (k6 may need its last
+    second to exit)."""
     deadline = time.monotonic() + timeout
     while (processes_of(run) or cgroups_of(run)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not processes_of(run), processes_of(run)
     assert not cgroups_of(run), cgroups_of(run)
+    assert not metrics_dirs_of(run), metrics_dirs_of(run)
+
+
+def metrics_dirs_of(run: Run) -> list[Path]:
+    """The run's services' prometheus_client directories still in the temp directory."""
+    return list(Path(tempfile.gettempdir()).glob(f"protolab-metrics-{run.run_id}-*"))

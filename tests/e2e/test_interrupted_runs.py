@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from tests.e2e.local_runs import (
     assert_nothing_left,
     cgroups_of,
     k6_measuring,
+    metrics_dirs_of,
     processes_of,
     quick_benchmark,
     read_file,
@@ -84,6 +86,7 @@ def test_sigkill_mid_scenario_leaves_no_partial_result_and_resume_cleans_up(tmp_
     # its drain; only the scenario's cgroup, an empty directory, waits for the next session.
     wait_until(lambda: not processes_of(run), 15, "the killed runner's service and k6 to stop")
     assert cgroups_of(run), "the killed scenario's cgroup should be left for resume to remove"
+    assert metrics_dirs_of(run), "the killed scenario's metrics directory should be left for resume to remove"
 
     quick_benchmark(out)
     resumed = start_run(out, *SELECTION, "--resume", marker=run.marker)
@@ -181,7 +184,9 @@ def slow_stop_run(tmp_path: Path, *args: str) -> tuple[Run, Path]:
     matrix = tmp_path / "matrix.toml"
     matrix.write_text((ROOT / "matrix.toml").read_text() + SLOW_STOP_TARGETS)
     targets = tmp_path / "targets"
-    out = tmp_path / "run"
+    # The run id names its cgroups and metrics directories: the two tests of this preset run the same
+    # scenarios, and beside each other in the paired phase they removed each other's cgroups.
+    out = tmp_path / f"slow-stop-{uuid.uuid4().hex[:8]}"
     quick_benchmark(out)
     selection = (
         "--matrix", str(matrix), "--preset", "slow-stop", "--prometheus-targets", str(targets),

@@ -3,6 +3,7 @@ network and k6 runs, which its sibling modules make, measure and remove."""
 
 import contextlib
 import os
+import shutil
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -196,6 +197,7 @@ class LocalBackend:
             finally:
                 if service.cgroup is not None:
                     remove_cgroup(service.cgroup)
+                shutil.rmtree(service.metrics_dir, ignore_errors=True)
         with self._services_lock:
             self._services.pop(scenario_id, None)
         return service

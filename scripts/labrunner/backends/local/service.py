@@ -6,9 +6,11 @@ import contextlib
 import functools
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -68,6 +70,9 @@ class Service:
     service_cpus: tuple[int, ...]
     log_file: Path
     reader: threading.Thread
+    # prometheus_client's multiprocess files, in a directory of the runner's: removed once the service
+    # has stopped, even when it was killed at the end of its grace; a killed runner's, by its resume.
+    metrics_dir: Path
     listening: dict[str, Any] = field(default_factory=dict)
     window: Window | None = None
     network: Network | None = None
@@ -87,25 +92,43 @@ def spawn(
     # `ip netns exec` execs the service in place: the pid, cgroup and CPUs set here stay.
     prefix = exec_prefix(network.link.service.namespace) if network else []
     host = network.link.service.address if network else HOST
-    with log_file.open("ab") as log:
-        process = subprocess.Popen(
-            [*prefix, sys.executable, "-m", scenario.target.main_module],
-            cwd=settings.root,
-            env=process_env(settings, scenario, host),
-            stdout=subprocess.PIPE,
-            stderr=log,
-            # Own session: Ctrl-C reaches the runner only, which then stops the service
-            # the same way every time (SIGTERM, grace, SIGKILL).
-            start_new_session=True,
-            preexec_fn=functools.partial(enter_limits, cgroup, cpus),  # noqa: PLW1509
-        )
+    metrics_dir = _metrics_dir(settings.run_id, scenario.id)
+    try:
+        with log_file.open("ab") as log:
+            process = subprocess.Popen(
+                [*prefix, sys.executable, "-m", scenario.target.main_module],
+                cwd=settings.root,
+                env=process_env(settings, scenario, host) | {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)},
+                stdout=subprocess.PIPE,
+                stderr=log,
+                # Own session: Ctrl-C reaches the runner only, which then stops the service
+                # the same way every time (SIGTERM, grace, SIGKILL).
+                start_new_session=True,
+                preexec_fn=functools.partial(enter_limits, cgroup, cpus),  # noqa: PLW1509
+            )
+    except BaseException:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        raise
     assert process.stdout is not None
-    service = Service(scenario, process, cgroup, cpus, log_file, threading.Thread(), network=network)
+    service = Service(
+        scenario, process, cgroup, cpus, log_file, threading.Thread(), metrics_dir, network=network
+    )
     service.reader = threading.Thread(
         target=_pump_stdout, args=(process.stdout, log_file, service), daemon=True
     )
     service.reader.start()
     return service
+
+
+def _metrics_dir(run_id: str, scenario_id: str) -> Path:
+    """A fresh directory for the service's prometheus_client files, after removing those an earlier
+    session of the run left for the same scenario: its runner was killed, and the service the kernel
+    then stopped (PR_SET_PDEATHSIG) could not know the directory was its own to remove."""
+    prefix = f"protolab-metrics-{run_id}-{scenario_id}-"
+    for left in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        if left.is_dir() and left.stat().st_uid == os.geteuid():
+            shutil.rmtree(left, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=prefix))
 
 
 def await_listening(scenario: Scenario, service: Service, timeout: float) -> dict[str, Any]:
