@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Set up everything the tests need (scripts/setup.sh), then lint, type-check, check the layers
-# (import-linter) and run the suite in four phases (docs/testing.md): the tests that may run beside
-# each other, on PROTOLAB_TEST_WORKERS pytest-xdist workers (default 3 for the lab's 2 vCPUs, as the
+# Set up everything the tests need (scripts/setup.sh), lint (ruff), then run the suite in four phases
+# (docs/testing.md), with the type check (mypy) and the layers (import-linter) beside the third: the
+# tests that may run beside each other, on PROTOLAB_TEST_WORKERS pytest-xdist workers (default 3 for the lab's 2 vCPUs, as the
 # tests wait on sockets and subprocesses a fifth of the time; 2 beside the docker tests),
 # and beside them the docker tests one at a time (with PROTOLAB_DOCKER_TESTS=1: they wait on the
-# engine and judge no figure); then the paired ones two at a time (load or CPU quotas, but no figure
+# engine and judge no figure); then the paired ones three at a time (load or CPU quotas, but no figure
 # judged: marked `paired`); then the serial ones one at a time, alone (they measure CPU, set cgroup
 # quotas or drive k6 load: marked `serial`, or under tests/e2e/; tests/conftest.py decides).
 # Arguments go to pytest, in every phase: `scripts/test.sh tests/unit` runs one kind (unit,
@@ -18,8 +18,6 @@ unset PYTHONDONTWRITEBYTECODE
 scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy
-.venv/bin/lint-imports
 
 NO_TESTS=5  # pytest's exit code when nothing was selected
 # The docker phase only when its tests are asked for (tests/conftest.py); its output waits in a file
@@ -42,11 +40,24 @@ if [[ ${PROTOLAB_DOCKER_TESTS:-} == 1 ]]; then
     wait "$docker_pid" || docker=$?
     cat "$docker_log"
 fi
+# The type check and the layers (about 13 s of one CPU on a fresh clone) beside the paired phase, whose
+# tests judge no figure and leave a third of the CPUs idle; their output waits in a file until it ends.
+checks_log=$(mktemp)
+{ .venv/bin/mypy && .venv/bin/lint-imports; } >"$checks_log" 2>&1 &
+checks_pid=$!
+# Three workers, a test file to a worker: a module's run (a module-scoped fixture) happens once, where
+# tests handed out one by one ran it once per worker, and two at once took the same run id (299 s
+# against 336-345 s on two workers, docs/testing.md).
 paired=0
-.venv/bin/python -m pytest --phase paired -n 2 --dist load "$@" || paired=$?
+.venv/bin/python -m pytest --phase paired -n 3 --dist loadfile "$@" || paired=$?
+checks=0
+wait "$checks_pid" || checks=$?
+cat "$checks_log"
+rm -f "$checks_log"
 serial=0
 .venv/bin/python -m pytest --phase serial "$@" || serial=$?
 # Every phase runs whatever the others gave, so one run shows every failure.
+[[ $checks -eq 0 ]] || exit "$checks"
 codes=("$parallel" "$docker" "$paired" "$serial")
 for code in "${codes[@]}"; do
     if [[ $code -ne 0 && $code -ne $NO_TESTS ]]; then

@@ -103,7 +103,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="run only the tests of one phase of scripts/test.sh: parallel (safe beside each other, "
         "for pytest-xdist), docker (the Docker engine's, one at a time beside the parallel phase), "
-        "paired (load that judges no figure, two at a time) or serial (one at a time, alone: "
+        "paired (load that judges no figure, three at a time) or serial (one at a time, alone: "
         "tests/conftest.py says which); default: every test",
     )
 

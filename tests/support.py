@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # own, and thousands were left in the temp directory.
 SERVICE_METRICS_ROOT = Path(tempfile.mkdtemp(prefix="protolab-test-metrics-"))
 # The lab's own runs calibrate with 5 rounds instead of 40 (run_matrix.py --calibration-rounds):
-# about 0.3 s instead of 2.5 s, before and after each of the ~50 runs of the serial phase. The local
-# ci run (test_e2e_local.py) and one interrupt moment keep the default.
+# about 0.3 s instead of 2.5 s, before and after each of the ~50 runs of the tests. One interrupt
+# moment keeps the default (test_interrupt_moments.py).
 # Quick calibrations, taken once even on a busy host (the docker tests run beside the parallel phase,
 # where every calibration found the host busy and waited 5 s, twice: 24 waits in one docker phase).
 QUICK_CALIBRATION = ("--calibration-rounds", "5", "--calibration-attempts", "1")

@@ -61,9 +61,10 @@ def ci_run(obs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dic
     began = datetime.now(UTC)
     completed = _run_matrix(
         "--preset", "ci",
-        # The default 40 rounds, taken at once: Prometheus and InfluxDB, just started by the obs
-        # fixture, used 45% of the host, and each calibration waited 5 s, twice.
-        "--calibration-attempts", "1",
+        # Quick calibrations, taken at once: Prometheus and InfluxDB, just started by the obs fixture,
+        # used 45% of the host, and each calibration waited 5 s, twice. The default 40 rounds are an
+        # interrupt moment's (test_interrupt_moments.py).
+        *QUICK_CALIBRATION,
         "--out", str(out),
         "--influxdb", obs["influxdb"],
         "--prometheus", obs["prometheus"],
@@ -175,6 +176,7 @@ def test_every_dashboard_panel_has_data_for_the_run(obs: dict[str, Any], ci_run:
     assert not failures, "\n".join(str(f) for f in failures)
 
 
+@pytest.mark.paired  # what the run decided: one target failed, the other ran
 def test_a_target_that_fails_verification_fails_alone(tmp_path: Path) -> None:
     matrix = tmp_path / "matrix.toml"
     matrix.write_text(

@@ -14,7 +14,8 @@ import pytest
 
 from tests.support import ROOT
 
-pytestmark = pytest.mark.timeout(300)
+# Judged on what its file says happened (overlapping windows, slots, processes), never a figure.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.paired]
 
 
 @pytest.fixture(scope="module")
