@@ -22,7 +22,9 @@ TARGETS = ("aiohttp-h1", "grpc", "granian-h2-tls")  # the preset's, in the matri
 DIRECTIONS = ("download", "upload")
 VARIANTS = ("lab", "floor")
 
-pytestmark = pytest.mark.serial  # callers measured under cgroup quotas: alone
+# Callers under cgroup quotas, judged on what they did (verified pools, quotas set, findings named),
+# never on a figure.
+pytestmark = pytest.mark.paired
 
 
 @pytest.fixture(scope="module")

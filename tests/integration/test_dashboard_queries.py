@@ -326,7 +326,7 @@ def _wait_scrapes(prometheus: str, targets: int, samples: int, timeout: float = 
     pytest.fail(f"Prometheus did not scrape {targets} targets {samples} times in {timeout}s")
 
 
-@pytest.mark.serial  # k6 load into real Prometheus and InfluxDB: alone
+@pytest.mark.paired  # real Prometheus and InfluxDB fed fake services and k6-shaped points: data or not
 def test_every_query_of_every_dashboard_returns_data(backends: Backends):
     results = dq.run_dashboards(
         backends.prometheus, backends.influxdb, backends.start, datetime.now(UTC), {"run": RUN}
@@ -343,7 +343,7 @@ def test_every_query_of_every_dashboard_returns_data(backends: Backends):
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.serial  # k6 load into real Prometheus and InfluxDB: alone
+@pytest.mark.paired  # real Prometheus and InfluxDB fed fake services and k6-shaped points: data or not
 def test_variables_default_to_all_and_narrow_in_order(backends: Backends):
     path = ROOT / "grafana" / "dashboards" / "k6-grpc.json"
     results = dq.run_dashboards(
@@ -355,7 +355,7 @@ def test_variables_default_to_all_and_narrow_in_order(backends: Backends):
     assert '"target" =~ /^(grpc|grpc-stream)$/' in scenario.query
 
 
-@pytest.mark.serial  # k6 load into real Prometheus and InfluxDB: alone
+@pytest.mark.paired  # real Prometheus and InfluxDB fed fake services and k6-shaped points: data or not
 def test_dead_panels_bad_queries_and_unknown_datasources_are_failures(backends: Backends, tmp_path: Path):
     prometheus = {"type": "prometheus", "uid": "protolab-prometheus"}
     influxdb = {"type": "influxdb", "uid": "protolab-influxdb"}
