@@ -25,15 +25,16 @@ grpc_fork.disable_fork_handlers()
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from tests.support import (  # noqa: E402  (imports grpc after the setting)
-    SERVICE_METRICS_ROOT,
     RunningService,
     launch_service,
+    service_metrics_root,
 )
 
 
 def pytest_unconfigure() -> None:
     """Every service has stopped: remove their metrics directories, those of killed ones included."""
-    shutil.rmtree(SERVICE_METRICS_ROOT, ignore_errors=True)
+    if (root := service_metrics_root()) is not None:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -28,9 +28,23 @@ from services.common.stacks import STACKS
 
 ROOT = Path(__file__).resolve().parents[1]
 # The services the tests start keep their prometheus_client files under one directory of this pytest
-# process, removed when it ends (tests/conftest.py): a service a test kills outright cannot remove its
-# own, and thousands were left in the temp directory.
-SERVICE_METRICS_ROOT = Path(tempfile.mkdtemp(prefix="protolab-test-metrics-"))
+# process, made when the first service starts and removed when pytest ends (tests/conftest.py): a
+# service a test kills outright cannot remove its own, and thousands were left in the temp directory.
+# Made lazily: the helper processes that import this module start no service, and never remove it.
+_SERVICE_METRICS_ROOT: list[Path] = []
+
+
+def service_metrics_root() -> Path | None:
+    """The directory of this process's services' metrics directories; None before a service started."""
+    return _SERVICE_METRICS_ROOT[0] if _SERVICE_METRICS_ROOT else None
+
+
+def _service_metrics_dir() -> str:
+    if not _SERVICE_METRICS_ROOT:
+        _SERVICE_METRICS_ROOT.append(Path(tempfile.mkdtemp(prefix="protolab-test-metrics-")))
+    return tempfile.mkdtemp(dir=_SERVICE_METRICS_ROOT[0])
+
+
 # The lab's own runs calibrate with 5 rounds instead of 40 (run_matrix.py --calibration-rounds):
 # about 0.3 s instead of 2.5 s, before and after each of the ~50 runs of the tests. One interrupt
 # moment keeps the default (test_interrupt_moments.py).
@@ -253,7 +267,7 @@ def launch_service(
         # dozens of teardowns. A test of the drain or the grace period sets its own.
         **SERVICE_STOP_ENV,
         "RECORD_POOL_SIZE": "2000",
-        "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(dir=SERVICE_METRICS_ROOT),
+        "PROMETHEUS_MULTIPROC_DIR": _service_metrics_dir(),
         **(env or {}),
     }
     process = subprocess.Popen(
