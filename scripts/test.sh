@@ -41,7 +41,8 @@ if [[ ${PROTOLAB_DOCKER_TESTS:-} == 1 ]]; then
     cat "$docker_log"
 fi
 # The type check and the layers (about 13 s of one CPU on a fresh clone) beside the paired phase, whose
-# tests judge no figure and leave a third of the CPUs idle; their output waits in a file until it ends.
+# tests judge no figure and leave CPU idle (63% busy on two workers); their output waits in a file until
+# it ends.
 checks_log=$(mktemp)
 { .venv/bin/mypy && .venv/bin/lint-imports; } >"$checks_log" 2>&1 &
 checks_pid=$!
@@ -57,7 +58,7 @@ rm -f "$checks_log"
 serial=0
 .venv/bin/python -m pytest --phase serial "$@" || serial=$?
 # Every phase runs whatever the others gave, so one run shows every failure.
-[[ $checks -eq 0 ]] || exit "$checks"
+[[ $checks -eq 0 ]] || exit "$checks"  # mypy's or lint-imports' code, never pytest's "nothing selected"
 codes=("$parallel" "$docker" "$paired" "$serial")
 for code in "${codes[@]}"; do
     if [[ $code -ne 0 && $code -ne $NO_TESTS ]]; then

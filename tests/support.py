@@ -267,9 +267,9 @@ def launch_service(
         # dozens of teardowns. A test of the drain or the grace period sets its own.
         **SERVICE_STOP_ENV,
         "RECORD_POOL_SIZE": "2000",
-        "PROMETHEUS_MULTIPROC_DIR": _service_metrics_dir(),
         **(env or {}),
     }
+    full_env.setdefault("PROMETHEUS_MULTIPROC_DIR", _service_metrics_dir())
     process = subprocess.Popen(
         [sys.executable, "-m", f"{package}.{module}"],
         cwd=ROOT,
