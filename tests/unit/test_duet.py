@@ -9,7 +9,7 @@ import pytest
 from labrunner.backends.base import Endpoint, ServiceHandle, ServiceUsage
 from labrunner.cli import precision_rounds
 from labrunner.model import duet
-from labrunner.model.matrix import expand, load_matrix
+from labrunner.model.matrix import MatrixError, expand, load_matrix
 from labrunner.model.questions import FLOOR_PREFIX, QUESTIONS
 from labrunner.model.scenario import Overrides, Plan, Scenario, units_of
 from labrunner.model.schema import QuestionName
@@ -50,8 +50,8 @@ def test_the_default_run_duets_exactly_the_compared_pairs_and_an_aa_control() ->
     plain = expand(load_matrix(MATRIX), "local", "default")
     plan = _plan()
     blocks = {(s.target.name, s.duet.partner) for s in _closed(plan) if s.duet and s.duet.side == 1}
-    # The findings' pairs on the default targets (candidate, baseline), and aiohttp-h1, the run's
-    # first target, beside itself.
+    # The findings' pairs on the default targets (candidate, baseline), and quart-h1, the preset's
+    # control, beside itself (not aiohttp-h1, the run's first target: its two k6 fill k6's CPU).
     assert blocks == {
         ("quart-h2-tls", "quart-h1-tls"),
         ("grpc", "aiohttp-h1"),
@@ -62,7 +62,7 @@ def test_the_default_run_duets_exactly_the_compared_pairs_and_an_aa_control() ->
         ("grpc-stream", "grpc"),
         ("aiohttp-h1", "quart-h1"),
         ("aiohttp-h1-tls", "quart-h1-tls"),
-        ("aiohttp-h1", "aiohttp-h1"),
+        ("quart-h1", "quart-h1"),
     }
     # Every closed scenario is in a duet; the ladder rungs are left as they were.
     assert all(s.duet is not None for s in _closed(plan))
@@ -96,6 +96,28 @@ def test_slots_swap_from_block_to_block_and_a_block_runs_as_one_unit() -> None:
     groups = {s.group for s in plan.scenarios}
     assert {"grpc.quarter.c100.closed.vs-aiohttp-h1", "aiohttp-h1.quarter.c100.closed.vs-grpc"} < groups
     assert sum(g.endswith((".aa1", ".aa2")) for g in groups) == 2
+
+
+def _control_of(plan: Plan) -> set[str]:
+    return {s.target.name for s in plan.scenarios if s.duet and s.group.endswith((".aa1", ".aa2"))}
+
+
+def test_the_control_is_the_asked_target_when_the_run_duets_it_else_the_first_with_a_line() -> None:
+    # The preset's control, or the command line's over it.
+    assert _control_of(_plan()) == {"quart-h1"}
+    assert _control_of(_plan(control="grpc-tls")) == {"grpc-tls"}
+    # Unset (the ci preset): the run's first dueted target; no line.
+    plain = _plan("ci", profiles=("quarter",), targets=("aiohttp-h1", "grpc"))
+    assert _control_of(plain) == {"aiohttp-h1"} and plain.notes == ()
+    # Asked, but in no compared pair of this run: the first dueted target, and the run says so.
+    elsewhere = _plan(targets=("aiohttp-h1", "grpc"), load_models=("closed",))
+    assert _control_of(elsewhere) == {"aiohttp-h1"}
+    assert elsewhere.notes == (
+        "duet: the A/A control quart-h1 is in no compared pair of this run: aiohttp-h1 instead",
+    )
+    # A target of no matrix is an error before anything starts.
+    with pytest.raises(MatrixError, match="control 'quart' is not a target"):
+        _plan(control="quart")
 
 
 def test_where_quotas_do_not_fit_the_run_says_so_and_goes_sequential() -> None:

@@ -106,7 +106,7 @@ def test_a_default_runs_answer_fits_one_screen(found: list[finding_model.Finding
     lines = findings_text.plain(found)
     assert lines[0].startswith("findings: quarter profile (0.25 CPU), 100 records, build, closed model")
     assert lines[1] == f"  {findings_text.SHORT_METHOD}"
-    assert lines[2].startswith("  A/A control aiohttp-h1: req/s ")  # the control first
+    assert lines[2].startswith("  A/A control quart-h1: req/s ")  # the control first
     pairs = [line for line in lines if line.startswith("    ") and " vs " in line]
     assert len(pairs) == 9  # the default run's compared pairs, one line each
     assert all(", CPU/req " in line and ", p50 " in line for line in pairs if "grpc-stream" not in line)
@@ -144,7 +144,7 @@ def test_notes_about_one_target_at_one_load_are_one_note(found: list[finding_mod
 def test_the_summary_and_the_report_open_with_the_same_lines(found: list[finding_model.Finding]) -> None:
     section = findings_text.markdown_section(found)
     assert section[2].startswith("All held fixed: quarter profile (0.25 CPU), 100 records")
-    assert section[4].startswith("- A/A control aiohttp-h1: req/s ")
+    assert section[4].startswith("- A/A control quart-h1: req/s ")
     assert (
         max(len(line) for line in section if not line.startswith(("- [", findings_text.CONFIDENCE_LINE)))
         <= 120

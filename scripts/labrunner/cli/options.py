@@ -222,6 +222,12 @@ def _add_load(pick: argparse._ArgumentGroup) -> None:
         "error where they don't fit; off: one target at a time (default: auto)",
     )
     pick.add_argument(
+        "--control",
+        metavar="TARGET",
+        help="the target the A/A control runs beside itself, when the run duets it (default: the "
+        "preset's control, else the run's first dueted target)",
+    )
+    pick.add_argument(
         "--seed",
         type=int,
         help="shuffles the order inside each round (one repeat of every scenario of a kind); the run "

@@ -383,6 +383,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         duration=args.duration,
         warmup=args.warmup,
         repeats=args.repeats,
+        control=args.control,
     )
 
 

@@ -4,8 +4,8 @@ Two services share the host's slow and fast spells when they run at once, so the
 req/s keeps a precision that sequential rounds lose to the host's drift (Bulej et al., ICPE 2020).
 A block is one repeat of a pair: both services start fresh, the one in slot 1 first, and their
 measured windows run together; the next block swaps the slots, since a fresh process's own speed
-(its memory layout) and its start order bias a side by a few percent. The A/A control, the run's
-first dueted target beside itself, shows what bias is left.
+(its memory layout) and its start order bias a side by a few percent. The A/A control, one dueted
+target beside itself (the preset's `control`, else the run's first), shows what bias is left.
 """
 
 import itertools
@@ -126,8 +126,8 @@ class PlannedSide:
 def plan_duets(plan: Plan, mode: str) -> Plan:
     """The plan with each compared pair of closed scenarios as duet blocks, where the pair's quotas fit
     (auto), everywhere (on: DuetError where they don't) or nowhere (off). Every repeat of a pair is a
-    block, slots swapped from block to block; the run's first dueted target also runs beside itself
-    (the A/A control). A target left in no duet keeps its own rounds."""
+    block, slots swapped from block to block; one dueted target also runs beside itself (the A/A
+    control: _control). A target left in no duet keeps its own rounds."""
     if mode == OFF or plan.measure != SERVICE:  # a caller run measures its callers one at a time
         return plan
     first_round = [s for s in plan.scenarios if s.repeat == 1 and dueted(s)]
@@ -153,8 +153,9 @@ def plan_duets(plan: Plan, mode: str) -> Plan:
     if not chosen:
         return plan
     in_duets = {s.target_group for pair in chosen for s in pair}
-    first = next(s for s in first_round if s.target_group in in_duets)  # the run's first dueted target
-    chosen.insert(0, (first, first))  # the A/A control
+    control, line = _control([s for s in first_round if s.target_group in in_duets], plan.control)
+    plan = replace(plan, notes=(*plan.notes, line)) if line else plan
+    chosen.insert(0, (control, control))
     scenarios: list[Scenario] = []
     for (rungs, repeat), members in itertools.groupby(plan.scenarios, key=round_of):
         scenarios += [s for s in members if not (dueted(s) and s.target_group in in_duets)]
@@ -169,6 +170,19 @@ def plan_duets(plan: Plan, mode: str) -> Plan:
             # which (report/compare.py); Plan.run_units pairs each block's sides whatever their places.
             scenarios += sorted(blocks, key=lambda s: _by_target(s, named))
     return replace(plan, scenarios=tuple(scenarios))
+
+
+def _control(dueted_sides: list[Scenario], asked: str | None) -> tuple[Scenario, str]:
+    """The A/A control's side: the asked target's (the preset's `control`, or --control) when the run
+    duets it, else the run's first dueted target, with the line that says so."""
+    named = next((s for s in dueted_sides if s.target.name == asked), None)
+    if named is not None or asked is None:
+        return named or dueted_sides[0], ""
+    first = dueted_sides[0]
+    return (
+        first,
+        f"duet: the A/A control {asked} is in no compared pair of this run: {first.target.name} instead",
+    )
 
 
 def _by_target(scenario: Scenario, order: dict[str, int]) -> tuple[int, int, int]:

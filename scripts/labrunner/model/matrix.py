@@ -178,9 +178,18 @@ def expand(
         measure=settings.measure,
         notes=notes,
         duet_questions=tuple(settings.duet_questions),
+        control=_control(settings.control, matrix.targets, where),
         precision=None if settings.precision is None else settings.precision / 100,
         budget_s=settings.budget,
     )
+
+
+def _control(name: str | None, targets: Mapping[str, Target], where: str) -> str | None:
+    """The A/A control's target, which must be one of the matrix's (a run that does not duet it takes
+    its first dueted target: model.duet)."""
+    if name is not None and name not in targets:
+        raise MatrixError(f"{where}: control {name!r} is not a target (known: {', '.join(targets)})")
+    return name
 
 
 def _multiplexes(streams: int, model: LoadModel, target: Target) -> bool:

@@ -349,6 +349,7 @@ class Overrides:
     duration: str | None = None
     warmup: str | None = None
     repeats: int | None = None
+    control: str | None = None  # the A/A control's target
 
 
 def round_of(scenario: Scenario) -> tuple[bool, int]:
@@ -376,6 +377,7 @@ class Plan:
     measure: str = SERVICE  # MEASURES: what the run measures
     notes: tuple[str, ...] = ()  # how the run departs from its matrix, said once when it starts
     duet_questions: tuple[str, ...] = ()  # the questions whose pairs may duet; empty: every one
+    control: str | None = None  # the A/A control's target, when the run duets it (model.duet)
     precision: float | None = None  # the preset's --precision (a share), which the command line overrides
     budget_s: float = DEFAULT_BUDGET_S  # the preset's --budget
 

@@ -578,6 +578,8 @@ class Settings(_Table):
     measure: MeasureName = "service"  # "caller": the scenarios' targets are called by Python callers
     # The questions whose pairs run as duets (model.duet); empty: every question the run asks.
     duet_questions: list[QuestionName] = []
+    # The target the A/A control runs beside itself (model.duet.plan_duets); unset: the first dueted.
+    control: Name | None = None
     # --precision and --budget as the preset's default (the command line's win): blocks added to
     # the compared pairs until each req/s ratio is this sharp, while the budget lasts.
     precision: Precision | None = None
@@ -610,6 +612,7 @@ class _Selection(_Table):
     stop_timeout: PositiveDuration | None = None
     measure: MeasureName | None = None
     duet_questions: list[QuestionName] | None = None
+    control: Name | None = None
     precision: Precision | None = None
     budget: PositiveDuration | None = None
 
