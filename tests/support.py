@@ -41,7 +41,9 @@ def service_metrics_root() -> Path | None:
 
 def _service_metrics_dir() -> str:
     if not _SERVICE_METRICS_ROOT:
-        _SERVICE_METRICS_ROOT.append(Path(tempfile.mkdtemp(prefix="protolab-test-metrics-")))
+        # Named by the pytest process (and xdist worker) that owns it: a root left behind says whose.
+        owner = f"{os.getpid()}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+        _SERVICE_METRICS_ROOT.append(Path(tempfile.mkdtemp(prefix=f"protolab-test-metrics-{owner}-")))
     return tempfile.mkdtemp(dir=_SERVICE_METRICS_ROOT[0])
 
 

@@ -3,12 +3,15 @@ percentiles a value, so a latency ratio from one window per side has batches - 1
 side; a batch too small for a percentile gives it none."""
 
 import dataclasses
+import math
 from typing import Any
 
 import pytest
 from labrunner.report.compare import Comparison, compare_groups, group_results
 from labrunner.report.findings import finding, pairs
+from labrunner.report.stats import Ratio
 from labrunner.results.result import parse_results
+from labrunner.results.trust import rounds_needed
 from labrunner.run.k6_stats import LATENCY_BATCHES, batch_percentiles, percentile
 
 
@@ -184,3 +187,33 @@ def test_a_duets_suspect_repeats_are_said_of_the_pair() -> None:
         )
         is None
     )
+
+
+def test_an_inconclusive_latency_ratio_says_what_would_decide_it() -> None:
+    # p50s about 8% apart whose batches spread: an interval across 1, wider than ±10%.
+    fast = _open_result("aiohttp-h1", "rest_aiohttp", _batches([5.0, 6.0, 4.4, 5.6, 5.1]))
+    slow = _open_result("quart-h1", "rest_quart", _batches([5.6, 6.6, 4.8, 6.3, 5.5]))
+    [comparison] = compare_groups(group_results(parse_results([fast, slow])))
+    p50 = comparison.ratios["p50"]
+    assert p50.low is not None and p50.high is not None and p50.rounds is None
+    assert p50.low < 1 < p50.high and not p50.significant and not p50.equivalent
+    # Deciding takes an interval within ln(1/0.91) of its centre (to exclude 1): (half / that)² the
+    # 7 s window, rounded up to 5 s.
+    half = max(math.log(p50.high / p50.estimate), math.log(p50.estimate / p50.low))
+    seconds = 5 * math.ceil(7 * (half / abs(math.log(p50.estimate))) ** 2 / 5)
+    assert seconds > 7
+    cell, [note] = finding.glance(p50, "p50", "a vs b", undecided=pairs._to_decide(p50, comparison.candidate))
+    assert cell == "p50 ?"
+    assert note.alone.startswith("p50 ? (inconclusive): a vs b 0.9")
+    assert note.alone.endswith(f"], about {seconds:,} s windows to decide (--duration)")
+
+
+def test_an_inconclusive_ratio_over_rounds_asks_for_rounds_and_a_decided_one_for_nothing() -> None:
+    [group] = group_results(parse_results([_open_result("grpc", "grpc_aio", _batches([5.0] * 5))]))
+    # 1.03x [0.95, 1.12] over 3 rounds: within ±10% needs the interval within ln(1.1) - ln(1.03).
+    over_rounds = Ratio(1.03, 0.95, 1.12, 0.4, False, equivalent=False, rounds=3)
+    needed = rounds_needed(math.log(1.12 / 1.03), 3, math.expm1(math.log(1.1) - math.log(1.03)))
+    assert needed > 3
+    assert pairs._to_decide(over_rounds, group) == f"about {needed:,} rounds to decide (--repeats)"
+    # An interval as narrow as deciding needs asks for nothing more.
+    assert pairs._to_decide(Ratio(1.2, 1.15, 1.25, 0.001, True, rounds=3), group) == ""

@@ -92,11 +92,14 @@ def open_groups(groups: Sequence[Group]) -> list[Group]:
     ]
 
 
-def glance(r: Ratio | None, what: str, pair: str, digits: int = 2) -> tuple[str, list[Note]]:
+def glance(
+    r: Ratio | None, what: str, pair: str, digits: int = 2, undecided: str = ""
+) -> tuple[str, list[Note]]:
     """A ratio as a finding's line shows it, and the notes that say why it reads so: 'p50 1.29x [1.20,
     1.40]' when significant; 'p50 ≈' when equivalent within ±10%; 'p50 ?' when inconclusive (its note
-    gives the interval); 'p50 —' when there is no interval or it is too wide to decide (its note says
-    why). req/s always shows its interval: 'req/s 1.01x [0.97, 1.05] ≈', 'req/s 1.18x [0.93, 1.50] ?'."""
+    gives the interval, then `undecided`: what would decide it); 'p50 —' when there is no interval or
+    it is too wide to decide (its note says why). req/s always shows its interval: 'req/s 1.01x [0.97,
+    1.05] ≈', 'req/s 1.18x [0.93, 1.50] ?'."""
     if r is None:
         return f"{what} —", [Note(f"{pair}: no figure", f"{what} —", VERDICT)]
     if r.low is None or r.high is None:  # the estimate alone (one repeat): said, and noted as such
@@ -115,7 +118,8 @@ def glance(r: Ratio | None, what: str, pair: str, digits: int = 2) -> tuple[str,
         return (f"{what} {figure} ≈" if always else f"{what} ≈"), []
     if always:
         return f"{what} {figure} ?", why
-    return f"{what} ?", why or [Note(f"{pair} {figure}", f"{what} ? (inconclusive)", VERDICT)]
+    undecided = f", {undecided}" if undecided else ""
+    return f"{what} ?", why or [Note(f"{pair} {figure}{undecided}", f"{what} ? (inconclusive)", VERDICT)]
 
 
 # The note of a ratio whose own test passed and Holm's correction did not.

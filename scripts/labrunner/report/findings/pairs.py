@@ -28,7 +28,7 @@ from labrunner.report.findings.finding import (
     held_fixed,
     open_groups,
 )
-from labrunner.report.stats import Ratio, ratio_too_wide, samples_needed
+from labrunner.report.stats import EQUIVALENCE_MARGIN, Ratio, ratio_too_wide, samples_needed
 from labrunner.results.trust import SETTLED_HALF_WIDTH, rounds_needed
 from labrunner.run.k6_stats import PERCENTILES
 
@@ -144,7 +144,7 @@ def _finding(
             elif r is None:
                 cell, why = f"{metric} —", [Note(_unsupported(at_load, metric), f"{metric} —", VERDICT)]
             else:
-                cell, why = glance(r, metric, pair)
+                cell, why = glance(r, metric, pair, undecided=_to_decide(r, at_load.candidate))
             line += f", {cell}"
             notes += why
     decided = rps is not None and rps.significant and not ratio_too_wide(rps)
@@ -175,7 +175,11 @@ def _conditions(g: Group) -> Note:
         parts.append(f"throttled {throttled.centre:.2f} s")
     fewest, needed = g.fewest_in_a_batch, samples_needed(PERCENTILES["p99"])
     if fewest is not None and fewest < needed:
-        parts.append(f"{fewest:,} samples a batch" + _window_for(g, needed / max(fewest, 1)))
+        seconds = _window_s(g, needed / max(fewest, 1))
+        parts.append(
+            f"{fewest:,} samples a batch"
+            + (f", p99 needs {seconds:,} s windows (--duration)" if seconds else "")
+        )
     return Note(", ".join(parts), _at(g), CONDITIONS)
 
 
@@ -183,15 +187,35 @@ def _conditions(g: Group) -> Note:
 WINDOW_STEP_S = 5
 
 
-def _window_for(g: Group, factor: float) -> str:
-    """The measured window that would hold `factor` times the samples of the group's at its rate:
-    ', p99 needs 125 s windows (--duration)', rounded up to WINDOW_STEP_S; nothing for a result
+def _window_s(g: Group, factor: float) -> int | None:
+    """The measured window `factor` times the group's, rounded up to WINDOW_STEP_S; None for a result
     written before its window was recorded."""
     window = g.results[0].scenario.duration_s
     if window is None:
+        return None
+    return WINDOW_STEP_S * math.ceil(window * factor / WINDOW_STEP_S - 1e-9)
+
+
+def _to_decide(r: Ratio, g: Group) -> str:
+    """What would decide a latency ratio should it stay inconclusive, if its centre held: an interval
+    narrow enough to exclude 1 or to lie within ±EQUIVALENCE_MARGIN. Paired over rounds: about N
+    rounds (trust.rounds_needed). Over one window's latency batches (g's window): a window
+    (now / needed)² as long, since a batch's percentile moves about as 1/√ of its samples. Nothing
+    when there is no interval, or no more than is there would do."""
+    if r.low is None or r.high is None or r.low <= 0:
         return ""
-    seconds = WINDOW_STEP_S * math.ceil(window * factor / WINDOW_STEP_S - 1e-9)
-    return f", p99 needs {seconds:,} s windows (--duration)"
+    off = abs(math.log(r.estimate))
+    goal = max(off, math.log(1 + EQUIVALENCE_MARGIN) - off)
+    half = max(math.log(r.high / r.estimate), math.log(r.estimate / r.low))
+    if r.rounds is not None:
+        needed = rounds_needed(half, r.rounds, math.expm1(goal)) if r.rounds >= 2 else 0
+        return f"about {needed:,} rounds to decide (--repeats)" if needed > r.rounds else ""
+    seconds, window = _window_s(g, (half / goal) ** 2), g.results[0].scenario.duration_s
+    return (
+        f"about {seconds:,} s windows to decide (--duration)"
+        if seconds and window and seconds > window
+        else ""
+    )
 
 
 def _short_batches(c: Comparison) -> bool:
