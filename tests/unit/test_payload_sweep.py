@@ -506,3 +506,22 @@ def test_the_runs_own_preset_is_never_named_as_not_asked() -> None:
         f.sentence for f in findings.for_run(one_count, "payload")
     }
     assert len(unasked) == 1 and "payload" in unasked.pop()
+
+
+def test_a_counts_measured_ratio_pairs_the_rounds_so_a_slow_round_for_both_cancels() -> None:
+    # Both sides slowed alike round by round (a duet's blocks: ±20%), gRPC at 0.4x aiohttp's req/s at
+    # 10 records and 0.8x at 100 in every round: paired by round each ratio is exact, where Welch's
+    # test over the repeats would see the host's ±20%.
+    host = (1.0, 0.8, 1.2)
+    served = {
+        ("grpc", 10): 400.0,
+        ("aiohttp-h1", 10): 1000.0,
+        ("grpc", 100): 320.0,
+        ("aiohttp-h1", 100): 400.0,
+    }
+    points = _sweep({key: [rps * h for h in host] for key, rps in served.items()}).points["rps"]
+    assert [(p.count, p.ratio.estimate) for p in points] == [
+        (10, pytest.approx(0.4)),
+        (100, pytest.approx(0.8)),
+    ]
+    assert all(p.ratio.low == pytest.approx(p.ratio.estimate) == p.ratio.high for p in points)

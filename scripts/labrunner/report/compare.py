@@ -482,13 +482,19 @@ def _compare(kind: str, candidate: Group, baseline: Group, same_run: bool = True
         c, b = candidate.values(name), baseline.values(name)
         if not (c and b and candidate.supports(name) and baseline.supports(name)):
             continue
-        ours, theirs = candidate.by_repeat(name), baseline.by_repeat(name)
-        rounds = sorted(ours.keys() & theirs.keys())
-        if same_run and len(rounds) >= 2:
-            ratios[name] = paired_ratio([ours[i] for i in rounds], [theirs[i] for i in rounds])
-        else:
-            ratios[name] = ratio(c, b)
+        ratios[name] = round_ratio(candidate, baseline, name, same_run)
     return Comparison(kind, candidate, baseline, ratios)
+
+
+def round_ratio(candidate: Group, baseline: Group, name: str, same_run: bool = True) -> Ratio:
+    """candidate / baseline of metric `name` over their repeats: within a run, paired by the rounds
+    both sides have (stats.paired_ratio) when there are two or more, so a round the host slowed for
+    both cancels (a duet block's two sides are one round); across runs, Welch's test (stats.ratio)."""
+    ours, theirs = candidate.by_repeat(name), baseline.by_repeat(name)
+    rounds = sorted(ours.keys() & theirs.keys())
+    if same_run and len(rounds) >= 2:
+        return paired_ratio([ours[i] for i in rounds], [theirs[i] for i in rounds])
+    return ratio(candidate.values(name), baseline.values(name))
 
 
 def _latency_count(result: Result) -> int:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report import payload, payload_model
-from labrunner.report.compare import THROUGHPUT, Group
+from labrunner.report.compare import THROUGHPUT, Group, round_ratio
 from labrunner.report.network import CLOSED, load_kind
 from labrunner.report.payload_model import CostModel, Crossover, Estimate, scaled
-from labrunner.report.stats import Ratio, ratio
+from labrunner.report.stats import Ratio
 
 SWEPT = ("cpu_per_1k", "rps")
 STREAM_SCRIPT = "k6/grpc_stream.js"
@@ -180,7 +180,8 @@ def _pair(
             if c and b and min(*c, *b) > 0:
                 row = sizes.get(count)
                 json_bytes, protobuf_bytes = (row.json_bytes, row.protobuf_bytes) if row else (None, None)
-                series.append(Point(count, json_bytes, protobuf_bytes, ratio(c, b)))
+                paired = round_ratio(grpc_by_count[count], rest_by_count[count], metric)
+                series.append(Point(count, json_bytes, protobuf_bytes, paired))
         points[metric] = tuple(series)
     grpc = tuple(grpc_by_count[c] for c in counts)
     rest = tuple(rest_by_count[c] for c in counts)

@@ -85,9 +85,10 @@ def section(
         ]
     shown += [
         Paragraph(
-            f"Measured gRPC / REST at each count (geometric means of the repeats, Welch {CONFIDENCE:.0%} "
-            "intervals): below 1 gRPC uses less CPU per request, above 1 it serves more req/s. The ratio "
-            "of two affine costs is S-shaped in log records: the crossover comes from the lines above, "
+            f"Measured gRPC / REST at each count (paired by round, as every comparison within a run: a "
+            f"duet block's two sides are one round; {CONFIDENCE:.0%} intervals): below 1 gRPC uses less "
+            "CPU per request, above 1 it serves more req/s. The ratio of two affine costs is S-shaped "
+            "in log records: the crossover comes from the lines above, "
             "not from these ratios."
         ),
         table(
