@@ -14,10 +14,12 @@ from labrunner.model.questions import FLOOR_PREFIX, QUESTIONS
 from labrunner.model.scenario import Overrides, Plan, Scenario, units_of
 from labrunner.model.schema import QuestionName
 from labrunner.observe import interference
-from labrunner.report import aa_control, precision
+from labrunner.report import aa_control, findings, precision
 from labrunner.report.compare import AA_CONTROL, compare_groups, group_results
 from labrunner.report.findings import aa_control as control_findings
+from labrunner.report.findings import text as findings_text
 from labrunner.report.findings.finding import Evidence
+from labrunner.report.sections.findings import forest_rows
 from labrunner.results.result import parse_results
 from labrunner.results.store import scenario_dict
 from labrunner.run.k6.result import K6Run
@@ -297,3 +299,23 @@ def test_the_matrix_order_stays_by_target_so_servers_compare_in_it() -> None:
         if c.kind == "REST server vs REST server"
     }
     assert servers == {("aiohttp-h1", "quart-h1"), ("aiohttp-h1-tls", "quart-h1-tls")}
+
+
+def test_the_findings_chart_colours_a_pair_as_its_line_judges_it_after_holms_correction() -> None:
+    # Two pairs near 1.0, each significant alone (p about 0.03 over 3 blocks), neither after Holm's
+    # correction over the run's two req/s tests: both lines say "?", and so must the chart.
+    plan = _plan(targets=("grpc", "quart-h1", "grpc-tls", "quart-h1-tls"), load_models=("closed",))
+    block_ratios = (1.06, 1.04, 1.08)
+    results = []
+    for s in plan.scenarios:
+        assert s.duet is not None
+        candidate = s.target.name.startswith("grpc") and s.duet.partner != s.target.name
+        rps = 300.0 * HOST[s.repeat] * (block_ratios[s.repeat - 1] if candidate else 1.0)
+        results.append(_result(s, rps))
+    groups = group_results(parse_results(results))
+    plain = findings_text.plain(findings.for_run(groups, "default"))
+    lines = [line for line in plain if line.startswith("    ") and " vs " in line]
+    assert len(lines) == 2 and all("req/s 1.06x [" in line and "] ?," in line for line in lines)
+    pairs = [(label, r) for label, r in forest_rows(groups) if not label.startswith("A/A")]
+    assert [label for label, _ in pairs] == ["grpc / quart-h1", "grpc-tls / quart-h1-tls"]
+    assert all(r.p_value is not None and r.p_value < 0.05 and not r.significant for _, r in pairs)

@@ -206,7 +206,9 @@ def forest(rows: Sequence[tuple[str, Ratio]], path: Path) -> Path | None:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)])
-    ax.set_xlabel("ratio (log scale): candidate / baseline, 95% interval; blue: significant")
+    ax.set_xlabel(
+        "ratio (log scale): candidate / baseline, 95% interval; blue: significant, as the lines judge it"
+    )
     ax.grid(axis="x", which="both", alpha=0.3)
     return _save(fig, path)
 

@@ -9,6 +9,7 @@ from labrunner.report import charts as drawing
 from labrunner.report.compare import AA_CONTROL, Comparison, Group
 from labrunner.report.document import Block, Heading, Image, Paragraph
 from labrunner.report.findings import for_run, text
+from labrunner.report.findings.finding import corrected
 from labrunner.report.findings.pairs import saturation_comparisons, side_names
 from labrunner.report.floor import lab_groups
 from labrunner.report.sections.section import Report, Section, always
@@ -43,11 +44,14 @@ def blocks(report: Report) -> list[Block]:
 
 def forest_rows(groups: Sequence[Group]) -> list[tuple[str, Ratio]]:
     """The req/s ratio of each duet's A/A control and of each pair the findings compare, labelled;
-    where the pairs differ in records, direction, shape, profile, load model or connection model, each
-    label says its own:
+    a pair's significance is the findings' own, after Holm's correction over the run's req/s tests
+    (findings.pairs), so the chart and the lines agree. Where the pairs differ in records, direction,
+    shape, profile, load model or connection model, each label says its own:
     "grpc / aiohttp-h1 (c100, uploads, numeric)"."""
     lab = lab_groups(groups)
-    comparisons = [*aa_control.controls(lab), *(c for _, c in saturation_comparisons(lab))]
+    pairs = [c for _, c in saturation_comparisons(lab)]
+    judged = corrected([r for c in pairs if (r := c.ratios.get("rps")) is not None and r.p_value is not None])
+    comparisons = [*aa_control.controls(lab), *pairs]
     varying = [
         show
         for attribute, show in _CONDITIONS
@@ -64,7 +68,7 @@ def forest_rows(groups: Sequence[Group]) -> list[tuple[str, Ratio]]:
         shown = [part for show in varying if (part := show(c.candidate)) and part not in pair]
         return f"{pair} ({', '.join(shown)})" if shown else pair
 
-    return [(label(c), r) for c in comparisons if (r := c.ratios.get("rps")) is not None]
+    return [(label(c), judged.get(id(r), r)) for c in comparisons if (r := c.ratios.get("rps")) is not None]
 
 
 # (a group's attribute, how a forest label shows it, "" for nothing): what can tell two rows of the same
