@@ -223,6 +223,23 @@ def test_a_precision_rounds_budget_counts_a_duet_block_once() -> None:
     assert precision_rounds.round_seconds(alone) == pytest.approx(3 * one)
 
 
+def test_the_budgets_last_partial_round_goes_to_the_pairs_nearest_their_target() -> None:
+    # The control's blocks wobble by ±3%: its ±2% is not reached; the grpc/aiohttp-h1 pair is exact.
+    found = precision.sharpness(group_results(parse_results(_run(aa_wobble=(1.03, 0.97, 1.02, 0.98)))))
+    [control] = [p for p in found if p.question == AA_CONTROL]
+    assert control.half_width is not None
+    # How far each group still is: its pair's half width over that pair's target, reached pairs left out.
+    assert precision.distance(found, 0.05) == {
+        control.candidate.id: pytest.approx(control.half_width / 0.02),
+        control.baseline.id: pytest.approx(control.half_width / 0.02),
+    }
+    # Three pairs' blocks, 8 s each by round_seconds: 20 s holds the two nearest, 7 s none.
+    units = units_of([s for s in _closed(_plan()) if s.repeat == 1])[:3]
+    distance = {s.group: far for unit, far in zip(units, (3.0, 1.2, 1.5), strict=True) for s in unit}
+    assert precision_rounds.nearest_that_fit(units, distance, 20.0) == [units[1], units[2]]
+    assert precision_rounds.nearest_that_fit(units, distance, 7.0) == []
+
+
 def test_a_partners_cpu_counts_as_the_scenarios_own_not_as_others() -> None:
     cpus = {0: interference.CpuTimes(idle=0.0, steal=0.0), 1: interference.CpuTimes(idle=0.0, steal=0.0)}
     # 10 s: CPU 1 (the services') idle 5 s, CPU 0 (the k6s') idle 4 s.

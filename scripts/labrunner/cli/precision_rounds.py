@@ -2,6 +2,7 @@
 --budget holds the next round, and the manifest's account of them."""
 
 import itertools
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -42,7 +43,8 @@ def sharpen(
     added: list[str] = []
     for number in itertools.count(1):
         results = load_results(out, order)
-        groups = precision.to_repeat(precision.sharpness(group_results(results)), config.precision)
+        pairs = precision.sharpness(group_results(results))
+        groups = precision.to_repeat(pairs, config.precision)
         last_repeat = {
             r.scenario.group: r.scenario.repeat for r in sorted(results, key=lambda r: r.scenario.repeat)
         }
@@ -50,16 +52,30 @@ def sharpen(
         if not round_:
             return added
         units = units_of(round_)  # a duet's two sides run as one block
-        needed = round_seconds(units)
+        needed, whole = round_seconds(units), len(units)
         if time.monotonic() + needed > deadline:
-            say(f"precision: round {number} ({len(round_)} scenarios, {needed:.0f} s) would outlast --budget")
-            return added
+            # The last round the budget holds: the duet blocks of the pairs nearest their target that
+            # fit. Sequential rounds have none: a pair's ratio pairs both sides' repeats of a round.
+            left = deadline - time.monotonic()
+            dueted = all(len(unit) == 2 for unit in units)
+            units = (
+                nearest_that_fit(units, precision.distance(pairs, config.precision), left) if dueted else []
+            )
+            if not units:
+                size = f"{len(round_)} scenarios, {needed:.0f} s"
+                say(f"precision: round {number} ({size}) would outlast --budget")
+                return added
         random.Random(f"{plan.seed}-precision-{number}").shuffle(units)
-        say(
-            f"precision: round {number}: one more repeat of the {len(round_)} groups of the pairs "
-            f"not yet within ±{config.precision:.0%} (an A/A control: "
-            f"within ±{aa_control.BIAS_TOLERANCE:.0%})"
-        )
+        bounds = f"±{config.precision:.0%} (an A/A control: within ±{aa_control.BIAS_TOLERANCE:.0%})"
+        if len(units) == whole:
+            groups_of = f"the {len(round_)} groups of the pairs"
+            say(f"precision: round {number}: one more repeat of {groups_of} not yet within {bounds}")
+        else:
+            control = f"an A/A control: ±{aa_control.BIAS_TOLERANCE:.0%}"
+            say(
+                f"precision: round {number}, the last the budget holds: one more block of the {len(units)} "
+                f"of {whole} pairs nearest their target (±{config.precision:.0%}; {control})"
+            )
         index = extend([s for unit in units for s in unit])
         for unit in units:
             run_unit(index, unit)
@@ -68,6 +84,19 @@ def sharpen(
             order += [s.id for s in unit]
         settle()
     raise AssertionError("unreachable: itertools.count never ends")
+
+
+def nearest_that_fit(
+    units: Sequence[tuple[Scenario, ...]], distance: dict[str, float], seconds: float
+) -> list[tuple[Scenario, ...]]:
+    """The duet blocks of the groups nearest their target first
+    (precision.distance), as many as `seconds` holds by round_seconds' estimate: the budget's last,
+    partial round goes where a block is likeliest to bring a pair within its target."""
+    chosen: list[tuple[Scenario, ...]] = []
+    for unit in sorted(units, key=lambda u: min(distance.get(s.group, math.inf) for s in u)):
+        if round_seconds([*chosen, unit]) <= seconds:
+            chosen.append(unit)
+    return chosen
 
 
 def round_seconds(units: Sequence[tuple[Scenario, ...]]) -> float:

@@ -4,6 +4,7 @@ repeat would sharpen, so a run adds rounds until every ratio's interval is as na
 The A/A control is sharpened too, to its own bound: a control within ±5% cannot rule out the 2% slot
 bias it is there to find (report.aa_control), so it asks for ±2% whatever --precision asks above."""
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -69,6 +70,19 @@ def to_repeat(pairs: Sequence[Sharpness], precision: float) -> list[Group]:
             wanted.setdefault(p.candidate.id, p.candidate)
             wanted.setdefault(p.baseline.id, p.baseline)
     return sorted(wanted.values(), key=lambda g: (g.order, g.id))
+
+
+def distance(pairs: Sequence[Sharpness], precision: float) -> dict[str, float]:
+    """Each group of a pair not yet within `precision`: how far the nearest such pair it is in still
+    is from its target, its half width over the target (inf without an interval)."""
+    far: dict[str, float] = {}
+    for p in pairs:
+        if p.reached(precision):
+            continue
+        ratio = math.inf if p.half_width is None else p.half_width / p.target(precision)
+        for group in (p.candidate.id, p.baseline.id):
+            far[group] = min(far.get(group, math.inf), ratio)
+    return far
 
 
 def outcome(pairs: Sequence[Sharpness], precision: float) -> str:
