@@ -53,29 +53,25 @@ def sharpen(
             return added
         units = units_of(round_)  # a duet's two sides run as one block
         needed, whole = round_seconds(units), len(units)
-        if time.monotonic() + needed > deadline:
-            # The last round the budget holds: the duet blocks of the pairs nearest their target that
-            # fit. Sequential rounds have none: a pair's ratio pairs both sides' repeats of a round.
-            left = deadline - time.monotonic()
-            dueted = all(len(unit) == 2 for unit in units)
-            units = (
-                nearest_that_fit(units, precision.distance(pairs, config.precision), left) if dueted else []
-            )
+        partial = time.monotonic() + needed > deadline
+        if partial:
+            # The last round the budget holds: the duet blocks of the pairs nearest their target, as
+            # many as fit (a sequential pair's ratio needs both sides' repeats of one round: none).
+            blocks = [unit for unit in units if len(unit) == 2]
+            far = precision.distance(pairs, config.precision)
+            units = nearest_that_fit(blocks, far, deadline - time.monotonic())
             if not units:
                 size = f"{len(round_)} scenarios, {needed:.0f} s"
                 say(f"precision: round {number} ({size}) would outlast --budget")
                 return added
         random.Random(f"{plan.seed}-precision-{number}").shuffle(units)
         bounds = f"±{config.precision:.0%} (an A/A control: within ±{aa_control.BIAS_TOLERANCE:.0%})"
-        if len(units) == whole:
-            groups_of = f"the {len(round_)} groups of the pairs"
-            say(f"precision: round {number}: one more repeat of {groups_of} not yet within {bounds}")
+        if partial:
+            which = f"the {len(units)} of {whole} pairs nearest"
+            say(f"precision: round {number}, the last the budget holds: one more block of {which} {bounds}")
         else:
-            control = f"an A/A control: ±{aa_control.BIAS_TOLERANCE:.0%}"
-            say(
-                f"precision: round {number}, the last the budget holds: one more block of the {len(units)} "
-                f"of {whole} pairs nearest their target (±{config.precision:.0%}; {control})"
-            )
+            which = f"the {len(round_)} groups of the pairs not yet within"
+            say(f"precision: round {number}: one more repeat of {which} {bounds}")
         index = extend([s for unit in units for s in unit])
         for unit in units:
             run_unit(index, unit)
@@ -87,15 +83,17 @@ def sharpen(
 
 
 def nearest_that_fit(
-    units: Sequence[tuple[Scenario, ...]], distance: dict[str, float], seconds: float
+    blocks: Sequence[tuple[Scenario, ...]], distance: dict[str, float], seconds: float
 ) -> list[tuple[Scenario, ...]]:
-    """The duet blocks of the groups nearest their target first
-    (precision.distance), as many as `seconds` holds by round_seconds' estimate: the budget's last,
-    partial round goes where a block is likeliest to bring a pair within its target."""
+    """Duet blocks of the groups nearest their target first (precision.distance), as many as `seconds`
+    holds by round_seconds' estimate: the budget's last, partial round goes where a block is likeliest
+    to bring a pair within its target."""
     chosen: list[tuple[Scenario, ...]] = []
-    for unit in sorted(units, key=lambda u: min(distance.get(s.group, math.inf) for s in u)):
-        if round_seconds([*chosen, unit]) <= seconds:
-            chosen.append(unit)
+    used = 0.0
+    for block in sorted(blocks, key=lambda b: min(distance.get(s.group, math.inf) for s in b)):
+        if used + (cost := round_seconds([block])) <= seconds:
+            chosen.append(block)
+            used += cost
     return chosen
 
 

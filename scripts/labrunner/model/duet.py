@@ -176,9 +176,11 @@ def _control(dueted_sides: list[Scenario], asked: str | None) -> tuple[Scenario,
     """The A/A control's side: the asked target's (the preset's `control`, or --control) when the run
     duets it, else the run's first dueted target, with the line that says so."""
     named = next((s for s in dueted_sides if s.target.name == asked), None)
-    if named is not None or asked is None:
-        return named or dueted_sides[0], ""
+    if named is not None:
+        return named, ""
     first = dueted_sides[0]
+    if asked is None:
+        return first, ""
     return (
         first,
         f"duet: the A/A control {asked} is in no compared pair of this run: {first.target.name} instead",
