@@ -83,8 +83,8 @@ def test_rounds_are_added_until_the_ratio_is_within_the_precision(tmp_path: Path
     # Two planned rounds, then three added: both groups of the one pair, once a round.
     assert len(started) == 10 and sorted(s.rsplit(".r", 1)[1] for s in started) == sorted("1122334455")
     assert [line for line in lines if line.startswith("precision: round")] == [
-        f"precision: round {n}: one more repeat of the 2 groups of the pairs not yet within ±5% "
-        "(an A/A control: within ±2%)"
+        f"precision: round {n}: one more repeat of the pairs not yet within ±5% "
+        "(an A/A control: within ±2%) that the budget left can bring there: 1 of 1"
         for n in (1, 2, 3)
     ]
     [end] = [line for line in lines if line.startswith("precision ±5%")]
@@ -99,7 +99,7 @@ def test_rounds_are_added_until_the_ratio_is_within_the_precision(tmp_path: Path
 def test_a_round_that_would_outlast_the_budget_is_not_started(tmp_path: Path, fake: FakeDocker) -> None:
     lines = _run(tmp_path, fake, precision=0.05, budget_s=5)
     assert len(_started(lines)) == 4
-    assert "precision: round 1 (2 scenarios, 8 s) would outlast --budget" in lines
+    assert "precision: round 1 (2 scenarios, 12 s) would outlast --budget" in lines
     [end] = [line for line in lines if line.startswith("precision ±5%")]
     assert end.startswith(
         "precision ±5% (95% interval of each compared req/s ratio): 0 of 1 pairs reached it; "

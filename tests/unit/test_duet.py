@@ -233,7 +233,7 @@ def test_the_budgets_last_partial_round_goes_to_the_pairs_nearest_their_target()
         control.candidate.id: pytest.approx(control.half_width / 0.02),
         control.baseline.id: pytest.approx(control.half_width / 0.02),
     }
-    # Three pairs' blocks, 8 s each by round_seconds: 20 s holds the two nearest, 7 s none.
+    # Three pairs' blocks, 10 s each by round_seconds: 20 s holds the two nearest, 7 s none.
     units = units_of([s for s in _closed(_plan()) if s.repeat == 1])[:3]
     distance = {s.group: far for unit, far in zip(units, (3.0, 1.2, 1.5), strict=True) for s in unit}
     assert precision_rounds.nearest_that_fit(units, distance, 20.0) == [units[1], units[2]]

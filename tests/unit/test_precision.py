@@ -3,7 +3,7 @@ repeat would sharpen, and the line that ends the run."""
 
 import pytest
 from labrunner.report import precision
-from labrunner.report.compare import group_results
+from labrunner.report.compare import Group, group_results
 from labrunner.report.stats import Ratio
 from labrunner.results.result import parse_results
 
@@ -40,3 +40,41 @@ def test_one_repeat_has_no_interval_and_is_repeated() -> None:
     [pair] = precision.sharpness(groups)
     assert pair.half_width is None and not pair.reached(0.5)
     assert "not: grpc vs quart-h1 no interval" in precision.outcome([pair], 0.05)
+
+
+def test_rounds_to_go_read_the_interval_now_and_optimistically_its_spread_at_its_lower_bound() -> None:
+    near, far, farthest = (
+        precision.Sharpness("q", *_two_groups(), width, rounds=3) for width in (0.06, 0.15, 0.60)
+    )
+    # ±6% from three rounds: a fourth brings it within ±5% (t falls from 4.30 to 3.18).
+    assert precision.rounds_to_go(near, 0.05) == 1
+    assert precision.rounds_to_go(far, 0.05) == 5
+    assert precision.rounds_to_go(far, 0.05, optimistic=True) == 2
+    assert precision.rounds_to_go(farthest, 0.05) == 58
+    assert precision.rounds_to_go(farthest, 0.05, optimistic=True) == 25
+    # No interval yet: the one round that gives it one.
+    assert precision.rounds_to_go(precision.Sharpness("q", *_two_groups(), None), 0.05) == 1
+
+
+def test_rounds_go_to_the_pairs_the_budget_left_can_bring_within_their_target() -> None:
+    near, far, farthest, done = (
+        precision.Sharpness(f"q{width}", *_two_groups(), width, rounds=3)
+        for width in (0.06, 0.15, 0.60, 0.04)
+    )
+    pairs = [farthest, far, done, near]
+
+    def ten_seconds(pair: precision.Sharpness) -> float:
+        return 10.0
+
+    # 60 s: near's round (10 s) and far's five (50 s); farthest's 58 (25 optimistically) are out of reach.
+    assert precision.within_reach(pairs, 0.05, 60.0, ten_seconds) == [near, far]
+    # 30 s: far's five rounds do not fit beside near's; on its spread's lower bound two would.
+    assert precision.within_reach(pairs, 0.05, 30.0, ten_seconds) == [near]
+    assert precision.within_reach([far, farthest], 0.05, 30.0, ten_seconds) == [far]
+    # 5 s: not one round; the budget's last round then goes to the nearest (precision_rounds).
+    assert precision.within_reach(pairs, 0.05, 5.0, ten_seconds) == []
+
+
+def _two_groups() -> tuple[Group, Group]:
+    a, b = group_results(parse_results(_run({"grpc": [600, 601], "quart-h1": [400, 401]})))[:2]
+    return a, b

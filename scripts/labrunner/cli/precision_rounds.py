@@ -12,14 +12,16 @@ from labrunner.cli.session_config import SessionConfig
 from labrunner.model import duet
 from labrunner.model.scenario import Plan, Scenario, units_of
 from labrunner.report import aa_control, precision
-from labrunner.report.compare import group_results
+from labrunner.report.compare import Group, group_results
 from labrunner.results.store import (
     load_results,
 )
 from labrunner.say import Say
 
-# What a scenario adds beyond k6's time when a round's length is estimated against the budget.
-ROUND_OVERHEAD_S = 2.0
+# What a scenario (a duet: a block) adds beyond k6's time when a round's length is estimated against
+# the budget: its services' starts, checks and k6's start. A default run on a 2-vCPU VM (2026-12-06)
+# took 170 s for 17 precision blocks of 1 s + 5 s: 4 s each beyond k6's 6.
+ROUND_OVERHEAD_S = 4.0
 
 
 def sharpen(
@@ -32,46 +34,42 @@ def sharpen(
     extend: Callable[[Sequence[Scenario]], int],
     say: Say,
 ) -> list[str]:
-    """--precision: rounds of one more repeat of every closed group in a pair whose req/s ratio is
-    not yet within the precision (an A/A control: within its own bound), while the budget holds the
-    next round (each shuffled by the run's seed and its number). The ids it adds join `order` (the
-    matrix's, in which pairs are read, so which side of a pair is the candidate never depends on the
-    order they ran in); returns them."""
+    """--precision: rounds of one more repeat of the closed groups of the pairs whose req/s ratio is
+    not yet within the precision (an A/A control: within its own bound) and that the budget left can
+    still bring there (precision.within_reach); when none can, a last round of the duet blocks nearest
+    their target that fit (each round shuffled by the run's seed and its number). The ids it adds
+    join `order` (the matrix's, in which pairs are read, so which side of a pair is the candidate never
+    depends on the order they ran in); returns them."""
     assert config.precision is not None
-    out, deadline = config.run.out_dir, time.monotonic() + config.budget_s
+    target, out = config.precision, config.run.out_dir
+    deadline = time.monotonic() + config.budget_s
     closed = {s.group: s for s in plan.scenarios if s.load_model.rung is None}
+    bounds = f"±{target:.0%} (an A/A control: within ±{aa_control.BIAS_TOLERANCE:.0%})"
     added: list[str] = []
     for number in itertools.count(1):
         results = load_results(out, order)
         pairs = precision.sharpness(group_results(results))
-        groups = precision.to_repeat(pairs, config.precision)
-        last_repeat = {
-            r.scenario.group: r.scenario.repeat for r in sorted(results, key=lambda r: r.scenario.repeat)
-        }
-        round_ = [duet.next_block(closed[g.id], last_repeat[g.id] + 1) for g in groups if g.id in closed]
-        if not round_:
-            return added
-        units = units_of(round_)  # a duet's two sides run as one block
-        needed, whole = round_seconds(units), len(units)
-        partial = time.monotonic() + needed > deadline
-        if partial:
-            # The last round the budget holds: the duet blocks of the pairs nearest their target, as
-            # many as fit (a sequential pair's ratio needs both sides' repeats of one round: none).
-            blocks = [unit for unit in units if len(unit) == 2]
-            far = precision.distance(pairs, config.precision)
-            units = nearest_that_fit(blocks, far, deadline - time.monotonic())
-            if not units:
-                size = f"{len(round_)} scenarios, {needed:.0f} s"
-                say(f"precision: round {number} ({size}) would outlast --budget")
-                return added
-        random.Random(f"{plan.seed}-precision-{number}").shuffle(units)
-        bounds = f"±{config.precision:.0%} (an A/A control: within ±{aa_control.BIAS_TOLERANCE:.0%})"
-        if partial:
-            which = f"the {len(units)} of {whole} pairs nearest"
-            say(f"precision: round {number}, the last the budget holds: one more block of {which} {bounds}")
+        last = {r.scenario.group: r.scenario.repeat for r in sorted(results, key=lambda r: r.scenario.repeat)}
+        left = deadline - time.monotonic()
+        chosen = precision.within_reach(pairs, target, left, _round_cost(closed, last))
+        units = units_of(_next(closed, last, precision.to_repeat(chosen, target)))  # a duet: one block
+        if units:
+            say(f"precision: round {number}: one more repeat of {_which(pairs, chosen, target, bounds)}")
         else:
-            which = f"the {len(round_)} groups of the pairs not yet within"
-            say(f"precision: round {number}: one more repeat of {which} {bounds}")
+            # No pair can get there in the budget left: its last round goes to the duet blocks of the
+            # pairs nearest their target, as many as fit (a sequential pair's ratio needs both sides'
+            # repeats of one round: none).
+            open_round = _next(closed, last, precision.to_repeat(pairs, target))
+            blocks = [u for u in units_of(open_round) if len(u) == 2]
+            units = nearest_that_fit(blocks, precision.distance(pairs, target), left)
+            if not units:
+                if open_round:
+                    size = f"{len(open_round)} scenarios, {round_seconds(units_of(open_round)):.0f} s"
+                    say(f"precision: round {number} ({size}) would outlast --budget")
+                return added
+            which = f"the {len(units)} pairs nearest"
+            say(f"precision: round {number}, the last the budget holds: one more block of {which} {bounds}")
+        random.Random(f"{plan.seed}-precision-{number}").shuffle(units)
         index = extend([s for unit in units for s in unit])
         for unit in units:
             run_unit(index, unit)
@@ -80,6 +78,34 @@ def sharpen(
             order += [s.id for s in unit]
         settle()
     raise AssertionError("unreachable: itertools.count never ends")
+
+
+def _next(closed: dict[str, Scenario], last: dict[str, int], groups: Sequence[Group]) -> list[Scenario]:
+    """The next repeat (a duet's next block) of each closed group among `groups`."""
+    return [duet.next_block(closed[g.id], last[g.id] + 1) for g in groups if g.id in closed]
+
+
+def _round_cost(closed: dict[str, Scenario], last: dict[str, int]) -> Callable[[precision.Sharpness], float]:
+    """How long one more round of a pair takes (round_seconds)."""
+
+    def cost(pair: precision.Sharpness) -> float:
+        return round_seconds(units_of(_next(closed, last, (pair.candidate, pair.baseline))))
+
+    return cost
+
+
+def _which(
+    pairs: Sequence[precision.Sharpness], chosen: Sequence[precision.Sharpness], target: float, bounds: str
+) -> str:
+    """The pairs a round goes to, and those beyond the budget left, with their rounds to go."""
+    beyond = [p for p in pairs if not p.reached(target) and p not in chosen]
+    which = f"the pairs not yet within {bounds} that the budget left can bring there: {len(chosen)} of "
+    which += f"{len(chosen) + len(beyond)}"
+    if beyond:
+        which += "; beyond it: " + ", ".join(
+            f"{p.pair} (about {precision.rounds_to_go(p, target)} more)" for p in beyond
+        )
+    return which
 
 
 def nearest_that_fit(

@@ -1,18 +1,31 @@
 """--precision: how sharp each compared throughput ratio of a run is, and which groups another
 repeat would sharpen, so a run adds rounds until every ratio's interval is as narrow as asked.
 
+A budget rarely holds enough rounds for every pair, so the rounds go to the pairs the budget left can
+still bring within the precision, those with the fewest rounds to go first (within_reach): one more
+round of a pair that needs ten when five are left narrows it a little and brings none there.
+
 The A/A control is sharpened too, to its own bound: a control within ±5% cannot rule out the 2% slot
 bias it is there to find (report.aa_control), so it asks for ±2% whatever --precision asks above."""
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from scipy import special  # not scipy.stats: about 1 s to import (report/stats.py)
 
 from labrunner.report import aa_control
 from labrunner.report.compare import AA_CONTROL, Group
 from labrunner.report.findings.pairs import saturation_comparisons
 from labrunner.report.floor import lab_groups
 from labrunner.report.stats import CONFIDENCE, Ratio
+from labrunner.results.trust import rounds_needed
+
+# How optimistic a pair's spread may be read before the budget left counts it out of reach: its
+# standard deviation at its one-sided 90% lower confidence bound (chi-square). Three rounds estimate a
+# spread within a factor of about 2, and a pair whose first rounds spread more than it does should not
+# lose its rounds for it.
+OPTIMISM = 0.9
 
 
 @dataclass(frozen=True)
@@ -24,6 +37,7 @@ class Sharpness:
     baseline: Group
     half_width: float | None  # a share of the estimate; None: no interval yet (one repeat)
     ceiling: float | None = None  # the widest it may be whatever --precision asks (the A/A control's)
+    rounds: int | None = None  # the rounds its interval pairs
 
     def target(self, precision: float) -> float:
         return precision if self.ceiling is None else min(precision, self.ceiling)
@@ -52,14 +66,49 @@ def sharpness(groups: Sequence[Group]) -> list[Sharpness]:
     found = []
     for question, c in saturation_comparisons(lab_groups(groups)):
         r = c.ratios.get("rps")
-        found.append(Sharpness(question, c.candidate, c.baseline, half_width(r) if r else None))
+        width, rounds = (half_width(r), r.rounds) if r else (None, None)
+        found.append(Sharpness(question, c.candidate, c.baseline, width, rounds=rounds))
     for control in aa_control.controls(groups):
         r = control.ratios.get("rps")
-        width = half_width(r) if r else None
+        width, rounds = (half_width(r), r.rounds) if r else (None, None)
         found.append(
-            Sharpness(AA_CONTROL, control.candidate, control.baseline, width, aa_control.BIAS_TOLERANCE)
+            Sharpness(
+                AA_CONTROL, control.candidate, control.baseline, width, aa_control.BIAS_TOLERANCE, rounds
+            )
         )
     return found
+
+
+def rounds_to_go(pair: Sharpness, precision: float, *, optimistic: bool = False) -> int:
+    """About how many more rounds bring a pair not yet within its target there (trust.rounds_needed,
+    less the rounds it has); optimistic: with its spread at its OPTIMISM lower confidence bound. A pair
+    without an interval from two rounds has one to go: the round that gives it one."""
+    if pair.half_width is None or pair.rounds is None or pair.rounds < 2:
+        return 1
+    log_half_width = math.log1p(pair.half_width)
+    if optimistic:
+        df = pair.rounds - 1
+        log_half_width *= math.sqrt(df / float(special.chdtri(df, 1 - OPTIMISM)))
+    return max(1, rounds_needed(log_half_width, pair.rounds, pair.target(precision)) - pair.rounds)
+
+
+def within_reach(
+    pairs: Sequence[Sharpness], precision: float, seconds: float, cost: Callable[[Sharpness], float]
+) -> list[Sharpness]:
+    """The pairs not yet within `precision` that the next round goes to: fewest rounds to go first, as
+    many as `seconds` holds all their rounds to go (`cost`: one round of a pair), and at least the
+    nearest whose rounds to go fit on an optimistic reading of its spread (rounds_to_go). Empty when
+    no pair could get there in `seconds`: the budget's last round then goes to the nearest."""
+    open_ = [p for p in pairs if not p.reached(precision)]
+    hopeful = [p for p in open_ if rounds_to_go(p, precision, optimistic=True) * cost(p) <= seconds]
+    chosen: list[Sharpness] = []
+    used = 0.0
+    for pair in sorted(hopeful, key=lambda p: rounds_to_go(p, precision)):
+        needs = rounds_to_go(pair, precision) * cost(pair)
+        if not chosen or used + needs <= seconds:
+            chosen.append(pair)
+            used += needs
+    return chosen
 
 
 def to_repeat(pairs: Sequence[Sharpness], precision: float) -> list[Group]:
