@@ -83,12 +83,15 @@ def test_rounds_are_added_until_the_ratio_is_within_the_precision(tmp_path: Path
     # Two planned rounds, then three added: both groups of the one pair, once a round.
     assert len(started) == 10 and sorted(s.rsplit(".r", 1)[1] for s in started) == sorted("1122334455")
     assert [line for line in lines if line.startswith("precision: round")] == [
-        f"precision: round {n}: one more repeat of the pairs not yet within ±5% "
-        "(an A/A control: within ±2%) that the budget left can bring there: 1 of 1"
+        f"precision: round {n}: one more repeat of the 1 of 1 pairs not yet within ±5% "
+        "(an A/A control: within ±2%) that the budget left can bring there"
         for n in (1, 2, 3)
     ]
     [end] = [line for line in lines if line.startswith("precision ±5%")]
-    assert end == "precision ±5% (95% interval of each compared req/s ratio): 1 of 1 pairs reached it"
+    assert (
+        end
+        == "precision ±5% (95% interval of each compared req/s and CPU/req ratio): 1 of 1 pairs reached it"
+    )
     assert any(line.startswith("10 of 10 scenarios ok\n") for line in lines), lines  # the added ones too
     record = json.loads((tmp_path / "out" / "manifest.json").read_text())["precision"]
     assert record["target"] == 0.05 and record["scenarios_added"] == 6
@@ -102,6 +105,6 @@ def test_a_round_that_would_outlast_the_budget_is_not_started(tmp_path: Path, fa
     assert "precision: round 1 (2 scenarios, 12 s) would outlast --budget" in lines
     [end] = [line for line in lines if line.startswith("precision ±5%")]
     assert end.startswith(
-        "precision ±5% (95% interval of each compared req/s ratio): 0 of 1 pairs reached it; "
+        "precision ±5% (95% interval of each compared req/s and CPU/req ratio): 0 of 1 pairs reached it; "
     )
     assert "; not: aiohttp-h1 vs quart-h1 ±" in end  # two repeats: an interval far wider than ±5%

@@ -203,7 +203,7 @@ def test_precision_sharpens_the_aa_control_to_its_own_bound_whatever_it_asks_of_
     assert [g.id for g in precision.to_repeat(found, 0.5)] == [control.candidate.id, control.baseline.id]
     line = precision.outcome(found, 0.05)
     assert line.startswith(
-        "precision ±5% (95% interval of each compared req/s ratio): 1 of 1 pairs reached it;"
+        "precision ±5% (95% interval of each compared req/s and CPU/req ratio): 1 of 1 pairs reached it;"
     )
     assert line.endswith(f"A/A control aiohttp-h1 ±2%: not reached (±{control.half_width:.1%})")
     steady = precision.sharpness(group_results(parse_results(_run())))

@@ -4,10 +4,11 @@ repeat would sharpen, and the line that ends the run."""
 import pytest
 from labrunner.report import precision
 from labrunner.report.compare import Group, group_results
+from labrunner.report.findings.pairs import saturation_comparisons
 from labrunner.report.stats import Ratio
 from labrunner.results.result import parse_results
 
-from tests.unit.test_findings import _run
+from tests.unit.test_findings import _result, _run
 
 
 def test_half_width_is_the_wider_side_as_a_share_of_the_estimate() -> None:
@@ -30,7 +31,9 @@ def test_only_the_groups_of_pairs_not_yet_sharp_are_repeated() -> None:
     assert [g.target for g in precision.to_repeat(pairs, 0.05)] == ["quart-h1-tls", "quart-h2-tls"]
     assert precision.to_repeat(pairs, 0.9) == []  # every pair within ±90%
     line = precision.outcome(pairs, 0.05)
-    assert line.startswith(f"precision ±5% (95% interval of each compared req/s ratio): {len(pairs) - 1} of ")
+    assert line.startswith(
+        f"precision ±5% (95% interval of each compared req/s and CPU/req ratio): {len(pairs) - 1} of "
+    )
     assert "; not: quart-h2-tls vs quart-h1-tls ±" in line
     assert precision.outcome(pairs, 0.9).endswith(f"{len(pairs)} of {len(pairs)} pairs reached it")
 
@@ -78,3 +81,17 @@ def test_rounds_go_to_the_pairs_the_budget_left_can_bring_within_their_target() 
 def _two_groups() -> tuple[Group, Group]:
     a, b = group_results(parse_results(_run({"grpc": [600, 601], "quart-h1": [400, 401]})))[:2]
     return a, b
+
+
+def test_a_pair_is_as_sharp_as_the_wider_of_its_req_s_and_cpu_per_request_intervals() -> None:
+    # req/s exactly 1.5x in every round, while grpc's CPU per request moves ±10% from round to round.
+    grpc = [
+        _result("grpc", i + 1, 600, cpu_per_request_s=cpu) for i, cpu in enumerate((0.0009, 0.0011, 0.001))
+    ]
+    groups = group_results(parse_results(grpc + _run({"quart-h1": [400, 400, 400]})))
+    [pair] = precision.sharpness(groups)
+    [closed] = [c for _, c in saturation_comparisons(groups)]
+    assert precision.half_width(closed.ratios["rps"]) == pytest.approx(0.0, abs=1e-9)
+    cpu = precision.half_width(closed.ratios["cpu_per_1k"])
+    assert cpu is not None and cpu > 0.2
+    assert pair.half_width == cpu and not pair.reached(0.05) and pair.rounds == 3

@@ -97,14 +97,16 @@ def _round_cost(closed: dict[str, Scenario], last: dict[str, int]) -> Callable[[
 def _which(
     pairs: Sequence[precision.Sharpness], chosen: Sequence[precision.Sharpness], target: float, bounds: str
 ) -> str:
-    """The pairs a round goes to, and those beyond the budget left, with their rounds to go."""
-    beyond = [p for p in pairs if not p.reached(target) and p not in chosen]
-    which = f"the pairs not yet within {bounds} that the budget left can bring there: {len(chosen)} of "
-    which += f"{len(chosen) + len(beyond)}"
+    """The pairs a round goes to, and how many are beyond the budget left, with their rounds to go
+    (the end of the run names the pairs that did not get there)."""
+    beyond = sorted(
+        precision.rounds_to_go(p, target) for p in pairs if not p.reached(target) and p not in chosen
+    )
+    which = f"the {len(chosen)} of {len(chosen) + len(beyond)} pairs not yet within {bounds} that the budget "
+    which += "left can bring there"
     if beyond:
-        which += "; beyond it: " + ", ".join(
-            f"{p.pair} (about {precision.rounds_to_go(p, target)} more)" for p in beyond
-        )
+        more = f"{beyond[0]}" if beyond[0] == beyond[-1] else f"{beyond[0]} to {beyond[-1]}"
+        which += f"; beyond it: {len(beyond)}, {more} more each"
     return which
 
 

@@ -1,5 +1,6 @@
-"""--precision: how sharp each compared throughput ratio of a run is, and which groups another
-repeat would sharpen, so a run adds rounds until every ratio's interval is as narrow as asked.
+"""--precision: how sharp each compared throughput ratio of a run is (req/s and CPU per request),
+and which groups another repeat would sharpen, so a run adds rounds until every ratio's interval is
+as narrow as asked.
 
 A budget rarely holds enough rounds for every pair, so the rounds go to the pairs the budget left can
 still bring within the precision, those with the fewest rounds to go first (within_reach): one more
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from scipy import special  # not scipy.stats: about 1 s to import (report/stats.py)
 
 from labrunner.report import aa_control
-from labrunner.report.compare import AA_CONTROL, Group
+from labrunner.report.compare import AA_CONTROL, Comparison, Group
 from labrunner.report.findings.pairs import saturation_comparisons
 from labrunner.report.floor import lab_groups
 from labrunner.report.stats import CONFIDENCE, Ratio
@@ -30,7 +31,7 @@ OPTIMISM = 0.9
 
 @dataclass(frozen=True)
 class Sharpness:
-    """One compared pair's req/s ratio and how far its interval reaches from the estimate."""
+    """One compared pair's throughput ratios and how far the wider interval reaches from the estimate."""
 
     question: str
     candidate: Group
@@ -62,21 +63,31 @@ def half_width(r: Ratio) -> float | None:
 
 def sharpness(groups: Sequence[Group]) -> list[Sharpness]:
     """Every compared saturation pair of the run's own targets (the floor's excluded), then each A/A
-    control with its bias bound as a ceiling, with the half width of its req/s ratio's interval."""
+    control with its bias bound as a ceiling, with the half width of the wider of its req/s and CPU
+    per request ratios' intervals (a finding prints both)."""
     found = []
     for question, c in saturation_comparisons(lab_groups(groups)):
-        r = c.ratios.get("rps")
-        width, rounds = (half_width(r), r.rounds) if r else (None, None)
+        width, rounds = _widest(c)
         found.append(Sharpness(question, c.candidate, c.baseline, width, rounds=rounds))
     for control in aa_control.controls(groups):
-        r = control.ratios.get("rps")
-        width, rounds = (half_width(r), r.rounds) if r else (None, None)
+        width, rounds = _widest(control)
         found.append(
             Sharpness(
                 AA_CONTROL, control.candidate, control.baseline, width, aa_control.BIAS_TOLERANCE, rounds
             )
         )
     return found
+
+
+def _widest(c: Comparison) -> tuple[float | None, int | None]:
+    """A pair's wider half width of its req/s and CPU per request ratios (None while either has no
+    interval; CPU per request only where it was measured), and the rounds they pair."""
+    ratios = [r for r in (c.ratios.get("rps"), c.ratios.get("cpu_per_1k")) if r is not None]
+    widths = [half_width(r) for r in ratios]
+    rounds = max((r.rounds for r in ratios if r.rounds is not None), default=None)
+    if not widths or None in widths:
+        return None, rounds
+    return max(w for w in widths if w is not None), rounds
 
 
 def rounds_to_go(pair: Sharpness, precision: float, *, optimistic: bool = False) -> int:
@@ -140,7 +151,7 @@ def outcome(pairs: Sequence[Sharpness], precision: float) -> str:
     compared = [p for p in pairs if p.question != AA_CONTROL]
     missed = [p for p in compared if not p.reached(precision)]
     line = (
-        f"precision ±{precision:.0%} ({CONFIDENCE:.0%} interval of each compared req/s ratio): "
+        f"precision ±{precision:.0%} ({CONFIDENCE:.0%} interval of each compared req/s and CPU/req ratio): "
         f"{len(compared) - len(missed)} of {len(compared)} pairs reached it"
     )
     if missed:
