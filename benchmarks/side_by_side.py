@@ -68,7 +68,7 @@ from labrunner.model.duet import FITS_SHARE, fits, slot_of
 from labrunner.model.matrix import load_matrix
 from labrunner.model.questions import FLOOR_PREFIX
 from labrunner.model.scenario import Profile, Target
-from labrunner.report.aa_control import BIAS_TOLERANCE
+from labrunner.report import aa_control
 from labrunner.report.stats import CONFIDENCE, Ratio, paired_ratio, summarize
 from labrunner.results.trust import (
     FLAG_K6_SATURATED,
@@ -371,25 +371,6 @@ def quota_share(own: Sequence[Measured]) -> dict[str, float]:
     return {"geometric_mean": summary.centre, "min": summary.minimum, "max": summary.maximum}
 
 
-def aa_bias(control: Ratio) -> float | None:
-    """How far an A/A req/s ratio is from 1 when it shows a bias, None when not: report.aa_control.bias's
-    rule (its interval excludes 1, or its centre is off by more than BIAS_TOLERANCE), which reads a
-    report's Comparison of stored results where this has a Ratio."""
-    excludes_one = (
-        control.low is not None and control.high is not None and not control.low <= 1 <= control.high
-    )
-    off = abs(control.estimate - 1)
-    return off if excludes_one or off > BIAS_TOLERANCE else None
-
-
-def bias_verdict(control: Ratio) -> str:
-    """What an A/A control's req/s ratio says of the other groups' ratios, in report.aa_control's words."""
-    off = aa_bias(control)
-    if off is not None:
-        return f"the duet ratios carry a bias of about {off:.1%}"
-    return f"no slot bias beyond ±{BIAS_TOLERANCE:.0%}"
-
-
 def _interval(ratio: Ratio) -> str:
     if ratio.low is None or ratio.high is None:
         return f"{ratio.estimate:.3f} ({ratio.note})"
@@ -495,8 +476,8 @@ def report(
             ratios = compare(first, second)
             entry["ratios"] = {key: asdict(r) for key, r in ratios.items()}
             if group.control:
-                entry["bias"] = aa_bias(ratios["requests_per_second"])
-                entry["verdict"] = bias_verdict(ratios["requests_per_second"])
+                entry["bias"] = aa_control.ratio_bias(ratios["requests_per_second"])
+                entry["verdict"] = aa_control.verdict(ratios["requests_per_second"])
         entries.append(entry)
     return {
         "tool": "benchmarks/side_by_side.py",
@@ -536,7 +517,7 @@ def _print_group(group: Group, runs: tuple[list[Measured], list[Measured]]) -> N
     print(f"req/s   {_interval(ratios['requests_per_second'])}  (each block: {_ratios(*rps)})")
     print(f"CPU/req {_interval(ratios['cpu_ms_per_request'])}  (each block: {_ratios(*cpu)})")
     if group.control:
-        print(f"A/A control: {bias_verdict(ratios['requests_per_second'])}")
+        print(f"A/A control: {aa_control.verdict(ratios['requests_per_second'])}")
 
 
 def _print_pairs(groups: Sequence[Group], runs: dict[str, tuple[list[Measured], list[Measured]]]) -> None:

@@ -2,6 +2,7 @@
 and its verdict, the fallback rule, the block interval, and the partner's CPU counted as the
 scenario's own."""
 
+import re
 from dataclasses import replace
 from typing import Any, get_args
 
@@ -191,6 +192,11 @@ def test_the_aa_control_says_whether_the_runs_ratios_carry_a_bias() -> None:
     assert aa_control.bias(biased) == pytest.approx(0.05)
     [said] = control_findings.findings(Evidence(tuple(group_results(parse_results(_run(aa_side_1=1.05))))))
     assert said.sentence.endswith("the run's duet ratios carry a bias of about 5.0%")
+    # Blocks that wobble by ±3% show no bias, and rule out none narrower than their interval.
+    [wobbly] = control_findings.findings(
+        Evidence(tuple(group_results(parse_results(_run(aa_wobble=(1.03, 0.97, 1.02, 0.98))))))
+    )
+    assert re.search(r"; no slot bias beyond ±\d\.\d% \(±2% needs more blocks\)$", wobbly.sentence), wobbly
 
 
 def test_precision_sharpens_the_aa_control_to_its_own_bound_whatever_it_asks_of_pairs() -> None:

@@ -5,6 +5,7 @@ run (slot, start order, a process's own layout) beyond what swapping the slots r
 from collections.abc import Sequence
 
 from labrunner.report.compare import AA_CONTROL, Comparison, Group, compare_groups
+from labrunner.report.stats import Ratio
 
 # The control says the run's ratios carry a bias when its interval excludes 1, or when its centre is
 # off by more than this: a few percent is what a fresh process's layout alone moves a side by.
@@ -18,8 +19,32 @@ def controls(groups: Sequence[Group]) -> list[Comparison]:
 def bias(control: Comparison) -> float | None:
     """How far the control's req/s ratio is from 1 (0.03: 3%) when it shows a bias, None when not."""
     r = control.ratios.get("rps")
-    if r is None:
-        return None
-    excludes_one = r.low is not None and r.high is not None and not r.low <= 1.0 <= r.high
+    return None if r is None else ratio_bias(r)
+
+
+def ratio_bias(r: Ratio) -> float | None:
+    """How far an A/A ratio is from 1 when it shows a bias (its interval excludes 1, or its centre is
+    off by more than BIAS_TOLERANCE), None when not."""
     off = abs(r.estimate - 1.0)
-    return off if excludes_one or off > BIAS_TOLERANCE else None
+    return off if _excludes_one(r) or off > BIAS_TOLERANCE else None
+
+
+def verdict(r: Ratio) -> str:
+    """What an A/A ratio says of the run's other ratios, as far as its interval can tell: a bias it
+    shows (one its interval holds 1 beside is only possible), else the widest bias it rules out
+    (±BIAS_TOLERANCE once its interval is that narrow)."""
+    off = ratio_bias(r)
+    if off is not None:
+        if _excludes_one(r):
+            return f"the run's duet ratios carry a bias of about {off:.1%}"
+        return f"the run's duet ratios may carry a bias of about {off:.1%} (its interval holds 1)"
+    if r.low is None or r.high is None:
+        return "no interval yet: a bias is neither shown nor ruled out"
+    reach = round(max(r.high - 1.0, 1.0 - r.low), 3)  # as printed: 0.1% steps
+    if reach <= BIAS_TOLERANCE:
+        return f"no slot bias beyond ±{BIAS_TOLERANCE:.0%}"
+    return f"no slot bias beyond ±{reach:.1%} (±{BIAS_TOLERANCE:.0%} needs more blocks)"
+
+
+def _excludes_one(r: Ratio) -> bool:
+    return r.low is not None and r.high is not None and not r.low <= 1.0 <= r.high

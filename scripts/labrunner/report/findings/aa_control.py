@@ -1,6 +1,6 @@
 """The duet's A/A control as a finding: its req/s ratio, and whether the run's ratios carry a bias."""
 
-from labrunner.report.aa_control import BIAS_TOLERANCE, bias, controls
+from labrunner.report.aa_control import controls, verdict
 from labrunner.report.findings.finding import Evidence, Finding, glance, held_fixed
 
 QUESTION = "duet"  # the control's line comes first, under no heading
@@ -13,13 +13,6 @@ def findings(evidence: Evidence) -> list[Finding]:
         target = control.candidate.target
         cell, notes = glance(control.ratios.get("rps"), "req/s", f"{target} beside itself", digits=3)
         line = f"A/A control {target}: {cell}"
-        off = bias(control)
-        verdict = (
-            f"the run's duet ratios carry a bias of about {off:.1%}"
-            if off is not None
-            else f"no slot bias beyond ±{BIAS_TOLERANCE:.0%}"
-        )
-        found.append(
-            Finding(QUESTION, f"{line}; {verdict}", held_fixed=held_fixed(control), notes=tuple(notes))
-        )
+        said = verdict(r) if (r := control.ratios.get("rps")) else "no req/s ratio"
+        found.append(Finding(QUESTION, f"{line}; {said}", held_fixed=held_fixed(control), notes=tuple(notes)))
     return found
