@@ -46,7 +46,7 @@ def test_the_rounds_needed_take_t_at_the_count_sought() -> None:
 def test_the_issues_77_repeats_are_19_rounds() -> None:
     # The README's run: req/s ±28% from 3 rounds, "about 77 repeats" under the old sizing.
     wide = Ratio(1.18, 1.18 / 1.2805, 1.18 * 1.2805, 0.2, False, rounds=3)
-    assert pair_findings._rounds_needed(wide) == "req/s ±28%: about 19 rounds for ±5% (--precision)"
+    assert pair_findings._rounds_needed(wide, None) == "req/s ±28%: about 19 rounds for ±5% (--precision)"
 
 
 def test_the_method_lines_say_paired_rounds_and_holm_and_welch_only_where_unpaired() -> None:

@@ -161,8 +161,12 @@ def test_what_a_comparison_held_fixed_names_the_shape_and_the_network_when_not_t
 def test_the_rounds_a_pair_needs_are_said_from_two_rounds_on_and_only_with_an_interval() -> None:
     settled = pairs.SETTLED_HALF_WIDTH
     wide = Ratio(1.0, 1 / (1 + 2 * settled), 1 + 2 * settled, 0.5, False, rounds=2)
-    said = pairs._rounds_needed(wide)
+    said = pairs._rounds_needed(wide, None)
     assert said.startswith(f"req/s ±{2 * settled:.0%}: about ") and said.endswith(" (--precision)"), said
+    # CPU per request wider than req/s: the note is its (--precision asks both within the target).
+    wider = dataclasses.replace(wide, low=1 / (1 + 3 * settled), high=1 + 3 * settled)
+    assert pairs._rounds_needed(wide, wider).startswith(f"CPU/req ±{3 * settled:.0%}: about ")
+    assert pairs._rounds_needed(wider, wide).startswith(f"req/s ±{3 * settled:.0%}: about ")
     for unsaid in (
         None,
         dataclasses.replace(wide, low=None),
@@ -171,7 +175,8 @@ def test_the_rounds_a_pair_needs_are_said_from_two_rounds_on_and_only_with_an_in
         dataclasses.replace(wide, rounds=1),
         dataclasses.replace(wide, low=1 / (1 + settled / 2), high=1 + settled / 2),  # settled already
     ):
-        assert pairs._rounds_needed(unsaid) == "", unsaid
+        assert pairs._rounds_needed(unsaid, None) == "", unsaid
+        assert pairs._rounds_needed(None, unsaid) == "", unsaid
 
 
 def test_a_long_line_breaks_between_words_never_at_a_hyphen() -> None:

@@ -149,7 +149,7 @@ def _finding(
             notes += why
     decided = rps is not None and rps.significant and not ratio_too_wide(rps)
     effect = abs(math.log(rps.estimate)) if rps is not None and decided else 0.0
-    notes = _notes(c, b, at_load, rps, pair) + notes
+    notes = _notes(c, b, at_load, (rps, closed.ratios.get("cpu_per_1k")), pair) + notes
     return Finding(question, line, effect, held_fixed=held_fixed(closed), notes=tuple(notes), load=load)
 
 
@@ -266,14 +266,19 @@ def side_names(candidate: Group, baseline: Group) -> tuple[str, str]:
 
 
 def _notes(
-    candidate: Group, baseline: Group, at_load: Comparison | None, rps: Ratio | None, pair: str
+    candidate: Group,
+    baseline: Group,
+    at_load: Comparison | None,
+    throughput: tuple[Ratio | None, Ratio | None],
+    pair: str,
 ) -> list[Note]:
-    """A pair's caveats: its saturated groups' suspect repeats; how many rounds would bring req/s to
-    ±SETTLED_HALF_WIDTH; each latency side at its load (suspect repeats, whether it carried the rate,
-    its service CPU, throttling and batch size), one note per side combining them. A duet's groups
+    """A pair's caveats: its saturated groups' suspect repeats; how many rounds would bring req/s and
+    CPU per request (`throughput`) to ±SETTLED_HALF_WIDTH; each latency side at its load (suspect
+    repeats, whether it carried the rate, its service CPU, throttling and batch size), one note per
+    side combining them. A duet's groups
     ran for this pair alone: what is said of them is said of the pair, in one note with its rounds."""
     notes = [n for g in (candidate, baseline) if (n := _saturated_suspect(g, pair))]
-    if needed := _rounds_needed(rps):
+    if needed := _rounds_needed(*throughput):
         notes.append(Note(needed, pair, PRECISION))
     if at_load is not None:
         for g in (at_load.candidate, at_load.baseline):
@@ -291,16 +296,25 @@ def _saturated_suspect(g: Group, pair: str) -> Note | None:
     return Note(detail, pair, SUSPECT) if flagged else None
 
 
-def _rounds_needed(rps: Ratio | None) -> str:
-    """About how many rounds would bring the req/s ratio's interval to ±SETTLED_HALF_WIDTH
-    (trust.rounds_needed), when it is wider now and not so wide that the line says it already."""
-    if rps is None or rps.low is None or rps.high is None or rps.rounds is None or rps.rounds < 2:
+def _rounds_needed(rps: Ratio | None, cpu: Ratio | None) -> str:
+    """About how many rounds would bring the wider of the req/s and CPU per request ratios' intervals
+    to ±SETTLED_HALF_WIDTH (trust.rounds_needed; --precision asks both), when it is wider now and not
+    so wide that the line says it already."""
+    widths = [(w, what, r) for what, r in (("req/s", rps), ("CPU/req", cpu)) if r and (w := _width(r))]
+    if not widths:
         return ""
-    width = max(rps.high / rps.estimate, rps.estimate / rps.low)
-    if width - 1 <= SETTLED_HALF_WIDTH or ratio_too_wide(rps):
+    width, what, r = max(widths, key=lambda found: found[0])
+    if width - 1 <= SETTLED_HALF_WIDTH or ratio_too_wide(r) or r.rounds is None:
         return ""
-    needed = rounds_needed(math.log(width), rps.rounds)
-    return f"req/s ±{width - 1:.0%}: about {needed} rounds for ±{SETTLED_HALF_WIDTH:.0%} (--precision)"
+    needed = rounds_needed(math.log(width), r.rounds)
+    return f"{what} ±{width - 1:.0%}: about {needed} rounds for ±{SETTLED_HALF_WIDTH:.0%} (--precision)"
+
+
+def _width(r: Ratio) -> float | None:
+    """high / centre or centre / low, the wider, of a ratio paired over two rounds or more."""
+    if r.low is None or r.high is None or r.rounds is None or r.rounds < 2:
+        return None
+    return max(r.high / r.estimate, r.estimate / r.low)
 
 
 def _suspect(group: Group, subject: str) -> Note | None:
