@@ -32,7 +32,9 @@ def ratio_bias(r: Ratio) -> float | None:
 def verdict(r: Ratio) -> str:
     """What an A/A ratio says of the run's other ratios, as far as its interval can tell: a bias it
     shows (one its interval holds 1 beside is only possible), else the widest bias it rules out
-    (±BIAS_TOLERANCE once its interval is that narrow)."""
+    (±BIAS_TOLERANCE once its interval reaches no further from 1), and whether more blocks are what
+    it lacks (its half width above BIAS_TOLERANCE, as --precision reads it) or only its centre's
+    offset keeps it from ±BIAS_TOLERANCE."""
     off = ratio_bias(r)
     if off is not None:
         if _excludes_one(r):
@@ -43,7 +45,10 @@ def verdict(r: Ratio) -> str:
     reach = round(max(r.high - 1.0, 1.0 - r.low), 3)  # as printed: 0.1% steps
     if reach <= BIAS_TOLERANCE:
         return f"no slot bias beyond ±{BIAS_TOLERANCE:.0%}"
-    return f"no slot bias beyond ±{reach:.1%} (±{BIAS_TOLERANCE:.0%} needs more blocks)"
+    said = f"no slot bias beyond ±{reach:.1%}"
+    if max(r.high / r.estimate, r.estimate / r.low) - 1 > BIAS_TOLERANCE:  # --precision's own bound
+        said += f" (±{BIAS_TOLERANCE:.0%} needs more blocks)"
+    return said
 
 
 def _excludes_one(r: Ratio) -> bool:
