@@ -5,16 +5,16 @@ import pytest
 from labrunner.report import precision
 from labrunner.report.compare import Group, group_results
 from labrunner.report.findings.pairs import saturation_comparisons
-from labrunner.report.stats import Ratio
+from labrunner.report.stats import Ratio, relative_half_width
 from labrunner.results.result import parse_results
 
 from tests.unit.test_findings import _result, _run
 
 
 def test_half_width_is_the_wider_side_as_a_share_of_the_estimate() -> None:
-    assert precision.half_width(Ratio(1.0, 0.95, 1.05, 0.5, False)) == pytest.approx(0.0526, abs=1e-4)
-    assert precision.half_width(Ratio(2.0, 1.8, 2.1, 0.01, True)) == pytest.approx(2.0 / 1.8 - 1)
-    assert precision.half_width(Ratio(2.0, None, None, None, None, "n/a: one repeat")) is None
+    assert relative_half_width(Ratio(1.0, 0.95, 1.05, 0.5, False)) == pytest.approx(0.0526, abs=1e-4)
+    assert relative_half_width(Ratio(2.0, 1.8, 2.1, 0.01, True)) == pytest.approx(2.0 / 1.8 - 1)
+    assert relative_half_width(Ratio(2.0, None, None, None, None, "n/a: one repeat")) is None
 
 
 def test_only_the_groups_of_pairs_not_yet_sharp_are_repeated() -> None:
@@ -91,7 +91,7 @@ def test_a_pair_is_as_sharp_as_the_wider_of_its_req_s_and_cpu_per_request_interv
     groups = group_results(parse_results(grpc + _run({"quart-h1": [400, 400, 400]})))
     [pair] = precision.sharpness(groups)
     [closed] = [c for _, c in saturation_comparisons(groups)]
-    assert precision.half_width(closed.ratios["rps"]) == pytest.approx(0.0, abs=1e-9)
-    cpu = precision.half_width(closed.ratios["cpu_per_1k"])
+    assert relative_half_width(closed.ratios["rps"]) == pytest.approx(0.0, abs=1e-9)
+    cpu = relative_half_width(closed.ratios["cpu_per_1k"])
     assert cpu is not None and cpu > 0.2
     assert pair.half_width == cpu and not pair.reached(0.05) and pair.rounds == 3

@@ -242,9 +242,10 @@ def _add_precision(parser: argparse.ArgumentParser) -> None:
         "--precision",
         type=share,
         help="after the planned rounds, add rounds of one more repeat of each closed-model group in a "
-        "compared pair until every pair's req/s ratio has a 95%% interval within this share of its "
-        "estimate, e.g. 5%%; each round goes to the pairs the budget left can still bring there (the "
-        "end of the run says which pairs reached it; default: the preset's precision, if it sets one)",
+        "compared pair until every pair's req/s and CPU-per-request ratios have 95%% intervals within "
+        "this share of their estimates, e.g. 5%%; each round goes to the pairs the budget left can "
+        "still bring there (the end of the run says which pairs reached it; default: the preset's "
+        "precision, if it sets one)",
     )
     sharp.add_argument(
         "--budget",

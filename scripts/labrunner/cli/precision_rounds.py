@@ -1,5 +1,5 @@
-"""--precision: rounds of one more block of each compared pair not yet within the precision, while
---budget holds the next round, and the manifest's account of them."""
+"""--precision: rounds of one more block of the compared pairs not yet within the precision that
+--budget's time left can bring there, and the manifest's account of them."""
 
 import itertools
 import math
@@ -34,12 +34,12 @@ def sharpen(
     extend: Callable[[Sequence[Scenario]], int],
     say: Say,
 ) -> list[str]:
-    """--precision: rounds of one more repeat of the closed groups of the pairs whose req/s ratio is
-    not yet within the precision (an A/A control: within its own bound) and that the budget left can
-    still bring there (precision.within_reach); when none can, a last round of the duet blocks nearest
-    their target that fit (each round shuffled by the run's seed and its number). The ids it adds
-    join `order` (the matrix's, in which pairs are read, so which side of a pair is the candidate never
-    depends on the order they ran in); returns them."""
+    """--precision: rounds of one more repeat of the closed groups of the pairs whose req/s or CPU per
+    request ratio is not yet within the precision (an A/A control: within its own bound) and that
+    the budget left can still bring there (precision.within_reach); when none can, a last round of
+    the duet blocks nearest their target that fit (each round shuffled by the run's seed and its
+    number). The ids it adds join `order` (the matrix's, in which pairs are read, so which side of a
+    pair is the candidate never depends on the order they ran in); returns them."""
     assert config.precision is not None
     target, out = config.precision, config.run.out_dir
     deadline = time.monotonic() + config.budget_s

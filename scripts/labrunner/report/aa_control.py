@@ -5,7 +5,7 @@ run (slot, start order, a process's own layout) beyond what swapping the slots r
 from collections.abc import Sequence
 
 from labrunner.report.compare import AA_CONTROL, Comparison, Group, compare_groups
-from labrunner.report.stats import Ratio
+from labrunner.report.stats import Ratio, relative_half_width
 
 # The control says the run's ratios carry a bias when its interval excludes 1, or when its centre is
 # off by more than this: a few percent is what a fresh process's layout alone moves a side by.
@@ -46,7 +46,7 @@ def verdict(r: Ratio) -> str:
     if reach <= BIAS_TOLERANCE:
         return f"no slot bias beyond ±{BIAS_TOLERANCE:.0%}"
     said = f"no slot bias beyond ±{reach:.1%}"
-    if max(r.high / r.estimate, r.estimate / r.low) - 1 > BIAS_TOLERANCE:  # --precision's own bound
+    if (relative_half_width(r) or 0.0) > BIAS_TOLERANCE:  # --precision's own bound
         said += f" (±{BIAS_TOLERANCE:.0%} needs more blocks)"
     return said
 

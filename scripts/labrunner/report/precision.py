@@ -19,7 +19,7 @@ from labrunner.report import aa_control
 from labrunner.report.compare import AA_CONTROL, Comparison, Group
 from labrunner.report.findings.pairs import saturation_comparisons
 from labrunner.report.floor import lab_groups
-from labrunner.report.stats import CONFIDENCE, Ratio
+from labrunner.report.stats import CONFIDENCE, relative_half_width
 from labrunner.results.trust import rounds_needed
 
 # How optimistic a pair's spread may be read before the budget left counts it out of reach: its
@@ -53,14 +53,6 @@ class Sharpness:
         return f"{self.candidate.target} vs {self.baseline.target}"
 
 
-def half_width(r: Ratio) -> float | None:
-    """How far the interval reaches from the estimate, as a share of it, on its wider side:
-    [0.95, 1.05] around 1.00 is 0.05. None without an interval."""
-    if r.low is None or r.high is None:
-        return None
-    return max(r.high / r.estimate, r.estimate / r.low) - 1
-
-
 def sharpness(groups: Sequence[Group]) -> list[Sharpness]:
     """Every compared saturation pair of the run's own targets (the floor's excluded), then each A/A
     control with its bias bound as a ceiling, with the half width of the wider of its req/s and CPU
@@ -83,7 +75,7 @@ def _widest(c: Comparison) -> tuple[float | None, int | None]:
     """A pair's wider half width of its req/s and CPU per request ratios (None while either has no
     interval; CPU per request only where it was measured), and the rounds they pair."""
     ratios = [r for r in (c.ratios.get("rps"), c.ratios.get("cpu_per_1k")) if r is not None]
-    widths = [half_width(r) for r in ratios]
+    widths = [relative_half_width(r) for r in ratios]
     rounds = max((r.rounds for r in ratios if r.rounds is not None), default=None)
     if not widths or None in widths:
         return None, rounds

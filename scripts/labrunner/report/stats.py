@@ -74,6 +74,14 @@ class Ratio:
     rounds: int | None = None  # the rounds paired (Welch's test: the fewer repeats of a side)
 
 
+def relative_half_width(r: Ratio) -> float | None:
+    """How far a ratio's interval reaches from its estimate, as a share of it, on its wider side:
+    [0.95, 1.05] around 1.00 is 0.05. None without an interval."""
+    if r.low is None or r.high is None:
+        return None
+    return max(r.high / r.estimate, r.estimate / r.low) - 1
+
+
 def t_quantile(confidence: float, df: float) -> float:
     """The two-sided Student t critical value: P(|T| <= value) = confidence with df degrees of freedom."""
     return float(special.stdtrit(df, (1 + confidence) / 2))

@@ -28,7 +28,13 @@ from labrunner.report.findings.finding import (
     held_fixed,
     open_groups,
 )
-from labrunner.report.stats import EQUIVALENCE_MARGIN, Ratio, ratio_too_wide, samples_needed
+from labrunner.report.stats import (
+    EQUIVALENCE_MARGIN,
+    Ratio,
+    ratio_too_wide,
+    relative_half_width,
+    samples_needed,
+)
 from labrunner.results.trust import SETTLED_HALF_WIDTH, rounds_needed
 from labrunner.run.k6_stats import PERCENTILES
 
@@ -275,8 +281,8 @@ def _notes(
     """A pair's caveats: its saturated groups' suspect repeats; how many rounds would bring req/s and
     CPU per request (`throughput`) to ±SETTLED_HALF_WIDTH; each latency side at its load (suspect
     repeats, whether it carried the rate, its service CPU, throttling and batch size), one note per
-    side combining them. A duet's groups
-    ran for this pair alone: what is said of them is said of the pair, in one note with its rounds."""
+    side combining them. A duet's groups ran for this pair alone: what is said of them is said of the
+    pair, in one note with its rounds."""
     notes = [n for g in (candidate, baseline) if (n := _saturated_suspect(g, pair))]
     if needed := _rounds_needed(*throughput):
         notes.append(Note(needed, pair, PRECISION))
@@ -312,9 +318,8 @@ def _rounds_needed(rps: Ratio | None, cpu: Ratio | None) -> str:
 
 def _width(r: Ratio) -> float | None:
     """high / centre or centre / low, the wider, of a ratio paired over two rounds or more."""
-    if r.low is None or r.high is None or r.rounds is None or r.rounds < 2:
-        return None
-    return max(r.high / r.estimate, r.estimate / r.low)
+    share = relative_half_width(r)
+    return None if share is None or r.rounds is None or r.rounds < 2 else 1 + share
 
 
 def _suspect(group: Group, subject: str) -> Note | None:
