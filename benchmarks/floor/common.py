@@ -3,7 +3,7 @@
 A floor server is the least a skilled engineer would run for the lab's contract: the same records
 and bytes on the wire and the same answers to bad input, nothing else. It reads the lab's settings
 by name (the ones that decide the work: HOST, PORT, WORKERS, RECORD_POOL_SIZE, RECORD_SEED,
-DEFAULT_COUNT, MAX_COUNT, MAX_REQUEST_BYTES, RESPONSE_MODEL, SHAPE), takes the record pool's data
+DEFAULT_COUNT, MAX_COUNT, MAX_REQUEST_BYTES, RESPONSE_MODEL, SHAPE, GC_FREEZE), takes the record pool's data
 (services.common.pool's load_pool, the JSON every lab server starts from) and holds each record as
 one flat tuple. Its process is the server itself: no supervisor; with more than one worker (a quota
 above one CPU), the first process forks the others, which share the port through SO_REUSEPORT.
@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import orjson
 from google.protobuf.message import Message
 
-from services.common import interpreter
+from services.common import heap, interpreter
 from services.common.cgroup import worker_count
 from services.common.environment import ConfigError, env_int, read_workload
 from services.common.pool import load_pool
@@ -74,6 +74,7 @@ class FloorSettings:
     max_request_bytes: int  # the largest upload body (REST) or message (gRPC)
     prebuilt: bool  # RESPONSE_MODEL=prebuilt: the protocol's objects built once at start
     shape: str  # SHAPE: the record served (benchmarks/floor/shapes.py)
+    gc_freeze: bool  # GC_FREEZE: the start-up heap out of collections, as in the lab (services.common.heap)
 
     @property
     def response_model(self) -> str:
@@ -110,6 +111,7 @@ def floor_settings(service: str) -> FloorSettings:
         max_request_bytes=work.max_request_bytes,
         prebuilt=model == "prebuilt",
         shape=work.shape,
+        gc_freeze=work.gc_freeze,
     )
 
 
@@ -182,10 +184,11 @@ def run(settings: FloorSettings, serve: Serve) -> None:
         reservation.bind((settings.host, port))
         port = reservation.getsockname()[1]
     ready_read, ready_write = os.pipe()
-    children = [_fork_worker(serve, port, ready_write) for _ in range(settings.workers - 1)]
+    children = [_fork_worker(settings, serve, port, ready_write) for _ in range(settings.workers - 1)]
     os.close(ready_write)
 
     def ready(bound: int) -> None:
+        heap.freeze_startup(settings.gc_freeze)
         for _ in children:  # one byte from each forked worker once it accepts
             if not os.read(ready_read, 1):
                 _refuse("a worker exited before listening; see its error above")
@@ -200,7 +203,7 @@ def run(settings: FloorSettings, serve: Serve) -> None:
     sys.exit(1 if failed else 0)
 
 
-def _fork_worker(serve: Serve, port: int, ready_write: int) -> int:
+def _fork_worker(settings: FloorSettings, serve: Serve, port: int, ready_write: int) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -210,14 +213,15 @@ def _fork_worker(serve: Serve, port: int, ready_write: int) -> int:
     ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # never outlive the first process
     code = 0
     try:
-        serve(port, lambda _bound: _signal_ready(ready_write))
+        serve(port, lambda _bound: _signal_ready(settings, ready_write))
     except BaseException:
         traceback.print_exc()
         code = 1
     os._exit(code)  # not the first process's exit path
 
 
-def _signal_ready(ready_write: int) -> None:
+def _signal_ready(settings: FloorSettings, ready_write: int) -> None:
+    heap.freeze_startup(settings.gc_freeze)
     os.write(ready_write, b".")
 
 
@@ -231,7 +235,7 @@ def _print_listening(settings: FloorSettings, port: int) -> None:
         "tls": False,
         "response_model": settings.response_model,
         "shape": settings.shape,
-        "interpreter": interpreter.describe(),
+        "interpreter": {**interpreter.describe(), "gc": heap.describe(settings.gc_freeze)},
     }
     print(json.dumps(event), flush=True)
 

@@ -76,6 +76,7 @@ class Settings:
     grpc_max_concurrent_rpcs: int | None
     compression: str = IDENTITY  # COMPRESSIONS
     http3: bool = False  # HTTP3: also serve HTTP/3 over QUIC, on UDP at the TCP port's number
+    gc_freeze: bool = True  # GC_FREEZE: the start-up heap frozen out of collections (services.common.heap)
 
     @property
     def tls(self) -> bool:
@@ -146,4 +147,5 @@ def load_settings(service: str) -> Settings:
         grpc_max_concurrent_rpcs=max_rpcs or None,
         compression=compression,
         http3=http3,
+        gc_freeze=work.gc_freeze,
     )

@@ -74,6 +74,8 @@ class Workload:
     shape: str
     # SHAPE=proto's files (the user's own message: services.common.user_message), else None.
     shape_dir: Path | None = None
+    # GC_FREEZE: the start-up heap frozen out of the garbage collector's walks (services.common.heap).
+    gc_freeze: bool = True
 
 
 def read_shape() -> tuple[str, Path | None]:
@@ -93,7 +95,7 @@ def read_shape() -> tuple[str, Path | None]:
 
 
 def read_workload() -> Workload:
-    """HOST, RECORD_POOL_SIZE, RECORD_SEED, DEFAULT_COUNT, MAX_COUNT, MAX_REQUEST_BYTES and SHAPE."""
+    """HOST, RECORD_POOL_SIZE, RECORD_SEED, DEFAULT_COUNT, MAX_COUNT, MAX_REQUEST_BYTES, SHAPE, GC_FREEZE."""
     max_count = env_int("MAX_COUNT", 1000, minimum=1)
     default_count = env_int("DEFAULT_COUNT", 100, minimum=1)
     if default_count > max_count:
@@ -108,4 +110,5 @@ def read_workload() -> Workload:
         max_request_bytes=env_int("MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES, minimum=1),
         shape=shape,
         shape_dir=shape_dir,
+        gc_freeze=env_bool("GC_FREEZE", True),
     )

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from multiprocessing.context import ForkProcess
 from types import FrameType
 
-from services.common import interpreter
+from services.common import heap, interpreter
 from services.common.cgroup import worker_count
 from services.common.config import Settings
 from services.common.environment import ConfigError
@@ -65,8 +65,12 @@ class WorkerContext:
 WorkerMain = Callable[[WorkerContext], None]
 
 
-def _report_port(listening: "multiprocessing.SimpleQueue[tuple[int, int]]", index: int, port: int) -> None:
-    """A worker's report_listening: its index and bound port, to the supervisor."""
+def _report_port(
+    listening: "multiprocessing.SimpleQueue[tuple[int, int]]", index: int, gc_freeze: bool, port: int
+) -> None:
+    """A worker's report_listening, once it accepts: its start-up heap frozen (heap.freeze_startup), then
+    its index and bound port to the supervisor."""
+    heap.freeze_startup(gc_freeze)
     listening.put((index, port))
 
 
@@ -146,9 +150,8 @@ def run_service(
     listening: multiprocessing.SimpleQueue[tuple[int, int]] = fork.SimpleQueue()
     processes = []
     for index in range(workers):
-        context = WorkerContext(
-            settings, port, reuse_port, index, functools.partial(_report_port, listening, index)
-        )
+        serving = functools.partial(_report_port, listening, index, settings.gc_freeze)
+        context = WorkerContext(settings, port, reuse_port, index, serving)
         process = fork.Process(
             target=_worker_entry, args=(worker_main, context, os.getpid()), name=f"{service}-{index}"
         )
@@ -191,7 +194,7 @@ def print_listening(service: str, port: int, metrics_port: int, workers: int, se
         "shape": settings.shape,
         "compression": settings.compression,
         "http3": settings.http3,
-        "interpreter": interpreter.describe(),
+        "interpreter": {**interpreter.describe(), "gc": heap.describe(settings.gc_freeze)},
     }
     print(json.dumps(event), flush=True)
 

@@ -15,7 +15,7 @@ from hypercorn.typing import ASGIReceiveCallable, ASGIReceiveEvent, ASGISendCall
 from quart import Quart, Response, request
 from werkzeug.exceptions import HTTPException
 
-from services.common import hypercorn_limits
+from services.common import heap, hypercorn_limits
 from services.common.config import Settings, load_settings
 from services.common.metrics import HttpServerDurations, MetricBatch
 from services.common.records import BadRequest, RecordSource
@@ -225,6 +225,7 @@ def create_app() -> Quart:
             or not signal_when_parent_dies(signal.SIGKILL, supervisor.pid)
         ):
             os.kill(os.getpid(), signal.SIGKILL)
+        heap.freeze_startup(settings.gc_freeze)
         (runtime_dir() / f"{READY_PREFIX}{os.getpid()}").touch()
 
     return app

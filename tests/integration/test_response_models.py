@@ -84,6 +84,7 @@ def test_the_listening_line_states_the_response_model(services, module, model) -
     assert listening["response_model"] == model.value
     assert {"port", "metrics_port", "workers", "tls"} <= set(listening)
     assert listening["interpreter"]["executable"] == os.path.realpath(sys.executable)
+    assert listening["interpreter"]["gc"] == "freeze"  # the start-up heap out of collections (GC_FREEZE)
 
 
 @pytest.mark.parametrize(("count", "offset"), [(1, 0), (7, POOL_SIZE - 3), (MAX_COUNT, 123)])
