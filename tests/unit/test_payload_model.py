@@ -15,6 +15,7 @@ from labrunner.report import payload_model as pm
 from labrunner.report.compare import Group, group_results
 from labrunner.report.serialization import Case
 from labrunner.results.result import parse_results
+from scipy import optimize
 from scipy import stats as scipy_stats
 
 from tests.support import ROOT, ok_result
@@ -329,3 +330,96 @@ def test_the_encoding_alone_per_record_and_its_share_of_the_servers_difference()
     grpc, rest = _models(_affine(0.5, 0.005, JITTER["grpc"]), _affine(0.3, 0.005, JITTER["aiohttp-h1"]))
     split = pm.per_record_split(grpc.line, rest.line, encodings)
     assert split is not None and split.format_share is None
+
+
+# A host that moves from round to round: both sides of a round slowed or sped up alike (a duet block).
+HOST = (0.8, 1.0, 1.25)
+# What is left of a round's ratio once the host cancels: ±1%.
+RATIO_NOISE = {"grpc": (1.01, 0.99, 1.0), "aiohttp-h1": (0.99, 1.0, 1.01)}
+
+
+def _drifting(fixed: float, per_record: float, target: str) -> dict[int, list[float]]:
+    """_affine's three rounds, each times the host's factor of that round and the target's noise."""
+    factors = {n: [h * e for h, e in zip(HOST, RATIO_NOISE[target], strict=True)] for n in COUNTS}
+    return _affine(fixed, per_record, factors)
+
+
+def _round_ratios(
+    grpc: Mapping[int, Sequence[float]], rest: Mapping[int, Sequence[float]]
+) -> list[tuple[int, float]]:
+    return [(n, g / r) for n in COUNTS for g, r in zip(grpc[n], rest[n], strict=True)]
+
+
+def test_exact_ratios_cross_where_the_lines_meet() -> None:
+    grpc, rest = _affine(0.5, 0.002), _affine(0.3, 0.007)
+    c = pm.paired_crossover(_round_ratios(grpc, rest), (1, 1000))
+    assert c is not None and c.paired is not None
+    assert c.records == pytest.approx(40, rel=1e-6)
+    assert c.interval == pytest.approx((40, 40), rel=1e-3)
+    assert c.grpc_cheaper_above and c.resolved == c.records
+    # The ratio model is the two lines over REST's a.
+    assert (c.paired.fixed, c.paired.per_record, c.paired.rest_per_record) == pytest.approx(
+        (0.5 / 0.3, 0.002 / 0.3, 0.007 / 0.3), rel=1e-6
+    )
+    assert c.paired.rounds == 3 and c.paired.df == 9
+
+
+def test_the_paired_ratios_cancel_a_host_that_moves_both_sides_of_a_round() -> None:
+    grpc, rest = _drifting(0.5, 0.002, "grpc"), _drifting(0.3, 0.007, "aiohttp-h1")
+    paired = pm.crossover(*_models(grpc, rest), _round_ratios(grpc, rest))
+    apart = pm.crossover(*_models(grpc, rest))  # the lines fitted apart carry the host's ±25%
+    assert paired.paired is not None and paired.interval is not None
+    low, high = paired.interval
+    assert low < 40 < high and high / low < 1.3
+    assert apart.paired is None
+    assert apart.unbounded or (apart.interval is not None and apart.interval[1] / apart.interval[0] > 2)
+    assert pm.crossover_text(paired).startswith(
+        f"crosses at {paired.records:.0f} records [{low:.0f}, {high:.0f}]"
+    )
+
+
+def test_a_profile_interval_end_is_where_the_ratios_start_to_reject_a_crossing() -> None:
+    grpc, rest = _drifting(0.5, 0.002, "grpc"), _drifting(0.3, 0.007, "aiohttp-h1")
+    ratios = _round_ratios(grpc, rest)
+    c = pm.paired_crossover(ratios, (1, 1000))
+    assert c is not None and c.interval is not None and c.paired is not None
+    # By hand: the least squares of a model through each end, against the best model's.
+    records = np.array([n for n, _ in ratios], dtype=float)
+    logs = np.log([r for _, r in ratios])
+    best = c.paired.residual**2 * c.paired.df
+    limit = best + c.paired.residual**2 * scipy_stats.t.ppf(0.975, c.paired.df) ** 2
+
+    def least(end: float) -> float:
+        """The least squares of a ratio model crossing at end, by another optimizer (Nelder-Mead) from a
+        spread of starts than the module's."""
+
+        def through(log_slopes: np.ndarray) -> float:
+            beta, gamma = np.exp(log_slopes)
+            alpha = 1 + (gamma - beta) * end
+            if alpha <= 0:
+                return math.inf
+            return float(np.sum((np.log(alpha + beta * records) - np.log1p(gamma * records) - logs) ** 2))
+
+        starts = [np.log([b, g]) for b in (1e-3, 1e-2) for g in (1e-3, 1e-2, 1e-1)]
+        options = {"xatol": 1e-10, "fatol": 1e-14}
+        return min(optimize.minimize(through, s0, method="Nelder-Mead", options=options).fun for s0 in starts)
+
+    low, high = c.interval
+    assert least(low * 1.01) < limit < least(low * 0.99)
+    assert least(high * 0.99) < limit < least(high * 1.01)
+
+
+def test_ratio_model_equal_per_record_costs_leave_the_crossing_unbounded() -> None:
+    grpc, rest = _drifting(0.5, 0.007, "grpc"), _drifting(0.3, 0.007, "aiohttp-h1")
+    c = pm.paired_crossover(_round_ratios(grpc, rest), (1, 1000))
+    assert c is not None and c.resolved is None
+    assert c.unbounded or (c.records is not None and c.records <= 0)
+
+
+def test_too_few_counts_or_rounds_leave_the_crossover_to_the_lines() -> None:
+    grpc, rest = _affine(0.5, 0.002), _affine(0.3, 0.007)
+    ratios = _round_ratios(grpc, rest)
+    assert pm.paired_crossover([r for r in ratios if r[0] in (1, 10)], (1, 10)) is None  # two counts
+    one_round = [r for i, r in enumerate(ratios) if i % 3 == 0]  # 4 ratios, 1 degree of freedom
+    assert pm.paired_crossover(one_round, (1, 1000)) is None
+    assert pm.crossover(*_models(grpc, rest), one_round).paired is None

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from labrunner.model import duet
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
 from labrunner.model.scenario import DEFAULT_SHAPE
 from labrunner.report import findings, payload, payload_charts
@@ -525,3 +526,73 @@ def test_a_counts_measured_ratio_pairs_the_rounds_so_a_slow_round_for_both_cance
         (100, pytest.approx(0.8)),
     ]
     assert all(p.ratio.low == pytest.approx(p.ratio.estimate) == p.ratio.high for p in points)
+
+
+# CPU per request (a ms, b ms per record) of the three targets of a duet payload run.
+DUET_COSTS = {"grpc": (0.5, 0.002), "aiohttp-h1": (0.3, 0.007), "quart-h1": (0.6, 0.003)}
+
+
+def _duet_sweeps() -> list[ps.Sweep]:
+    """The payload preset's duet plan for aiohttp-h1, quart-h1 and grpc, downloads, 3 blocks: every
+    block at its own host speed (both sides alike), none the same as another block's."""
+    overrides = Overrides(targets=("aiohttp-h1", "quart-h1", "grpc"), directions=("download",))
+    plan = duet.plan_duets(
+        expand(load_matrix(ROOT / "matrix.toml"), "local", "payload", overrides), duet.AUTO
+    )
+
+    def block(s: Scenario) -> tuple[int, str, int]:
+        """The block s ran in: its count, the two targets (one in the A/A control) and its round."""
+        assert s.duet is not None
+        return s.count, "+".join(sorted({s.target.name, s.duet.partner})), s.repeat
+
+    blocks = sorted({block(s) for s in plan.scenarios})
+    # 0.95x to 1.05x the host's speed: enough to tell any two blocks apart, little enough for the lines
+    # fitted apart to pass their held-out check, so the crossover is claimed.
+    host = {b: 1 + 0.025 * (i % 5 - 2) + 0.001 * i for i, b in enumerate(blocks)}
+    results = []
+    for s in plan.scenarios:
+        assert s.duet is not None
+        fixed, per_record = DUET_COSTS[s.target.name]
+        requests = 1000
+        cost_ms = (fixed + per_record * s.count) * host[block(s)]
+        results.append(
+            ok_result(
+                s,
+                requests=requests,
+                rps=requests / DURATION_S,
+                latency_ms={"avg": 10.0, "p50": 9.0, "p90": 12.0, "p95": 14.0, "p99": 20.0},
+                received_bytes=requests * JSON_BYTES[s.count],
+                window_s=DURATION_S,
+                cpu_seconds=cost_ms * requests / 1000,
+                quota_used=QUOTA_USED,
+            )
+        )
+    return ps.sweeps(group_results(parse_results(results)), ROWS)
+
+
+def test_a_duet_sweep_pairs_the_groups_that_ran_beside_each_other() -> None:
+    # Each of grpc's groups at a count ran beside one REST server, and quart-h1 has an A/A control's
+    # group too: a pair's rounds are the blocks its two sides shared, so every ratio is exact.
+    sweeps = {s.rest_target: s for s in _duet_sweeps()}
+    assert set(sweeps) == {"aiohttp-h1", "quart-h1"}
+    for rest, s in sweeps.items():
+        assert {g.partner for g in s.grpc} == {rest} and {g.partner for g in s.rest} == {"grpc"}
+        g_fixed, g_per_record = DUET_COSTS["grpc"]
+        r_fixed, r_per_record = DUET_COSTS[rest]
+        for p in s.points["cpu_per_1k"]:
+            exact = (g_fixed + g_per_record * p.count) / (r_fixed + r_per_record * p.count)
+            assert p.ratio.estimate == pytest.approx(exact, rel=1e-6)
+            assert p.ratio.low == pytest.approx(exact, rel=1e-6) and p.ratio.high == pytest.approx(
+                exact, rel=1e-6
+            )
+    # gRPC and Quart's lines meet at (0.5 - 0.6) / (0.003 - 0.002) = -100 records: gRPC costs less at
+    # every count; gRPC and aiohttp's at (0.5 - 0.3) / (0.007 - 0.002) = 40, from the paired ratios.
+    crossing = sweeps["aiohttp-h1"].crossover
+    assert crossing is not None and crossing.paired is not None
+    assert crossing.records == pytest.approx(40, rel=1e-6)
+
+
+def test_the_cost_table_fits_grpc_over_its_blocks_beside_every_rest_server() -> None:
+    fitted = {m.target: m for m in ps.models(_duet_sweeps())}
+    assert len(fitted["grpc"].points) == 2 * 4 * 3  # two partners, four counts, three blocks each
+    assert len(fitted["aiohttp-h1"].points) == 4 * 3

@@ -3,7 +3,7 @@ against records with the cost model's ratio and crossover."""
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,6 @@ from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report.charts import DPI, FAMILY_COLOURS, family
 from labrunner.report.compare import Group
 from labrunner.report.payload import PayloadRow
-from labrunner.report.payload_model import Line
 from labrunner.report.payload_sweep import SWEPT, Point, Sweep, body_sizes, size, sweep_groups, sweeps
 from labrunner.report.stats import CONFIDENCE
 from services.common.stacks import BY_PACKAGE
@@ -46,8 +45,8 @@ def drawn(
             crossover(sweeps(groups, rows), rows, out / "payload_crossover.png"),
             "Payload crossover: gRPC / REST against records",
             f"points: measured ratio of geometric means, band its {CONFIDENCE:.0%} Welch interval; "
-            "dotted: the cost model's ratio of CPU per request (where its lines fit); "
-            "x: its crossover with Fieller's interval",
+            "dotted: the cost model's ratio of CPU per request (fitted to the paired ratios, else the "
+            "lines', where they fit); x: its crossover with its interval",
         ),
     ]
 
@@ -140,7 +139,7 @@ def _target_line(ax: Axes, members: Sequence[Group], metric: str, sizes: Mapping
 
 def crossover(sweeps: Sequence[Sweep], rows: Sequence[PayloadRow], path: Path) -> Path | None:
     """gRPC / REST per pair against records: the measured ratios with their intervals as a band and,
-    for CPU per request, the cost model's ratio and its crossover with Fieller's interval; one row of
+    for CPU per request, the cost model's ratio and its crossover with its interval; one row of
     panels per direction and record shape."""
     shown = [s for s in sweeps if s.crossover is not None or any(len(s.points[m]) >= 2 for m in SWEPT)]
     if not shown:
@@ -196,15 +195,20 @@ def _ratio_line(ax: Axes, s: Sweep, metric: str) -> None:
 
 
 def _model_ratio(ax: Axes, s: Sweep) -> None:
-    """The two cost lines' ratio from the fewest records to the most (or to the crossover, when it
-    lies beyond them), unless a line misses its held-out count; and the crossover where it is at a
-    positive count with a bounded interval (the whole sweep's lines', or a segment's)."""
+    """The cost model's ratio from the fewest records to the most (or to the crossover, when it lies
+    beyond them): the ratio model fitted to the paired ratios, else the two lines' ratio, unless a line
+    misses its held-out count; and the crossover where it is at a positive count with a bounded interval
+    (the paired ratios', the whole sweep's lines' or a segment's)."""
     c = s.crossover
     if c is None or s.grpc_model is None or s.rest_model is None:
         return
     at = c.resolved
-    if not c.misfit:
-        _line_ratio(ax, s.grpc_model.line, s.rest_model.line, [*c.span] if at is None else [*c.span, at])
+    ends = [*c.span] if at is None else [*c.span, at]
+    if c.paired is not None:
+        _ratio_curve(ax, c.paired.at, ends)
+    elif not c.misfit:
+        grpc, rest = s.grpc_model.line, s.rest_model.line
+        _ratio_curve(ax, lambda n: grpc.at(n) / rest.at(n) if rest.at(n) > 0 else -1.0, ends)
     if at is None:
         return
     error = None
@@ -213,12 +217,12 @@ def _model_ratio(ax: Axes, s: Sweep) -> None:
     ax.errorbar([at], [1.0], xerr=error, color="black", marker="x", markersize=8, capsize=4)
 
 
-def _line_ratio(ax: Axes, grpc: Line, rest: Line, ends: Sequence[float]) -> None:
-    """The ratio of the two cost lines, dotted, between the ends."""
+def _ratio_curve(ax: Axes, ratio: Callable[[float], float], ends: Sequence[float]) -> None:
+    """The model's ratio of the two costs, dotted, between the ends."""
     model = [
-        (n, grpc.at(n) / rest.at(n))
+        (n, r)
         for n in np.geomspace(min(ends), max(ends), 200)
-        if grpc.at(n) > 0 and rest.at(n) > 0  # a log axis has no place for a cost at or below 0
+        if (r := ratio(float(n))) > 0  # a log axis has no place for a ratio at or below 0
     ]
     if model:
         records, ratios = zip(*model, strict=True)

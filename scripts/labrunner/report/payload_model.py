@@ -10,10 +10,11 @@ the sweep pins the crossover down. Costs are in ms per request (CPU seconds per 
 import itertools
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy import optimize
 
 from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report.compare import Group
@@ -21,6 +22,9 @@ from labrunner.report.serialization import Case
 from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, t_quantile
 from labrunner.results.trust import SERVICE_CPU_BOUND
 
+# Below this many degrees of freedom the paired ratios do not fit the ratio model: the lines fitted
+# apart decide instead (three counts of two rounds have three).
+PAIRED_MIN_DF = 3
 CPU = "cpu_per_1k"  # CPU seconds per 1,000 requests: ms per request
 UTILISATION = "service_cpu"  # the service's share of its CPU quota over the window
 METHOD = (
@@ -29,8 +33,13 @@ METHOD = (
     "weights 1/m² with m the mean at that count: the repeats' spread grows with the level, and "
     "unweighted the 1,000-record repeats, whose spread exceeds a whole one-record request, would set a. "
     f"Intervals are {CONFIDENCE:.0%} Student t from the residuals (points - 2 degrees of freedom). The "
-    "crossover n* = (a gRPC - a REST) / (b REST - b gRPC) has Fieller's interval (the two fits "
-    "independent, the fewer of their degrees of freedom): exact for a ratio of normal estimates and "
+    "crossover n* = (a gRPC - a REST) / (b REST - b gRPC) comes from the rounds' paired ratios where "
+    f"the run has them (three or more counts, {PAIRED_MIN_DF} or more degrees of freedom): gRPC / REST of "
+    "each round (a duet block's two sides) fitted on the log scale as the ratio of the two lines, "
+    "(a gRPC + b gRPC·n) / (a REST + b REST·n), and its interval every n* whose best model through it the "
+    "ratios do not reject (the profile likelihood's F test), so a block the host slowed for both sides "
+    "cancels, as in every ratio of a run. Without them, where the two lines fitted apart meet, with "
+    "Fieller's interval (the two fits independent, the fewer of their degrees of freedom). Both are "
     "unbounded exactly when the per-record costs are not told apart, which the delta method's "
     "symmetric interval hides and a bootstrap over 2-5 repeats has too few resamples to show. Check: "
     "each target fitted without its largest count predicts that count's mean; where a target's fit misses "
@@ -172,6 +181,9 @@ class Crossover:
     # whose local lines gave records and interval; None when they keep one order (see throughout).
     segment: tuple[int, int] | None = None
     throughout: str = ""  # with a misfit and no segment: "more" or "less", gRPC at every shared count
+    # The ratio of the two costs fitted to the blocks' paired ratios (paired_crossover), when it gave
+    # records and interval; None when they come from the two lines fitted apart.
+    paired: "RatioModel | None" = None
 
     @property
     def resolved(self) -> float | None:
@@ -246,17 +258,21 @@ def _estimate(value: float, margin: float) -> Estimate:
 
 
 def fit_target(groups: Sequence[Group]) -> CostModel | None:
-    """One target's groups (one per count) fitted; None when fewer than two counts have a positive
-    CPU per request. Lower bounds are fitted too: CPU per request does not need a saturated service."""
+    """One target's groups fitted (one per count, or in a duet run one per count and partner); None
+    when fewer than two counts have a positive CPU per request. Lower bounds are fitted too: CPU per
+    request does not need a saturated service."""
     points = tuple((g.count, cost) for g in groups for cost in g.values(CPU) if cost > 0)
     fitted = {records for records, _ in points}
     if len(fitted) < 2:
         return None
-    idle = []
+    shares_by_count: dict[int, list[float]] = {}
     for g in groups:
-        shares = g.values(UTILISATION)
-        if shares and (mean := statistics.fmean(shares)) < SERVICE_CPU_BOUND:
-            idle.append(Idle(g.count, mean))
+        shares_by_count.setdefault(g.count, []).extend(g.values(UTILISATION))
+    idle = [
+        Idle(count, mean)
+        for count, shares in sorted(shares_by_count.items())
+        if shares and (mean := statistics.fmean(shares)) < SERVICE_CPU_BOUND
+    ]
     return CostModel(
         target=groups[0].target,
         protocol=groups[0].protocol,
@@ -284,17 +300,19 @@ def _columns(points: Sequence[tuple[int, float]]) -> tuple[list[int], list[float
     return [records for records, _ in points], [cost for _, cost in points]
 
 
-def crossover(grpc: CostModel, rest: CostModel) -> Crossover:
-    """Where the two lines meet, with Fieller's interval when both fits have residuals. When a side's
-    line does not fit (misfit()), the lines are not extrapolated across the counts: the crossover is
-    sought between the two adjacent counts where the targets' mean costs change order, from each
-    target's line through those two counts' repeats alone; with no change of order, gRPC costs more
-    (or less) at every count measured."""
+def crossover(grpc: CostModel, rest: CostModel, paired: Sequence[tuple[int, float]] = ()) -> Crossover:
+    """Where the two costs cross. When both lines fit: from the rounds' paired ratios (records, gRPC /
+    REST CPU per request of one round) where they give the ratio model enough degrees of freedom
+    (paired_crossover), else where the two lines meet, with Fieller's interval when both fits have
+    residuals. When a side's line does not fit (misfit()), the lines are not extrapolated across the
+    counts: the crossover is sought between the two adjacent counts where the targets' mean costs
+    change order, from each target's line through those two counts' repeats alone; with no change of
+    order, gRPC costs more (or less) at every count measured."""
     counts = (*grpc.counts, *rest.counts)
     span = (min(counts), max(counts))
     why = "; ".join(reason for reason in (misfit(grpc), misfit(rest)) if reason)
     if not why:
-        return _lines_crossover(grpc.line, rest.line, span)
+        return paired_crossover(paired, span) or _lines_crossover(grpc.line, rest.line, span)
     shared = sorted(set(grpc.counts) & set(rest.counts))
     order = [_mean(grpc, n) - _mean(rest, n) for n in shared]
     for (low, high), (before, after) in zip(
@@ -339,6 +357,127 @@ def _lines_crossover(g: Line, r: Line, span: tuple[int, int]) -> Crossover:
         grpc_cheaper_above=denominator > 0,
         span=span,
     )
+
+
+@dataclass(frozen=True)
+class RatioModel:
+    """gRPC / REST CPU per request as the ratio of two lines, (fixed + per_record·n) / (1 +
+    rest_per_record·n): each line's a and b over REST's a, which is all a ratio can tell of them. Fitted
+    to the paired ratios of the blocks (or rounds) at every count."""
+
+    fixed: float  # a gRPC / a REST
+    per_record: float  # b gRPC / a REST
+    rest_per_record: float  # b REST / a REST
+    residual: float  # the standard deviation of a round's log ratio about the model
+    df: int  # rounds - 3
+    rounds: int  # the fewest rounds a count had
+
+    def at(self, records: float) -> float:
+        return (self.fixed + self.per_record * records) / (1 + self.rest_per_record * records)
+
+
+# How far below the fewest and above the most records measured the crossover's interval is sought;
+# a set reaching either end is unbounded.
+_REACH = 100.0
+_GRID = 80  # points of the coarse search for the interval's ends, spaced evenly in log records
+
+
+def paired_crossover(ratios: Sequence[tuple[int, float]], span: tuple[int, int]) -> Crossover | None:
+    """Where gRPC's and REST's costs cross, from the rounds' paired ratios (records, gRPC / REST CPU per
+    request of one round): least squares on their logarithms with the ratio model (RatioModel), and the
+    interval of every crossover the ratios do not reject, (RSS(n*) - RSS) / s² <= F(1, df) with the
+    model refitted through n* (the profile likelihood's; like Fieller's, unbounded when the per-record
+    costs are not told apart). A host's slow block slows both sides of its ratio, so it cancels here as
+    in every ratio of a run, where the lines fitted apart carry it. None with fewer than three counts
+    or PAIRED_MIN_DF degrees of freedom."""
+    counts = sorted({n for n, _ in ratios})
+    df = len(ratios) - 3
+    if len(counts) < 3 or df < PAIRED_MIN_DF or min(r for _, r in ratios) <= 0:
+        return None
+    records = np.asarray([n for n, _ in ratios], dtype=float)
+    logs = np.log([r for _, r in ratios])
+
+    def residuals(log_params: np.ndarray) -> np.ndarray:
+        alpha, beta, gamma = np.exp(log_params)
+        return _log_ratio(alpha, beta, gamma, records) - logs
+
+    fit = min(
+        (optimize.least_squares(residuals, start) for start in _starts(records, logs)),
+        key=lambda r: float(np.sum(r.fun**2)),
+    )
+    alpha, beta, gamma = (float(v) for v in np.exp(fit.x))
+    rss = float(np.sum(fit.fun**2))
+    model = RatioModel(
+        alpha, beta, gamma, math.sqrt(rss / df), df, min(sum(n == c for n, _ in ratios) for c in counts)
+    )
+    crossing = (alpha - 1) / (gamma - beta) if gamma != beta else None
+    limit = rss + rss / df * t_quantile(CONFIDENCE, df) ** 2
+
+    def profile(at: float) -> float:
+        """The least RSS of a ratio model that crosses 1 at `at` records, less the limit (<= 0: inside)."""
+
+        def through(log_params: np.ndarray) -> np.ndarray:
+            beta, gamma = np.exp(log_params)
+            alpha = 1 + (gamma - beta) * at
+            if alpha <= 0:  # no model with positive costs crosses there with these slopes
+                return np.full(len(logs), 1e3)
+            return _log_ratio(alpha, beta, gamma, records) - logs
+
+        starts = [fit.x[1:], fit.x[1:] + np.array([0.0, 1.0]), fit.x[1:] + np.array([1.0, 0.0])]
+        return min(float(np.sum(optimize.least_squares(through, s0).fun ** 2)) for s0 in starts) - limit
+
+    interval, unbounded = None, False
+    if crossing is not None and crossing > 0:
+        interval = _profile_interval(profile, crossing, span)
+        unbounded = interval is None
+    return Crossover(
+        records=crossing,
+        interval=interval,
+        unbounded=unbounded,
+        grpc_cheaper_above=beta < gamma,
+        span=span,
+        paired=model,
+    )
+
+
+def _log_ratio(fixed: float, per_record: float, rest_per_record: float, records: np.ndarray) -> np.ndarray:
+    """The ratio model's logarithm at records (RatioModel.at)."""
+    return np.asarray(np.log(fixed + per_record * records) - np.log1p(rest_per_record * records))
+
+
+def _starts(records: np.ndarray, logs: np.ndarray) -> list[np.ndarray]:
+    """Starting points (the logarithms of RatioModel's fixed, per_record and rest_per_record): fixed from
+    the fewest records' ratio, the most records' ratio met at several REST costs per record."""
+    low, high = records.min(), records.max()
+    first = float(np.exp(logs[records == low].mean()))
+    last = float(np.exp(logs[records == high].mean()))
+    starts = []
+    for gamma in (1 / high, 10 / high, 100 / high, 1 / low):
+        beta = max(last * (1 + gamma * high) - first, 1e-9) / high
+        starts.append(np.log([first, beta, gamma]))
+    return starts
+
+
+def _profile_interval(
+    profile: Callable[[float], float], crossing: float, span: tuple[int, int]
+) -> tuple[float, float] | None:
+    """The ends of {n: profile(n) <= 0} around crossing, each found between the coarse grid's last point
+    inside and first outside; None when the set reaches _REACH beyond the span either way."""
+    low, high = span[0] / _REACH, span[1] * _REACH
+    grid = np.geomspace(low, high, _GRID)
+    below = [n for n in grid if n < crossing][::-1]
+    above = [n for n in grid if n > crossing]
+    ends = []
+    for side in (below, above):
+        inside = crossing
+        for n in side:
+            if profile(float(n)) > 0:
+                ends.append(optimize.brentq(profile, min(inside, n), max(inside, n), xtol=1e-3 * n))
+                break
+            inside = float(n)
+        else:
+            return None
+    return (min(ends), max(ends))
 
 
 # Relative rounding below which Fieller's leading coefficient counts as zero.

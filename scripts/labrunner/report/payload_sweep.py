@@ -2,19 +2,21 @@
 per request of the two crosses.
 
 The answer comes from a cost model (report/payload_model.py): each target's CPU per request fitted
-as a + b·n over all its counts and repeats, the crossover solved from the two lines with Fieller's
-interval, and checked by predicting a count the fit did not see. It replaced a crossing interpolated
+as a + b·n over all its counts and repeats, checked by predicting a count the fit did not see, and the
+crossover fitted to the rounds' paired ratios (or solved from the two lines with Fieller's interval
+where a run has too few). It replaced a crossing interpolated
 between adjacent counts in (log bytes, log ratio), which placed the crossover 15-30% low on exact
 affine costs (the ratio of two affine costs is S-shaped in log n) and judged it from whether one
 count alone told the two apart. The measured ratios by count stay in the section as the evidence.
 """
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report import payload, payload_model
-from labrunner.report.compare import THROUGHPUT, Group, round_ratio
+from labrunner.report.compare import THROUGHPUT, Group, partners, round_ratio
 from labrunner.report.network import CLOSED, load_kind
 from labrunner.report.payload_model import CostModel, Crossover, Estimate, scaled
 from labrunner.report.stats import Ratio
@@ -107,12 +109,24 @@ class Sweep:
     def _tls(self) -> str:
         return "TLS" if self.rest[0].tls else "no TLS"
 
-    @property
+    @functools.cached_property
     def crossover(self) -> Crossover | None:
-        """Where the two cost lines meet; None without both."""
+        """Where the two costs cross (payload_model.crossover, from the rounds' paired ratios where they
+        suffice); None without both cost models."""
         if self.grpc_model is None or self.rest_model is None:
             return None
-        return payload_model.crossover(self.grpc_model, self.rest_model)
+        return payload_model.crossover(self.grpc_model, self.rest_model, self.round_ratios)
+
+    @property
+    def round_ratios(self) -> tuple[tuple[int, float], ...]:
+        """(records, gRPC / REST CPU per request) of every round both sides ran at a count: a duet
+        block's two sides are one round."""
+        ratios = []
+        for grpc, rest in zip(self.grpc, self.rest, strict=True):
+            ours, theirs = grpc.by_repeat(payload_model.CPU), rest.by_repeat(payload_model.CPU)
+            both = sorted(ours.keys() & theirs.keys())
+            ratios += [(grpc.count, ours[r] / theirs[r]) for r in both if min(ours[r], theirs[r]) > 0]
+        return tuple(ratios)
 
 
 def is_unary_grpc(group: Group) -> bool:
@@ -134,19 +148,23 @@ def sweep_groups(groups: Sequence[Group]) -> list[Group]:
 def sweeps(groups: Sequence[Group], rows: Sequence[payload.PayloadRow]) -> list[Sweep]:
     """Every (gRPC unary, REST) target pair at equal TLS and scenario that ran at two or more counts.
 
-    Groups without a successful repeat, or whose throughput is only a lower bound, enter no ratio
-    (they are listed in left_out); the cost models fit every group with a CPU per request.
+    In a duet run a target has one group per partner at each count: a pair takes the groups that ran
+    beside each other (compare.partners), so that its rounds are the blocks both sides shared, and
+    neither the other pair's blocks nor the A/A control's enter it. Groups without a successful repeat,
+    or whose throughput is only a lower bound, enter no ratio (they are listed in left_out); the cost
+    models fit every group with a CPU per request.
     """
-    by_target: dict[tuple[str, tuple[object, ...]], dict[int, Group]] = {}
+    by_target: dict[tuple[str, str | None, tuple[object, ...]], dict[int, Group]] = {}
     for g in sweep_groups(groups):
-        by_target.setdefault((g.target, tuple(getattr(g, a) for a in _SAME)), {})[g.count] = g
+        by_target.setdefault((g.target, g.partner, tuple(getattr(g, a) for a in _SAME)), {})[g.count] = g
     pairs = [
         (grpc, rest)
-        for (_, key), grpc in by_target.items()
-        if next(iter(grpc.values())).protocol == "grpc"
-        for (_, rest_key), rest in by_target.items()
+        for (_, _, key), grpc in by_target.items()
+        if _first(grpc).protocol == "grpc"
+        for (_, _, rest_key), rest in by_target.items()
         if rest_key == key
-        and next(iter(rest.values())).protocol != "grpc"
+        and _first(rest).protocol != "grpc"
+        and partners(_first(grpc), _first(rest))
         and len(grpc.keys() & rest.keys()) >= 2
     ]
     counts = {count for grpc, rest in pairs for count in grpc.keys() & rest.keys()}
@@ -154,8 +172,12 @@ def sweeps(groups: Sequence[Group], rows: Sequence[payload.PayloadRow]) -> list[
     return [_pair(grpc, rest, sizes[_shape(rest)]) for grpc, rest in pairs]
 
 
+def _first(by_count: Mapping[int, Group]) -> Group:
+    return next(iter(by_count.values()))
+
+
 def _shape(by_count: Mapping[int, Group]) -> str:
-    return next(iter(by_count.values())).shape
+    return _first(by_count).shape
 
 
 def _pair(
@@ -208,13 +230,15 @@ def body_sizes(
 
 
 def models(pairs: Sequence[Sweep]) -> list[CostModel]:
-    """Every target's cost model once per scenario, gRPC first, in pair order."""
-    models: dict[tuple[str, str], CostModel] = {}
+    """Every target's cost model once per scenario, gRPC first, in pair order: fitted over all its
+    groups in the scenario, so that gRPC in a duet run has the blocks beside every REST server."""
+    groups: dict[tuple[str, str], dict[int, Group]] = {}
     for s in pairs:
-        for model in (s.grpc_model, s.rest_model):
-            if model is not None:
-                models.setdefault((model.target, s.held), model)
-    return list(models.values())
+        for side in (s.grpc, s.rest):
+            for g in side:
+                groups.setdefault((g.target, s.held), {})[id(g)] = g
+    fitted = (payload_model.fit_target(list(members.values())) for members in groups.values())
+    return [m for m in fitted if m is not None]
 
 
 def interval(e: Estimate, sign: str = "", scale: float = 1000, digits: int = 2) -> str:
