@@ -423,3 +423,48 @@ def test_too_few_counts_or_rounds_leave_the_crossover_to_the_lines() -> None:
     one_round = [r for i, r in enumerate(ratios) if i % 3 == 0]  # 4 ratios, 1 degree of freedom
     assert pm.paired_crossover(one_round, (1, 1000)) is None
     assert pm.crossover(*_models(grpc, rest), one_round).paired is None
+
+
+def test_a_ratio_the_model_cannot_follow_is_named_and_the_crossover_sought_between_counts() -> None:
+    # REST's cost at 100 records is 1.5x its line's, the rounds agree within ±1%: no ratio of two lines
+    # through all four counts follows that, and the lack of fit against the rounds' spread shows it.
+    grpc = _drifting(0.5, 0.002, "grpc")
+    rest = _drifting(0.3, 0.007, "aiohttp-h1")
+    rest[100] = [v * 1.5 for v in rest[100]]
+    ratios = _round_ratios(grpc, rest)
+    fitted = pm.paired_crossover(ratios, (1, 1000))
+    assert fitted is not None and fitted.paired is not None and fitted.paired.lack_of_fit is not None
+    # By hand: the F test of the lack of fit against the rounds' spread about their count's mean.
+    logs = {n: np.log([r for m, r in ratios if m == n]) for n in COUNTS}
+    pure = sum(float(np.sum((v - v.mean()) ** 2)) for v in logs.values())
+    rss = fitted.paired.residual**2 * fitted.paired.df
+    f = (rss - pure) / 1 / (pure / 8)
+    assert fitted.paired.lack_of_fit == pytest.approx(scipy_stats.f.sf(f, 1, 8), rel=1e-6)
+    assert fitted.paired.lack_of_fit < pm.LACK_OF_FIT
+    # Lines given without a held-out check, so the ratios' lack of fit alone decides.
+    c = pm.crossover(_given(0.5, 0.002), _given(0.3, 0.007), ratios)
+    assert c.paired is None and c.misfit.startswith("the ratio of two lines does not fit the blocks' ratios")
+    assert c.segment == (1, 1000)  # the given lines' only counts, where gRPC and REST change order
+    assert pm.crossover_text(c).endswith(
+        "(from the lines through 1 and 1,000 records alone: "
+        "the ratio of two lines does not fit the blocks' ratios)"
+    )
+
+
+def test_paired_ratios_on_either_side_of_1_hold_a_segments_crossover_between_its_counts() -> None:
+    # REST's cost bends at 1,000 records (30% above its line), so the crossover comes from the lines
+    # through 100 and 1,000 alone, fitted apart: the host's ±25% from round to round widens their
+    # interval below 100 records, where the paired ratios say gRPC still costs more.
+    grpc = _drifting(0.5, 0.002, "grpc")
+    rest = _drifting(0.2, 0.0028, "aiohttp-h1")
+    rest[1000] = [v * 1.3 for v in rest[1000]]
+    models = _models(grpc, rest)
+    apart = pm.crossover(*models)
+    assert apart.segment == (100, 1000) and apart.unbounded and apart.resolved is None
+    ratios = _round_ratios(grpc, rest)
+    c = pm.crossover(*models, ratios)
+    assert c.segment == (100, 1000) and c.records == apart.records
+    assert c.interval == (100, 1000) and not c.unbounded and c.resolved == pytest.approx(221, abs=1)
+    # One round at 100 records tells no side of 1 there: the lines' own interval stands.
+    sparse = [r for r in ratios if r[0] != 100] + [next(r for r in ratios if r[0] == 100)]
+    assert pm.crossover(*models, sparse).unbounded

@@ -14,12 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import optimize
+from scipy import optimize, stats
 
 from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report.compare import Group
 from labrunner.report.serialization import Case
-from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, t_quantile
+from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, paired_ratio, t_quantile
 from labrunner.results.trust import SERVICE_CPU_BOUND
 
 # Below this many degrees of freedom the paired ratios do not fit the ratio model: the lines fitted
@@ -184,6 +184,8 @@ class Crossover:
     # The ratio of the two costs fitted to the blocks' paired ratios (paired_crossover), when it gave
     # records and interval; None when they come from the two lines fitted apart.
     paired: "RatioModel | None" = None
+    # With a misfit: which model over every count missed (_NO_LINE or _NO_RATIO), in words.
+    no_line: str = ""
 
     @property
     def resolved(self) -> float | None:
@@ -301,18 +303,24 @@ def _columns(points: Sequence[tuple[int, float]]) -> tuple[list[int], list[float
 
 
 def crossover(grpc: CostModel, rest: CostModel, paired: Sequence[tuple[int, float]] = ()) -> Crossover:
-    """Where the two costs cross. When both lines fit: from the rounds' paired ratios (records, gRPC /
-    REST CPU per request of one round) where they give the ratio model enough degrees of freedom
-    (paired_crossover), else where the two lines meet, with Fieller's interval when both fits have
-    residuals. When a side's line does not fit (misfit()), the lines are not extrapolated across the
-    counts: the crossover is sought between the two adjacent counts where the targets' mean costs
-    change order, from each target's line through those two counts' repeats alone; with no change of
-    order, gRPC costs more (or less) at every count measured."""
+    """Where the two costs cross. When both lines fit (misfit()): from the rounds' paired ratios (records,
+    gRPC / REST CPU per request of one round) where they give the ratio model enough degrees of freedom
+    (paired_crossover) and it fits them too (ratio_misfit), else where the two lines meet, with Fieller's
+    interval when both fits have residuals. Where a model does not fit, the lines are not extrapolated
+    across the counts: the crossover is sought between the two adjacent counts where the targets' mean
+    costs change order, from each target's line through those two counts' repeats alone (its interval
+    no wider than the two counts where the paired ratios put it between them: _bracketed); with no
+    change of order, gRPC costs more (or less) at every count measured."""
     counts = (*grpc.counts, *rest.counts)
     span = (min(counts), max(counts))
-    why = "; ".join(reason for reason in (misfit(grpc), misfit(rest)) if reason)
+    why, no_line = "; ".join(reason for reason in (misfit(grpc), misfit(rest)) if reason), _NO_LINE
     if not why:
-        return paired_crossover(paired, span) or _lines_crossover(grpc.line, rest.line, span)
+        fitted = paired_crossover(paired, span)
+        if fitted is None or fitted.paired is None:
+            return _lines_crossover(grpc.line, rest.line, span)
+        why, no_line = ratio_misfit(fitted.paired), _NO_RATIO
+        if not why:
+            return fitted
     shared = sorted(set(grpc.counts) & set(rest.counts))
     order = [_mean(grpc, n) - _mean(rest, n) for n in shared]
     for (low, high), (before, after) in zip(
@@ -320,9 +328,29 @@ def crossover(grpc: CostModel, rest: CostModel, paired: Sequence[tuple[int, floa
     ):
         if before * after < 0:
             local = _lines_crossover(_segment(grpc, low, high), _segment(rest, low, high), span)
-            return replace(local, misfit=why, segment=(low, high))
+            if local.records is not None and low <= local.records <= high and _bracketed(paired, low, high):
+                ends = local.interval or (low, high)
+                local = replace(local, interval=(max(ends[0], low), min(ends[1], high)), unbounded=False)
+            return replace(local, misfit=why, segment=(low, high), no_line=no_line)
     throughout = "more" if all(d > 0 for d in order) else "less" if all(d < 0 for d in order) else ""
-    return replace(_lines_crossover(grpc.line, rest.line, span), misfit=why, throughout=throughout)
+    lines = _lines_crossover(grpc.line, rest.line, span)
+    return replace(lines, misfit=why, throughout=throughout, no_line=no_line)
+
+
+def _bracketed(paired: Sequence[tuple[int, float]], low: int, high: int) -> bool:
+    """Whether the rounds' paired ratios put gRPC on one side of REST at low records and on the other at
+    high, each interval clear of 1: the costs then cross between the two counts, and a crossover's
+    interval reaching beyond them (two lines fitted apart carry the host's drift) holds nothing more."""
+    sides = []
+    for count in (low, high):
+        ratios = [r for n, r in paired if n == count]
+        if len(ratios) < 2:
+            return False
+        at = paired_ratio(ratios, [1.0] * len(ratios))
+        if at.low is None or at.high is None or at.low <= 1 <= at.high:
+            return False
+        sides.append(at.high < 1)
+    return sides[0] != sides[1]
 
 
 def _mean(model: CostModel, count: int) -> float:
@@ -371,11 +399,16 @@ class RatioModel:
     residual: float  # the standard deviation of a round's log ratio about the model
     df: int  # rounds - 3
     rounds: int  # the fewest rounds a count had
+    # The lack-of-fit F test's p: the counts' mean ratios about the model against the rounds about their
+    # count's mean; None without degrees of freedom for either (three counts, or one round each).
+    lack_of_fit: float | None
 
     def at(self, records: float) -> float:
         return (self.fixed + self.per_record * records) / (1 + self.rest_per_record * records)
 
 
+# Below this p the ratio model's lack of fit rejects it: the crossover is then sought between counts.
+LACK_OF_FIT = 0.05
 # How far below the fewest and above the most records measured the crossover's interval is sought;
 # a set reaching either end is unbounded.
 _REACH = 100.0
@@ -407,9 +440,8 @@ def paired_crossover(ratios: Sequence[tuple[int, float]], span: tuple[int, int])
     )
     alpha, beta, gamma = (float(v) for v in np.exp(fit.x))
     rss = float(np.sum(fit.fun**2))
-    model = RatioModel(
-        alpha, beta, gamma, math.sqrt(rss / df), df, min(sum(n == c for n, _ in ratios) for c in counts)
-    )
+    rounds = min(sum(n == c for n, _ in ratios) for c in counts)
+    model = RatioModel(alpha, beta, gamma, math.sqrt(rss / df), df, rounds, _lack_of_fit(records, logs, rss))
     crossing = (alpha - 1) / (gamma - beta) if gamma != beta else None
     limit = rss + rss / df * t_quantile(CONFIDENCE, df) ** 2
 
@@ -438,6 +470,30 @@ def paired_crossover(ratios: Sequence[tuple[int, float]], span: tuple[int, int])
         span=span,
         paired=model,
     )
+
+
+# A sum of squared log ratios this small is rounding: rounds that agree to about 1e-9 have no spread to
+# test a lack of fit against.
+_EXACT = 1e-18
+
+
+def _lack_of_fit(records: np.ndarray, logs: np.ndarray, rss: float) -> float | None:
+    """The p of the F test of the ratio model's lack of fit (its RSS less the pure error, on counts - 3
+    degrees of freedom) against the pure error (the rounds about their count's mean)."""
+    counts = np.unique(records)
+    pure = float(sum(np.sum((logs[records == c] - logs[records == c].mean()) ** 2) for c in counts))
+    lack_df, pure_df = len(counts) - 3, len(logs) - len(counts)
+    if lack_df < 1 or pure_df < 1 or pure <= _EXACT:
+        return None
+    return float(stats.f.sf(max(rss - pure, 0.0) / lack_df / (pure / pure_df), lack_df, pure_df))
+
+
+def ratio_misfit(model: RatioModel) -> str:
+    """Why the ratio of two lines does not describe the blocks' ratios (its lack of fit significant at
+    LACK_OF_FIT), or ""."""
+    if model.lack_of_fit is None or model.lack_of_fit >= LACK_OF_FIT:
+        return ""
+    return f"{_NO_RATIO} (lack of fit p = {model.lack_of_fit:.3f})"
 
 
 def _log_ratio(fixed: float, per_record: float, rest_per_record: float, records: np.ndarray) -> np.ndarray:
@@ -565,7 +621,7 @@ def crossover_text(c: Crossover) -> str:
     if c.misfit and c.segment is None and c.throughout:
         first, last = c.span
         every = f"gRPC costs {c.throughout} at every count"
-        return f"no crossover from {first:,} to {last:,} records, {every} ({_NO_LINE})"
+        return f"no crossover from {first:,} to {last:,} records, {every} ({c.no_line or _NO_LINE})"
     if c.records is None:
         return f"no crossover, {c.reason}"
     meet = f"{records(c.records)} records{_interval(c)}"
@@ -574,11 +630,14 @@ def crossover_text(c: Crossover) -> str:
     text = _lines_text(c, meet)
     if c.segment is None:
         return text
-    return f"{text} (from the lines through {c.segment[0]:,} and {c.segment[1]:,} records alone: {_NO_LINE})"
+    alone = f"from the lines through {c.segment[0]:,} and {c.segment[1]:,} records alone"
+    return f"{text} ({alone}: {c.no_line or _NO_LINE})"
 
 
-# Why a crossover comes from two counts alone, or from none: the whole sweep's lines miss (misfit()).
+# Why a crossover comes from two counts alone, or from none: the whole sweep's lines miss (misfit()),
+# or the ratio of two lines misses the blocks' ratios (ratio_misfit()).
 _NO_LINE = "one line over every count misses its held-out count"
+_NO_RATIO = "the ratio of two lines does not fit the blocks' ratios"
 
 
 def _lines_text(c: Crossover, meet: str) -> str:
@@ -600,7 +659,8 @@ def _lines_text(c: Crossover, meet: str) -> str:
 def _interval(c: Crossover) -> str:
     if c.interval is not None:
         return f" [{records(c.interval[0])}, {records(c.interval[1])}]"
-    return "" if c.unbounded else " (no interval: a line through two points)"
+    # The paired ratios' interval is sought at positive counts only: none for a crossing at or below 0.
+    return "" if c.unbounded or c.paired is not None else " (no interval: a line through two points)"
 
 
 def records(value: float) -> str:
