@@ -25,6 +25,8 @@ from labrunner.results.trust import SERVICE_CPU_BOUND
 # Below this many degrees of freedom the paired ratios do not fit the ratio model: the lines fitted
 # apart decide instead (three counts of two rounds have three).
 PAIRED_MIN_DF = 3
+# Below this p the ratio model's lack of fit rejects it: the crossover is then sought between counts.
+LACK_OF_FIT = 0.05
 CPU = "cpu_per_1k"  # CPU seconds per 1,000 requests: ms per request
 UTILISATION = "service_cpu"  # the service's share of its CPU quota over the window
 METHOD = (
@@ -38,7 +40,9 @@ METHOD = (
     "each round (a duet block's two sides) fitted on the log scale as the ratio of the two lines, "
     "(a gRPC + b gRPC·n) / (a REST + b REST·n), and its interval every n* whose best model through it the "
     "ratios do not reject (the profile likelihood's F test), so a block the host slowed for both sides "
-    "cancels, as in every ratio of a run. Without them, where the two lines fitted apart meet, with "
+    "cancels, as in every ratio of a run; used where both lines pass the check below and the ratio "
+    f"model's lack of fit against the rounds' spread about their count's mean is not significant "
+    f"(F test, p >= {LACK_OF_FIT}). Without paired rounds, where the two lines fitted apart meet, with "
     "Fieller's interval (the two fits independent, the fewer of their degrees of freedom). Both are "
     "unbounded exactly when the per-record costs are not told apart, which the delta method's "
     "symmetric interval hides and a bootstrap over 2-5 repeats has too few resamples to show. Check: "
@@ -46,7 +50,9 @@ METHOD = (
     f"it by more than ±{EQUIVALENCE_MARGIN:.0%}, its cost bends and no line over every count is used: the "
     "crossover is sought between the two adjacent counts where the targets' mean costs change order, "
     "from each one's line through those two counts' repeats alone (Fieller's interval the same way), and "
-    "without a change of order the sweep says which costs more at every count. Groups whose throughput is "
+    "without a change of order the sweep says which costs more at every count; such a crossover's interval "
+    "reaches no further than those two counts where the rounds' paired ratios at each are clear of 1 on "
+    "opposite sides. Groups whose throughput is "
     "only a lower bound stay in the fit (what a request cost is still measured); counts whose service "
     f"used less than {SERVICE_CPU_BOUND:.0%} of its quota are named, since idle CPU then weighs in."
 )
@@ -407,8 +413,6 @@ class RatioModel:
         return (self.fixed + self.per_record * records) / (1 + self.rest_per_record * records)
 
 
-# Below this p the ratio model's lack of fit rejects it: the crossover is then sought between counts.
-LACK_OF_FIT = 0.05
 # How far below the fewest and above the most records measured the crossover's interval is sought;
 # a set reaching either end is unbounded.
 _REACH = 100.0
