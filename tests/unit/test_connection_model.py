@@ -270,3 +270,24 @@ def test_the_watch_counts_during_the_run_and_the_check_holds_the_plan() -> None:
         connections.check(1, 10, "warmup", "1x10")
     with pytest.raises(ScenarioFailed, match="held 3 connections from k6 in the measured window"):
         connections.check(5, 3, "measured window", "5x2")
+
+
+@pytest.mark.parametrize(
+    ("counts", "planned", "held"),
+    [
+        ([10, 11, 10], 10, 10),  # one count caught a re-dialed connection beside its replacement
+        ([11, 11, 10], 10, 11),  # two counts saw it: held, and the check fails
+        ([10, 10, 10, 20], 1, 10),  # a VU that does not multiplex: held at every count but the last
+        ([20, 20, 20], 1, 20),
+        ([6, 7, 10], 10, 10),  # late to come, then all held: the most counted
+        ([11], 10, 11),  # one count alone tells nothing apart
+        ([4, 9, 5], None, 9),  # no plan: the most counted
+        ([], 10, None),
+    ],
+)
+def test_the_connections_held_are_the_most_counted_unless_one_count_alone_saw_more_than_planned(
+    counts: list[int], planned: int | None, held: int | None
+) -> None:
+    watch = connections.Watch(lambda: None, 60, planned)
+    watch.counts = counts
+    assert watch.held == held

@@ -32,7 +32,7 @@ class ScenarioOutcome:
     host: Mapping[str, Any] | None = None  # interference.interference(): others on the scenario's CPUs
     relay_cpu_seconds: float | None = None  # the userspace link emulator, on k6's CPUs
     search: capacity.Outcome | None = None  # a capacity search's steps
-    # The most connections from k6 the service held in each k6 run ("warmup", "measured window")
+    # The connections from k6 the service held in each k6 run ("warmup", "measured window"): Watch.held
     connections_seen: Mapping[str, int | None] = field(default_factory=dict)
 
     @property

@@ -99,7 +99,7 @@ class ScenarioRun:
         self.handle_to_stop: ServiceHandle | None = None  # the service, until stop() has stopped it
         self._stop_lock = threading.Lock()  # stop() may be asked by the main thread and the finisher
         self.usage: ServiceUsage | None = None
-        # The most connections from k6 the service held in each k6 run (run.connections), by phase.
+        # The connections from k6 the service held in each k6 run (run.connections.Watch.held), by phase.
         self.connections_seen: dict[str, int | None] = {}
         self.host: Mapping[str, Any] | None = None
         self.started_at = datetime.now(UTC)
@@ -222,9 +222,9 @@ class ScenarioRun:
 
     def _check_connections(self, watch: connections.Watch, phase: str) -> None:
         """The counts against the plan (run.connections.check), kept for the result."""
-        self.connections_seen[phase] = watch.peak
+        self.connections_seen[phase] = watch.held
         if self._connections_checked:
-            connections.check(self.scenario.connections, watch.peak, phase, self.scenario.connection_model)
+            connections.check(self.scenario.connections, watch.held, phase, self.scenario.connection_model)
 
     @contextmanager
     def _owned(self) -> Iterator[None]:
