@@ -490,11 +490,16 @@ def round_ratio(candidate: Group, baseline: Group, name: str, same_run: bool = T
     """candidate / baseline of metric `name` over their repeats: within a run, paired by the rounds
     both sides have (stats.paired_ratio) when there are two or more, so a round the host slowed for
     both cancels (a duet block's two sides are one round); across runs, Welch's test (stats.ratio)."""
-    ours, theirs = candidate.by_repeat(name), baseline.by_repeat(name)
-    rounds = sorted(ours.keys() & theirs.keys())
+    rounds = paired_rounds(candidate, baseline, name)
     if same_run and len(rounds) >= 2:
-        return paired_ratio([ours[i] for i in rounds], [theirs[i] for i in rounds])
+        return paired_ratio([ours for ours, _ in rounds], [theirs for _, theirs in rounds])
     return ratio(candidate.values(name), baseline.values(name))
+
+
+def paired_rounds(candidate: Group, baseline: Group, name: str) -> list[tuple[float, float]]:
+    """(candidate, baseline) values of metric `name` in every round both sides have, in round order."""
+    ours, theirs = candidate.by_repeat(name), baseline.by_repeat(name)
+    return [(ours[i], theirs[i]) for i in sorted(ours.keys() & theirs.keys())]
 
 
 def _latency_count(result: Result) -> int:

@@ -173,6 +173,12 @@ def misfit(model: CostModel) -> str:
     )
 
 
+# Why a crossover comes from two counts alone, or from none: the whole sweep's lines miss (misfit()),
+# or the ratio of two lines misses the blocks' ratios (ratio_misfit()).
+_NO_LINE = "one line over every count misses its held-out count"
+_NO_RATIO = "the ratio of two lines does not fit the blocks' ratios"
+
+
 @dataclass(frozen=True)
 class Crossover:
     """Where gRPC's line meets a REST server's: n* = (a gRPC - a REST) / (b REST - b gRPC)."""
@@ -191,7 +197,7 @@ class Crossover:
     # records and interval; None when they come from the two lines fitted apart.
     paired: "RatioModel | None" = None
     # With a misfit: which model over every count missed (_NO_LINE or _NO_RATIO), in words.
-    no_line: str = ""
+    no_line: str = _NO_LINE
 
     @property
     def resolved(self) -> float | None:
@@ -404,7 +410,6 @@ class RatioModel:
     rest_per_record: float  # b REST / a REST
     residual: float  # the standard deviation of a round's log ratio about the model
     df: int  # rounds - 3
-    rounds: int  # the fewest rounds a count had
     # The lack-of-fit F test's p: the counts' mean ratios about the model against the rounds about their
     # count's mean; None without degrees of freedom for either (three counts, or one round each).
     lack_of_fit: float | None
@@ -444,8 +449,7 @@ def paired_crossover(ratios: Sequence[tuple[int, float]], span: tuple[int, int])
     )
     alpha, beta, gamma = (float(v) for v in np.exp(fit.x))
     rss = float(np.sum(fit.fun**2))
-    rounds = min(sum(n == c for n, _ in ratios) for c in counts)
-    model = RatioModel(alpha, beta, gamma, math.sqrt(rss / df), df, rounds, _lack_of_fit(records, logs, rss))
+    model = RatioModel(alpha, beta, gamma, math.sqrt(rss / df), df, _lack_of_fit(records, logs, rss))
     crossing = (alpha - 1) / (gamma - beta) if gamma != beta else None
     limit = rss + rss / df * t_quantile(CONFIDENCE, df) ** 2
 
@@ -625,7 +629,7 @@ def crossover_text(c: Crossover) -> str:
     if c.misfit and c.segment is None and c.throughout:
         first, last = c.span
         every = f"gRPC costs {c.throughout} at every count"
-        return f"no crossover from {first:,} to {last:,} records, {every} ({c.no_line or _NO_LINE})"
+        return f"no crossover from {first:,} to {last:,} records, {every} ({c.no_line})"
     if c.records is None:
         return f"no crossover, {c.reason}"
     meet = f"{records(c.records)} records{_interval(c)}"
@@ -635,13 +639,7 @@ def crossover_text(c: Crossover) -> str:
     if c.segment is None:
         return text
     alone = f"from the lines through {c.segment[0]:,} and {c.segment[1]:,} records alone"
-    return f"{text} ({alone}: {c.no_line or _NO_LINE})"
-
-
-# Why a crossover comes from two counts alone, or from none: the whole sweep's lines miss (misfit()),
-# or the ratio of two lines misses the blocks' ratios (ratio_misfit()).
-_NO_LINE = "one line over every count misses its held-out count"
-_NO_RATIO = "the ratio of two lines does not fit the blocks' ratios"
+    return f"{text} ({alone}: {c.no_line})"
 
 
 def _lines_text(c: Crossover, meet: str) -> str:

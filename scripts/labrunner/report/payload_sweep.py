@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
 from labrunner.report import payload, payload_model
-from labrunner.report.compare import THROUGHPUT, Group, partners, round_ratio
+from labrunner.report.compare import THROUGHPUT, Group, paired_rounds, partners, round_ratio
 from labrunner.report.network import CLOSED, load_kind
 from labrunner.report.payload_model import CostModel, Crossover, Estimate, scaled
 from labrunner.report.stats import Ratio
@@ -121,12 +121,12 @@ class Sweep:
     def round_ratios(self) -> tuple[tuple[int, float], ...]:
         """(records, gRPC / REST CPU per request) of every round both sides ran at a count: a duet
         block's two sides are one round."""
-        ratios = []
-        for grpc, rest in zip(self.grpc, self.rest, strict=True):
-            ours, theirs = grpc.by_repeat(payload_model.CPU), rest.by_repeat(payload_model.CPU)
-            both = sorted(ours.keys() & theirs.keys())
-            ratios += [(grpc.count, ours[r] / theirs[r]) for r in both if min(ours[r], theirs[r]) > 0]
-        return tuple(ratios)
+        return tuple(
+            (grpc.count, ours / theirs)
+            for grpc, rest in zip(self.grpc, self.rest, strict=True)
+            for ours, theirs in paired_rounds(grpc, rest, payload_model.CPU)
+            if min(ours, theirs) > 0
+        )
 
 
 def is_unary_grpc(group: Group) -> bool:

@@ -11,8 +11,9 @@ def findings(evidence: Evidence) -> list[Finding]:
     found = []
     for control in controls(evidence.groups):
         target = control.candidate.target
-        cell, notes = glance(control.ratios.get("rps"), "req/s", f"{target} beside itself", digits=3)
+        rps = control.ratios.get("rps")
+        cell, notes = glance(rps, "req/s", f"{target} beside itself", digits=3)
         line = f"A/A control {target}: {cell}"
-        said = verdict(r) if (r := control.ratios.get("rps")) else "no req/s ratio"
+        said = verdict(rps) if rps else "no req/s ratio"
         found.append(Finding(QUESTION, f"{line}; {said}", held_fixed=held_fixed(control), notes=tuple(notes)))
     return found
