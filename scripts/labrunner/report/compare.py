@@ -1,8 +1,10 @@
 """Scenario results grouped across repeats, and the comparisons derived from target attributes."""
 
 import itertools
+import math
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from labrunner.model.questions import pairs
 from labrunner.model.scenario import (
@@ -15,9 +17,11 @@ from labrunner.model.scenario import (
 )
 from labrunner.report.stats import (
     Ratio,
+    SpreadPrior,
     Summary,
     paired_ratio,
     ratio,
+    spread_prior,
     summarize,
     supports,
 )
@@ -138,6 +142,8 @@ class Group:
     connection_model: str = ""  # connections x streams, "1x10" ("?x1": an open model's connections vary)
     churn: int | None = None  # calls a connection carried before k6 replaced it; None: never
     compression: str = IDENTITY  # what the service compressed its responses with
+    # A duet group's run: what its duet pairs tell of one another's spread, by metric (MODERATED).
+    spread_priors: Mapping[str, SpreadPrior] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def duet_name(self) -> str:
@@ -239,6 +245,9 @@ class Comparison:
 
 # The A/A control of a duet run: one target against itself, side 1 over side 2 (model.duet).
 AA_CONTROL = "A/A control"
+# The duet ratios whose spread a run's pairs share (stats.SpreadPrior): both come from the blocks'
+# windows, whose spread is the host's and the fresh processes' more than the pair's own.
+MODERATED = ("rps", "cpu_per_1k")
 
 
 def group_results(results: Iterable[Result]) -> list[Group]:
@@ -283,7 +292,47 @@ def group_results(results: Iterable[Result]) -> list[Group]:
                 connection_model=scenario.connection_model,
             )
         )
-    return groups
+    priors = spread_priors(groups)
+    return [replace(g, spread_priors=priors) if g.partner else g for g in groups]
+
+
+def spread_priors(groups: Sequence[Group]) -> dict[str, SpreadPrior]:
+    """Each MODERATED metric's prior over the run's duet pairs (stats.spread_prior): the variance of
+    each pair's per-block log ratios, side 1 over side 2. Not the A/A control's (a control that
+    borrowed its spread from the pairs it checks would check nothing), nor a pair whose throughput is
+    only a lower bound (its spread is its k6's)."""
+    duets = [
+        (one, two)
+        for one in groups
+        for two in groups
+        if one.side == 1
+        and two.side == 2
+        and _moderated(one, two)
+        and (one.context, one.response_model, one.kind) == (two.context, two.response_model, two.kind)
+    ]
+    priors = {}
+    for metric in MODERATED:
+        spreads = [
+            _log_ratios(one, two, metric) for one, two in duets if not (one.lower_bound or two.lower_bound)
+        ]
+        kept = [logs for logs in spreads if len(logs) >= 2]
+        prior = spread_prior([statistics.variance(logs) for logs in kept], [len(logs) - 1 for logs in kept])
+        if prior is not None:
+            priors[metric] = prior
+    return priors
+
+
+def _moderated(candidate: Group, baseline: Group) -> bool:
+    """Whether a pair's ratios borrow spread from the run's other duet pairs: two targets of one duet."""
+    return (
+        candidate.partner is not None
+        and partners(candidate, baseline)
+        and candidate.duet_name != baseline.duet_name
+    )
+
+
+def _log_ratios(candidate: Group, baseline: Group, name: str) -> list[float]:
+    return [math.log(c / b) for c, b in paired_rounds(candidate, baseline, name) if c > 0 and b > 0]
 
 
 def compare_groups(groups: Sequence[Group]) -> list[Comparison]:
@@ -492,7 +541,8 @@ def round_ratio(candidate: Group, baseline: Group, name: str, same_run: bool = T
     both cancels (a duet block's two sides are one round); across runs, Welch's test (stats.ratio)."""
     rounds = paired_rounds(candidate, baseline, name)
     if same_run and len(rounds) >= 2:
-        return paired_ratio([ours for ours, _ in rounds], [theirs for _, theirs in rounds])
+        prior = candidate.spread_priors.get(name) if _moderated(candidate, baseline) else None
+        return paired_ratio([ours for ours, _ in rounds], [theirs for _, theirs in rounds], prior=prior)
     return ratio(candidate.values(name), baseline.values(name))
 
 

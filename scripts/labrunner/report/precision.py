@@ -39,6 +39,7 @@ class Sharpness:
     half_width: float | None  # a share of the estimate; None: no interval yet (one repeat)
     ceiling: float | None = None  # the widest it may be whatever --precision asks (the A/A control's)
     rounds: int | None = None  # the rounds its interval pairs
+    prior_df: float = 0.0  # the degrees of freedom its spread borrowed from the run's pairs (stats.Ratio)
 
     def target(self, precision: float) -> float:
         return precision if self.ceiling is None else min(precision, self.ceiling)
@@ -59,27 +60,35 @@ def sharpness(groups: Sequence[Group]) -> list[Sharpness]:
     per request ratios' intervals (a finding prints both)."""
     found = []
     for question, c in saturation_comparisons(lab_groups(groups)):
-        width, rounds = _widest(c)
-        found.append(Sharpness(question, c.candidate, c.baseline, width, rounds=rounds))
+        width, rounds, prior_df = _widest(c)
+        found.append(Sharpness(question, c.candidate, c.baseline, width, rounds=rounds, prior_df=prior_df))
     for control in aa_control.controls(groups):
-        width, rounds = _widest(control)
+        width, rounds, prior_df = _widest(control)
         found.append(
             Sharpness(
-                AA_CONTROL, control.candidate, control.baseline, width, aa_control.BIAS_TOLERANCE, rounds
+                AA_CONTROL,
+                control.candidate,
+                control.baseline,
+                width,
+                aa_control.BIAS_TOLERANCE,
+                rounds,
+                prior_df,
             )
         )
     return found
 
 
-def _widest(c: Comparison) -> tuple[float | None, int | None]:
+def _widest(c: Comparison) -> tuple[float | None, int | None, float]:
     """A pair's wider half width of its req/s and CPU per request ratios (None while either has no
-    interval; CPU per request only where it was measured), and the rounds they pair."""
+    interval; CPU per request only where it was measured), the rounds they pair, and the degrees of
+    freedom the wider's spread borrowed from the run's pairs."""
     ratios = [r for r in (c.ratios.get("rps"), c.ratios.get("cpu_per_1k")) if r is not None]
     widths = [relative_half_width(r) for r in ratios]
     rounds = max((r.rounds for r in ratios if r.rounds is not None), default=None)
     if not widths or None in widths:
-        return None, rounds
-    return max(w for w in widths if w is not None), rounds
+        return None, rounds, 0.0
+    wider = max(ratios, key=lambda r: relative_half_width(r) or 0.0)
+    return max(w for w in widths if w is not None), rounds, wider.prior_df
 
 
 def rounds_to_go(pair: Sharpness, precision: float, *, optimistic: bool = False) -> int:
@@ -90,9 +99,10 @@ def rounds_to_go(pair: Sharpness, precision: float, *, optimistic: bool = False)
         return 1
     log_half_width = math.log1p(pair.half_width)
     if optimistic:
-        df = pair.rounds - 1
+        df = pair.rounds - 1 + pair.prior_df
         log_half_width *= math.sqrt(df / float(special.chdtri(df, 1 - OPTIMISM)))
-    return max(1, rounds_needed(log_half_width, pair.rounds, pair.target(precision)) - pair.rounds)
+    needed = rounds_needed(log_half_width, pair.rounds, pair.target(precision), pair.prior_df)
+    return max(1, needed - pair.rounds)
 
 
 def within_reach(

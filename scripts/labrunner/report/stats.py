@@ -3,7 +3,7 @@
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # The t distribution's functions alone: scipy.stats, whose t-tests this module used to call, took about
 # 1 s to import (its distributions' docstrings) in every run's process; the tests compare these
@@ -29,7 +29,10 @@ RATIO_METHOD_LINE = (
     f"geometric mean of the per-round ratios, its {CONFIDENCE:.0%} interval the Student t interval of "
     "their logarithms, so a round the host slowed for both sides cancels. A table calls a ratio "
     "significant when that interval excludes 1, one test alone; the findings correct over the run's "
-    "tests of each metric (Holm). In a duet the rounds are blocks, both sides measured at once. "
+    "tests of each metric (Holm). In a duet the rounds are blocks, both sides measured at once, and "
+    "the spread of a pair's req/s and CPU per request ratios from block to block is moderated by the "
+    "run's other duet pairs (limma's moderated t: an empirical Bayes prior on the variances, whose "
+    "degrees of freedom the t borrows; not the A/A control's). "
     "Where repeats have no partner (a run against another), Welch's t-test on the logarithms. An "
     f"interval wider than {MAX_INTERVAL_WIDTH:g}x (high / low) is shown as — with about how many "
     "rounds it needs."
@@ -72,6 +75,9 @@ class Ratio:
     note: str = ""
     equivalent: bool | None = None  # within ±EQUIVALENCE_MARGIN by TOST; None when not testable
     rounds: int | None = None  # the rounds paired (Welch's test: the fewer repeats of a side)
+    # The degrees of freedom its spread borrowed from the run's other duet pairs (SpreadPrior): its t
+    # has rounds - 1 + prior_df of them. 0 for a ratio judged on its own rounds alone.
+    prior_df: float = 0.0
 
 
 def relative_half_width(r: Ratio) -> float | None:
@@ -159,8 +165,63 @@ def ratio(candidate: Sequence[float], baseline: Sequence[float], confidence: flo
     return _tested(math.exp(difference), welch, confidence, min(len(log_c), len(log_b)))
 
 
+@dataclass(frozen=True)
+class SpreadPrior:
+    """What the duet pairs of a run tell of one another's spread from block to block: limma's
+    empirical Bayes prior (Smyth 2004, fitFDist), a scaled inverse chi-square distribution of the
+    variances of the pairs' per-block log ratios, with `df` degrees of freedom around `variance`.
+    df is infinite when the pairs' variances differ no more than sampling alone would make them."""
+
+    df: float
+    variance: float
+    pooled_df: float  # every pair's own degrees of freedom summed: no moderated ratio has more
+
+    def moderate(self, variance: float, df: int) -> tuple[float, float]:
+        """A pair's own variance from `df` degrees of freedom, moderated: the weighted mean of its own
+        and the prior's, (d0·s0² + d·s²) / (d0 + d), and its t's degrees of freedom, d0 + d capped at
+        the pooled (limma's squeezeVar and eBayes)."""
+        if math.isinf(self.df):
+            return self.variance, self.pooled_df
+        moderated = (self.df * self.variance + df * variance) / (self.df + df)
+        return moderated, min(self.df + df, self.pooled_df)
+
+
+# Below this many pairs the spread of their variances says too little of the prior's df.
+SPREAD_PRIOR_PAIRS = 4
+
+
+def spread_prior(variances: Sequence[float], dfs: Sequence[int]) -> SpreadPrior | None:
+    """limma's fitFDist without covariates: the prior the sample variances `variances` (each with its
+    `dfs` degrees of freedom) are drawn from, fitted by the moments of their logarithms. None with
+    fewer than SPREAD_PRIOR_PAIRS variances above 0."""
+    kept = [(v, d) for v, d in zip(variances, dfs, strict=True) if v > 0 and d > 0]
+    if len(kept) < SPREAD_PRIOR_PAIRS:
+        return None
+    # log s² has mean log σ² + digamma(d/2) - log(d/2) and variance trigamma(d/2) about the prior's.
+    centred = [math.log(v) - special.digamma(d / 2) + math.log(d / 2) for v, d in kept]
+    mean = statistics.fmean(centred)
+    excess = statistics.variance(centred) - statistics.fmean([special.polygamma(1, d / 2) for _, d in kept])
+    pooled = float(sum(d for _, d in kept))
+    if excess <= 0:
+        return SpreadPrior(math.inf, math.exp(mean), pooled)
+    df = 2 * _trigamma_inverse(excess)
+    return SpreadPrior(df, math.exp(mean + special.digamma(df / 2) - math.log(df / 2)), pooled)
+
+
+def _trigamma_inverse(value: float) -> float:
+    """The y with trigamma(y) = value (> 0): trigamma falls from +inf to 0 over y > 0."""
+    low, high = 1e-8, 1e8
+    while high / low > 1 + 1e-12:  # bisection on the log scale: trigamma is monotone
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if special.polygamma(1, middle) > value else (low, middle)
+    return math.sqrt(low * high)
+
+
 def paired_ratio(
-    candidate: Sequence[float], baseline: Sequence[float], confidence: float = CONFIDENCE
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    confidence: float = CONFIDENCE,
+    prior: SpreadPrior | None = None,
 ) -> Ratio:
     """How candidate compares with baseline when their i-th values were measured together (the same
     round of a run): a paired t-test on the logarithms, so what slowed or sped a whole round (the
@@ -168,6 +229,8 @@ def paired_ratio(
 
     The ratio is exp(mean of the rounds' log ratios), its interval exp(mean ± t·sd/√n) with n - 1
     degrees of freedom (as scipy.stats' ttest_rel), TOST at 1 - 2(1 - confidence) as for ratio().
+    With a prior (a run's duet pairs, SpreadPrior), the rounds' variance is moderated by it and the t
+    has its degrees of freedom too: limma's moderated t.
     """
     if len(candidate) != len(baseline) or not candidate:
         raise ValueError("paired_ratio needs the same number of values on both sides")
@@ -180,8 +243,11 @@ def paired_ratio(
     if max(differences) - min(differences) < 1e-12:  # every round the same ratio, to rounding: exact
         return _exact(point, same=abs(differences[0]) < 1e-12)
     n = len(differences)
-    test = TTest(statistics.fmean(differences), statistics.stdev(differences) / math.sqrt(n), n - 1)
-    return _tested(point, test, confidence, n)
+    variance, df = statistics.variance(differences), float(n - 1)
+    if prior is not None:
+        variance, df = prior.moderate(variance, n - 1)
+    test = TTest(statistics.fmean(differences), math.sqrt(variance / n), df)
+    return replace(_tested(point, test, confidence, n), prior_df=df - (n - 1))
 
 
 def _exact(point: float, same: bool) -> Ratio:
@@ -227,7 +293,9 @@ def _tested(point: float, test: TTest, confidence: float, rounds: int) -> Ratio:
     )
 
 
-def too_few_rounds(centre: float, low: float | None, high: float | None, rounds: int | None) -> str | None:
+def too_few_rounds(
+    centre: float, low: float | None, high: float | None, rounds: int | None, prior_df: float = 0.0
+) -> str | None:
     """Why an interval around `centre` decides nothing, in the words every table and finding prints
     instead of it: 'too few rounds: about N needed for ±5%' when it is wider than
     trust.MAX_INTERVAL_WIDTH (N: trust.rounds_needed; rounds None: an interval over latency batches,
@@ -239,13 +307,13 @@ def too_few_rounds(centre: float, low: float | None, high: float | None, rounds:
     if rounds < 2 or low <= 0:
         return "too few rounds"
     log_half_width = max(math.log(high / centre), math.log(centre / low))
-    needed = rounds_needed(log_half_width, rounds)
+    needed = rounds_needed(log_half_width, rounds, prior_df=prior_df)
     return f"too few rounds: about {needed:,} needed for ±{SETTLED_HALF_WIDTH:.0%}"
 
 
 def ratio_too_wide(r: Ratio) -> str | None:
     """too_few_rounds of a ratio's interval."""
-    return too_few_rounds(r.estimate, r.low, r.high, r.rounds)
+    return too_few_rounds(r.estimate, r.low, r.high, r.rounds, r.prior_df)
 
 
 def summary_too_wide(s: Summary) -> str | None:

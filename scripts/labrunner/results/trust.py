@@ -149,19 +149,23 @@ def unexplained_spread(results: Sequence[Result]) -> Spread | None:
     return Spread(cv, n, rounds_needed(_t(n - 1) * log_sd / math.sqrt(n), n))
 
 
-def rounds_needed(log_half_width: float, rounds: int, target: float = SETTLED_HALF_WIDTH) -> int:
+def rounds_needed(
+    log_half_width: float, rounds: int, target: float = SETTLED_HALF_WIDTH, prior_df: float = 0.0
+) -> int:
     """About how many rounds would bring an interval now log_half_width wide (ln(high / centre)) from
     `rounds` rounds to ±target: the fewest n with t(n-1)·s/√n <= ln(1 + target), s the rounds' standard
     deviation the current interval implies (log_half_width·√rounds / t(rounds-1)). t is taken at the
-    n sought, not kept at today's: with 3 rounds t is 4.30, with 19 it is 2.10."""
+    n sought, not kept at today's: with 3 rounds t is 4.30, with 19 it is 2.10. A ratio whose spread is
+    moderated by the run's other pairs (report/stats.SpreadPrior) has prior_df more degrees of freedom
+    at every n, and s stays the moderated one."""
     if rounds < 2:
         raise ValueError("rounds_needed needs an interval from at least two rounds")
-    sd = log_half_width * math.sqrt(rounds) / _t(rounds - 1)
+    sd = log_half_width * math.sqrt(rounds) / _t(rounds - 1 + prior_df)
     goal = math.log(1 + target)
     # t is above the normal quantile at every n: the normal's count is where the search starts.
     z = float(special.ndtri((1 + SPREAD_CONFIDENCE) / 2))
     n = max(2, math.ceil((z * sd / goal) ** 2))
-    while _t(n - 1) * sd / math.sqrt(n) > goal:
+    while _t(n - 1 + prior_df) * sd / math.sqrt(n) > goal:
         n += 1
     return n
 
@@ -171,7 +175,7 @@ def too_wide(low: float, high: float) -> bool:
     return low <= 0 or high / low > MAX_INTERVAL_WIDTH
 
 
-def _t(df: int) -> float:
+def _t(df: float) -> float:
     """The two-sided SPREAD_CONFIDENCE Student t critical value with df degrees of freedom."""
     return float(special.stdtrit(df, (1 + SPREAD_CONFIDENCE) / 2))
 

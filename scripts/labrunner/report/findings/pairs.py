@@ -214,7 +214,7 @@ def _to_decide(r: Ratio, g: Group) -> str:
     goal = max(off, math.log(1 + EQUIVALENCE_MARGIN) - off)
     half = max(math.log(r.high / r.estimate), math.log(r.estimate / r.low))
     if r.rounds is not None:
-        needed = rounds_needed(half, r.rounds, math.expm1(goal)) if r.rounds >= 2 else 0
+        needed = rounds_needed(half, r.rounds, math.expm1(goal), r.prior_df) if r.rounds >= 2 else 0
         return f"about {needed:,} rounds to decide (--repeats)" if needed > r.rounds else ""
     seconds, window = _window_s(g, (half / goal) ** 2), g.results[0].scenario.duration_s
     return (
@@ -312,7 +312,7 @@ def _rounds_needed(rps: Ratio | None, cpu: Ratio | None) -> str:
     width, what, r = max(widths, key=lambda found: found[0])
     if width - 1 <= SETTLED_HALF_WIDTH or ratio_too_wide(r) or r.rounds is None:
         return ""
-    needed = rounds_needed(math.log(width), r.rounds)
+    needed = rounds_needed(math.log(width), r.rounds, prior_df=r.prior_df)
     return f"{what} ±{width - 1:.0%}: about {needed} rounds for ±{SETTLED_HALF_WIDTH:.0%} (--precision)"
 
 

@@ -182,15 +182,16 @@ def _more(hidden: int) -> list[str]:
 
 CONFIDENCE_LINE = (
     f"Ratios pair the repeats of each round (a paired t-test on the logarithms, {CONFIDENCE:.0%} "
-    "interval: a round the host slowed for every target cancels); significant after Holm's "
+    "interval: a round the host slowed for every target cancels; a duet pair's req/s and CPU/req "
+    "spread moderated by the run's other pairs, limma's moderated t); significant after Holm's "
     "correction over the run's tests of each metric, "
     f"equivalent within ±{EQUIVALENCE_MARGIN:.0%} by two one-sided tests, else inconclusive; latency "
     "on k6's own timer of each request."
 )
 # The method as the terminal says it, in one line (summary.md and the report give CONFIDENCE_LINE).
 SHORT_METHOD = (
-    f"{CONFIDENCE:.0%} paired intervals, Holm; ≈ within ±{EQUIVALENCE_MARGIN:.0%}, ? inconclusive, "
-    "—: see its note"
+    f"{CONFIDENCE:.0%} paired intervals, duet spread moderated, Holm; "
+    f"≈ within ±{EQUIVALENCE_MARGIN:.0%}, ? inconclusive, —: see its note"
 )
 LEGEND = (
     f"In the lines: ≈ equivalent within ±{EQUIVALENCE_MARGIN:.0%}, ? inconclusive, — no interval that "
