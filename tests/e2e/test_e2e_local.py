@@ -209,3 +209,45 @@ def test_a_target_that_fails_verification_fails_alone(tmp_path: Path) -> None:
     assert broken["failure"]["phase"] == "verify"
     assert "HTTP/1.1" in broken["failure"]["message"], broken["failure"]
     assert "FAILED in verify" in completed.stdout
+
+
+@pytest.mark.paired  # what the run decided: a duet side failed its check, and its partner with it
+def test_a_duet_side_that_fails_verification_fails_its_partner_too(tmp_path: Path) -> None:
+    # Hypercorn told to offer HTTP/1.1 only under quart-h2-tls: its check fails, and Quart over
+    # HTTP/1.1 beside it is not measured alone (run/duet.py).
+    matrix = tmp_path / "matrix.toml"
+    text = (ROOT / "matrix.toml").read_text()
+    h2_target = '[targets.quart-h2-tls]\nservice = "rest_quart"\nscript = "k6/rest.js"\nprotocol = "http2"\n'
+    h2_target += 'tls = true\nexpect_proto = "HTTP/2.0"\nenv = { ALPN_PROTOCOLS = "h2" }\n'
+    assert text.count(h2_target) == 1
+    matrix.write_text(text.replace(h2_target, h2_target.replace('"h2"', '"http/1.1"')))
+    out = tmp_path / "broken-duet"
+    quick_benchmark(out)  # neither the benchmark nor the calibration is under test here
+    completed = _run_matrix(
+        *QUICK_CALIBRATION,
+        "--matrix", str(matrix),
+        "--target", "quart-h2-tls,quart-h1-tls",
+        "--load-model", "closed",
+        "--repeats", "1",
+        "--duet", "on",
+        "--control", "quart-h1-tls",
+        "--warmup", "0",
+        "--duration", "2s",
+        "--budget", "0s",
+        "--out", str(out),
+        "--influxdb", "none",
+        "--prometheus", "none",
+        "--prometheus-targets", "",
+    )  # fmt: skip
+    assert completed.returncode == 1, completed.stdout
+    results = {p.stem: json.loads(p.read_text()) for p in (out / "scenarios").glob("*.json")}
+    h2 = results["quart-h2-tls.quarter.c100.closed.vs-quart-h1-tls.r1"]
+    h1 = results["quart-h1-tls.quarter.c100.closed.vs-quart-h2-tls.r1"]
+    assert h2["failure"]["phase"] == "verify", h2["failure"]
+    assert h1["status"] == "failed"
+    assert h1["failure"]["phase"] == "duet"
+    assert f"its partner {h2['scenario_id']} failed in verify" in h1["failure"]["message"]
+    # The A/A control of quart-h1-tls ran, both sides at once.
+    assert [results[f"quart-h1-tls.quarter.c100.closed.aa{side}.r1"]["status"] for side in (1, 2)] == [
+        "ok"
+    ] * 2
