@@ -186,18 +186,9 @@ def test_a_target_that_fails_verification_fails_alone(tmp_path: Path) -> None:
         'protocol = "http2"\ntls = true\nexpect_proto = "HTTP/2.0"\nenv = { ALPN_PROTOCOLS = "http/1.1" }\n'
     )
     out = tmp_path / "broken"
-    quick_benchmark(out)  # neither the benchmark nor the calibration is under test here
-    completed = _run_matrix(
-        *QUICK_CALIBRATION,
-        "--matrix", str(matrix),
-        "--preset", "ci",
-        "--target", "quart-claims-h2,aiohttp-h1",
-        "--duration", "2s",
-        "--out", str(out),
-        "--influxdb", "none",
-        "--prometheus", "none",
-        "--prometheus-targets", "",
-    )  # fmt: skip
+    completed = _run_unobserved(
+        matrix, out, "--preset", "ci", "--target", "quart-claims-h2,aiohttp-h1", "--duration", "2s"
+    )
     assert completed.returncode == 1, completed.stdout
     results = {
         r["scenario"]["target"]: r
@@ -222,23 +213,12 @@ def test_a_duet_side_that_fails_verification_fails_its_partner_too(tmp_path: Pat
     assert text.count(h2_target) == 1
     matrix.write_text(text.replace(h2_target, h2_target.replace('"h2"', '"http/1.1"')))
     out = tmp_path / "broken-duet"
-    quick_benchmark(out)  # neither the benchmark nor the calibration is under test here
-    completed = _run_matrix(
-        *QUICK_CALIBRATION,
-        "--matrix", str(matrix),
-        "--target", "quart-h2-tls,quart-h1-tls",
-        "--load-model", "closed",
-        "--repeats", "1",
-        "--duet", "on",
-        "--control", "quart-h1-tls",
-        "--warmup", "0",
-        "--duration", "2s",
-        "--budget", "0s",
-        "--out", str(out),
-        "--influxdb", "none",
-        "--prometheus", "none",
-        "--prometheus-targets", "",
-    )  # fmt: skip
+    completed = _run_unobserved(
+        matrix,
+        out,
+        *("--target", "quart-h2-tls,quart-h1-tls", "--load-model", "closed", "--repeats", "1"),
+        *("--duet", "on", "--control", "quart-h1-tls", "--warmup", "0", "--duration", "2s", "--budget", "0s"),
+    )
     assert completed.returncode == 1, completed.stdout
     results = {p.stem: json.loads(p.read_text()) for p in (out / "scenarios").glob("*.json")}
     h2 = results["quart-h2-tls.quarter.c100.closed.vs-quart-h1-tls.r1"]
@@ -251,3 +231,18 @@ def test_a_duet_side_that_fails_verification_fails_its_partner_too(tmp_path: Pat
     assert [results[f"quart-h1-tls.quarter.c100.closed.aa{side}.r1"]["status"] for side in (1, 2)] == [
         "ok"
     ] * 2
+
+
+def _run_unobserved(matrix: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A quick run of `matrix` into `out` without Prometheus or InfluxDB: what it decided is under
+    test, not its observation, its serialization benchmark or its calibration."""
+    quick_benchmark(out)
+    return _run_matrix(
+        *QUICK_CALIBRATION,
+        "--matrix", str(matrix),
+        *args,
+        "--out", str(out),
+        "--influxdb", "none",
+        "--prometheus", "none",
+        "--prometheus-targets", "",
+    )  # fmt: skip

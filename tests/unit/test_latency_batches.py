@@ -114,6 +114,14 @@ def test_batches_that_disagree_say_the_latency_moved_not_that_rounds_are_missing
     assert finding.glance(p50, "p50", "a vs b")[1][0].alone == (
         "p50 —: too wide: latency moved from batch to batch in its window (a queue near the quota)"
     )
+    # With what a longer window would decide, the note says it for the pair (the done-when's "or
+    # saying what it needs").
+    needs = pairs._to_decide(p50, comparison.candidate)
+    assert needs.startswith("about ") and needs.endswith(" s windows to decide (--duration)"), needs
+    assert finding.glance(p50, "p50", "a vs b", undecided=needs)[1][0].alone == (
+        "p50 —: a vs b: too wide: latency moved from batch to batch in its window (a queue near the "
+        f"quota), {needs}"
+    )
 
 
 def _closed_result(target: str, service: str, rps: float) -> dict[str, Any]:

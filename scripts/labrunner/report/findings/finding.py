@@ -98,8 +98,8 @@ def glance(
     """A ratio as a finding's line shows it, and the notes that say why it reads so: 'p50 1.29x [1.20,
     1.40]' when significant; 'p50 ≈' when equivalent within ±10%; 'p50 ?' when inconclusive (its note
     gives the interval, then `undecided`: what would decide it); 'p50 —' when there is no interval or
-    it is too wide to decide (its note says why). req/s always shows its interval: 'req/s 1.01x [0.97,
-    1.05] ≈', 'req/s 1.18x [0.93, 1.50] ?'."""
+    it is too wide to decide (its note says why, and over latency batches `undecided` too). req/s
+    always shows its interval: 'req/s 1.01x [0.97, 1.05] ≈', 'req/s 1.18x [0.93, 1.50] ?'."""
     if r is None:
         return f"{what} —", [Note(f"{pair}: no figure", f"{what} —", VERDICT)]
     if r.low is None or r.high is None:  # the estimate alone (one repeat): said, and noted as such
@@ -107,7 +107,11 @@ def glance(
             Note(f"{pair} {what} ({r.note or 'none'})", "no interval", VERDICT)
         ]
     if wide := ratio_too_wide(r):
-        return f"{what} —", [Note(wide if r.rounds is None else f"{pair}: {wide}", f"{what} —", VERDICT)]
+        if r.rounds is None:  # over latency batches: a reason many pairs share, unless what decides is known
+            said = f"{pair}: {wide}, {undecided}" if undecided else wide
+        else:
+            said = f"{pair}: {wide}"
+        return f"{what} —", [Note(said, f"{what} —", VERDICT)]
     figure = f"{r.estimate:.{digits}f}x [{r.low:.{digits}f}, {r.high:.{digits}f}]"
     always = what not in {"p50", "p99"}  # throughput's interval is the line's point
     if r.significant:
