@@ -122,6 +122,13 @@ def test_batches_that_disagree_say_the_latency_moved_not_that_rounds_are_missing
         "p50 —: a vs b: too wide: latency moved from batch to batch in its window (a queue near the "
         f"quota), {needs}"
     )
+    # A ratio far from 1 whose batches spread too far to show: the window that brings its interval
+    # within 3x (where it excludes 1 too), not none.
+    far = _open_result("aiohttp-h1", "rest_aiohttp", _batches([1.0, 1.1, 0.9, 1.0, 1.05]))
+    [far_off] = compare_groups(group_results(parse_results([far, queue])))
+    wide = far_off.ratios["p50"]
+    assert wide.low is not None and wide.high is not None and wide.high / wide.low > 3 and wide.low < 0.5
+    assert pairs._to_decide(wide, far_off.candidate).endswith(" s windows to decide (--duration)")
 
 
 def _closed_result(target: str, service: str, rps: float) -> dict[str, Any]:

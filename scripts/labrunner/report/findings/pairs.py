@@ -35,7 +35,7 @@ from labrunner.report.stats import (
     relative_half_width,
     samples_needed,
 )
-from labrunner.results.trust import SETTLED_HALF_WIDTH, rounds_needed
+from labrunner.results.trust import MAX_INTERVAL_WIDTH, SETTLED_HALF_WIDTH, rounds_needed
 from labrunner.run.k6_stats import PERCENTILES
 
 # The questions the pairs answer, and which comparison rule (model.questions) answers which.
@@ -204,14 +204,15 @@ def _window_s(g: Group, factor: float) -> int | None:
 
 def _to_decide(r: Ratio, g: Group) -> str:
     """What would decide a latency ratio should it stay inconclusive, if its centre held: an interval
-    narrow enough to exclude 1 or to lie within ±EQUIVALENCE_MARGIN. Paired over rounds: about N
+    narrow enough to exclude 1 or to lie within ±EQUIVALENCE_MARGIN, and to be shown at all (within
+    trust.MAX_INTERVAL_WIDTH, which a ratio far from 1 asks first). Paired over rounds: about N
     rounds (trust.rounds_needed). Over one window's latency batches (g's window): a window
     (now / needed)² as long, since a batch's percentile moves about as 1/√ of its samples. Nothing
     when there is no interval, or no more than is there would do."""
     if r.low is None or r.high is None or r.low <= 0:
         return ""
     off = abs(math.log(r.estimate))
-    goal = max(off, math.log(1 + EQUIVALENCE_MARGIN) - off)
+    goal = min(max(off, math.log(1 + EQUIVALENCE_MARGIN) - off), math.log(MAX_INTERVAL_WIDTH) / 2)
     half = max(math.log(r.high / r.estimate), math.log(r.estimate / r.low))
     if r.rounds is not None:
         needed = rounds_needed(half, r.rounds, math.expm1(goal), r.prior_df) if r.rounds >= 2 else 0
