@@ -13,19 +13,19 @@ from labrunner.model import duet
 from labrunner.model.matrix import expand, load_matrix
 from labrunner.model.scenario import Overrides
 from labrunner.report import precision
-from labrunner.report.compare import AA_CONTROL, MODERATED, compare_groups, group_results
+from labrunner.report.compare import AA_CONTROL, MODERATED, compare_groups, group_results, paired_rounds
 from labrunner.report.stats import (
     SPREAD_PRIOR_PAIRS,
     SpreadPrior,
     paired_ratio,
+    relative_half_width,
     spread_prior,
 )
 from labrunner.results.result import parse_results
-from labrunner.results.store import scenario_dict
 from labrunner.results.trust import rounds_needed
 from scipy import optimize, special
 
-from tests.support import ROOT
+from tests.support import ROOT, ok_result
 
 
 def _limma(variances: list[float], dfs: list[int]) -> tuple[float, float]:
@@ -106,25 +106,25 @@ def test_moderated_intervals_keep_their_coverage_and_are_narrower() -> None:
     assert statistics.median(widths) < 0.8 * statistics.median(plain_widths)
 
 
-def test_a_moderated_ratio_needs_fewer_rounds() -> None:
-    # ±20% from 3 rounds alone needs 19 rounds for ±5%; with 20 degrees of freedom borrowed, the same
-    # interval implies a wider spread (its t was 2.09, not 4.30) yet t stays near 2 at every count.
+def test_rounds_needed_count_the_borrowed_degrees_of_freedom() -> None:
+    # ±20% from 3 rounds alone needs 12 rounds for ±5%. The same ±20% with 20 degrees of freedom
+    # borrowed came from a t of 2.07, not 4.30, so a spread twice as wide: 40 rounds, each with t at
+    # n - 1 + 20 (the search stops at the first n that reaches ±5%).
     alone, borrowed = rounds_needed(math.log(1.2), 3), rounds_needed(math.log(1.2), 3, prior_df=20)
-    assert borrowed > alone  # the same width from a t of 2.09 means a spread twice as wide
+    assert (alone, borrowed) == (12, 40)
     sd = math.log(1.2) * math.sqrt(3) / float(special.stdtrit(22, 0.975))
     n = borrowed
     assert float(special.stdtrit(n - 1 + 20, 0.975)) * sd / math.sqrt(n) <= math.log(1.05)
     assert float(special.stdtrit(n - 2 + 20, 0.975)) * sd / math.sqrt(n - 1) > math.log(1.05)
-    assert rounds_needed(math.log(1.2), 3, prior_df=0.0) == alone
 
 
-# Each default pair's own spread from block to block (log sd), and the host's drift every block shares.
+# The host's speed in each block: both sides of a block move with it.
 HOST = {1: 1.0, 2: 0.8, 3: 1.2}
 
 
-def _default_run(wide_pair: str = "grpc-stream") -> list[dict[str, Any]]:
-    """The default preset's closed duets over 3 blocks: each pair's blocks spread about 3%, but
-    `wide_pair`'s side 1, whose blocks spread 15%; the A/A control's 1%."""
+def _default_run(wide_target: str = "grpc-stream") -> list[dict[str, Any]]:
+    """The default preset's closed duets over 3 blocks: each side moves by about 2% from block to
+    block, `wide_target` by 15%, the A/A control's sides by 1%."""
     plan = duet.plan_duets(
         expand(load_matrix(ROOT / "matrix.toml"), "local", "default", Overrides(load_models=("closed",))),
         duet.AUTO,
@@ -133,25 +133,19 @@ def _default_run(wide_pair: str = "grpc-stream") -> list[dict[str, Any]]:
     results = []
     for s in plan.scenarios:
         assert s.duet is not None
-        sd = 0.01 if s.duet.partner == s.target.name else 0.15 if s.target.name == wide_pair else 0.02
+        sd = 0.01 if s.duet.partner == s.target.name else 0.15 if s.target.name == wide_target else 0.02
         rps = 1000.0 * HOST[s.repeat] * math.exp(rng.gauss(0, sd))
         results.append(
-            {
-                "scenario_id": s.id,
-                "status": "ok",
-                "scenario": scenario_dict(s),
-                "k6": {
-                    "cpu_utilisation": 0.4,
-                    "metrics": {
-                        "requests": int(rps * 5),
-                        "requests_per_second": rps,
-                        "errors": 0,
-                        "latency_ms": {},
-                    },
-                },
-                "service": {"usage": {"cpu_seconds": 1.25, "cpu_utilisation": 1.0}},
-                "suspect": [],
-            }
+            ok_result(
+                s,
+                requests=int(rps * 5),
+                rps=rps,
+                latency_ms={},
+                received_bytes=0,
+                window_s=5.0,
+                cpu_seconds=1.25,
+                quota_used=1.0,
+            )
         )
     return results
 
@@ -165,7 +159,7 @@ def test_a_runs_duet_pairs_lend_one_another_their_spread_but_not_the_aa_control(
     [wide] = [c for c in comparisons if c.candidate.target == "grpc-stream"]
     [control] = [c for c in comparisons if c.kind == AA_CONTROL]
     for c in (wide, control):
-        rounds = [(a, b) for a, b in zip(c.candidate.values("rps"), c.baseline.values("rps"), strict=True)]
+        rounds = paired_rounds(c.candidate, c.baseline, "rps")
         alone = paired_ratio([a for a, _ in rounds], [b for _, b in rounds])
         if c is control:
             assert c.ratios["rps"] == alone  # judged on its own blocks alone
@@ -174,6 +168,6 @@ def test_a_runs_duet_pairs_lend_one_another_their_spread_but_not_the_aa_control(
             assert c.ratios["rps"].high < alone.high  # type: ignore[operator]
     # --precision reads the moderated width and the borrowed degrees of freedom.
     [sharp] = [p for p in precision.sharpness(groups) if p.candidate.target == "grpc-stream"]
-    assert (
-        sharp.prior_df == wide.ratios["rps"].prior_df or sharp.prior_df == wide.ratios["cpu_per_1k"].prior_df
-    )
+    wider = max((wide.ratios[m] for m in MODERATED), key=lambda r: relative_half_width(r) or 0.0)
+    assert sharp.half_width == relative_half_width(wider)
+    assert sharp.prior_df == wider.prior_df > 0

@@ -309,13 +309,11 @@ def spread_priors(groups: Sequence[Group]) -> dict[str, SpreadPrior]:
         and two.side == 2
         and _moderated(one, two)
         and (one.context, one.response_model, one.kind) == (two.context, two.response_model, two.kind)
+        and not (one.lower_bound or two.lower_bound)
     ]
     priors = {}
     for metric in MODERATED:
-        spreads = [
-            _log_ratios(one, two, metric) for one, two in duets if not (one.lower_bound or two.lower_bound)
-        ]
-        kept = [logs for logs in spreads if len(logs) >= 2]
+        kept = [logs for one, two in duets if len(logs := _log_ratios(one, two, metric)) >= 2]
         prior = spread_prior([statistics.variance(logs) for logs in kept], [len(logs) - 1 for logs in kept])
         if prior is not None:
             priors[metric] = prior

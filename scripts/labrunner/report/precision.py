@@ -83,12 +83,12 @@ def _widest(c: Comparison) -> tuple[float | None, int | None, float]:
     interval; CPU per request only where it was measured), the rounds they pair, and the degrees of
     freedom the wider's spread borrowed from the run's pairs."""
     ratios = [r for r in (c.ratios.get("rps"), c.ratios.get("cpu_per_1k")) if r is not None]
-    widths = [relative_half_width(r) for r in ratios]
     rounds = max((r.rounds for r in ratios if r.rounds is not None), default=None)
-    if not widths or None in widths:
+    widths = [(width, r) for r in ratios if (width := relative_half_width(r)) is not None]
+    if not widths or len(widths) < len(ratios):
         return None, rounds, 0.0
-    wider = max(ratios, key=lambda r: relative_half_width(r) or 0.0)
-    return max(w for w in widths if w is not None), rounds, wider.prior_df
+    width, wider = max(widths, key=lambda found: found[0])
+    return width, rounds, wider.prior_df
 
 
 def rounds_to_go(pair: Sharpness, precision: float, *, optimistic: bool = False) -> int:

@@ -20,8 +20,9 @@ LATE_EVERY = 0.1
 
 
 class Watch:
-    """Counts while a k6 run runs (`with Watch(count, seconds, planned) as watch:`); watch.peak after
-    it. planned: the connections the plan holds (None: not known, only the moments are counted)."""
+    """Counts while a k6 run runs (`with Watch(count, seconds, planned) as watch:`); watch.held (what
+    the runner checks) and watch.peak after it. planned: the connections the plan holds (None: not
+    known, only the moments are counted)."""
 
     def __init__(self, count: Callable[[], int | None], seconds: float, planned: int | None = None) -> None:
         self._count = count
