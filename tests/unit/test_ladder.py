@@ -41,6 +41,11 @@ def _default(**overrides: Any) -> Plan:
     return expand(load_matrix(MATRIX), "local", "default", Overrides(**overrides))
 
 
+def _every_rung(**overrides: Any) -> Plan:
+    """The default preset with every rung of both ladders (it runs their lightest and heaviest)."""
+    return _default(load_models=("closed", "loaded", "loaded-stream"), **overrides)
+
+
 def _closed_result(scenario: Scenario, rps: float, status: str = "ok") -> dict[str, Any]:
     result = ok_result(
         scenario,
@@ -97,14 +102,23 @@ def test_a_rungs_vus_are_for_its_rate_within_the_tables(bound: str, vus: int) ->
     assert (model.rate, model.pre_allocated_vus, model.max_vus) == (76, vus, 150)
 
 
-def test_a_target_climbs_the_ladder_of_its_k6_script() -> None:
+def _rungs(plan: Plan) -> dict[str, set[str]]:
     rungs: dict[str, set[str]] = {}
-    for s in _default().scenarios:
+    for s in plan.scenarios:
         if s.load_model.rung is not None:
             rungs.setdefault(s.target.name, set()).add(s.load_model.name)
-    assert rungs == {
+    return rungs
+
+
+def test_a_target_climbs_the_ladder_of_its_k6_script() -> None:
+    assert _rungs(_every_rung()) == {
         **{target: {"loaded-10pct", "loaded-25pct", "loaded-40pct"} for target in UNARY},
         "grpc-stream": {"loaded-stream-10pct", "loaded-stream-25pct", "loaded-stream-40pct"},
+    }
+    # The default preset names the ends of each ladder: a tenth and two fifths of the capacity.
+    assert _rungs(_default()) == {
+        **{target: {"loaded-10pct", "loaded-40pct"} for target in UNARY},
+        "grpc-stream": {"loaded-stream-10pct", "loaded-stream-40pct"},
     }
 
 
@@ -160,7 +174,7 @@ def test_the_same_seed_gives_the_same_order_and_another_seed_another() -> None:
 
 
 def test_a_rung_runs_at_its_share_of_its_targets_closed_capacity_or_says_why_not() -> None:
-    plan = _default(targets=("quart-h2-tls", "grpc", "grpc-stream"))
+    plan = _every_rung(targets=("quart-h2-tls", "grpc", "grpc-stream"))
     closed = [
         _closed_result(_one(plan, "quart-h2-tls.quarter.c100.closed.r1"), 150),
         _closed_result(_one(plan, "quart-h2-tls.quarter.c100.closed.r2"), 96),  # geometric mean 120
@@ -186,7 +200,7 @@ def test_a_rung_runs_at_its_share_of_its_targets_closed_capacity_or_says_why_not
 
 
 def test_a_closed_result_under_other_conditions_is_no_capacity_of_the_rung() -> None:
-    plan = _default(targets=("grpc",), counts=(10, 100), repeats=1)
+    plan = _every_rung(targets=("grpc",), counts=(10, 100), repeats=1)
     closed = [_closed_result(_one(plan, "grpc.quarter.c10.closed.r1"), 1000)]
     assert closed_capacity(_one(plan, "grpc.quarter.c100.loaded-25pct.r1"), parse_results(closed)) is None
     c10 = _one(plan, "grpc.quarter.c10.loaded-25pct.r1")
@@ -196,7 +210,7 @@ def test_a_closed_result_under_other_conditions_is_no_capacity_of_the_rung() -> 
 def test_a_duets_closed_results_count_for_their_target_pooled_with_the_others() -> None:
     """A closed result measured beside a partner has a group of its own (".vs-<partner>") and names
     its target's apart ("target_group"): the rung pools every closed result of its target."""
-    plan = _default(targets=("grpc",), repeats=2)
+    plan = _every_rung(targets=("grpc",), repeats=2)
     alone = _closed_result(_one(plan, "grpc.quarter.c100.closed.r1"), 100)
     beside = _closed_result(_one(plan, "grpc.quarter.c100.closed.r2"), 400)
     beside["scenario"] |= {
@@ -214,10 +228,9 @@ def test_a_duets_closed_results_count_for_their_target_pooled_with_the_others() 
     assert _resolved(rung, [alone, beside, other]).load_model.rate == 50  # 25% of 200
 
 
-def test_the_default_run_gives_every_target_its_curve_in_its_old_ladder_time() -> None:
-    """At the quarter profile's capacities every rung runs, each at its share: 24 rungs of one repeat,
-    where the absolute rates ran 22 of their 32 (two repeats of 7 targets at 100 req/s, 2 at 450 and 2
-    stream rungs), so the default run's k6 time is about what it was."""
+def test_the_default_run_gives_every_target_its_two_rungs() -> None:
+    """At the quarter profile's capacities every rung the default names runs, each at its share: 16
+    rungs of one repeat, a tenth and two fifths of each target's capacity."""
     plan = _default()
     closed = [
         _closed_result(s, QUARTER_CAPACITY[s.target.name])
@@ -226,12 +239,12 @@ def test_the_default_run_gives_every_target_its_curve_in_its_old_ladder_time() -
     ]
     rungs = [resolve(s, parse_results(closed)) for s in plan.scenarios if s.load_model.rung is not None]
     assert all(isinstance(s, Scenario) for s in rungs)
-    assert len(closed) == 24 and len(rungs) == 24 and len(plan.scenarios) == 48
-    assert plan.estimated_seconds == 48 * 6  # 5 s windows after a 1 s warm-up
+    assert len(closed) == 24 and len(rungs) == 16 and len(plan.scenarios) == 40
+    assert plan.estimated_seconds == 40 * 6  # 5 s windows after a 1 s warm-up
     rates = {(s.target.name, s.load_model.name): s.load_model.rate for s in rungs if isinstance(s, Scenario)}
     assert rates["aiohttp-h1", "loaded-40pct"] == 303  # 40% of 758
     assert rates["quart-h1", "loaded-10pct"] == 24  # 10% of 243
-    assert [rates["grpc-stream", f"loaded-stream-{p}pct"] for p in (10, 25, 40)] == [2, 5, 8]
+    assert [rates["grpc-stream", f"loaded-stream-{p}pct"] for p in (10, 40)] == [2, 8]
 
 
 def _manifest_of(plan: Plan) -> dict[str, Any]:

@@ -29,7 +29,10 @@ CAPACITY = {"aiohttp-h1": 600.0, "quart-h2-tls": 160.0, "grpc-stream": 20.0}  # 
 
 
 def _plan() -> tuple[Scenario, ...]:
-    overrides = Overrides(targets=("aiohttp-h1", "quart-h2-tls", "grpc-stream"))
+    overrides = Overrides(
+        targets=("aiohttp-h1", "quart-h2-tls", "grpc-stream"),
+        load_models=("closed", "loaded", "loaded-stream"),
+    )
     return expand(load_matrix(ROOT / "matrix.toml"), "local", "default", overrides).scenarios
 
 

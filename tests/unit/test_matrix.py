@@ -497,7 +497,7 @@ def test_metrics_overhead_preset_runs_at_a_quarter_cpu_locally() -> None:
 def test_a_preset_sets_precision_and_budget_which_the_plan_carries(matrix_data: dict[str, Any]) -> None:
     matrix = parse_matrix(matrix_data, MATRIX)
     default = expand(matrix, "local", "default")
-    assert (default.precision, default.budget_s) == (pytest.approx(0.05), 180.0)
+    assert (default.precision, default.budget_s) == (pytest.approx(0.05), 270.0)
     ci = expand(matrix, "local", "ci")  # no precision of its own: none, and --budget's 20 minutes
     assert (ci.precision, ci.budget_s) == (None, 1200.0)
     sharper = parse_matrix(_mutated(matrix_data, "presets/ci/precision", "0.5%"), MATRIX)

@@ -73,6 +73,22 @@ def set_cpu_quota(cgroup: Cgroup, cpus: float) -> None:
         (cgroup.paths.cpu / "cpu.cfs_quota_us").write_text(str(quota_us(cpus)))
 
 
+def pin_threads(cgroup: Cgroup, cpus: Sequence[int]) -> None:
+    """Every thread of every process in the cgroup onto `cpus`, until a pass finds none elsewhere (a
+    thread started during a pass inherits its creator's CPUs, which may not have moved yet)."""
+    wanted = set(cpus)
+    moved = True
+    while moved:
+        moved = False
+        for pid in tasks(cgroup):
+            with contextlib.suppress(FileNotFoundError):  # the process ended meanwhile
+                for tid in (int(name) for name in os.listdir(f"/proc/{pid}/task")):
+                    with contextlib.suppress(ProcessLookupError):  # the thread ended meanwhile
+                        if os.sched_getaffinity(tid) != wanted:
+                            os.sched_setaffinity(tid, wanted)
+                            moved = True
+
+
 def quota_us(cpus: float) -> int:
     return max(1000, round(cpus * CFS_PERIOD_US))  # the kernel's minimum quota is 1 ms
 

@@ -57,6 +57,8 @@ class Scenarios:
         # touches this list; the finisher gets what it needs as arguments.
         self._finishing: list[_Finishing] = []
         self._finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish")
+        # A duet's two sides, each on its own thread, for the whole session (run.duet.measure_duet).
+        self._duet_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="duet")
 
     def run_one(self, index: int, scenario: Scenario) -> None:
         """Measure a scenario and hand its finish to the finisher, beside the next scenario's start
@@ -99,7 +101,13 @@ class Scenarios:
             if not entry.next_started.done():
                 entry.next_started.set_result(True)
         runs = measure_duet(
-            pair, self._config.run, self._backend, self._settings, self._say, before_measure=self.settle
+            pair,
+            self._config.run,
+            self._backend,
+            self._settings,
+            self._say,
+            threads=self._duet_threads,
+            before_measure=self.settle,
         )
         try:
             for scenario in pair:
@@ -145,6 +153,7 @@ class Scenarios:
         """The last finish done and reported, and the finisher gone."""
         self._nothing_started_beside()
         self._finisher.shutdown(wait=True)
+        self._duet_threads.shutdown(wait=True)
         self.settle()
 
     def _nothing_started_beside(self) -> None:

@@ -21,12 +21,15 @@ def measure_duet(
     settings: BackendSettings,
     say: Say,
     *,
+    threads: ThreadPoolExecutor,
     before_measure: Callable[[], None] = lambda: None,
 ) -> tuple[ScenarioRun, ScenarioRun]:
-    """Both scenarios from their start to the end of their common measured window (the one in slot 1
-    started first; warm-ups together, windows together); their services
-    still run, owned by the returned runs until finish_duet() stops them.
+    """Both scenarios from their start to the end of their common measured window (starts, warm-ups
+    and windows at once, each side on one of `threads`); their services still run, owned by the
+    returned runs until finish_duet() stops them.
 
+    `threads` (two) must outlive the services: the local backend's services stop when the thread
+    that started them ends (PR_SET_PDEATHSIG), so a session keeps one pool for all its blocks.
     A side that fails before measuring fails its partner too (a duet measured alone would be no
     duet): the failure stays with this pair. The live line follows no duet (two windows at once).
     An interruption stops both services before it propagates.
@@ -36,19 +39,13 @@ def measure_duet(
         ScenarioRun(pair[0], quiet, backend, settings, say),
         ScenarioRun(pair[1], quiet, backend, settings, say),
     )
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="duet")
     try:
-        for run in runs:
-            run.prepare()
-            if run.failure is not None:
-                break
-        if _first_failed(runs) is None:  # warm-ups at once too: the window's conditions, sooner
-            for warm_up in [pool.submit(run.warm_up) for run in runs]:
-                warm_up.result()  # warm_up() and window() record a failure in their run
+        _both(threads, runs, ScenarioRun.prepare)  # slot 1's submitted first
+        if _first_failed(runs) is None:
+            _both(threads, runs, ScenarioRun.warm_up)
         if _first_failed(runs) is None:
             before_measure()
-            for window in [pool.submit(run.window) for run in runs]:
-                window.result()
+            _both(threads, runs, ScenarioRun.window)
             _k6_beside(runs)
         if (failed := _first_failed(runs)) is not None:
             _fail_partner(runs, failed)
@@ -56,17 +53,26 @@ def measure_duet(
         for run in runs:
             run.stop()
         raise
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
     return runs
+
+
+def _both(
+    threads: ThreadPoolExecutor, runs: tuple[ScenarioRun, ScenarioRun], step: Callable[[ScenarioRun], None]
+) -> None:
+    """One step of both runs at once; each records its own failure (the steps never raise)."""
+    for running in [threads.submit(step, run) for run in runs]:
+        running.result()
 
 
 def finish_duet(
     runs: tuple[ScenarioRun, ScenarioRun], overlapped: Callable[[], bool]
 ) -> tuple[ScenarioOutcome, ScenarioOutcome]:
-    """Both finishes (final scrape, stop, collect); then each one's host figures with its partner's
-    service and k6 CPU counted as its own. Never raises, as ScenarioRun.finish."""
-    outcomes = (runs[0].finish(overlapped), runs[1].finish(overlapped))
+    """Both finishes at once (final scrape, stop, collect: their waits for Prometheus overlap); then
+    each one's host figures with its partner's service and k6 CPU counted as its own. Never raises,
+    as ScenarioRun.finish."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish-slot2") as beside:
+        second = beside.submit(runs[1].finish, overlapped)
+        outcomes = (runs[0].finish(overlapped), second.result())
     return (
         _beside(outcomes[0], runs[0], runs[1]),
         _beside(outcomes[1], runs[1], runs[0]),

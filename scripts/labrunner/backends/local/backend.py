@@ -23,7 +23,14 @@ from labrunner.backends.base import (
     shared_cpus_note,
     tail_file,
 )
-from labrunner.backends.cgroups import Cgroup, remove_cgroup, reset_memory_peak, set_cpu_quota, split_cpus
+from labrunner.backends.cgroups import (
+    Cgroup,
+    pin_threads,
+    remove_cgroup,
+    reset_memory_peak,
+    set_cpu_quota,
+    split_cpus,
+)
 from labrunner.backends.connections import seen_by
 from labrunner.backends.local.k6 import run_k6
 from labrunner.backends.local.limits import service_cgroup
@@ -91,12 +98,18 @@ class LocalBackend:
         try:
             if scenario.network.emulated:
                 network = create_network(self._settings.run_id, scenario, split.k6, notes)
+            # In a cgroup (its quota, not its CPUs, sets its workers) the service starts on every CPU:
+            # a duet's two services import their modules at once, on the two sides of a 2-CPU host.
+            start_cpus = tuple(available) if cgroup is not None else split.service
             with interrupts.held():  # a Ctrl-C inside Popen would leave the child running, unknown
-                service = self._spawn(scenario, cgroup, split.service, log_file, network)
+                service = self._spawn(
+                    scenario, cgroup, split.service, log_file, network, start_cpus=start_cpus
+                )
                 with self._services_lock:
                     self._services[scenario.id] = service
             listening = await_listening(scenario, service, self._settings.start_timeout_s)
             if cgroup is not None:
+                pin_threads(cgroup, split.service)
                 set_cpu_quota(cgroup, profile.cpus)
         except BaseException:
             # No handle reaches the runner, so what was made is removed here.
@@ -212,8 +225,10 @@ class LocalBackend:
         cpus: tuple[int, ...],
         log_file: Path,
         network: Network | None = None,
+        *,
+        start_cpus: tuple[int, ...] | None = None,
     ) -> Service:
-        return spawn(self._settings, scenario, cgroup, cpus, log_file, network=network)
+        return spawn(self._settings, scenario, cgroup, cpus, log_file, network=network, start_cpus=start_cpus)
 
     def _sample(self, service: Service) -> CgroupStats:
         return sample(service.cgroup, service.process.pid, len(service.service_cpus))

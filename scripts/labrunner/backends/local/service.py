@@ -86,8 +86,10 @@ def spawn(
     log_file: Path,
     *,
     network: Network | None = None,
+    start_cpus: tuple[int, ...] | None = None,
 ) -> Service:
-    """The service's process, started; a thread copies its stdout to its log."""
+    """The service's process, started on start_cpus (default: cpus, the CPUs it is measured on); a
+    thread copies its stdout to its log."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     # `ip netns exec` execs the service in place: the pid, cgroup and CPUs set here stay.
     prefix = exec_prefix(network.link.service.namespace) if network else []
@@ -104,7 +106,7 @@ def spawn(
                 # Own session: Ctrl-C reaches the runner only, which then stops the service
                 # the same way every time (SIGTERM, grace, SIGKILL).
                 start_new_session=True,
-                preexec_fn=functools.partial(enter_limits, cgroup, cpus),  # noqa: PLW1509
+                preexec_fn=functools.partial(enter_limits, cgroup, start_cpus or cpus),  # noqa: PLW1509
             )
     except BaseException:
         shutil.rmtree(metrics_dir, ignore_errors=True)
