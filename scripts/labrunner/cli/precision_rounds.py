@@ -35,7 +35,7 @@ def sharpen(
     say: Say,
 ) -> list[str]:
     """--precision: rounds of one more repeat of the closed groups of the pairs whose req/s or CPU per
-    request ratio is not yet within the precision (an A/A control: within its own bound) and that
+    request ratio is not yet within the precision (an A/A control: until it settles) and that
     the budget left can still bring there (precision.within_reach); when none can, a last round of
     the duet blocks nearest their target that fit (each round shuffled by the run's seed and its
     number). The ids it adds join `order` (the matrix's, in which pairs are read, so which side of a
@@ -44,7 +44,7 @@ def sharpen(
     target, out = config.precision, config.run.out_dir
     deadline = time.monotonic() + config.budget_s
     closed = {s.group: s for s in plan.scenarios if s.load_model.rung is None}
-    bounds = f"±{target:.0%} (an A/A control: within ±{aa_control.BIAS_TOLERANCE:.0%})"
+    bounds = f"±{target:.0%} (an A/A control: within ±{aa_control.BIAS_TOLERANCE:.0%} of 1, or clear of 1)"
     added: list[str] = []
     for number in itertools.count(1):
         results = load_results(out, order)

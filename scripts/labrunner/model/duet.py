@@ -2,9 +2,9 @@
 
 Two services share the host's slow and fast spells when they run at once, so the ratio of their
 req/s keeps a precision that sequential rounds lose to the host's drift (Bulej et al., ICPE 2020).
-A block is one repeat of a pair: both services start fresh, the one in slot 1 first, and their
-measured windows run together; the next block swaps the slots, since a fresh process's own speed
-(its memory layout) and its start order bias a side by a few percent. The A/A control, one dueted
+A block is one repeat of a pair: both services start fresh at once (the one in slot 1 a moment
+first), and their measured windows run together; the next block swaps the slots, since a fresh
+process's own speed and its start order bias a side by a few percent. The A/A control, one dueted
 target beside itself (the preset's `control`, else the run's first), shows what bias is left.
 """
 

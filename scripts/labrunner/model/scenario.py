@@ -184,8 +184,9 @@ class Duet:
     service CPUs, each in its own cgroup at the profile's quota, each driven by its own k6.
 
     side: this scenario's side of the pair (1: the question's candidate, 2: its baseline), fixed for
-    every block of the pair; slot: which of the two starts first in this block (1 or 2), swapped from
-    one block to the next so that no side always holds the same slot.
+    every block of the pair; slot: which of the two is started first in this block (1 or 2; the two
+    start at once, slot 1's a moment first), swapped from one block to the next so that no side
+    always holds the same slot.
     """
 
     partner: str  # the partner's duet_name (its target); this side's own in the A/A control

@@ -5,7 +5,7 @@ run (slot, start order, a process's own layout) beyond what swapping the slots r
 from collections.abc import Sequence
 
 from labrunner.report.compare import AA_CONTROL, Comparison, Group, compare_groups
-from labrunner.report.stats import Ratio, relative_half_width
+from labrunner.report.stats import Ratio
 
 # The control says the run's ratios carry a bias when its interval excludes 1, or when its centre is
 # off by more than this: a few percent is what a fresh process's layout alone moves a side by.
@@ -29,12 +29,21 @@ def ratio_bias(r: Ratio) -> float | None:
     return off if _excludes_one(r) or off > BIAS_TOLERANCE else None
 
 
+def settling_half_width(r: Ratio) -> float:
+    """The half width (relative_half_width) at which an A/A ratio with r's centre settles what it is
+    there to tell: its interval within ±BIAS_TOLERANCE of 1 (no slot bias beyond it), or clear of 1
+    (a bias shown). 0.02 at a centre of 1.000, 0.0129 at 1.007, 0.01 at 1.010 (either way), 0.03 at
+    1.030. --precision sharpens a control to it."""
+    within = min((1 + BIAS_TOLERANCE) / r.estimate, r.estimate / (1 - BIAS_TOLERANCE)) - 1
+    shown = max(r.estimate, 1 / r.estimate) - 1
+    return max(within, shown)
+
+
 def verdict(r: Ratio) -> str:
     """What an A/A ratio says of the run's other ratios, as far as its interval can tell: a bias it
     shows (one its interval holds 1 beside is only possible), else the widest bias it rules out
-    (±BIAS_TOLERANCE once its interval reaches no further from 1), and whether more blocks are what
-    it lacks (its half width above BIAS_TOLERANCE, as --precision reads it) or only its centre's
-    offset keeps it from ±BIAS_TOLERANCE."""
+    (±BIAS_TOLERANCE once its interval reaches no further from 1; until then more blocks are what it
+    needs, whether its width or its centre's offset keeps it from there: settling_half_width)."""
     off = ratio_bias(r)
     if off is not None:
         if _excludes_one(r):
@@ -45,10 +54,7 @@ def verdict(r: Ratio) -> str:
     reach = round(max(r.high - 1.0, 1.0 - r.low), 3)  # as printed: 0.1% steps
     if reach <= BIAS_TOLERANCE:
         return f"no slot bias beyond ±{BIAS_TOLERANCE:.0%}"
-    said = f"no slot bias beyond ±{reach:.1%}"
-    if (relative_half_width(r) or 0.0) > BIAS_TOLERANCE:  # --precision's own bound
-        said += f" (±{BIAS_TOLERANCE:.0%} needs more blocks)"
-    return said
+    return f"no slot bias beyond ±{reach:.1%} (±{BIAS_TOLERANCE:.0%} needs more blocks)"
 
 
 def _excludes_one(r: Ratio) -> bool:

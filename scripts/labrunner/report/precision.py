@@ -7,7 +7,9 @@ still bring within the precision, those with the fewest rounds to go first (with
 round of a pair that needs ten when five are left narrows it a little and brings none there.
 
 The A/A control is sharpened too, to its own bound: a control within ±5% cannot rule out the 2% slot
-bias it is there to find (report.aa_control), so it asks for ±2% whatever --precision asks above."""
+bias it is there to find, so its req/s interval (the one its finding prints) asks for the width that
+settles it at its centre whatever --precision asks above: within ±2% of 1, or clear of 1
+(report.aa_control.settling_half_width)."""
 
 import math
 from collections.abc import Callable, Sequence
@@ -40,6 +42,7 @@ class Sharpness:
     ceiling: float | None = None  # the widest it may be whatever --precision asks (the A/A control's)
     rounds: int | None = None  # the rounds its interval pairs
     prior_df: float = 0.0  # the degrees of freedom its spread borrowed from the run's pairs (stats.Ratio)
+    verdict: str | None = None  # an A/A control's (report.aa_control.verdict)
 
     def target(self, precision: float) -> float:
         return precision if self.ceiling is None else min(precision, self.ceiling)
@@ -55,24 +58,25 @@ class Sharpness:
 
 
 def sharpness(groups: Sequence[Group]) -> list[Sharpness]:
-    """Every compared saturation pair of the run's own targets (the floor's excluded), then each A/A
-    control with its bias bound as a ceiling, with the half width of the wider of its req/s and CPU
-    per request ratios' intervals (a finding prints both)."""
+    """Every compared saturation pair of the run's own targets (the floor's excluded), with the half
+    width of the wider of its req/s and CPU per request ratios' intervals (a finding prints both);
+    then each A/A control, by its req/s ratio (the one it prints), with the width that settles it as
+    its ceiling (its own blocks' spread: a control borrows none)."""
     found = []
     for question, c in saturation_comparisons(lab_groups(groups)):
         width, rounds, prior_df = _widest(c)
         found.append(Sharpness(question, c.candidate, c.baseline, width, rounds=rounds, prior_df=prior_df))
     for control in aa_control.controls(groups):
-        width, rounds, prior_df = _widest(control)
+        rps = control.ratios.get("rps")
         found.append(
             Sharpness(
                 AA_CONTROL,
                 control.candidate,
                 control.baseline,
-                width,
-                aa_control.BIAS_TOLERANCE,
-                rounds,
-                prior_df,
+                None if rps is None else relative_half_width(rps),
+                aa_control.BIAS_TOLERANCE if rps is None else aa_control.settling_half_width(rps),
+                None if rps is None else rps.rounds,
+                verdict=None if rps is None else aa_control.verdict(rps),
             )
         )
     return found
@@ -159,8 +163,7 @@ def outcome(pairs: Sequence[Sharpness], precision: float) -> str:
     if missed:
         line += "; not: " + ", ".join(f"{p.pair} {_width(p)}" for p in missed)
     for control in (p for p in pairs if p.question == AA_CONTROL):
-        verdict = "reached" if control.reached(precision) else f"not reached ({_width(control)})"
-        line += f"; {control.pair} ±{control.target(precision):.0%}: {verdict}"
+        line += f"; {control.pair}: {control.verdict or 'no interval yet'}"
     return line
 
 
