@@ -67,7 +67,7 @@ def sharpen(
                     size = f"{len(open_round)} scenarios, {round_seconds(units_of(open_round)):.0f} s"
                     say(f"precision: round {number} ({size}) would outlast --budget")
                 return added
-            which = f"the {len(units)} pairs nearest"
+            which = "the pair nearest" if len(units) == 1 else f"the {len(units)} pairs nearest"
             say(f"precision: round {number}, the last the budget holds: one more block of {which} {bounds}")
         random.Random(f"{plan.seed}-precision-{number}").shuffle(units)
         index = extend([s for unit in units for s in unit])
