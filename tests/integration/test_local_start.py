@@ -3,9 +3,11 @@ every thread of every process in its cgroup is on the service CPUs, under the pr
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from labrunner.backends import cgroups
 from labrunner.backends.base import BackendSettings
 from labrunner.backends.cgroups import Cgroup, create_cgroup, pin_threads, remove_cgroup, split_cpus, tasks
 from labrunner.backends.local import LocalBackend
@@ -67,10 +69,9 @@ def test_a_service_that_started_on_every_cpu_is_measured_on_the_service_cpus(tmp
         backend.close()
 
 
-@pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs to move a process between")
-def test_pin_threads_moves_every_thread_of_every_process(cgroup: Cgroup) -> None:
-    """Processes with threads, started on every CPU, all on the last one after pin_threads."""
-    # A child joins the cgroup, starts three threads that sleep, and waits for its parent's word.
+@contextmanager
+def _threads_in(cgroup: Cgroup) -> Iterator[None]:
+    """A child in the cgroup with three more threads, on every CPU, until the block ends."""
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child
@@ -82,16 +83,32 @@ def test_pin_threads_moves_every_thread_of_every_process(cgroup: Cgroup) -> None
             (directory / "cgroup.procs").write_text("0")
         for _ in range(3):
             threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
-        os.read(read_end, 1)
+        os.read(read_end, 1)  # the parent's word
         os._exit(0)
     os.close(read_end)
     try:
         while len(_threads_cpus(cgroup)) < 4:
             os.sched_yield()
-        assert all(cpus == set(CPUS) for cpus in _threads_cpus(cgroup).values())
-        pin_threads(cgroup, CPUS[-1:])
-        assert all(cpus == {CPUS[-1]} for cpus in _threads_cpus(cgroup).values())
+        yield
     finally:
         os.write(write_end, b"x")
         os.close(write_end)
         os.waitpid(child, 0)
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs to move a process between")
+def test_pin_threads_moves_every_thread_of_every_process(cgroup: Cgroup) -> None:
+    with _threads_in(cgroup):
+        assert all(cpus == set(CPUS) for cpus in _threads_cpus(cgroup).values())
+        pin_threads(cgroup, CPUS[-1:])
+        assert all(cpus == {CPUS[-1]} for cpus in _threads_cpus(cgroup).values())
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs to move a process between")
+def test_pin_threads_gives_up_on_threads_that_stay_elsewhere(
+    cgroup: Cgroup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel that will not move them (here: a move that does nothing) ends in an error, not a loop."""
+    monkeypatch.setattr(cgroups.os, "sched_setaffinity", lambda tid, cpus: None)
+    with _threads_in(cgroup), pytest.raises(OSError, match=r"still ran off CPUs \[\d+\]"):
+        pin_threads(cgroup, CPUS[-1:])

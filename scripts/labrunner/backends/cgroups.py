@@ -18,6 +18,7 @@ from pathlib import Path
 from services.common.cgroup import CGROUP_ROOT, CgroupPaths, own_cgroup
 
 CFS_PERIOD_US = 100_000
+_PIN_PASSES = 10  # pin_threads: a service that keeps starting threads off its CPUs is an error
 _RMDIR_TIMEOUT_S = 5.0
 
 
@@ -75,10 +76,10 @@ def set_cpu_quota(cgroup: Cgroup, cpus: float) -> None:
 
 def pin_threads(cgroup: Cgroup, cpus: Sequence[int]) -> None:
     """Every thread of every process in the cgroup onto `cpus`, until a pass finds none elsewhere (a
-    thread started during a pass inherits its creator's CPUs, which may not have moved yet)."""
+    thread started during a pass inherits its creator's CPUs, which may not have moved yet); OSError
+    when threads are still elsewhere after _PIN_PASSES passes."""
     wanted = set(cpus)
-    moved = True
-    while moved:
+    for _ in range(_PIN_PASSES):
         moved = False
         for pid in tasks(cgroup):
             with contextlib.suppress(FileNotFoundError):  # the process ended meanwhile
@@ -87,6 +88,9 @@ def pin_threads(cgroup: Cgroup, cpus: Sequence[int]) -> None:
                         if os.sched_getaffinity(tid) != wanted:
                             os.sched_setaffinity(tid, wanted)
                             moved = True
+        if not moved:
+            return
+    raise OSError(f"threads of cgroup {cgroup.dirs[0].name} still ran off CPUs {sorted(wanted)}")
 
 
 def quota_us(cpus: float) -> int:

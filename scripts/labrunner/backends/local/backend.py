@@ -100,7 +100,9 @@ class LocalBackend:
                 network = create_network(self._settings.run_id, scenario, split.k6, notes)
             # In a cgroup (its quota, not its CPUs, sets its workers) the service starts on every CPU:
             # a duet's two services import their modules at once, on the two sides of a 2-CPU host.
-            start_cpus = tuple(available) if cgroup is not None else split.service
+            # Not behind `ip netns exec`, whose own /sys hides the quota: the service counts its CPUs.
+            on_every_cpu = cgroup is not None and network is None
+            start_cpus = tuple(available) if on_every_cpu else split.service
             with interrupts.held():  # a Ctrl-C inside Popen would leave the child running, unknown
                 service = self._spawn(
                     scenario, cgroup, split.service, log_file, network, start_cpus=start_cpus
@@ -109,7 +111,8 @@ class LocalBackend:
                     self._services[scenario.id] = service
             listening = await_listening(scenario, service, self._settings.start_timeout_s)
             if cgroup is not None:
-                pin_threads(cgroup, split.service)
+                if on_every_cpu:
+                    pin_threads(cgroup, split.service)
                 set_cpu_quota(cgroup, profile.cpus)
         except BaseException:
             # No handle reaches the runner, so what was made is removed here.
