@@ -3,6 +3,8 @@ and its verdict, the fallback rule, the block interval, and the partner's CPU co
 scenario's own."""
 
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, get_args
 
@@ -23,6 +25,7 @@ from labrunner.report.findings.finding import Evidence
 from labrunner.report.sections.findings import forest_rows
 from labrunner.results.result import parse_results
 from labrunner.results.store import scenario_dict
+from labrunner.run import duet as run_duet
 from labrunner.run.k6.result import K6Run
 
 from tests.support import ROOT
@@ -365,3 +368,18 @@ def test_the_findings_chart_colours_a_pair_as_its_line_judges_it_after_holms_cor
     pairs = [(label, r) for label, r in forest_rows(groups) if not label.startswith("A/A")]
     assert [label for label, _ in pairs] == ["grpc / quart-h1", "grpc-tls / quart-h1-tls"]
     assert all(r.p_value is not None and r.p_value < 0.05 and not r.significant for _, r in pairs)
+
+
+def test_a_duets_two_sides_take_each_step_at_once() -> None:
+    """Each side's start (and warm-up, and window) waits for the other's to have begun: one after the
+    other, the first would wait alone until the barrier broke."""
+    both_begun = threading.Barrier(2, timeout=10)
+    sides: list[str] = []
+
+    def step(run: Any) -> None:
+        both_begun.wait()
+        sides.append(run)
+
+    with ThreadPoolExecutor(max_workers=2) as threads:
+        run_duet._both(threads, ("slot 1", "slot 2"), step)  # type: ignore[arg-type]
+    assert sorted(sides) == ["slot 1", "slot 2"]

@@ -66,20 +66,24 @@ def sharpness(groups: Sequence[Group]) -> list[Sharpness]:
     for question, c in saturation_comparisons(lab_groups(groups)):
         width, rounds, prior_df = _widest(c)
         found.append(Sharpness(question, c.candidate, c.baseline, width, rounds=rounds, prior_df=prior_df))
-    for control in aa_control.controls(groups):
-        rps = control.ratios.get("rps")
-        found.append(
-            Sharpness(
-                AA_CONTROL,
-                control.candidate,
-                control.baseline,
-                None if rps is None else relative_half_width(rps),
-                aa_control.BIAS_TOLERANCE if rps is None else aa_control.settling_half_width(rps),
-                None if rps is None else rps.rounds,
-                verdict=None if rps is None else aa_control.verdict(rps),
-            )
-        )
+    found += [_control(control) for control in aa_control.controls(groups)]
     return found
+
+
+def _control(control: Comparison) -> Sharpness:
+    """An A/A control's sharpness by its req/s ratio; without one (a side never measured), no interval."""
+    rps = control.ratios.get("rps")
+    if rps is None:
+        return Sharpness(AA_CONTROL, control.candidate, control.baseline, None, aa_control.BIAS_TOLERANCE)
+    return Sharpness(
+        AA_CONTROL,
+        control.candidate,
+        control.baseline,
+        relative_half_width(rps),
+        aa_control.settling_half_width(rps),
+        rps.rounds,
+        verdict=aa_control.verdict(rps),
+    )
 
 
 def _widest(c: Comparison) -> tuple[float | None, int | None, float]:
