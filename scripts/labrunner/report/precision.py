@@ -8,8 +8,8 @@ round of a pair that needs ten when five are left narrows it a little and brings
 
 The A/A control is sharpened too, to its own bound: a control within ±5% cannot rule out the 2% slot
 bias it is there to find, so its req/s interval (the one its finding prints) asks for the width that
-settles it at its centre whatever --precision asks above: within ±2% of 1, or clear of 1
-(report.aa_control.settling_half_width)."""
+settles it at its centre whatever --precision asks above: within ±2% of 1
+(report.aa_control.settling_half_width; an interval clear of 1 is no reason to stop)."""
 
 import math
 from collections.abc import Callable, Sequence
