@@ -44,7 +44,7 @@ def sharpen(
     target, out = config.precision, config.run.out_dir
     deadline = time.monotonic() + config.budget_s
     closed = {s.group: s for s in plan.scenarios if s.load_model.rung is None}
-    bounds = f"±{target:.0%} (an A/A control: within ±{aa_control.BIAS_TOLERANCE:.0%} of 1, or clear of 1)"
+    bounds = f"±{target:.0%} (an A/A control: within ±{aa_control.BIAS_TOLERANCE:.0%} of 1)"
     added: list[str] = []
     for number in itertools.count(1):
         results = load_results(out, order)
