@@ -274,7 +274,7 @@ def _stopped_controls_showing_a_bias(block_sd: float, runs: int, seed: int) -> i
 
 
 def test_a_control_without_bias_shows_one_about_as_often_as_its_confidence_allows() -> None:
-    # Stopping at the first interval clear of 1 (as until 2026-12-07 09:30) showed a bias in 12-20% of
+    # Stopping at the first interval clear of 1 (as from f186d40 to 8130e01) showed a bias in 12-20% of
     # such runs; stopping only within ±2% of 1 keeps it near the 5% of a fixed number of blocks.
     assert _stopped_controls_showing_a_bias(block_sd=0.02, runs=400, seed=1) <= 0.09 * 400
 
