@@ -5,10 +5,12 @@ import pytest
 from labrunner.report import precision
 from labrunner.report.compare import Group, group_results
 from labrunner.report.findings.pairs import saturation_comparisons
+from labrunner.report.payload_sweep import sweeps
 from labrunner.report.stats import Ratio, relative_half_width
 from labrunner.results.result import parse_results
 
 from tests.unit.test_findings import _result, _run
+from tests.unit.test_payload_model import _drifting, _groups
 
 
 def test_half_width_is_the_wider_side_as_a_share_of_the_estimate() -> None:
@@ -95,3 +97,52 @@ def test_a_pair_is_as_sharp_as_the_wider_of_its_req_s_and_cpu_per_request_interv
     cpu = relative_half_width(closed.ratios["cpu_per_1k"])
     assert cpu is not None and cpu > 0.2
     assert pair.half_width == cpu and not pair.reached(0.05) and pair.rounds == 3
+
+
+def _sweep_groups(grpc: dict[int, list[float]], rest: dict[int, list[float]]) -> list[Group]:
+    return [g for side in _groups({"grpc": grpc, "aiohttp-h1": rest}).values() for g in side]
+
+
+def test_a_payload_crossover_wider_than_its_bound_sends_blocks_to_the_counts_either_side() -> None:
+    # gRPC 0.3 + 0.0017 n ms against REST 0.35 + 0.0009 n: they cross at 62.5 records, between 10 and
+    # 100, and three rounds whose host moves ±25% place it from the rounds' paired ratios; REST's
+    # rounds 5% apart on top of that leave the crossover at 62 records [47, 84], 1.81x end to end.
+    grpc = _drifting(0.3, 0.0017, "grpc")
+    rest = _drifting(0.35, 0.0009, "aiohttp-h1")
+    noisy = {n: [c * f for c, f in zip(costs, (1.05, 0.95, 1.0), strict=True)] for n, costs in rest.items()}
+    groups = _sweep_groups(grpc, noisy)
+    entries = precision.crossovers(groups)
+    assert [
+        (p.candidate.target, p.candidate.count, p.baseline.target, p.baseline.count) for p in entries
+    ] == [
+        ("grpc", 10, "aiohttp-h1", 10),
+        ("grpc", 100, "aiohttp-h1", 100),
+    ]
+    (sweep,) = sweeps(groups, None)
+    crossover = sweep.crossover
+    assert crossover is not None and crossover.interval is not None and crossover.paired is not None
+    low, high = crossover.interval
+    assert high / low == pytest.approx(1.81, abs=0.01)
+    for p in entries:
+        assert p.question == precision.CROSSOVER and p.pair == "grpc vs aiohttp-h1 crossover"
+        assert p.half_width is not None and (1 + p.half_width) ** 2 == pytest.approx(high / low)
+        assert (1 + p.target(0.05)) ** 2 == pytest.approx(precision.CROSSOVER_FACTOR)  # whatever asked
+        assert p.rounds == 3 and p.rounds - 1 + p.prior_df == crossover.paired.df
+        assert not p.reached(0.05) and precision.rounds_to_go(p, 0.05) >= 1
+    assert sorted((g.target, g.count) for g in precision.to_repeat(entries, 0.05)) == [
+        ("aiohttp-h1", 10),
+        ("aiohttp-h1", 100),
+        ("grpc", 10),
+        ("grpc", 100),
+    ]
+    assert precision.outcome(entries, 0.05) == (
+        "precision ±5% (95% interval of each compared req/s and CPU/req ratio): 0 of 0 pairs reached it; "
+        "grpc vs aiohttp-h1 crossover: interval 1.81x end to end, not within 1.5x"
+    )
+    # Without REST's extra 5% the interval is 1.32x: within its bound, it sends no blocks.
+    sharp = precision.crossovers(_sweep_groups(grpc, rest))
+    assert len(sharp) == 2 and all(p.reached(0.05) for p in sharp) and precision.to_repeat(sharp, 0.05) == []
+    assert precision.outcome(sharp, 0.05).endswith("interval 1.32x end to end, within 1.5x")
+    # A crossover beyond the counts measured sends none: no counts either side of it.
+    beyond = _sweep_groups(_drifting(0.5, 0.002, "grpc"), _drifting(0.2, 0.0021, "aiohttp-h1"))
+    assert precision.crossovers(beyond) == []

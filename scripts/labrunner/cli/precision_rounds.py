@@ -44,7 +44,6 @@ def sharpen(
     target, out = config.precision, config.run.out_dir
     deadline = time.monotonic() + config.budget_s
     closed = {s.group: s for s in plan.scenarios if s.load_model.rung is None}
-    bounds = f"±{target:.0%} (an A/A control: within ±{aa_control.BIAS_TOLERANCE:.0%} of 1)"
     added: list[str] = []
     for number in itertools.count(1):
         results = load_results(out, order)
@@ -52,6 +51,7 @@ def sharpen(
         last = {r.scenario.group: r.scenario.repeat for r in sorted(results, key=lambda r: r.scenario.repeat)}
         left = deadline - time.monotonic()
         chosen = precision.within_reach(pairs, target, left, _round_cost(closed, last))
+        bounds = _bounds(pairs, target)
         units = units_of(_next(closed, last, precision.to_repeat(chosen, target)))  # a duet: one block
         if units:
             say(f"precision: round {number}: one more repeat of {_which(pairs, chosen, target, bounds)}")
@@ -78,6 +78,15 @@ def sharpen(
             order += [s.id for s in unit]
         settle()
     raise AssertionError("unreachable: itertools.count never ends")
+
+
+def _bounds(pairs: Sequence[precision.Sharpness], target: float) -> str:
+    """What the pairs are sharpened to, in words: "±5% (an A/A control: within ±2% of 1)", and for a
+    payload crossover its own bound."""
+    bounds = f"an A/A control: within ±{aa_control.BIAS_TOLERANCE:.0%} of 1"
+    if any(p.question == precision.CROSSOVER for p in pairs):
+        bounds += f"; a crossover: within {precision.CROSSOVER_FACTOR}x end to end"
+    return f"±{target:.0%} ({bounds})"
 
 
 def _next(closed: dict[str, Scenario], last: dict[str, int], groups: Sequence[Group]) -> list[Scenario]:

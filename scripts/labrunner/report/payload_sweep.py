@@ -145,14 +145,15 @@ def sweep_groups(groups: Sequence[Group]) -> list[Group]:
     ]
 
 
-def sweeps(groups: Sequence[Group], rows: Sequence[payload.PayloadRow]) -> list[Sweep]:
+def sweeps(groups: Sequence[Group], rows: Sequence[payload.PayloadRow] | None) -> list[Sweep]:
     """Every (gRPC unary, REST) target pair at equal TLS and scenario that ran at two or more counts.
 
     In a duet run a target has one group per partner at each count: a pair takes the groups that ran
     beside each other (compare.partners), so that its rounds are the blocks both sides shared, and
     neither the other pair's blocks nor the A/A control's enter it. Groups without a successful repeat,
     or whose throughput is only a lower bound, enter no ratio (they are listed in left_out); the cost
-    models fit every group with a CPU per request.
+    models fit every group with a CPU per request. rows: the run's body sizes (body_sizes); None for
+    none (--precision reads only the crossovers).
     """
     by_target: dict[tuple[str, str | None, tuple[object, ...]], dict[int, Group]] = {}
     for g in sweep_groups(groups):
@@ -168,7 +169,8 @@ def sweeps(groups: Sequence[Group], rows: Sequence[payload.PayloadRow]) -> list[
         and len(grpc.keys() & rest.keys()) >= 2
     ]
     counts = {count for grpc, rest in pairs for count in grpc.keys() & rest.keys()}
-    sizes = {shape: body_sizes(rows, counts, shape) for shape in {_shape(rest) for _, rest in pairs}}
+    shapes = {_shape(rest) for _, rest in pairs}
+    sizes = {shape: body_sizes(rows, counts, shape) if rows is not None else {} for shape in shapes}
     return [_pair(grpc, rest, sizes[_shape(rest)]) for grpc, rest in pairs]
 
 

@@ -9,7 +9,11 @@ round of a pair that needs ten when five are left narrows it a little and brings
 The A/A control is sharpened too, to its own bound: a control within ±5% cannot rule out the 2% slot
 bias it is there to find, so its req/s interval (the one its finding prints) asks for the width that
 settles it at its centre whatever --precision asks above: within ±2% of 1
-(report.aa_control.settling_half_width; an interval clear of 1 is no reason to stop)."""
+(report.aa_control.settling_half_width; an interval clear of 1 is no reason to stop).
+
+So is a payload sweep's crossover between two counts, to its own bound whatever --precision asks: an
+interval within CROSSOVER_FACTOR end to end. Its blocks go to the two counts either side of it, whose
+ratios place it (payload_model.crossover)."""
 
 import math
 from collections.abc import Callable, Sequence
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 
 from scipy import special  # not scipy.stats: about 1 s to import (report/stats.py)
 
+from labrunner.model.scenario import UPLOAD
 from labrunner.report import aa_control
 from labrunner.report.compare import AA_CONTROL, Comparison, Group
 from labrunner.report.findings.pairs import saturation_comparisons
@@ -29,6 +34,10 @@ from labrunner.results.trust import rounds_needed
 # spread within a factor of about 2, and a pair whose first rounds spread more than it does should not
 # lose its rounds for it.
 OPTIMISM = 0.9
+
+CROSSOVER = "payload crossover"
+# How wide a crossover's interval may be, high / low, before blocks go to the counts either side of it.
+CROSSOVER_FACTOR = 1.5
 
 
 @dataclass(frozen=True)
@@ -43,8 +52,11 @@ class Sharpness:
     rounds: int | None = None  # the rounds its interval pairs
     prior_df: float = 0.0  # the degrees of freedom its spread borrowed from the run's pairs (stats.Ratio)
     verdict: str | None = None  # an A/A control's (report.aa_control.verdict)
+    goal: float | None = None  # a bound of its own whatever --precision asks (a crossover's)
 
     def target(self, precision: float) -> float:
+        if self.goal is not None:
+            return self.goal
         return precision if self.ceiling is None else min(precision, self.ceiling)
 
     def reached(self, precision: float) -> bool:
@@ -54,6 +66,9 @@ class Sharpness:
     def pair(self) -> str:
         if self.question == AA_CONTROL:
             return f"A/A control {self.candidate.target}"
+        if self.question == CROSSOVER:
+            upload = ", uploading" if self.candidate.direction == UPLOAD else ""
+            return f"{self.candidate.target} vs {self.baseline.target} crossover{upload}"
         return f"{self.candidate.target} vs {self.baseline.target}"
 
 
@@ -67,6 +82,41 @@ def sharpness(groups: Sequence[Group]) -> list[Sharpness]:
         width, rounds, prior_df = _widest(c)
         found.append(Sharpness(question, c.candidate, c.baseline, width, rounds=rounds, prior_df=prior_df))
     found += [_control(control) for control in aa_control.controls(groups)]
+    return found + crossovers(groups)
+
+
+def crossovers(groups: Sequence[Group]) -> list[Sharpness]:
+    """Each payload sweep's crossover between two of its counts, as one entry for each of those counts'
+    (gRPC, REST) groups: its half width ln(high / low) / 2 as a share (the interval's reach either side
+    of its centre on the log scale), its goal CROSSOVER_FACTOR end to end, its rounds the fewer blocks
+    of the two counts, and the degrees of freedom of the ratio model beyond those (prior_df), so that
+    rounds_to_go takes t where the interval does. None for a crossover without an interval or outside
+    the counts."""
+    # Imported here: the cost model needs scipy.stats and scipy.optimize (about 1 s), which a run
+    # without a payload sweep never does.
+    from labrunner.report import payload_sweep  # noqa: PLC0415
+
+    found = []
+    for sweep in payload_sweep.sweeps(groups, None):
+        c = sweep.crossover
+        if c is None or c.resolved is None or c.interval is None or c.interval[0] <= 0:
+            continue
+        counts = [g.count for g in sweep.grpc]
+        below = [i for i, n in enumerate(counts) if n <= c.resolved]
+        above = [i for i, n in enumerate(counts) if n >= c.resolved]
+        if not below or not above:
+            continue
+        sides = [(sweep.grpc[i], sweep.rest[i]) for i in (below[-1], above[0])]
+        rounds = min(len(side.results) for pair in sides for side in pair)
+        df = c.paired.df if c.paired is not None else rounds - 1
+        half_width = math.sqrt(c.interval[1] / c.interval[0]) - 1
+        goal = math.sqrt(CROSSOVER_FACTOR) - 1
+        found += [
+            Sharpness(
+                CROSSOVER, grpc, rest, half_width, rounds=rounds, prior_df=max(0, df - rounds + 1), goal=goal
+            )
+            for grpc, rest in sides
+        ]
     return found
 
 
@@ -158,7 +208,7 @@ def distance(pairs: Sequence[Sharpness], precision: float) -> dict[str, float]:
 def outcome(pairs: Sequence[Sharpness], precision: float) -> str:
     """The end of a --precision run in one line: which pairs reached it and which did not, and
     whether each A/A control reached its own bound."""
-    compared = [p for p in pairs if p.question != AA_CONTROL]
+    compared = [p for p in pairs if p.question not in (AA_CONTROL, CROSSOVER)]
     missed = [p for p in compared if not p.reached(precision)]
     line = (
         f"precision ±{precision:.0%} ({CONFIDENCE:.0%} interval of each compared req/s and CPU/req ratio): "
@@ -168,6 +218,13 @@ def outcome(pairs: Sequence[Sharpness], precision: float) -> str:
         line += "; not: " + ", ".join(f"{p.pair} {_width(p)}" for p in missed)
     for control in (p for p in pairs if p.question == AA_CONTROL):
         line += f"; {control.pair}: {control.verdict or 'no interval yet'}"
+    for crossover in {p.pair: p for p in pairs if p.question == CROSSOVER}.values():
+        assert crossover.half_width is not None  # crossovers() keeps those with an interval
+        within = "within" if crossover.reached(precision) else "not within"
+        line += (
+            f"; {crossover.pair}: interval {(1 + crossover.half_width) ** 2:.2f}x end to end, "
+            f"{within} {CROSSOVER_FACTOR}x"
+        )
     return line
 
 
