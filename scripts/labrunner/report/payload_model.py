@@ -41,18 +41,17 @@ METHOD = (
     "(a gRPC + b gRPC·n) / (a REST + b REST·n), and its interval every n* whose best model through it the "
     "ratios do not reject (the profile likelihood's F test), so a block the host slowed for both sides "
     "cancels, as in every ratio of a run; used where the ratio model's lack of fit against the rounds' "
-    f"spread about their count's mean is not significant (F test, p >= {LACK_OF_FIT}), even where a "
-    "line misses the check below, which the host's drift between blocks enters (the line's own crossover "
-    "would carry it) and which a REST cost bending 15% above its line at 1,000 records fails while moving "
-    "the ratio model's crossover between the counts by about 3% (30%: about 10%; a larger bend the lack "
-    "of fit rejects), so the sentence then names the bend. Without paired rounds, where the two lines "
+    f"spread about their count's mean is not significant (F test, p >= {LACK_OF_FIT}). Where a line misses "
+    "the check below, the ratio model is fitted to the rounds at the counts below the one it missed, the "
+    "counts the check's line fitted, so the bend does not enter it, and used when its interval lies among "
+    "those counts; the sentence then names the bend. Without paired rounds, where the two lines "
     "fitted apart meet, with "
     "Fieller's interval (the two fits independent, the fewer of their degrees of freedom). Both are "
     "unbounded exactly when the per-record costs are not told apart, which the delta method's "
     "symmetric interval hides and a bootstrap over 2-5 repeats has too few resamples to show. Check: "
     "each target fitted without its largest count predicts that count's mean; where a target's fit misses "
-    f"it by more than ±{EQUIVALENCE_MARGIN:.0%}, its cost bends, and without paired ratios the ratio "
-    "model fits, no line over every count is used: the "
+    f"it by more than ±{EQUIVALENCE_MARGIN:.0%}, its cost bends, and without the rounds' ratios below the "
+    "bend to place it, no line over every count is used: the "
     "crossover is sought between the two adjacent counts where the targets' mean costs change order, "
     "from each one's line through those two counts' repeats alone (Fieller's interval the same way), and "
     "without a change of order the sweep says which costs more at every count; such a crossover's interval "
@@ -334,23 +333,21 @@ def _columns(points: Sequence[tuple[int, float]]) -> tuple[list[int], list[float
 def crossover(grpc: CostModel, rest: CostModel, paired: Sequence[tuple[int, float]] = ()) -> Crossover:
     """Where the two costs cross. From the rounds' paired ratios (records, gRPC / REST CPU per request of
     one round) where they give the ratio model enough degrees of freedom (paired_crossover) and it fits
-    them (ratio_misfit), whether or not each line fitted apart passes its held-out check (misfit()): the
-    ratios are free of the host's drift between blocks, which that check is not, and a REST cost bending
-    15% above its line at the largest count moves the ratio model's crossover between the counts by
-    about 3% (tested; 30%: about 10%, and a larger bend the lack of fit rejects); where a line misses,
-    only a crossover whose interval lies below the largest count (_decides). Without such
-    ratios, where the two lines meet, with Fieller's interval when both fits have residuals. Where the
-    ratio model, or without it a line, does not fit, the lines are not extrapolated across the counts:
-    the crossover is sought between the two adjacent counts where the targets' mean costs change order,
-    from each target's line through those two counts' repeats alone (its interval no wider than the two
-    counts where the paired ratios put it between them: _bracketed); with no change of order, gRPC costs
-    more (or less) at every count measured."""
+    them (ratio_misfit): they are free of the host's drift between blocks, which the lines fitted apart
+    carry. Where a line misses its held-out check (misfit()), the ratio model is fitted at the counts
+    below the one it missed, so that the bend does not enter it, and used when its interval lies among
+    them (_below_the_bend). Without such ratios, where the two lines meet, with Fieller's interval when
+    both fits have residuals. Where the ratio model, or without it a line, does not fit, the lines are
+    not extrapolated across the counts: the crossover is sought between the two adjacent counts where
+    the targets' mean costs change order, from each target's line through those two counts' repeats
+    alone (its interval no wider than the two counts where the paired ratios put it between them:
+    _bracketed); with no change of order, gRPC costs more (or less) at every count measured."""
     counts = (*grpc.counts, *rest.counts)
     span = (min(counts), max(counts))
     misfits = "; ".join(m for m in (misfit(grpc), misfit(rest)) if m)
-    fitted = paired_crossover(paired, span)
+    fitted = paired_crossover(paired, span) if not misfits else _below_the_bend(paired, sorted(set(counts)))
     ratio = fitted.paired if fitted is not None else None
-    if fitted is not None and _decides(fitted, misfits, sorted({*grpc.counts, *rest.counts})):
+    if fitted is not None and ratio is not None and not ratio_misfit(ratio):
         return replace(fitted, bends="; ".join(b for b in (bend(grpc), bend(rest)) if b))
     if misfits:
         why, no_line = misfits, _NO_LINE
@@ -374,15 +371,18 @@ def crossover(grpc: CostModel, rest: CostModel, paired: Sequence[tuple[int, floa
     return replace(lines, misfit=why, throughout=throughout, no_line=no_line)
 
 
-def _decides(c: Crossover, misfits: str, counts: Sequence[int]) -> bool:
-    """Whether the ratio model's crossover c stands: the model fits the blocks' ratios and, where a line
-    misses its held-out count (misfits), c's interval lies among the counts below the largest, where the
-    lines the check fitted hold: a cost bending at the largest count moves a crossover near it as much."""
-    if c.paired is None or ratio_misfit(c.paired):
-        return False
-    return not misfits or (
-        c.interval is not None and counts[0] <= c.interval[0] and c.interval[1] <= counts[-2]
-    )
+def _below_the_bend(paired: Sequence[tuple[int, float]], counts: Sequence[int]) -> Crossover | None:
+    """The ratio model's crossover from the rounds' ratios at the counts below the largest, the counts
+    whose lines the held-out check fitted, so that a cost bending at the largest count does not enter
+    it; None without one whose interval lies among those counts (beyond them is the bend's reach), or
+    with too few counts or rounds there (paired_crossover)."""
+    if len(counts) < 4:
+        return None
+    below = counts[:-1]
+    c = paired_crossover([r for r in paired if r[0] in below], (below[0], below[-1]))
+    if c is None or c.interval is None or not below[0] <= c.interval[0] <= c.interval[1] <= below[-1]:
+        return None
+    return c
 
 
 def _bracketed(paired: Sequence[tuple[int, float]], low: int, high: int) -> bool:
@@ -673,7 +673,7 @@ def crossover_text(c: Crossover) -> str:
         return f"no crossover claimed, {c.misfit} (lines meet at {meet})"
     text = _lines_text(c, meet)
     if c.bends:
-        return f"{text} (from the blocks' ratios, which the ratio of two lines fits: {c.bends})"
+        return f"{text} (from the blocks' ratios at {c.span[0]:,} to {c.span[1]:,} records: {c.bends})"
     if c.segment is None:
         return text
     alone = f"from the lines through {c.segment[0]:,} and {c.segment[1]:,} records alone"
