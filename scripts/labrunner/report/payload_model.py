@@ -211,8 +211,8 @@ class Crossover:
     paired: "RatioModel | None" = None
     # With a misfit: which model over every count missed (_NO_LINE or _NO_RATIO), in words.
     no_line: str = _NO_LINE
-    # With paired: the lines' own misfits (bend()) that did not stop the ratio model, which fits the
-    # blocks' ratios: "" when both lines pass their check.
+    # With paired: the lines' own misfits (bend()), for which the ratio model was fitted at the counts
+    # below the one they missed (_below_the_bend): "" when both lines pass their check.
     bends: str = ""
 
     @property

@@ -90,8 +90,8 @@ def crossovers(groups: Sequence[Group]) -> list[Sharpness]:
     (gRPC, REST) groups: its half width ln(high / low) / 2 as a share (the interval's reach either side
     of its centre on the log scale), its goal CROSSOVER_FACTOR end to end, its rounds the fewer blocks
     of the two counts, and the degrees of freedom of the ratio model beyond those (prior_df), so that
-    rounds_to_go takes t where the interval does. None for a crossover without an interval or outside
-    the counts."""
+    rounds_to_go takes t where the interval does. No entry for a crossover without an interval or
+    outside the counts."""
     # Imported here: the cost model needs scipy.stats and scipy.optimize (about 1 s), which a run
     # without a payload sweep never does.
     from labrunner.report import payload_sweep  # noqa: PLC0415
