@@ -146,3 +146,34 @@ def test_a_payload_crossover_wider_than_its_bound_sends_blocks_to_the_counts_eit
     # A crossover beyond the counts measured sends none: no counts either side of it.
     beyond = _sweep_groups(_drifting(0.5, 0.002, "grpc"), _drifting(0.2, 0.0021, "aiohttp-h1"))
     assert precision.crossovers(beyond) == []
+
+
+def test_a_crossover_the_ratios_below_a_bend_do_not_place_sends_blocks_to_the_counts_it_lies_between() -> (
+    None
+):
+    # gRPC 0.3 + 0.0017 n ms against REST 0.372 + 0.0009 n, 1.8x its line at 1,000 records: they
+    # cross at 90 records, which the ratios at 1-100 place no closer than reaching past 100, so no
+    # crossover is resolved; the costs change order between 10 and 100, where blocks would place it.
+    rest = _drifting(0.372, 0.0009, "aiohttp-h1")
+    rest[1000] = [c * 1.8 for c in rest[1000]]
+    groups = _sweep_groups(_drifting(0.3, 0.0017, "grpc"), rest)
+    (sweep,) = sweeps(groups, None)
+    assert sweep.crossover is not None and sweep.crossover.resolved is None
+    assert sweep.crossover.segment == (10, 100)
+    entries = precision.crossovers(groups)
+    assert [(p.candidate.count, p.baseline.count, p.half_width) for p in entries] == [
+        (10, 10, None),
+        (100, 100, None),
+    ]
+    assert all(precision.rounds_to_go(p, 0.05) == 1 and not p.reached(0.05) for p in entries)
+    assert precision.outcome(entries, 0.05).endswith(
+        "; grpc vs aiohttp-h1 crossover: not placed between its counts"
+    )
+    # Between 100 and 1,000 records, beside the bend, the ratios below it never would: no blocks, though
+    # the lines fitted apart through those two counts resolve one.
+    near = _drifting(0.2, 0.0021, "aiohttp-h1")
+    near[1000] = [c * 1.2 for c in near[1000]]
+    beside = _sweep_groups(_drifting(0.5, 0.002, "grpc"), near)
+    (sweep,) = sweeps(beside, None)
+    assert sweep.crossover is not None and sweep.crossover.segment == (100, 1000)
+    assert precision.crossovers(beside) == []

@@ -88,10 +88,14 @@ def sharpness(groups: Sequence[Group]) -> list[Sharpness]:
 def crossovers(groups: Sequence[Group]) -> list[Sharpness]:
     """Each payload sweep's crossover between two of its counts, as one entry for each of those counts'
     (gRPC, REST) groups: its half width ln(high / low) / 2 as a share (the interval's reach either side
-    of its centre on the log scale), its goal CROSSOVER_FACTOR end to end, its rounds the fewer blocks
-    of the two counts, and the degrees of freedom of the ratio model beyond those (prior_df), so that
-    rounds_to_go takes t where the interval does. No entry for a crossover without an interval or
-    outside the counts."""
+    of its centre on the log scale; None while it has no bounded interval, as a pair without one), its
+    goal CROSSOVER_FACTOR end to end, its rounds the fewer blocks of the two counts, and the degrees of
+    freedom of the ratio model beyond those (prior_df), so that rounds_to_go takes t where the interval
+    does. The two counts are those either side of the crossover, or where none is resolved, those
+    between which the two costs change order (Crossover.segment): blocks there are what would place it.
+    No entry for a crossover outside the counts, a sweep whose costs keep one order, or a crossover
+    sought between the largest count and the one below it (a line bends there, and payload_model places
+    a crossover from the blocks' ratios only below it)."""
     # Imported here: the cost model needs scipy.stats and scipy.optimize (about 1 s), which a run
     # without a payload sweep never does.
     from labrunner.report import payload_sweep  # noqa: PLC0415
@@ -99,17 +103,20 @@ def crossovers(groups: Sequence[Group]) -> list[Sharpness]:
     found = []
     for sweep in payload_sweep.sweeps(groups, None):
         c = sweep.crossover
-        if c is None or c.resolved is None or c.interval is None or c.interval[0] <= 0:
+        if c is None:
             continue
         counts = [g.count for g in sweep.grpc]
-        below = [i for i, n in enumerate(counts) if n <= c.resolved]
-        above = [i for i, n in enumerate(counts) if n >= c.resolved]
-        if not below or not above:
+        if c.segment is not None and c.segment[1] == counts[-1]:
+            continue  # beside the largest count, where a line bends: no blocks' ratios would place it
+        either_side = _either_side(counts, c.resolved) if c.resolved is not None else c.segment
+        if either_side is None:
             continue
-        sides = [(sweep.grpc[i], sweep.rest[i]) for i in (below[-1], above[0])]
+        sides = [(sweep.grpc[counts.index(n)], sweep.rest[counts.index(n)]) for n in either_side]
         rounds = min(len(side.results) for pair in sides for side in pair)
+        half_width = None
+        if c.resolved is not None and c.interval is not None and c.interval[0] > 0:
+            half_width = math.sqrt(c.interval[1] / c.interval[0]) - 1
         df = c.paired.df if c.paired is not None else rounds - 1
-        half_width = math.sqrt(c.interval[1] / c.interval[0]) - 1
         goal = math.sqrt(CROSSOVER_FACTOR) - 1
         found += [
             Sharpness(
@@ -118,6 +125,13 @@ def crossovers(groups: Sequence[Group]) -> list[Sharpness]:
             for grpc, rest in sides
         ]
     return found
+
+
+def _either_side(counts: Sequence[int], records: float) -> tuple[int, int] | None:
+    """The counts just below and just above records (one count twice when it is one); None outside."""
+    below = [n for n in counts if n <= records]
+    above = [n for n in counts if n >= records]
+    return (below[-1], above[0]) if below and above else None
 
 
 def _control(control: Comparison) -> Sharpness:
@@ -219,12 +233,12 @@ def outcome(pairs: Sequence[Sharpness], precision: float) -> str:
     for control in (p for p in pairs if p.question == AA_CONTROL):
         line += f"; {control.pair}: {control.verdict or 'no interval yet'}"
     for crossover in {p.pair: p for p in pairs if p.question == CROSSOVER}.values():
-        assert crossover.half_width is not None  # crossovers() keeps those with an interval
+        line += f"; {crossover.pair}: "
+        if crossover.half_width is None:
+            line += "not placed between its counts"
+            continue
         within = "within" if crossover.reached(precision) else "not within"
-        line += (
-            f"; {crossover.pair}: interval {(1 + crossover.half_width) ** 2:.2f}x end to end, "
-            f"{within} {CROSSOVER_FACTOR}x"
-        )
+        line += f"interval {(1 + crossover.half_width) ** 2:.2f}x end to end, {within} {CROSSOVER_FACTOR}x"
     return line
 
 
