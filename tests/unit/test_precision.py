@@ -112,11 +112,8 @@ def test_a_payload_crossover_wider_than_its_bound_sends_blocks_to_the_counts_eit
     noisy = {n: [c * f for c, f in zip(costs, (1.05, 0.95, 1.0), strict=True)] for n, costs in rest.items()}
     groups = _sweep_groups(grpc, noisy)
     entries = precision.crossovers(groups)
-    assert [
-        (p.candidate.target, p.candidate.count, p.baseline.target, p.baseline.count) for p in entries
-    ] == [
-        ("grpc", 10, "aiohttp-h1", 10),
-        ("grpc", 100, "aiohttp-h1", 100),
+    assert [[(g.target, g.count) for g in p.groups] for p in entries] == [
+        [("grpc", 10), ("aiohttp-h1", 10), ("grpc", 100), ("aiohttp-h1", 100)]
     ]
     (sweep,) = sweeps(groups, None)
     crossover = sweep.crossover
@@ -141,7 +138,7 @@ def test_a_payload_crossover_wider_than_its_bound_sends_blocks_to_the_counts_eit
     )
     # Without REST's extra 5% the interval is 1.32x: within its bound, it sends no blocks.
     sharp = precision.crossovers(_sweep_groups(grpc, rest))
-    assert len(sharp) == 2 and all(p.reached(0.05) for p in sharp) and precision.to_repeat(sharp, 0.05) == []
+    assert len(sharp) == 1 and sharp[0].reached(0.05) and precision.to_repeat(sharp, 0.05) == []
     assert precision.outcome(sharp, 0.05).endswith("interval 1.32x end to end, within 1.5x")
     # A crossover beyond the counts measured sends none: no counts either side of it.
     beyond = _sweep_groups(_drifting(0.5, 0.002, "grpc"), _drifting(0.2, 0.0021, "aiohttp-h1"))
@@ -160,12 +157,9 @@ def test_a_crossover_the_ratios_below_a_bend_do_not_place_sends_blocks_to_the_co
     (sweep,) = sweeps(groups, None)
     assert sweep.crossover is not None and sweep.crossover.resolved is None
     assert sweep.crossover.segment == (10, 100)
-    entries = precision.crossovers(groups)
-    assert [(p.candidate.count, p.baseline.count, p.half_width) for p in entries] == [
-        (10, 10, None),
-        (100, 100, None),
-    ]
-    assert all(precision.rounds_to_go(p, 0.05) == 1 and not p.reached(0.05) for p in entries)
+    (entry,) = entries = precision.crossovers(groups)
+    assert [g.count for g in entry.groups] == [10, 10, 100, 100] and entry.half_width is None
+    assert precision.rounds_to_go(entry, 0.05) == 1 and not entry.reached(0.05)
     assert precision.outcome(entries, 0.05).endswith(
         "; grpc vs aiohttp-h1 crossover: not placed between its counts"
     )

@@ -98,7 +98,7 @@ def _round_cost(closed: dict[str, Scenario], last: dict[str, int]) -> Callable[[
     """How long one more round of a pair takes (round_seconds)."""
 
     def cost(pair: precision.Sharpness) -> float:
-        return round_seconds(units_of(_next(closed, last, (pair.candidate, pair.baseline))))
+        return round_seconds(units_of(_next(closed, last, pair.groups)))
 
     return cost
 

@@ -53,6 +53,13 @@ class Sharpness:
     prior_df: float = 0.0  # the degrees of freedom its spread borrowed from the run's pairs (stats.Ratio)
     verdict: str | None = None  # an A/A control's (report.aa_control.verdict)
     goal: float | None = None  # a bound of its own whatever --precision asks (a crossover's)
+    # Groups a round repeats with the two (a crossover's: the other count's gRPC and REST groups).
+    also: tuple[Group, ...] = ()
+
+    @property
+    def groups(self) -> tuple[Group, ...]:
+        """The groups one round of it repeats: candidate, baseline and also."""
+        return (self.candidate, self.baseline, *self.also)
 
     def target(self, precision: float) -> float:
         if self.goal is not None:
@@ -86,16 +93,16 @@ def sharpness(groups: Sequence[Group]) -> list[Sharpness]:
 
 
 def crossovers(groups: Sequence[Group]) -> list[Sharpness]:
-    """Each payload sweep's crossover between two of its counts, as one entry for each of those counts'
-    (gRPC, REST) groups: its half width ln(high / low) / 2 as a share (the interval's reach either side
-    of its centre on the log scale; None while it has no bounded interval, as a pair without one), its
-    goal CROSSOVER_FACTOR end to end, its rounds the fewer blocks of the two counts, and the degrees of
-    freedom of the ratio model beyond those (prior_df), so that rounds_to_go takes t where the interval
-    does. The two counts are those either side of the crossover, or where none is resolved, those
-    between which the two costs change order (Crossover.segment): blocks there are what would place it.
-    No entry for a crossover outside the counts, a sweep whose costs keep one order, or a crossover
-    sought between the largest count and the one below it (a line bends there, and payload_model places
-    a crossover from the blocks' ratios only below it)."""
+    """Each payload sweep's crossover between two of its counts, as one entry whose round repeats both
+    counts' (gRPC, REST) groups (a block at each): its half width ln(high / low) / 2 as a share (the
+    interval's reach either side of its centre on the log scale; None while it has no bounded interval,
+    as a pair without one), its goal CROSSOVER_FACTOR end to end, its rounds the fewer blocks of the two
+    counts, and the degrees of freedom of the ratio model beyond those (prior_df), so that rounds_to_go
+    takes t where the interval does. The two counts are those either side of the crossover, or where
+    none is resolved, those between which the two costs change order (Crossover.segment): blocks there
+    are what would place it. No entry for a crossover outside the counts, a sweep whose costs keep one
+    order, or a crossover sought between the largest count and the one below it (a line bends there, and
+    payload_model places a crossover from the blocks' ratios only below it)."""
     # Imported here: the cost model needs scipy.stats and scipy.optimize (about 1 s), which a run
     # without a payload sweep never does.
     from labrunner.report import payload_sweep  # noqa: PLC0415
@@ -111,19 +118,26 @@ def crossovers(groups: Sequence[Group]) -> list[Sharpness]:
         either_side = _either_side(counts, c.resolved) if c.resolved is not None else c.segment
         if either_side is None:
             continue
-        sides = [(sweep.grpc[counts.index(n)], sweep.rest[counts.index(n)]) for n in either_side]
-        rounds = min(len(side.results) for pair in sides for side in pair)
+        low, high = either_side
+        grpc, rest = sweep.grpc[counts.index(low)], sweep.rest[counts.index(low)]
+        also = () if high == low else (sweep.grpc[counts.index(high)], sweep.rest[counts.index(high)])
+        rounds = min(len(g.results) for g in (grpc, rest, *also))
         half_width = None
         if c.resolved is not None and c.interval is not None and c.interval[0] > 0:
             half_width = math.sqrt(c.interval[1] / c.interval[0]) - 1
         df = c.paired.df if c.paired is not None else rounds - 1
-        goal = math.sqrt(CROSSOVER_FACTOR) - 1
-        found += [
+        found.append(
             Sharpness(
-                CROSSOVER, grpc, rest, half_width, rounds=rounds, prior_df=max(0, df - rounds + 1), goal=goal
+                CROSSOVER,
+                grpc,
+                rest,
+                half_width,
+                rounds=rounds,
+                prior_df=max(0, df - rounds + 1),
+                goal=math.sqrt(CROSSOVER_FACTOR) - 1,
+                also=also,
             )
-            for grpc, rest in sides
-        ]
+        )
     return found
 
 
@@ -201,8 +215,8 @@ def to_repeat(pairs: Sequence[Sharpness], precision: float) -> list[Group]:
     wanted: dict[str, Group] = {}
     for p in pairs:
         if not p.reached(precision):
-            wanted.setdefault(p.candidate.id, p.candidate)
-            wanted.setdefault(p.baseline.id, p.baseline)
+            for group in p.groups:
+                wanted.setdefault(group.id, group)
     return sorted(wanted.values(), key=lambda g: (g.order, g.id))
 
 
@@ -214,7 +228,7 @@ def distance(pairs: Sequence[Sharpness], precision: float) -> dict[str, float]:
         if p.reached(precision):
             continue
         ratio = math.inf if p.half_width is None else p.half_width / p.target(precision)
-        for group in (p.candidate.id, p.baseline.id):
+        for group in (g.id for g in p.groups):
             far[group] = min(far.get(group, math.inf), ratio)
     return far
 
@@ -232,7 +246,7 @@ def outcome(pairs: Sequence[Sharpness], precision: float) -> str:
         line += "; not: " + ", ".join(f"{p.pair} {_width(p)}" for p in missed)
     for control in (p for p in pairs if p.question == AA_CONTROL):
         line += f"; {control.pair}: {control.verdict or 'no interval yet'}"
-    for crossover in {p.pair: p for p in pairs if p.question == CROSSOVER}.values():
+    for crossover in (p for p in pairs if p.question == CROSSOVER):
         line += f"; {crossover.pair}: "
         if crossover.half_width is None:
             line += "not placed between its counts"
