@@ -103,8 +103,10 @@ def crossovers(groups: Sequence[Group]) -> list[Sharpness]:
     are what would place it. No entry for a crossover outside the counts, a sweep whose costs keep one
     order, or a crossover sought between the largest count and the one below it (a line bends there, and
     payload_model places a crossover from the blocks' ratios only below it)."""
-    # Imported here: the cost model needs scipy.stats and scipy.optimize (about 1 s), which a run
-    # without a payload sweep never does.
+    if len({g.count for g in groups}) < 2:
+        return []  # a sweep needs two counts or more (payload_sweep.sweeps)
+    # Imported here: the cost model needs scipy.stats and scipy.optimize (about 1 s), which a run of
+    # one count (the default preset's) then never imports.
     from labrunner.report import payload_sweep  # noqa: PLC0415
 
     found = []
