@@ -255,6 +255,30 @@ def test_metered_backend_reads_proc_stat_around_measured_runs_only() -> None:
     assert unmetered.window is None
 
 
+def test_the_speed_reference_is_read_around_the_window_and_is_the_labs_own_time() -> None:
+    # The reference's counters (units, CPU ns) before and after the measured run, and a run without it.
+    counters = iter([(1_000, 400_000_000), (1_800, 720_000_000)])
+    metered = MeteredBackend(_FakeBackend(), iter([BEFORE, AFTER]).__next__, reference=counters.__next__)
+    handle: Any = None
+    invocation: Any = None
+    metered.run_k6(handle, invocation, measured=True)
+    window = metered.window
+    assert window is not None and (window.reference_units, window.reference_cpu_seconds) == (800, 0.32)
+    section = interference.interference(window, (1,), (0,), service_cpu_seconds=1.88)
+    assert section["speed_reference"] == {"units": 800, "cpu_seconds": 0.32, "seconds_per_unit": 0.0004}
+    service = section["interference"]["service_cpus"]
+    # CPU 1 was busy 2.2 s: the service's 1.88 s and the reference's 0.32 s, nobody else's.
+    assert service["own_cpu_seconds"] == pytest.approx(2.2)
+    assert service["others_cpu_seconds"] == pytest.approx(0)
+    host = parse_host(section)
+    assert host is not None and host.reference_seconds_per_unit == 0.0004
+    # Stopped (the calibration after the run): no reading, and no figure.
+    stopped = MeteredBackend(_FakeBackend(), iter([BEFORE, AFTER]).__next__, reference=lambda: None)
+    stopped.run_k6(handle, invocation, measured=True)
+    assert stopped.window is not None and stopped.window.reference_units is None
+    assert interference.interference(stopped.window, (1,), (0,), 1.88)["speed_reference"] is None
+
+
 def _run_dir(path: Path, calibration_s: tuple[float, float], others: float) -> Path:
     """A one-result run directory as the runner leaves it, with payload.json so nothing is measured."""
     [scenario] = expand(

@@ -506,3 +506,42 @@ def test_paired_ratios_on_either_side_of_1_hold_a_segments_crossover_between_its
     # One round at 100 records tells no side of 1 there: the lines' own interval stands.
     sparse = [r for r in ratios if r[0] != 100] + [next(r for r in ratios if r[0] == 100)]
     assert pm.crossover(*models, sparse).unbounded
+
+
+# The host's speed in each round at each count: a repeat's cost and the speed reference beside it both
+# take this factor (the same slowdown), as measured on a 2-vCPU VM (run.speed_reference).
+DRIFT = {1: (0.8, 1.0, 1.3), 10: (1.2, 0.9, 1.0), 100: (1.0, 1.35, 0.75), 1000: (0.85, 1.0, 1.25)}
+UNIT_S = 400e-6  # the reference's CPU per unit at factor 1
+
+
+def _with_reference(
+    costs: Mapping[int, Sequence[float]], units: Mapping[int, Sequence[float | None]]
+) -> list[Group]:
+    """grpc's groups from costs, each repeat with the speed reference's CPU per unit beside it."""
+    results = []
+    for s in _scenarios(3):
+        if s.target.name != "grpc" or s.target.tls:
+            continue
+        result = _result(s, costs[s.count][s.repeat - 1], QUOTA_USED)
+        unit = units[s.count][s.repeat - 1]
+        if unit is not None:
+            result["host"] = {"measured": True, "speed_reference": {"seconds_per_unit": unit}}
+        results.append(result)
+    return sorted(group_results(parse_results(results)), key=lambda g: g.count)
+
+
+def test_the_speed_reference_takes_the_hosts_drift_out_of_a_and_b() -> None:
+    drifted = _affine(0.3, 0.005, DRIFT)
+    groups = _with_reference(drifted, {n: [UNIT_S * f for f in DRIFT[n]] for n in COUNTS})
+    speed = pm.reference_speed(groups)
+    assert speed == pytest.approx(UNIT_S)  # the median repeat's
+    raw, steady = pm.fit_target(groups), pm.fit_target(groups, speed)
+    assert raw is not None and steady is not None
+    # Read at the reference's median speed, each repeat costs exactly a + b·n again.
+    assert (steady.line.fixed.value, steady.line.per_record.value) == pytest.approx((0.3, 0.005))
+    assert steady.line.per_record.high - steady.line.per_record.low < 1e-9
+    assert raw.line.per_record.high - raw.line.per_record.low > 0.001  # the drift, as measured
+    # A repeat without the reference beside it (an older window of a resumed run): costs as measured.
+    one_missing = {n: [UNIT_S * f for f in DRIFT[n]] for n in COUNTS} | {10: [UNIT_S, None, UNIT_S]}
+    assert pm.reference_speed(_with_reference(drifted, one_missing)) is None
+    assert pm.reference_speed(_with_reference(drifted, {n: [None] * 3 for n in COUNTS})) is None

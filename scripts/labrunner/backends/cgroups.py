@@ -7,6 +7,7 @@ exec, so every worker it forks is inside from the start.
 """
 
 import contextlib
+import ctypes
 import errno
 import os
 import signal
@@ -18,6 +19,9 @@ from pathlib import Path
 from services.common.cgroup import CGROUP_ROOT, CgroupPaths, own_cgroup
 
 CFS_PERIOD_US = 100_000
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# Looked up once here: a child between fork and exec must not dlopen (see enter_limits).
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
 _PIN_PASSES = 10  # pin_threads: a service that keeps starting threads off its CPUs is an error
 _RMDIR_TIMEOUT_S = 5.0
 
@@ -91,6 +95,25 @@ def pin_threads(cgroup: Cgroup, cpus: Sequence[int]) -> None:
         if not moved:
             return
     raise OSError(f"threads of cgroup {cgroup.dirs[0].name} still ran off CPUs {sorted(wanted)}")
+
+
+def enter_limits(cgroup: Cgroup | None, cpus: tuple[int, ...]) -> None:
+    """Runs in the child between fork and exec.
+
+    preexec_fn is unsafe when the parent has threads that may hold locks at fork time;
+    this function only makes system calls (open, write, sched_setaffinity, prctl), so none is needed.
+    """
+    if cgroup is not None:
+        join_cgroup(cgroup)
+    os.sched_setaffinity(0, cpus)
+    # A runner killed outright (SIGKILL, OOM) cannot stop its service: the kernel asks it to
+    # stop gracefully instead, and its workers follow their supervisor.
+    parent_death_signal(signal.SIGTERM)
+
+
+def parent_death_signal(sig: int) -> None:
+    """In a child between fork and exec: `sig` once the runner is gone (prctl PR_SET_PDEATHSIG)."""
+    _prctl(_PR_SET_PDEATHSIG, sig)
 
 
 def quota_us(cpus: float) -> int:

@@ -3,11 +3,13 @@ duet block, the ladder's rungs set from the closed results, --precision's rounds
 it goes. The other jobs of a session: finisher (each finish beside the next start), progress (the
 lines), precision_rounds, resume (what is kept, when and by which code) and run_end."""
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from labrunner import interrupts
-from labrunner.backends.base import Backend, BackendSettings
+from labrunner.backends.base import Backend, BackendSettings, cpu_list
+from labrunner.backends.cgroups import CgroupUnavailable
 from labrunner.cli import grafana
 from labrunner.cli.finisher import Scenarios
 from labrunner.cli.precision_rounds import precision_record, sharpen
@@ -28,6 +30,7 @@ from labrunner.results.store import (
     read_manifest,
 )
 from labrunner.run import calibration
+from labrunner.run.speed_reference import REFERENCE_CPUS, SpeedReference
 from labrunner.say import Say
 from services.common import user_message
 
@@ -44,6 +47,10 @@ def run_plan(
     closed-model capacity (labrunner.results.ladder) is not run: said, named in the manifest and the
     summary, and no failure.
     """
+    wanted = _wants_reference(plan, backend)
+    reference = SpeedReference(config.run.run_id, settings.logs_dir) if wanted else None
+    if reference is not None:
+        config = replace(config, run=replace(config.run, speed_reference=reference.read))
     run = config.run
     out = run.out_dir
     order = [s.id for s in plan.scenarios]  # the matrix's order, which the summaries read
@@ -78,6 +85,8 @@ def run_plan(
             calibrations["before"] = calibration.calibrate(
                 calibration_cpus, "before", say, config.calibration_rounds, config.calibration_attempts
             )
+            if reference is not None:
+                _start_reference(reference, calibration_cpus, say)
         index = 0
         for unit in plan.run_units:
             first, index = index + 1, index + len(unit)
@@ -117,6 +126,8 @@ def run_plan(
             )
             sharpness = precision.sharpness(group_results(load_results(out, order)))
             manifest_args["precision"] = precision_record(config, sharpness, len(added))
+        if reference is not None:
+            reference.stop()  # the calibration after the run measures the host alone
         if plan.scenarios:
             calibrations["after"] = calibration.calibrate(
                 calibration_cpus, "after", say, config.calibration_rounds, config.calibration_attempts
@@ -126,6 +137,8 @@ def run_plan(
         # A Ctrl-C from here on waits until the end of this block: the cleanup is never cut short.
         with interrupts.held():
             scenarios.shutdown()  # an interrupted run still stops the service finishing
+            if reference is not None:
+                reference.stop()
             close_backend(backend, run, say)
             manifest = build_manifest(
                 **manifest_args,
@@ -142,6 +155,22 @@ def run_plan(
     if grafana_url := grafana.dashboard_url(read_manifest(out)):
         say(f"grafana: {grafana_url}")
     return not scenarios.failed
+
+
+def _wants_reference(plan: Plan, backend: Backend) -> bool:
+    """The preset asks for the speed reference, and the local backend runs the services on this host's
+    CPUs (under docker the services' CPUs are the engine's)."""
+    return plan.speed_reference and backend.name == "local"
+
+
+def _start_reference(reference: SpeedReference, cpus: tuple[int, ...], say: Say) -> None:
+    """Start the speed reference on the services' CPUs; a run without one says why, and goes on."""
+    try:
+        reference.start(cpus)
+    except (CgroupUnavailable, RuntimeError) as exc:
+        say(f"no speed reference: {exc}; the sweep's own costs carry the host's drift between blocks")
+        return
+    say(f"speed reference: the calibration unit at {REFERENCE_CPUS:g} of a CPU on CPU(s) {cpu_list(cpus)}")
 
 
 def _manifest_args(plan: Plan, config: SessionConfig, backend: str) -> dict[str, Any]:

@@ -181,6 +181,7 @@ def expand(
         control=_control(settings.control, matrix.targets, where),
         precision=None if settings.precision is None else settings.precision / 100,
         budget_s=settings.budget,
+        speed_reference=settings.speed_reference,
     )
 
 

@@ -381,6 +381,7 @@ class Plan:
     control: str | None = None  # the A/A control's target, when the run duets it (model.duet)
     precision: float | None = None  # the preset's --precision (a share), which the command line overrides
     budget_s: float = DEFAULT_BUDGET_S  # the preset's --budget
+    speed_reference: bool = False  # the speed reference runs beside the services (local backend)
 
     @property
     def run_order(self) -> tuple[Scenario, ...]:

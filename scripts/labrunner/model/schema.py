@@ -584,6 +584,9 @@ class Settings(_Table):
     # the compared pairs until each req/s ratio is this sharp, while the budget lasts.
     precision: Precision | None = None
     budget: PositiveDuration = DEFAULT_BUDGET_S
+    # The speed reference beside the services (run.speed_reference), on the local backend: a sweep's
+    # own costs (a payload sweep's a and b) read at one host speed.
+    speed_reference: bool = False
 
 
 # Keys a [defaults], [defaults.<backend>], [presets.<name>] or [presets.<name>.<backend>] may set.
@@ -615,6 +618,7 @@ class _Selection(_Table):
     control: Name | None = None
     precision: Precision | None = None
     budget: PositiveDuration | None = None
+    speed_reference: bool | None = None
 
 
 class _Preset(_Selection):

@@ -64,6 +64,9 @@ class Snapshot:
 
 
 Reader = Callable[[], Snapshot]
+# The speed reference's counters (run.speed_reference): units done, and the CPU nanoseconds they took;
+# None while it does not run.
+ReferenceReader = Callable[[], tuple[int, int] | None]
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ class Window:
     includes_steal: bool | None = None
     # The lab's own daemons' CPU time in the window (pinned to k6's side): part of "others" there.
     lab_cpu_seconds: float | None = None
+    # The speed reference in the window (run.speed_reference), on the service's CPUs: the lab's own there.
+    reference_units: int | None = None
+    reference_cpu_seconds: float | None = None
 
     @property
     def seconds(self) -> float:
@@ -153,7 +159,10 @@ def interference(
         "interference": None,
         "steal_seconds": _round(steal),
         "steal_share": _round(steal / capacity) if capacity > 0 else None,
+        "speed_reference": _speed_reference(window),
     }
+    if window.reference_cpu_seconds is not None:  # on the service's CPUs, the lab's own: not others'
+        service_cpu_seconds = _sum(service_cpu_seconds, window.reference_cpu_seconds)
     if set(service_cpus) & set(k6_cpus):
         own = _sum(service_cpu_seconds, window.k6_cpu_seconds)
         shared = _cpus_figure(window, union, own, window.relay_cpu_seconds, window.lab_cpu_seconds)
@@ -225,6 +234,15 @@ def share(section: Mapping[str, Any] | None, key: str) -> float | None:
     return None if value is None else float(value)
 
 
+@dataclass(frozen=True)
+class _Opened:
+    """What a window's edge reads: /proc/stat, the lab's daemons' CPU seconds, the speed reference."""
+
+    snapshot: Snapshot
+    lab_cpu_seconds: float | None
+    reference: tuple[int, int] | None
+
+
 class MeteredBackend:
     """A backend whose measured k6 runs are bracketed by /proc/stat reads; `window` is the last.
 
@@ -232,11 +250,18 @@ class MeteredBackend:
     search's last step), so the scenario's own CPU time and /proc/stat agree on the window.
     """
 
-    def __init__(self, backend: Backend, read: Reader | None, lab_pids: Sequence[int] = ()) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        read: Reader | None,
+        lab_pids: Sequence[int] = (),
+        reference: ReferenceReader | None = None,
+    ) -> None:
         self.name = backend.name
         self._backend = backend
         self._read = read
         self._lab_pids = tuple(lab_pids)
+        self._reference = reference
         self._includes_steal = steal_clock.this_kernel().includes_steal
         self.window: Window | None = None
         # The last measured run's userspace link emulator CPU seconds, /proc/stat or not.
@@ -255,16 +280,9 @@ class MeteredBackend:
         if not measured or self._read is None:
             process = self._backend.run_k6(handle, invocation, measured)
         else:
-            before, lab_before = self._read(), self._lab_cpu()
+            opened = self._open(self._read)
             process = self._backend.run_k6(handle, invocation, measured)
-            self.window = Window(
-                before,
-                self._read(),
-                process.cpu_seconds,
-                process.relay_cpu_seconds,
-                self._includes_steal,
-                _difference(self._lab_cpu(), lab_before),
-            )
+            self.window = self._window(self._read, opened, process.cpu_seconds, process.relay_cpu_seconds)
         if measured:
             self.relay_cpu_seconds = process.relay_cpu_seconds
         return process
@@ -277,18 +295,40 @@ class MeteredBackend:
         if not measured or self._read is None:
             processes = backend.run_k6_instances(handle, invocations, measured)
         else:
-            before, lab_before = self._read(), self._lab_cpu()
+            opened = self._open(self._read)
             processes = backend.run_k6_instances(handle, invocations, measured)
             k6_cpu_seconds = _sum(*(p.cpu_seconds for p in processes))
             relay = processes[0].relay_cpu_seconds if processes else None
-            lab = _difference(self._lab_cpu(), lab_before)
-            self.window = Window(before, self._read(), k6_cpu_seconds, relay, self._includes_steal, lab)
+            self.window = self._window(self._read, opened, k6_cpu_seconds, relay)
         if measured:
             self.relay_cpu_seconds = processes[0].relay_cpu_seconds if processes else None
         return processes
 
     def _lab_cpu(self) -> float | None:
         return lab_cpu.cpu_seconds(self._lab_pids) if self._lab_pids else None
+
+    def _open(self, read: Reader) -> _Opened:
+        return _Opened(read(), self._lab_cpu(), self._reference() if self._reference is not None else None)
+
+    def _window(
+        self, read: Reader, opened: _Opened, k6_cpu_seconds: float | None, relay_cpu_seconds: float | None
+    ) -> Window:
+        """The window from `opened` to now (read the moment k6 ended)."""
+        closed = self._open(read)
+        units = cpu_seconds = None
+        if opened.reference is not None and closed.reference is not None:
+            units = closed.reference[0] - opened.reference[0]
+            cpu_seconds = (closed.reference[1] - opened.reference[1]) / 1e9
+        return Window(
+            opened.snapshot,
+            closed.snapshot,
+            k6_cpu_seconds,
+            relay_cpu_seconds,
+            self._includes_steal,
+            _difference(closed.lab_cpu_seconds, opened.lab_cpu_seconds),
+            units,
+            cpu_seconds,
+        )
 
     def check_k6_instances(self, profile: Profile, k6_instances: K6Instances) -> None:
         self._backend.check_k6_instances(profile, k6_instances)
@@ -341,6 +381,17 @@ def _cpus_figure(
         figure["lab_cpu_seconds"] = _round(lab_cpu_seconds)
         figure["lab_share"] = _round(lab_cpu_seconds / capacity) if capacity > 0 else None
     return figure
+
+
+def _speed_reference(window: Window) -> dict[str, Any] | None:
+    """The speed reference's units and CPU seconds in the window (run.speed_reference); None without one."""
+    if not window.reference_units or window.reference_cpu_seconds is None:
+        return None
+    return {
+        "units": window.reference_units,
+        "cpu_seconds": round(window.reference_cpu_seconds, 6),
+        "seconds_per_unit": window.reference_cpu_seconds / window.reference_units,
+    }
 
 
 def _others(

@@ -87,6 +87,13 @@ METRICS = {
         # CFS throttling over the window: near a full quota, the tail waits for the next period.
         Metric("throttled_s", "throttled s", False, _usage(lambda u: u.throttled_seconds)),
         Metric("k6_cpu", "k6 CPU", False, lambda r: r.k6.cpu_utilisation if r.k6 else None),
+        # The speed reference's CPU per unit over the window (run.speed_reference): the host's speed then.
+        Metric(
+            "reference_unit",
+            "reference CPU / unit (s)",
+            False,
+            lambda r: r.host.reference_seconds_per_unit if r.host else None,
+        ),
         # k6's CPU per successful request, in ms (its process's CPU seconds, start-up included, every
         # instance's of a split run): what the load generator spends on a request of this protocol.
         Metric("k6_cpu_per_1k", "k6 CPU / req (ms)", False, _per_request(_k6_cpu_seconds, 1000)),

@@ -47,8 +47,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from labrunner import certs
 from labrunner.backends.base import SERVICE_STOP_ENV, listening_event, tail_file
+from labrunner.backends.cgroups import enter_limits
 from labrunner.backends.connections import CLOSE_WAIT, ESTABLISHED, seen_by
-from labrunner.backends.local.limits import enter_limits
 from labrunner.backends.local.service import SERVICE_KNOBS, terminate
 from labrunner.observe import interference
 from labrunner.paths import REPO

@@ -10,17 +10,18 @@ the sweep pins the crossover down. Costs are in ms per request (CPU seconds per 
 import itertools
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import optimize, stats
 
 from labrunner.model.scenario import DEFAULT_SHAPE, UPLOAD
-from labrunner.report.compare import Group
+from labrunner.report.compare import METRICS, Group
 from labrunner.report.serialization import Case
 from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, paired_ratio, t_quantile
 from labrunner.results.trust import SERVICE_CPU_BOUND
+from labrunner.run.speed_reference import REFERENCE_CPUS
 
 # Below this many degrees of freedom the paired ratios do not fit the ratio model: the lines fitted
 # apart decide instead (three counts of two rounds have three).
@@ -28,6 +29,7 @@ PAIRED_MIN_DF = 3
 # Below this p the ratio model's lack of fit rejects it: the crossover is then sought between counts.
 LACK_OF_FIT = 0.05
 CPU = "cpu_per_1k"  # CPU seconds per 1,000 requests: ms per request
+REFERENCE = "reference_unit"  # the speed reference's CPU seconds per unit over a repeat's window
 UTILISATION = "service_cpu"  # the service's share of its CPU quota over the window
 METHOD = (
     "CPU per request (ms) is fitted for each target as a + b·n over every repeat at every count n: a is "
@@ -287,11 +289,18 @@ def _estimate(value: float, margin: float) -> Estimate:
     return Estimate(value, value - margin, value + margin)
 
 
-def fit_target(groups: Sequence[Group]) -> CostModel | None:
+def fit_target(groups: Sequence[Group], speed: float | None = None) -> CostModel | None:
     """One target's groups fitted (one per count, or in a duet run one per count and partner); None
     when fewer than two counts have a positive CPU per request. Lower bounds are fitted too: CPU per
-    request does not need a saturated service."""
-    points = tuple((g.count, cost) for g in groups for cost in g.values(CPU) if cost > 0)
+    request does not need a saturated service.
+
+    speed: the speed reference's CPU per unit the costs are read at (at_speed); None: as measured."""
+    points = tuple(
+        (g.count, cost)
+        for g in groups
+        for cost in (at_speed(g, speed) if speed else g.values(CPU))
+        if cost > 0
+    )
     fitted = {records for records, _ in points}
     if len(fitted) < 2:
         return None
@@ -312,6 +321,38 @@ def fit_target(groups: Sequence[Group]) -> CostModel | None:
         idle=tuple(idle),
         missing=tuple(sorted({g.count for g in groups} - fitted)),
     )
+
+
+def at_speed(group: Group, speed: float) -> list[float]:
+    """Each repeat's CPU per request at the speed reference's `speed` (CPU seconds per unit): times
+    speed over the reference's own CPU per unit in that repeat's window (run.speed_reference), so that
+    the host's drift between blocks, which slows the reference with the server, leaves the cost."""
+    read_cost, read_unit = METRICS[CPU].read, METRICS[REFERENCE].read
+    found = ((read_cost(r), read_unit(r)) for r in group.results)
+    return [cost * speed / unit for cost, unit in found if cost is not None and unit]
+
+
+def speed_sentence(speed: float) -> str:
+    """How the costs of a run with the speed reference were read (at_speed)."""
+    return (
+        "Costs are read at one host speed: each repeat's CPU per request times the run's median speed "
+        f"reference ({speed * 1e6:.0f} µs of CPU per calibration unit at {REFERENCE_CPUS:g} of a CPU beside "
+        "the services) over the reference's own in that repeat's window, so the host's drift between "
+        "blocks, which slows the reference with the servers, leaves a and b (docs/measurement.md, speed "
+        "reference); the rounds' paired ratios need no such step."
+    )
+
+
+def reference_speed(groups: Iterable[Group]) -> float | None:
+    """The median speed reference over every repeat of `groups`: the one speed their costs are read at;
+    None unless every repeat with a cost has the reference beside it (a run without one, a resumed run
+    whose older windows had none), since costs at two scales would not fit one line."""
+    read_cost, read_unit = METRICS[CPU].read, METRICS[REFERENCE].read
+    found = [(read_cost(r), read_unit(r)) for g in groups for r in g.results]
+    units = [unit for cost, unit in found if cost is not None]
+    if not units or any(unit is None or unit <= 0 for unit in units):
+        return None
+    return statistics.median(unit for unit in units if unit is not None)
 
 
 def held_out(points: Sequence[tuple[int, float]]) -> HeldOut | None:

@@ -48,6 +48,9 @@ class Sweep:
     left_out: tuple[tuple[str, str], ...]  # ("target cN", why) for groups that enter no ratio
     grpc_model: CostModel | None  # None with fewer than two counts to fit
     rest_model: CostModel | None
+    # The speed reference's CPU per unit the models' costs are read at (payload_model.at_speed); None:
+    # as measured (no speed reference beside every repeat).
+    speed: float | None = None
 
     @property
     def grpc_target(self) -> str:
@@ -171,7 +174,9 @@ def sweeps(groups: Sequence[Group], rows: Sequence[payload.PayloadRow] | None) -
     counts = {count for grpc, rest in pairs for count in grpc.keys() & rest.keys()}
     shapes = {_shape(rest) for _, rest in pairs}
     sizes = {shape: body_sizes(rows, counts, shape) if rows is not None else {} for shape in shapes}
-    return [_pair(grpc, rest, sizes[_shape(rest)]) for grpc, rest in pairs]
+    # One speed for every model of the run, so that lines fitted apart meet at one scale.
+    speed = payload_model.reference_speed(g for pair in pairs for side in pair for g in side.values())
+    return [_pair(grpc, rest, sizes[_shape(rest)], speed) for grpc, rest in pairs]
 
 
 def _first(by_count: Mapping[int, Group]) -> Group:
@@ -186,6 +191,7 @@ def _pair(
     grpc_by_count: Mapping[int, Group],
     rest_by_count: Mapping[int, Group],
     sizes: Mapping[int, payload.PayloadRow],
+    speed: float | None,
 ) -> Sweep:
     counts = sorted(grpc_by_count.keys() & rest_by_count.keys())
     left_out = []
@@ -214,8 +220,9 @@ def _pair(
         rest=rest,
         points=points,
         left_out=tuple(left_out),
-        grpc_model=payload_model.fit_target(grpc),
-        rest_model=payload_model.fit_target(rest),
+        grpc_model=payload_model.fit_target(grpc, speed),
+        rest_model=payload_model.fit_target(rest, speed),
+        speed=speed,
     )
 
 
@@ -235,11 +242,15 @@ def models(pairs: Sequence[Sweep]) -> list[CostModel]:
     """Every target's cost model once per scenario, gRPC first, in pair order: fitted over all its
     groups in the scenario, so that gRPC in a duet run has the blocks beside every REST server."""
     groups: dict[tuple[str, str], dict[int, Group]] = {}
+    speeds: dict[tuple[str, str], float | None] = {}
     for s in pairs:
         for side in (s.grpc, s.rest):
             for g in side:
                 groups.setdefault((g.target, s.held), {})[id(g)] = g
-    fitted = (payload_model.fit_target(list(members.values())) for members in groups.values())
+                speeds[(g.target, s.held)] = s.speed
+    fitted = (
+        payload_model.fit_target(list(members.values()), speeds[key]) for key, members in groups.items()
+    )
     return [m for m in fitted if m is not None]
 
 

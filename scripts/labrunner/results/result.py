@@ -171,6 +171,8 @@ class Host:
     shared: bool
     steal_share: float | None = field(metadata=_shown("steal_share"))
     steal_seconds: float | None
+    # The speed reference's CPU seconds per unit over the window (run.speed_reference); None without one.
+    reference_seconds_per_unit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -435,6 +437,7 @@ def parse_host(section: Mapping[str, Any] | None) -> Host | None:
         bool(figures.get("shared")),
         section.get("steal_share"),
         section.get("steal_seconds"),
+        (section.get("speed_reference") or {}).get("seconds_per_unit"),
     )
 
 

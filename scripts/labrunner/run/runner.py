@@ -51,6 +51,8 @@ class RunConfig:
     influxdb_url: str | None
     prometheus_url: str | None  # waited on for each service's final scrape; None = do not wait
     lab_pids: tuple[int, ...] = ()  # the Prometheus and InfluxDB this run started: accounted apart
+    # The speed reference's counters (run.speed_reference), read around each measured window; None: none runs.
+    speed_reference: interference.ReferenceReader | None = None
     watch: live.Watch | None = None  # shows each measured window as it runs (a terminal's live line)
 
 
@@ -107,7 +109,10 @@ class ScenarioRun:
         # /proc/stat around every measured k6 run: what others took on the scenario's CPUs.
         self.unmetered = interference.unavailable(backend)
         self.metered = interference.MeteredBackend(
-            backend, interference.read_snapshot if self.unmetered is None else None, config.lab_pids
+            backend,
+            interference.read_snapshot if self.unmetered is None else None,
+            config.lab_pids,
+            config.speed_reference,
         )
 
     def measure(self, before_measure: Callable[[], None]) -> None:

@@ -1,16 +1,11 @@
-"""The local service's limits: its cgroup (or the note why it has none), and what a child enters
-between fork and exec: the cgroup, its CPUs, a signal once the runner is gone."""
+"""The local service's limits: its cgroup (or the note why it has none), and what k6 enters between
+fork and exec: its CPUs, a signal once the runner is gone (a service's: cgroups.enter_limits)."""
 
-import ctypes
 import os
 import signal
 
-from labrunner.backends.cgroups import Cgroup, CgroupUnavailable, create_cgroup, join_cgroup
+from labrunner.backends.cgroups import Cgroup, CgroupUnavailable, create_cgroup, parent_death_signal
 from labrunner.model.scenario import Scenario
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-# Looked up once here: a child between fork and exec must not dlopen (see enter_limits).
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
 def service_cgroup(run_id: str, scenario: Scenario, notes: list[str]) -> Cgroup | None:
@@ -30,21 +25,7 @@ def service_cgroup(run_id: str, scenario: Scenario, notes: list[str]) -> Cgroup 
         return None
 
 
-def enter_limits(cgroup: Cgroup | None, cpus: tuple[int, ...]) -> None:
-    """Runs in the child between fork and exec.
-
-    preexec_fn is unsafe when the parent has threads that may hold locks at fork time;
-    this function only makes system calls (open, write, sched_setaffinity, prctl), so none is needed.
-    """
-    if cgroup is not None:
-        join_cgroup(cgroup)
-    os.sched_setaffinity(0, cpus)
-    # A runner killed outright (SIGKILL, OOM) cannot stop its service: the kernel asks it to
-    # stop gracefully instead, and its workers follow their supervisor.
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def enter_k6_cpus(cpus: tuple[int, ...]) -> None:
     """Runs in k6 between fork and exec: its CPUs, and no load from it once the runner is gone."""
     os.sched_setaffinity(0, cpus)
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    parent_death_signal(signal.SIGKILL)

@@ -26,8 +26,7 @@ from labrunner.backends.base import (
     service_env,
     tail_file,
 )
-from labrunner.backends.cgroups import Cgroup
-from labrunner.backends.local.limits import enter_limits
+from labrunner.backends.cgroups import Cgroup, enter_limits
 from labrunner.backends.local.network import HOST, Network
 from labrunner.backends.local.usage import Window
 from labrunner.model.scenario import Scenario

@@ -52,6 +52,7 @@ def section(
             "from the fewest to the most records the run measured. "
             + payload_model.METHOD
             + " "
+            + (payload_model.speed_sentence(pairs[0].speed) + " " if pairs and pairs[0].speed else "")
             + (" ".join(methods) if methods else NO_BENCHMARK)
             + " Where both services fill their quota, req/s is the quota over CPU per request: the same "
             "crossover holds for req/s."
