@@ -101,8 +101,12 @@ def two_k6_at_once(run: Run) -> bool:
 
 
 # aiohttp-h1 and grpc at a quarter CPU each, which fit beside each other on one service CPU: the A/A
-# control (aiohttp-h1 beside itself) and the gRPC vs REST pair, one block each, measured for 2 s.
-DUET = ("--preset", "ci", "--profile", "quarter", "--target", "aiohttp-h1,grpc", "--duration", "2s")
+# control (aiohttp-h1 beside itself) and the gRPC vs REST pair, one block each, measured for 2 s; with
+# the speed reference beside them (run.speed_reference), which the Ctrl-C must not leave behind either.
+DUET = (
+    *("--preset", "ci", "--profile", "quarter", "--target", "aiohttp-h1,grpc", "--duration", "2s"),
+    *("--speed-reference", "on"),
+)
 DUET_SCENARIOS = {
     "aiohttp-h1.quarter.c100.closed.aa1.r1",
     "aiohttp-h1.quarter.c100.closed.aa2.r1",
@@ -125,6 +129,9 @@ def test_ctrl_c_in_a_duets_window_leaves_nothing_and_resume_completes_the_duet_r
     assert resumed.wait() == EXIT_OK, resumed.output()[-4000:]
     found = results(out)
     assert set(found) == DUET_SCENARIOS and {r["status"] for r in found.values()} == {"ok"}
+    # The speed reference ran beside every measured window, and its counter file is gone with it.
+    assert all(r["host"]["speed_reference"]["units"] > 0 for r in found.values())
+    assert not list((out / "logs").glob("*.speed-reference"))
     # Each side of a block names its partner, side and slot; the block's two sides ran at once.
     pair = (
         found["grpc.quarter.c100.closed.vs-aiohttp-h1.r1"],

@@ -222,6 +222,13 @@ def _add_load(pick: argparse._ArgumentGroup) -> None:
         "error where they don't fit; off: one target at a time (default: auto)",
     )
     pick.add_argument(
+        "--speed-reference",
+        choices=("on", "off"),
+        help="on the local backend, the calibration unit looping at a twentieth of a CPU beside the "
+        "services, so that each target's own costs (a payload sweep's a and b) are read at one host "
+        "speed (docs/measurement.md; default: the preset's, on for payload and shapes)",
+    )
+    pick.add_argument(
         "--control",
         metavar="TARGET",
         help="the target the A/A control runs beside itself, when the run duets it (default: the "

@@ -384,6 +384,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         warmup=args.warmup,
         repeats=args.repeats,
         control=args.control,
+        speed_reference=None if args.speed_reference is None else args.speed_reference == "on",
     )
 
 

@@ -351,6 +351,7 @@ class Overrides:
     warmup: str | None = None
     repeats: int | None = None
     control: str | None = None  # the A/A control's target
+    speed_reference: bool | None = None  # --speed-reference on/off
 
 
 def round_of(scenario: Scenario) -> tuple[bool, int]:
