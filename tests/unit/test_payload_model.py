@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from labrunner.model.matrix import Overrides, Scenario, expand, load_matrix
 from labrunner.report import payload_model as pm
+from labrunner.report import payload_sweep
 from labrunner.report.compare import Group, group_results
+from labrunner.report.sections import payload_sweep as payload_section
 from labrunner.report.serialization import Case
 from labrunner.results.result import parse_results
 from scipy import optimize
@@ -515,14 +517,18 @@ UNIT_S = 400e-6  # the reference's CPU per unit at factor 1
 
 
 def _with_reference(
-    costs: Mapping[int, Sequence[float]], units: Mapping[int, Sequence[float | None]]
+    costs: Mapping[int, Sequence[float]],
+    units: Mapping[int, Sequence[float | None]],
+    targets: Mapping[str, float] | None = None,
 ) -> list[Group]:
-    """grpc's groups from costs, each repeat with the speed reference's CPU per unit beside it."""
+    """grpc's groups from costs (each target's, times its factor in targets), each repeat with the
+    speed reference's CPU per unit beside it."""
     results = []
     for s in _scenarios(3):
-        if s.target.name != "grpc" or s.target.tls:
+        if s.target.name not in (targets or {"grpc": 1.0}) or s.target.tls:
             continue
-        result = _result(s, costs[s.count][s.repeat - 1], QUOTA_USED)
+        factor = (targets or {"grpc": 1.0})[s.target.name]
+        result = _result(s, costs[s.count][s.repeat - 1] * factor, QUOTA_USED)
         unit = units[s.count][s.repeat - 1]
         if unit is not None:
             result["host"] = {"measured": True, "speed_reference": {"seconds_per_unit": unit}}
@@ -545,3 +551,15 @@ def test_the_speed_reference_takes_the_hosts_drift_out_of_a_and_b() -> None:
     one_missing = {n: [UNIT_S * f for f in DRIFT[n]] for n in COUNTS} | {10: [UNIT_S, None, UNIT_S]}
     assert pm.reference_speed(_with_reference(drifted, one_missing)) is None
     assert pm.reference_speed(_with_reference(drifted, {n: [None] * 3 for n in COUNTS})) is None
+
+
+def test_a_sweep_reads_both_targets_at_the_runs_one_speed_and_says_so() -> None:
+    units = {n: [UNIT_S * f for f in DRIFT[n]] for n in COUNTS}
+    groups = _with_reference(_affine(0.3, 0.005, DRIFT), units, {"grpc": 1.0, "aiohttp-h1": 0.5})
+    [sweep] = payload_sweep.sweeps(groups, None)
+    assert sweep.speed == pytest.approx(UNIT_S)
+    assert sweep.grpc_model is not None and sweep.rest_model is not None
+    assert sweep.rest_model.line.per_record.value == pytest.approx(0.0025)
+    assert sweep.rest_model.line.per_record.high - sweep.rest_model.line.per_record.low < 1e-9
+    text = " ".join(str(block) for block in payload_section.section(groups, []))
+    assert "at one host speed" in text and "Costs are read at one host speed" in text

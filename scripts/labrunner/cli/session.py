@@ -86,7 +86,9 @@ def run_plan(
                 calibration_cpus, "before", say, config.calibration_rounds, config.calibration_attempts
             )
             if reference is not None:
-                _start_reference(reference, calibration_cpus, say)
+                # On the highest-numbered service CPU, which every profile's services have (split_cpus),
+                # so that every window's service CPUs hold it.
+                _start_reference(reference, calibration_cpus[-1:], say)
         index = 0
         for unit in plan.run_units:
             first, index = index + 1, index + len(unit)

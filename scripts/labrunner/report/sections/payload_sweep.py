@@ -64,7 +64,7 @@ def section(
         op = members[0].operation
         encodings = payload_model.format_lines(cases, members[0].direction, members[0].shape)
         shown += [
-            Paragraph(f"Cost model, {scenario}:"),
+            Paragraph(f"Cost model, {scenario}{', at one host speed' if members[0].speed else ''}:"),
             table(
                 (
                     "target",
