@@ -9,7 +9,7 @@ import pytest
 from labrunner.backends.cgroups import tasks
 from labrunner.run.speed_reference import REFERENCE_CPUS, SpeedReference
 
-from services.common.cgroup import cpu_limit_cores
+from services.common.cgroup import cpu_limit_cores, own_cgroup
 
 pytestmark = pytest.mark.serial  # a live cgroup's CPU quota: alone
 
@@ -42,3 +42,13 @@ def test_the_reference_counts_units_at_its_quota_and_leaves_nothing(tmp_path: Pa
     assert reference.cgroup is None and not any(d.exists() for d in cgroup.dirs)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_reference_that_cannot_start_leaves_no_cgroup(tmp_path: Path) -> None:
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    reference = SpeedReference(f"reference-fails-{os.getpid()}", not_a_directory)
+    with pytest.raises(OSError):  # its counter file cannot be made: the session says so and goes on
+        reference.start((max(os.sched_getaffinity(0)),))
+    assert reference.cgroup is None and reference.pid is None and reference.read() is None
+    assert not any(own_cgroup().cpu.glob(f"protolab/reference-fails-{os.getpid()}-*"))

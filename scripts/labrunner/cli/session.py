@@ -9,7 +9,6 @@ from typing import Any
 
 from labrunner import interrupts
 from labrunner.backends.base import Backend, BackendSettings, cpu_list
-from labrunner.backends.cgroups import CgroupUnavailable
 from labrunner.cli import grafana
 from labrunner.cli.finisher import Scenarios
 from labrunner.cli.precision_rounds import precision_record, sharpen
@@ -169,7 +168,7 @@ def _start_reference(reference: SpeedReference, cpus: tuple[int, ...], say: Say)
     """Start the speed reference on the services' CPUs; a run without one says why, and goes on."""
     try:
         reference.start(cpus)
-    except (CgroupUnavailable, RuntimeError) as exc:
+    except (OSError, RuntimeError) as exc:  # no cgroup (CgroupUnavailable), no process
         say(f"no speed reference: {exc}; the sweep's own costs carry the host's drift between blocks")
         return
     say(f"speed reference: the calibration unit at {REFERENCE_CPUS:g} of a CPU on CPU(s) {cpu_list(cpus)}")

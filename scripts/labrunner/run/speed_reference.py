@@ -7,9 +7,10 @@ duet moved together. A ratio within a block cancels that drift; a target's own l
 sweep's a and b, fitted over blocks) carries it. This process runs the fixed unit of
 run.calibration in its own cgroup at REFERENCE_CPUS of a CPU, on the service CPUs, for the whole run;
 each measured window reads how much CPU a unit took in it, and a cost divided by that is a cost at one
-speed (report.payload_model). Measured beside a payload run on that VM: the log of a window's unit
-against the log of a server's cost about the mean of its repeats, correlation 0.93 over 28 windows;
-dividing by it halved the repeats' spread (median coefficient of variation 8.3% to 4.3%).
+speed (report.payload_model). Measured in two payload runs on that VM: the log of a window's unit
+against the log of a server's cost, both about their group's mean, correlated 0.80 and 0.87 over 134
+and 140 windows, and dividing by it took the repeats' median spread from 8.3% to 5.6% and from 13.9%
+to 6.3% (docs/measurement.md).
 
 The process writes its count of units and its own thread CPU time into a small shared file after
 every unit (COUNTER); read() takes both, and observe.interference reads them around each measured
@@ -49,25 +50,28 @@ class SpeedReference:
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self, cpus: Sequence[int]) -> None:
-        """Start it pinned to `cpus` and wait for its first unit; CgroupUnavailable or RuntimeError when
-        it cannot run (nothing is left behind)."""
-        self.counter_path.parent.mkdir(parents=True, exist_ok=True)
-        self.counter_path.write_bytes(bytes(COUNTER.size))
+        """Start it pinned to `cpus` and wait for its first unit; OSError (CgroupUnavailable among them)
+        or RuntimeError when it cannot run, with nothing left behind."""
         self._cgroup = cgroup = create_cgroup(self._cgroup_name, REFERENCE_CPUS, MEMORY_BYTES)
-        pinned = tuple(cpus)
-        with interrupts.held():  # a Ctrl-C inside Popen would leave the child running, unknown
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "labrunner.run.speed_reference", str(self.counter_path)],
-                cwd=REPO / "scripts",
-                env={**os.environ, "PYTHONPATH": f"{REPO / 'scripts'}{os.pathsep}{REPO}"},
-                preexec_fn=lambda: enter_limits(cgroup, pinned),  # noqa: PLW1509 (system calls only)
-            )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while self._counters()[0] == 0:  # its imports and first unit
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the speed reference did not start within {START_TIMEOUT_S:.0f} s")
-            time.sleep(0.05)
+        try:
+            self.counter_path.parent.mkdir(parents=True, exist_ok=True)
+            self.counter_path.write_bytes(bytes(COUNTER.size))
+            pinned = tuple(cpus)
+            with interrupts.held():  # a Ctrl-C inside Popen would leave the child running, unknown
+                self._process = process = subprocess.Popen(
+                    [sys.executable, "-m", "labrunner.run.speed_reference", str(self.counter_path)],
+                    cwd=REPO / "scripts",
+                    env={**os.environ, "PYTHONPATH": f"{REPO / 'scripts'}{os.pathsep}{REPO}"},
+                    preexec_fn=lambda: enter_limits(cgroup, pinned),  # noqa: PLW1509 (system calls only)
+                )
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while self._counters()[0] == 0:  # its imports and first unit
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the speed reference did not start within {START_TIMEOUT_S:.0f} s")
+                time.sleep(0.05)
+        except BaseException:
+            self.stop()
+            raise
 
     @property
     def pid(self) -> int | None:
