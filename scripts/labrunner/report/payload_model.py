@@ -21,7 +21,6 @@ from labrunner.report.compare import METRICS, Group
 from labrunner.report.serialization import Case
 from labrunner.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, paired_ratio, t_quantile
 from labrunner.results.trust import SERVICE_CPU_BOUND
-from labrunner.run.speed_reference import REFERENCE_CPUS
 
 # Below this many degrees of freedom the paired ratios do not fit the ratio model: the lines fitted
 # apart decide instead (three counts of two rounds have three).
@@ -336,10 +335,10 @@ def speed_sentence(speed: float) -> str:
     """How the costs of a run with the speed reference were read (at_speed)."""
     return (
         "Costs are read at one host speed: each repeat's CPU per request times the run's median speed "
-        f"reference ({speed * 1e6:.0f} µs of CPU per calibration unit at {REFERENCE_CPUS:g} of a CPU beside "
-        "the services) over the reference's own in that repeat's window, so the host's drift between "
-        "blocks, which slows the reference with the servers, leaves a and b (docs/measurement.md, speed "
-        "reference); the rounds' paired ratios need no such step."
+        f"reference ({speed * 1e6:.0f} µs of CPU per calibration unit, looped beside the services) over "
+        "the reference's own in that repeat's window, so the host's drift between blocks, which slows "
+        "the reference with the servers, leaves a and b (docs/measurement.md, speed reference); the "
+        "rounds' paired ratios need no such step."
     )
 
 
@@ -348,11 +347,9 @@ def reference_speed(groups: Iterable[Group]) -> float | None:
     None unless every repeat with a cost has the reference beside it (a run without one, a resumed run
     whose older windows had none), since costs at two scales would not fit one line."""
     read_cost, read_unit = METRICS[CPU].read, METRICS[REFERENCE].read
-    found = [(read_cost(r), read_unit(r)) for g in groups for r in g.results]
-    units = [unit for cost, unit in found if cost is not None]
-    if not units or any(unit is None or unit <= 0 for unit in units):
-        return None
-    return statistics.median(unit for unit in units if unit is not None)
+    units = [read_unit(r) for g in groups for r in g.results if read_cost(r) is not None]
+    beside = [unit for unit in units if unit is not None and unit > 0]
+    return statistics.median(beside) if beside and len(beside) == len(units) else None
 
 
 def held_out(points: Sequence[tuple[int, float]]) -> HeldOut | None:
