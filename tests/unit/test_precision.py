@@ -10,7 +10,7 @@ from labrunner.report.stats import Ratio, relative_half_width
 from labrunner.results.result import parse_results
 
 from tests.unit.test_findings import _result, _run
-from tests.unit.test_payload_model import _drifting, _groups
+from tests.unit.test_payload_model import _affine, _drifting, _groups
 
 
 def test_half_width_is_the_wider_side_as_a_share_of_the_estimate() -> None:
@@ -171,3 +171,37 @@ def test_a_crossover_the_ratios_below_a_bend_do_not_place_sends_blocks_to_the_co
     (sweep,) = sweeps(beside, None)
     assert sweep.crossover is not None and sweep.crossover.segment == (100, 1000)
     assert precision.crossovers(beside) == []
+
+
+def test_a_target_s_a_or_b_wider_than_the_precision_sends_blocks_to_the_count_that_pins_it() -> None:
+    # gRPC exactly 0.3 + 0.0017 n ms; aiohttp 0.35 + 0.0009 n with its 1,000-record repeats ±12%: its
+    # b, pinned by the most records a call, is ±9.7%, its a ±4.5%, gRPC's exact.
+    rest = _affine(0.35, 0.0009, {1000: (1.12, 0.88, 1.0)})
+    entries = precision.cost_lines(_sweep_groups(_affine(0.3, 0.0017), rest))
+    assert [(p.pair, p.question) for p in entries] == [
+        ("grpc a", precision.FIXED),
+        ("grpc b", precision.PER_RECORD),
+        ("aiohttp-h1 a", precision.FIXED),
+        ("aiohttp-h1 b", precision.PER_RECORD),
+    ]
+    widths = [p.half_width for p in entries]
+    assert widths == pytest.approx([0, 0, 0.045, 0.097], abs=0.001)
+    # A block beside the partner at the count that pins it: one, for the 12 points' 10 degrees of
+    # freedom, of which that count's 3 repeats give 2 and the line's others 8.
+    assert [[(g.target, g.count) for g in p.groups] for p in entries] == [
+        [("grpc", 1), ("aiohttp-h1", 1)],
+        [("grpc", 1000), ("aiohttp-h1", 1000)],
+        [("aiohttp-h1", 1), ("grpc", 1)],
+        [("aiohttp-h1", 1000), ("grpc", 1000)],
+    ]
+    assert all(p.rounds == 3 and p.prior_df == 8 for p in entries)
+    # To --precision, as the ratios: at ±10% all four are within it, at ±5% aiohttp's b is not.
+    assert precision.to_repeat(entries, 0.10) == []
+    assert sorted((g.target, g.count) for g in precision.to_repeat(entries, 0.05)) == [
+        ("aiohttp-h1", 1000),
+        ("grpc", 1000),
+    ]
+    assert precision.rounds_to_go(entries[3], 0.05) > 1
+    assert precision.outcome(entries, 0.05).endswith(
+        "; payload a and b: 3 of 4 within ±5%; not: aiohttp-h1 b ±9.7%"
+    )

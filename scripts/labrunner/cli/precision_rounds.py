@@ -82,10 +82,12 @@ def sharpen(
 
 def _bounds(pairs: Sequence[precision.Sharpness], target: float) -> str:
     """What the pairs are sharpened to, in words: "±5% (an A/A control: within ±2% of 1)", and for a
-    payload crossover its own bound."""
+    payload crossover its own bound; a payload target's a and b (precision.cost_lines) take --precision's."""
     bounds = f"an A/A control: within ±{aa_control.BIAS_TOLERANCE:.0%} of 1"
     if any(p.question == precision.CROSSOVER for p in pairs):
         bounds += f"; a crossover: within {precision.CROSSOVER_FACTOR}x end to end"
+    if any(p.question in (precision.FIXED, precision.PER_RECORD) for p in pairs):
+        bounds += "; each payload target's a and b as the ratios"
     return f"±{target:.0%} ({bounds})"
 
 

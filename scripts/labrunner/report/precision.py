@@ -13,11 +13,15 @@ settles it at its centre whatever --precision asks above: within ±2% of 1
 
 So is a payload sweep's crossover between two counts, to its own bound whatever --precision asks: an
 interval within CROSSOVER_FACTOR end to end. Its blocks go to the two counts either side of it, whose
-ratios place it (payload_model.crossover)."""
+ratios place it (payload_model.crossover).
+
+And so are each sweep target's own a and b (payload_model.fit_target), to --precision as the ratios:
+a is pinned by the fewest records a call, b by the most, so a block goes to that count."""
 
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from scipy import special  # not scipy.stats: about 1 s to import (report/stats.py)
 
@@ -29,6 +33,9 @@ from labrunner.report.floor import lab_groups
 from labrunner.report.stats import CONFIDENCE, relative_half_width
 from labrunner.results.trust import rounds_needed
 
+if TYPE_CHECKING:
+    from labrunner.report.payload_model import Estimate
+
 # How optimistic a pair's spread may be read before the budget left counts it out of reach: its
 # standard deviation at its one-sided 90% lower confidence bound (chi-square). Three rounds estimate a
 # spread within a factor of about 2, and a pair whose first rounds spread more than it does should not
@@ -38,6 +45,9 @@ OPTIMISM = 0.9
 CROSSOVER = "payload crossover"
 # How wide a crossover's interval may be, high / low, before blocks go to the counts either side of it.
 CROSSOVER_FACTOR = 1.5
+# A payload sweep target's fixed cost a and per-record cost b: the question, what it is called, and
+# the count that pins it (the fewest records a call for a, the most for b).
+FIXED, PER_RECORD = "payload a", "payload b"
 
 
 @dataclass(frozen=True)
@@ -73,9 +83,11 @@ class Sharpness:
     def pair(self) -> str:
         if self.question == AA_CONTROL:
             return f"A/A control {self.candidate.target}"
+        upload = ", uploading" if self.candidate.direction == UPLOAD else ""
         if self.question == CROSSOVER:
-            upload = ", uploading" if self.candidate.direction == UPLOAD else ""
             return f"{self.candidate.target} vs {self.baseline.target} crossover{upload}"
+        if self.question in (FIXED, PER_RECORD):
+            return f"{self.candidate.target} {self.question.removeprefix('payload ')}{upload}"
         return f"{self.candidate.target} vs {self.baseline.target}"
 
 
@@ -89,7 +101,7 @@ def sharpness(groups: Sequence[Group]) -> list[Sharpness]:
         width, rounds, prior_df = _widest(c)
         found.append(Sharpness(question, c.candidate, c.baseline, width, rounds=rounds, prior_df=prior_df))
     found += [_control(control) for control in aa_control.controls(groups)]
-    return found + crossovers(groups)
+    return found + crossovers(groups) + cost_lines(groups)
 
 
 def crossovers(groups: Sequence[Group]) -> list[Sharpness]:
@@ -141,6 +153,52 @@ def crossovers(groups: Sequence[Group]) -> list[Sharpness]:
             )
         )
     return found
+
+
+def cost_lines(groups: Sequence[Group]) -> list[Sharpness]:
+    """Each payload sweep target's a and b (its cost line over every count, at the run's one speed), one
+    entry each: a block of the target beside its partner at the count that pins it, the fewest records
+    for a and the most for b (for gRPC, beside the REST server with the fewest blocks there); its
+    rounds the target's repeats at that count and the line's other degrees of freedom its prior_df,
+    so that rounds_to_go reads the interval as one that narrows with that count's repeats."""
+    if len({g.count for g in groups}) < 2:
+        return []
+    from labrunner.report import payload_model, payload_sweep  # noqa: PLC0415 (crossovers' reason)
+
+    pairs = payload_sweep.sweeps(groups, None)
+    speed = pairs[0].speed if pairs else None
+    found = []
+    for members in payload_sweep.sides(pairs).values():
+        model = payload_model.fit_target([g for g, _ in members], speed)
+        if model is None:
+            continue
+        counts = model.counts
+        for question, estimate, count in (
+            (FIXED, model.line.fixed, counts[0]),
+            (PER_RECORD, model.line.per_record, counts[-1]),
+        ):
+            own, beside = min(
+                ((g, other) for g, other in members if g.count == count), key=lambda m: len(m[0].results)
+            )
+            rounds = sum(1 for n, _ in model.points if n == count)
+            found.append(
+                Sharpness(
+                    question,
+                    own,
+                    beside,
+                    _line_half_width(estimate),
+                    rounds=rounds,
+                    prior_df=max(0, model.line.df - rounds + 1),
+                )
+            )
+    return found
+
+
+def _line_half_width(e: "Estimate") -> float | None:
+    """An estimate's half width as a share of it; None without an interval or at zero."""
+    if e.low is None or e.high is None or e.value == 0:
+        return None
+    return max(e.high - e.value, e.value - e.low) / abs(e.value)
 
 
 def _either_side(counts: Sequence[int], records: float) -> tuple[int, int] | None:
@@ -238,7 +296,7 @@ def distance(pairs: Sequence[Sharpness], precision: float) -> dict[str, float]:
 def outcome(pairs: Sequence[Sharpness], precision: float) -> str:
     """The end of a --precision run in one line: which pairs reached it and which did not, and
     whether each A/A control reached its own bound."""
-    compared = [p for p in pairs if p.question not in (AA_CONTROL, CROSSOVER)]
+    compared = [p for p in pairs if p.question not in (AA_CONTROL, CROSSOVER, FIXED, PER_RECORD)]
     missed = [p for p in compared if not p.reached(precision)]
     line = (
         f"precision ±{precision:.0%} ({CONFIDENCE:.0%} interval of each compared req/s and CPU/req ratio): "
@@ -255,6 +313,11 @@ def outcome(pairs: Sequence[Sharpness], precision: float) -> str:
             continue
         within = "within" if crossover.reached(precision) else "not within"
         line += f"interval {(1 + crossover.half_width) ** 2:.2f}x end to end, {within} {CROSSOVER_FACTOR}x"
+    costs = [p for p in pairs if p.question in (FIXED, PER_RECORD)]
+    if costs:
+        wide = [p for p in costs if not p.reached(precision)]
+        line += f"; payload a and b: {len(costs) - len(wide)} of {len(costs)} within ±{precision:.0%}"
+        line += "".join(f"{'; not: ' if i == 0 else ', '}{p.pair} {_width(p)}" for i, p in enumerate(wide))
     return line
 
 
