@@ -45,8 +45,8 @@ OPTIMISM = 0.9
 CROSSOVER = "payload crossover"
 # How wide a crossover's interval may be, high / low, before blocks go to the counts either side of it.
 CROSSOVER_FACTOR = 1.5
-# A payload sweep target's fixed cost a and per-record cost b: the question, what it is called, and
-# the count that pins it (the fewest records a call for a, the most for b).
+# A payload sweep target's fixed cost a and per-record cost b, each sharpened as a question of its own
+# (cost_lines).
 FIXED, PER_RECORD = "payload a", "payload b"
 
 
