@@ -111,7 +111,12 @@ def test_a_payload_crossover_wider_than_its_bound_sends_blocks_to_the_counts_eit
     rest = _drifting(0.35, 0.0009, "aiohttp-h1")
     noisy = {n: [c * f for c, f in zip(costs, (1.05, 0.95, 1.0), strict=True)] for n, costs in rest.items()}
     groups = _sweep_groups(grpc, noisy)
-    entries = precision.crossovers(groups)
+    entries = precision.crossovers(sweeps(groups, None))
+    # --precision reads the crossover, then each target's a and b, from one reading of the sweeps.
+    assert [p.question for p in precision.payload_entries(groups)] == [
+        precision.CROSSOVER,
+        *(precision.FIXED, precision.PER_RECORD) * 2,
+    ]
     assert [[(g.target, g.count) for g in p.groups] for p in entries] == [
         [("grpc", 10), ("aiohttp-h1", 10), ("grpc", 100), ("aiohttp-h1", 100)]
     ]
@@ -137,12 +142,12 @@ def test_a_payload_crossover_wider_than_its_bound_sends_blocks_to_the_counts_eit
         "grpc vs aiohttp-h1 crossover: interval 1.81x end to end, not within 1.5x"
     )
     # Without REST's extra 5% the interval is 1.32x: within its bound, it sends no blocks.
-    sharp = precision.crossovers(_sweep_groups(grpc, rest))
+    sharp = precision.crossovers(sweeps(_sweep_groups(grpc, rest), None))
     assert len(sharp) == 1 and sharp[0].reached(0.05) and precision.to_repeat(sharp, 0.05) == []
     assert precision.outcome(sharp, 0.05).endswith("interval 1.32x end to end, within 1.5x")
     # A crossover beyond the counts measured sends none: no counts either side of it.
     beyond = _sweep_groups(_drifting(0.5, 0.002, "grpc"), _drifting(0.2, 0.0021, "aiohttp-h1"))
-    assert precision.crossovers(beyond) == []
+    assert precision.crossovers(sweeps(beyond, None)) == []
 
 
 def test_a_crossover_the_ratios_below_a_bend_do_not_place_sends_blocks_to_the_counts_it_lies_between() -> (
@@ -157,7 +162,7 @@ def test_a_crossover_the_ratios_below_a_bend_do_not_place_sends_blocks_to_the_co
     (sweep,) = sweeps(groups, None)
     assert sweep.crossover is not None and sweep.crossover.resolved is None
     assert sweep.crossover.segment == (10, 100)
-    (entry,) = entries = precision.crossovers(groups)
+    (entry,) = entries = precision.crossovers(sweeps(groups, None))
     assert [g.count for g in entry.groups] == [10, 10, 100, 100] and entry.half_width is None
     assert precision.rounds_to_go(entry, 0.05) == 1 and not entry.reached(0.05)
     assert precision.outcome(entries, 0.05).endswith(
@@ -170,14 +175,14 @@ def test_a_crossover_the_ratios_below_a_bend_do_not_place_sends_blocks_to_the_co
     beside = _sweep_groups(_drifting(0.5, 0.002, "grpc"), near)
     (sweep,) = sweeps(beside, None)
     assert sweep.crossover is not None and sweep.crossover.segment == (100, 1000)
-    assert precision.crossovers(beside) == []
+    assert precision.crossovers(sweeps(beside, None)) == []
 
 
 def test_a_target_s_a_or_b_wider_than_the_precision_sends_blocks_to_the_count_that_pins_it() -> None:
     # gRPC exactly 0.3 + 0.0017 n ms; aiohttp 0.35 + 0.0009 n with its 1,000-record repeats ±12%: its
     # b, pinned by the most records a call, is ±9.7%, its a ±4.5%, gRPC's exact.
     rest = _affine(0.35, 0.0009, {1000: (1.12, 0.88, 1.0)})
-    entries = precision.cost_lines(_sweep_groups(_affine(0.3, 0.0017), rest))
+    entries = precision.cost_lines(sweeps(_sweep_groups(_affine(0.3, 0.0017), rest), None))
     assert [(p.pair, p.question) for p in entries] == [
         ("grpc a", precision.FIXED),
         ("grpc b", precision.PER_RECORD),

@@ -90,6 +90,14 @@ class Estimate:
             return shown
         return f"{shown} [{spec.format(self.low)}, {spec.format(self.high)}]"
 
+    @property
+    def relative_half_width(self) -> float | None:
+        """How far the interval reaches from the value on its wider side, as a share of the value (a
+        fit's is symmetric); None without an interval, or at zero."""
+        if self.low is None or self.high is None or self.value == 0:
+            return None
+        return max(self.high - self.value, self.value - self.low) / abs(self.value)
+
 
 def scaled(e: Estimate, factor: float) -> Estimate:
     """The estimate in another unit (ms to µs: 1000)."""

@@ -238,24 +238,28 @@ def body_sizes(
     return sizes
 
 
-def sides(pairs: Sequence[Sweep]) -> dict[tuple[str, str], list[tuple[Group, Group]]]:
-    """Each target's groups once per scenario, (target, Sweep.held), gRPC first, in pair order: each
-    group with the group of the other side it ran beside (its duet partner's, or its pair's at that
-    count in a sequential run), so that gRPC in a duet run has the blocks beside every REST server."""
-    found: dict[tuple[str, str], dict[int, tuple[Group, Group]]] = {}
+def fitted(pairs: Sequence[Sweep]) -> list[tuple[CostModel, list[tuple[Group, Group]]]]:
+    """Every target's cost model once per scenario (target, Sweep.held), gRPC first, in pair order, at
+    the run's one speed, with the groups it fitted: each beside the group of the other side it ran with
+    (its duet partner's, or its pair's at that count in a sequential run), so that gRPC in a duet run
+    has the blocks beside every REST server."""
+    sides: dict[tuple[str, str], dict[int, tuple[Group, Group]]] = {}
     for s in pairs:
         for own, other in ((s.grpc, s.rest), (s.rest, s.grpc)):
             for g, beside in zip(own, other, strict=True):
-                found.setdefault((g.target, s.held), {})[id(g)] = (g, beside)
-    return {key: list(members.values()) for key, members in found.items()}
+                sides.setdefault((g.target, s.held), {})[id(g)] = (g, beside)
+    speed = pairs[0].speed if pairs else None
+    found = []
+    for members in sides.values():
+        model = payload_model.fit_target([g for g, _ in members.values()], speed)
+        if model is not None:
+            found.append((model, list(members.values())))
+    return found
 
 
 def models(pairs: Sequence[Sweep]) -> list[CostModel]:
-    """Every target's cost model once per scenario, gRPC first, in pair order: fitted over all its
-    groups in the scenario (sides), at the run's one speed."""
-    speed = pairs[0].speed if pairs else None
-    fitted = (payload_model.fit_target([g for g, _ in members], speed) for members in sides(pairs).values())
-    return [m for m in fitted if m is not None]
+    """Every target's cost model once per scenario (fitted)."""
+    return [model for model, _ in fitted(pairs)]
 
 
 def interval(e: Estimate, sign: str = "", scale: float = 1000, digits: int = 2) -> str:

@@ -34,7 +34,7 @@ from labrunner.report.stats import CONFIDENCE, relative_half_width
 from labrunner.results.trust import rounds_needed
 
 if TYPE_CHECKING:
-    from labrunner.report.payload_model import Estimate
+    from labrunner.report.payload_sweep import Sweep
 
 # How optimistic a pair's spread may be read before the budget left counts it out of reach: its
 # standard deviation at its one-sided 90% lower confidence bound (chi-square). Three rounds estimate a
@@ -101,10 +101,23 @@ def sharpness(groups: Sequence[Group]) -> list[Sharpness]:
         width, rounds, prior_df = _widest(c)
         found.append(Sharpness(question, c.candidate, c.baseline, width, rounds=rounds, prior_df=prior_df))
     found += [_control(control) for control in aa_control.controls(groups)]
-    return found + crossovers(groups) + cost_lines(groups)
+    return found + payload_entries(groups)
 
 
-def crossovers(groups: Sequence[Group]) -> list[Sharpness]:
+def payload_entries(groups: Sequence[Group]) -> list[Sharpness]:
+    """Each payload sweep's crossover (crossovers), then each sweep target's a and b (cost_lines), from
+    one reading of the run's sweeps; none for a run of one count."""
+    if len({g.count for g in groups}) < 2:
+        return []  # a sweep needs two counts or more (payload_sweep.sweeps)
+    # Imported here: the cost model needs scipy.stats and scipy.optimize (about 1 s), which a run of
+    # one count (the default preset's) then never imports.
+    from labrunner.report import payload_sweep  # noqa: PLC0415
+
+    pairs = payload_sweep.sweeps(groups, None)
+    return crossovers(pairs) + cost_lines(pairs)
+
+
+def crossovers(pairs: Sequence["Sweep"]) -> list[Sharpness]:
     """Each payload sweep's crossover between two of its counts, as one entry whose round repeats both
     counts' (gRPC, REST) groups (a block at each): its half width ln(high / low) / 2 as a share (the
     interval's reach either side of its centre on the log scale; None while it has no bounded interval,
@@ -115,14 +128,8 @@ def crossovers(groups: Sequence[Group]) -> list[Sharpness]:
     are what would place it. No entry for a crossover outside the counts, a sweep whose costs keep one
     order, or a crossover sought between the largest count and the one below it (a line bends there, and
     payload_model places a crossover from the blocks' ratios only below it)."""
-    if len({g.count for g in groups}) < 2:
-        return []  # a sweep needs two counts or more (payload_sweep.sweeps)
-    # Imported here: the cost model needs scipy.stats and scipy.optimize (about 1 s), which a run of
-    # one count (the default preset's) then never imports.
-    from labrunner.report import payload_sweep  # noqa: PLC0415
-
     found = []
-    for sweep in payload_sweep.sweeps(groups, None):
+    for sweep in pairs:
         c = sweep.crossover
         if c is None:
             continue
@@ -155,27 +162,19 @@ def crossovers(groups: Sequence[Group]) -> list[Sharpness]:
     return found
 
 
-def cost_lines(groups: Sequence[Group]) -> list[Sharpness]:
+def cost_lines(pairs: Sequence["Sweep"]) -> list[Sharpness]:
     """Each payload sweep target's a and b (its cost line over every count, at the run's one speed), one
     entry each: a block of the target beside its partner at the count that pins it, the fewest records
     for a and the most for b (for gRPC, beside the REST server with the fewest blocks there); its
     rounds the target's repeats at that count and the line's other degrees of freedom its prior_df,
     so that rounds_to_go reads the interval as one that narrows with that count's repeats."""
-    if len({g.count for g in groups}) < 2:
-        return []
-    from labrunner.report import payload_model, payload_sweep  # noqa: PLC0415 (crossovers' reason)
+    from labrunner.report import payload_sweep  # noqa: PLC0415 (payload_entries' reason)
 
-    pairs = payload_sweep.sweeps(groups, None)
-    speed = pairs[0].speed if pairs else None
     found = []
-    for members in payload_sweep.sides(pairs).values():
-        model = payload_model.fit_target([g for g, _ in members], speed)
-        if model is None:
-            continue
-        counts = model.counts
+    for model, members in payload_sweep.fitted(pairs):
         for question, estimate, count in (
-            (FIXED, model.line.fixed, counts[0]),
-            (PER_RECORD, model.line.per_record, counts[-1]),
+            (FIXED, model.line.fixed, model.counts[0]),
+            (PER_RECORD, model.line.per_record, model.counts[-1]),
         ):
             own, beside = min(
                 ((g, other) for g, other in members if g.count == count), key=lambda m: len(m[0].results)
@@ -186,19 +185,12 @@ def cost_lines(groups: Sequence[Group]) -> list[Sharpness]:
                     question,
                     own,
                     beside,
-                    _line_half_width(estimate),
+                    estimate.relative_half_width,
                     rounds=rounds,
                     prior_df=max(0, model.line.df - rounds + 1),
                 )
             )
     return found
-
-
-def _line_half_width(e: "Estimate") -> float | None:
-    """An estimate's half width as a share of it; None without an interval or at zero."""
-    if e.low is None or e.high is None or e.value == 0:
-        return None
-    return max(e.high - e.value, e.value - e.low) / abs(e.value)
 
 
 def _either_side(counts: Sequence[int], records: float) -> tuple[int, int] | None:
