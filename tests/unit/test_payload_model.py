@@ -3,6 +3,7 @@ cross, the held-out check, the encoding alone) on synthetic results."""
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -221,6 +222,25 @@ def _given(fixed: float, per_record: float) -> pm.CostModel:
     line = pm.Line(pm.Estimate(fixed, None, None), pm.Estimate(per_record, None, None), None, 0)
     ends = tuple((n, fixed + per_record * n) for n in (1, 1000))
     return pm.CostModel("target", "http1.1", ends, line, None, (), ())
+
+
+def test_a_crossover_interval_reaching_below_0_records_ends_at_0() -> None:
+    # The lines meet at 200 records; a spread of 0.01 ms in each fixed cost puts Fieller's low end near
+    # -190 records, which no call carries: the interval starts at 0 and keeps Fieller's high end.
+    def uncertain(fixed: float, per_record: float) -> pm.CostModel:
+        spread = pm.Covariance(fixed=1e-4, per_record=1e-12, both=0.0)
+        line = pm.Line(pm.Estimate(fixed, None, None), pm.Estimate(per_record, None, None), spread, 4)
+        ends = tuple((n, fixed + per_record * n) for n in (100, 1000))
+        return pm.CostModel("target", "http1.1", ends, line, None, (), ())
+
+    c = pm.crossover(uncertain(0.30, 0.0020), uncertain(0.28, 0.0021))
+    fieller = pm.fieller(
+        0.02, 0.0001, var_numerator=2e-4, var_denominator=2e-12, covariance=0.0, t=scipy_stats.t.ppf(0.975, 4)
+    )
+    assert c.records == pytest.approx(200) and fieller is not None and fieller[0] < -100
+    assert c.interval == (0.0, pytest.approx(fieller[1])) and c.resolved == c.records
+    text = pm.crossover_text(c)
+    assert text == f"crosses at 200 records [0.0, {fieller[1]:,.0f}], gRPC cheaper above"
 
 
 def test_parallel_lines_have_no_crossover() -> None:
@@ -505,9 +525,38 @@ def test_paired_ratios_on_either_side_of_1_hold_a_segments_crossover_between_its
     assert c.misfit.startswith("the linear model does not fit aiohttp-h1")
     assert c.segment == (100, 1000) and c.records == apart.records
     assert c.interval == (100, 1000) and not c.unbounded and c.resolved == pytest.approx(221, abs=1)
-    # One round at 100 records tells no side of 1 there: the lines' own interval stands.
+    # One round at 100 records tells no side of 1 there: the crossover is held between 10 records, the
+    # last where the ratios put gRPC above REST, and 1,000.
     sparse = [r for r in ratios if r[0] != 100] + [next(r for r in ratios if r[0] == 100)]
-    assert pm.crossover(*models, sparse).unbounded
+    held = pm.crossover(*models, sparse)
+    assert held.interval == (10, 1000) and not held.unbounded
+    # With no ratios, the lines' own interval stands: unbounded.
+    assert pm.crossover(*models, [r for r in ratios if r[0] == 1000]).unbounded
+
+
+def test_ratios_clear_of_1_at_counts_beyond_a_segment_bound_its_crossover_there() -> None:
+    # The lines through 100 and 1,000 meet at 200 records with an interval reaching 0; the blocks'
+    # ratios put gRPC clearly above REST at 10 records and below it at 1,000: 10 to 593 records.
+    def uncertain(fixed: float, per_record: float) -> pm.CostModel:
+        spread = pm.Covariance(fixed=1e-4, per_record=1e-12, both=0.0)
+        line = pm.Line(pm.Estimate(fixed, None, None), pm.Estimate(per_record, None, None), spread, 4)
+        return pm.CostModel("target", "http1.1", (), line, None, (), ())
+
+    lines = pm._lines_crossover(uncertain(0.30, 0.0020).line, uncertain(0.28, 0.0021).line, (1, 1000))
+    assert lines.interval is not None and lines.interval[0] == 0
+    ratios = [(n, r * f) for n, r in ((1, 1.2), (10, 1.1), (1000, 0.8)) for f in (0.99, 1.0, 1.01)]
+    ratios += [(100, 0.9), (100, 1.1)]
+    held = pm._held_by_ratios(lines, ratios, (1, 10, 100, 1000))
+    assert held.interval == (10, lines.interval[1])
+    # A ratio clear of 1 on the wrong side of the estimate bounds nothing: at 100 records below 1 (where
+    # gRPC is cheaper only above 200) is no end at 100.
+    odd = [*ratios[:-2], (100, 0.8), (100, 0.82)]
+    assert pm._held_by_ratios(lines, odd, (1, 10, 100, 1000)).interval == (10, lines.interval[1])
+    # Both sides told and no interval of its own: the two counts.
+    assert pm._held_by_ratios(replace(lines, interval=None, unbounded=True), ratios, (10, 1000)).interval == (
+        10,
+        1000,
+    )
 
 
 # The host's speed in each round at each count: a repeat's cost and the speed reference beside it both

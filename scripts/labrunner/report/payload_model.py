@@ -386,8 +386,8 @@ def crossover(grpc: CostModel, rest: CostModel, paired: Sequence[tuple[int, floa
     both fits have residuals. Where the ratio model, or without it a line, does not fit, the lines are
     not extrapolated across the counts: the crossover is sought between the two adjacent counts where
     the targets' mean costs change order, from each target's line through those two counts' repeats
-    alone (its interval no wider than the two counts where the paired ratios put it between them:
-    _bracketed); with no change of order, gRPC costs more (or less) at every count measured."""
+    alone (its interval no wider than the counts where the paired ratios tell which side of it they
+    are: _held_by_ratios); with no change of order, gRPC costs more (or less) at every count measured."""
     counts = (*grpc.counts, *rest.counts)
     span = (min(counts), max(counts))
     misfits = "; ".join(m for m in (misfit(grpc), misfit(rest)) if m)
@@ -408,9 +408,8 @@ def crossover(grpc: CostModel, rest: CostModel, paired: Sequence[tuple[int, floa
     ):
         if before * after < 0:
             local = _lines_crossover(_segment(grpc, low, high), _segment(rest, low, high), span)
-            if local.records is not None and low <= local.records <= high and _bracketed(paired, low, high):
-                ends = local.interval or (low, high)
-                local = replace(local, interval=(max(ends[0], low), min(ends[1], high)), unbounded=False)
+            if local.records is not None and low <= local.records <= high:
+                local = _held_by_ratios(local, paired, shared)
             return replace(local, misfit=why, segment=(low, high), no_line=no_line)
     throughout = "more" if all(d > 0 for d in order) else "less" if all(d < 0 for d in order) else ""
     lines = _lines_crossover(grpc.line, rest.line, span)
@@ -431,20 +430,35 @@ def _below_the_bend(paired: Sequence[tuple[int, float]], counts: Sequence[int]) 
     return c
 
 
-def _bracketed(paired: Sequence[tuple[int, float]], low: int, high: int) -> bool:
-    """Whether the rounds' paired ratios put gRPC on one side of REST at low records and on the other at
-    high, each interval clear of 1: the costs then cross between the two counts, and a crossover's
-    interval reaching beyond them (two lines fitted apart carry the host's drift) holds nothing more."""
-    sides = []
-    for count in (low, high):
-        ratios = [r for n, r in paired if n == count]
-        if len(ratios) < 2:
-            return False
-        at = paired_ratio(ratios, [1.0] * len(ratios))
-        if at.low is None or at.high is None or at.low <= 1 <= at.high:
-            return False
-        sides.append(at.high < 1)
-    return sides[0] != sides[1]
+def _held_by_ratios(c: Crossover, paired: Sequence[tuple[int, float]], counts: Sequence[int]) -> Crossover:
+    """c's interval no wider than the counts where the rounds' paired ratios put gRPC on either side of
+    REST, each ratio's interval clear of 1 (_side): the costs cross above the last count at or below c
+    whose ratio is on the side of the fewest records, and below the first at or above it on the other
+    (a ratio of two lines is monotone in the records). Two lines fitted apart carry the host's drift,
+    which the ratios do not: `payload18` placed gRPC/Quart "at 160 records [-51, 310]" from the lines
+    through 100 and 1,000 records while its ratios at 10 records were 0.77-0.79. An interval without
+    ends (unbounded) becomes the two counts where both sides are told, else stays."""
+    assert c.records is not None
+    fewest = not c.grpc_cheaper_above  # gRPC's side (cheaper or not) at the fewest records
+    sides = {n: side for n in counts if (side := _side(paired, n)) is not None}
+    low = max((n for n, cheaper in sides.items() if cheaper == fewest and n <= c.records), default=None)
+    high = min((n for n, cheaper in sides.items() if cheaper != fewest and n >= c.records), default=None)
+    if c.interval is None:
+        return c if low is None or high is None else replace(c, interval=(low, high), unbounded=False)
+    ends = (max(c.interval[0], low or 0), min(c.interval[1], math.inf if high is None else high))
+    return replace(c, interval=ends)
+
+
+def _side(paired: Sequence[tuple[int, float]], count: int) -> bool | None:
+    """Whether the rounds' paired ratios at count put gRPC below REST (True) or above (False), their
+    interval clear of 1; None with fewer than two rounds there or an interval holding 1."""
+    ratios = [r for n, r in paired if n == count]
+    if len(ratios) < 2:
+        return None
+    at = paired_ratio(ratios, [1.0] * len(ratios))
+    if at.low is None or at.high is None or at.low <= 1 <= at.high:
+        return None
+    return at.high < 1
 
 
 def _mean(model: CostModel, count: int) -> float:
@@ -457,7 +471,8 @@ def _segment(model: CostModel, low: int, high: int) -> Line:
 
 
 def _lines_crossover(g: Line, r: Line, span: tuple[int, int]) -> Crossover:
-    """Where gRPC's line g meets REST's line r, with Fieller's interval when both have residuals."""
+    """Where gRPC's line g meets REST's line r, with Fieller's interval when both have residuals (from
+    0 records where it reaches below: `payload18` printed "crosses at 160 records [-51, 310]")."""
     numerator = g.fixed.value - r.fixed.value
     denominator = r.per_record.value - g.per_record.value
     interval, unbounded = None, False
@@ -472,8 +487,12 @@ def _lines_crossover(g: Line, r: Line, span: tuple[int, int]) -> Crossover:
             t=t_quantile(CONFIDENCE, min(g.df, r.df)),
         )
         unbounded = interval is None
+    records = numerator / denominator if denominator else None
+    if interval is not None and records is not None and records > 0:
+        # A call carries no fewer than 0 records: Fieller's set below 0 holds no crossover.
+        interval = (max(interval[0], 0.0), interval[1])
     return Crossover(
-        records=numerator / denominator if denominator else None,
+        records=records,
         interval=interval,
         unbounded=unbounded,
         grpc_cheaper_above=denominator > 0,
