@@ -224,16 +224,19 @@ def _given(fixed: float, per_record: float) -> pm.CostModel:
     return pm.CostModel("target", "http1.1", ends, line, None, (), ())
 
 
+def _uncertain(fixed: float, per_record: float) -> pm.CostModel:
+    """A cost model given by its line over 100 to 1,000 records, each coefficient spread (a by 0.01 ms)
+    on 4 degrees of freedom."""
+    spread = pm.Covariance(fixed=1e-4, per_record=1e-12, both=0.0)
+    line = pm.Line(pm.Estimate(fixed, None, None), pm.Estimate(per_record, None, None), spread, 4)
+    ends = tuple((n, fixed + per_record * n) for n in (100, 1000))
+    return pm.CostModel("target", "http1.1", ends, line, None, (), ())
+
+
 def test_a_crossover_interval_reaching_below_0_records_ends_at_0() -> None:
     # The lines meet at 200 records; a spread of 0.01 ms in each fixed cost puts Fieller's low end near
     # -190 records, which no call carries: the interval starts at 0 and keeps Fieller's high end.
-    def uncertain(fixed: float, per_record: float) -> pm.CostModel:
-        spread = pm.Covariance(fixed=1e-4, per_record=1e-12, both=0.0)
-        line = pm.Line(pm.Estimate(fixed, None, None), pm.Estimate(per_record, None, None), spread, 4)
-        ends = tuple((n, fixed + per_record * n) for n in (100, 1000))
-        return pm.CostModel("target", "http1.1", ends, line, None, (), ())
-
-    c = pm.crossover(uncertain(0.30, 0.0020), uncertain(0.28, 0.0021))
+    c = pm.crossover(_uncertain(0.30, 0.0020), _uncertain(0.28, 0.0021))
     fieller = pm.fieller(
         0.02, 0.0001, var_numerator=2e-4, var_denominator=2e-12, covariance=0.0, t=scipy_stats.t.ppf(0.975, 4)
     )
@@ -537,12 +540,7 @@ def test_paired_ratios_on_either_side_of_1_hold_a_segments_crossover_between_its
 def test_ratios_clear_of_1_at_counts_beyond_a_segment_bound_its_crossover_there() -> None:
     # The lines through 100 and 1,000 meet at 200 records with an interval reaching 0; the blocks'
     # ratios put gRPC clearly above REST at 10 records and below it at 1,000: 10 to 593 records.
-    def uncertain(fixed: float, per_record: float) -> pm.CostModel:
-        spread = pm.Covariance(fixed=1e-4, per_record=1e-12, both=0.0)
-        line = pm.Line(pm.Estimate(fixed, None, None), pm.Estimate(per_record, None, None), spread, 4)
-        return pm.CostModel("target", "http1.1", (), line, None, (), ())
-
-    lines = pm._lines_crossover(uncertain(0.30, 0.0020).line, uncertain(0.28, 0.0021).line, (1, 1000))
+    lines = pm._lines_crossover(_uncertain(0.30, 0.0020).line, _uncertain(0.28, 0.0021).line, (1, 1000))
     assert lines.interval is not None and lines.interval[0] == 0
     ratios = [(n, r * f) for n, r in ((1, 1.2), (10, 1.1), (1000, 0.8)) for f in (0.99, 1.0, 1.01)]
     ratios += [(100, 0.9), (100, 1.1)]

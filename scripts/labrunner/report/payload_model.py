@@ -441,24 +441,21 @@ def _held_by_ratios(c: Crossover, paired: Sequence[tuple[int, float]], counts: S
     assert c.records is not None
     fewest = not c.grpc_cheaper_above  # gRPC's side (cheaper or not) at the fewest records
     sides = {n: side for n in counts if (side := _side(paired, n)) is not None}
-    low = max((n for n, cheaper in sides.items() if cheaper == fewest and n <= c.records), default=None)
-    high = min((n for n, cheaper in sides.items() if cheaper != fewest and n >= c.records), default=None)
+    low = max((n for n, cheaper in sides.items() if cheaper == fewest and n <= c.records), default=0)
+    high = min((n for n, cheaper in sides.items() if cheaper != fewest and n >= c.records), default=math.inf)
     if c.interval is None:
-        return c if low is None or high is None else replace(c, interval=(low, high), unbounded=False)
-    ends = (max(c.interval[0], low or 0), min(c.interval[1], math.inf if high is None else high))
-    return replace(c, interval=ends)
+        return c if low == 0 or high == math.inf else replace(c, interval=(low, high), unbounded=False)
+    return replace(c, interval=(max(c.interval[0], low), min(c.interval[1], high)))
 
 
 def _side(paired: Sequence[tuple[int, float]], count: int) -> bool | None:
     """Whether the rounds' paired ratios at count put gRPC below REST (True) or above (False), their
-    interval clear of 1; None with fewer than two rounds there or an interval holding 1."""
+    interval clear of 1 (significant); None with fewer than two rounds there or an interval holding 1."""
     ratios = [r for n, r in paired if n == count]
     if len(ratios) < 2:
         return None
     at = paired_ratio(ratios, [1.0] * len(ratios))
-    if at.low is None or at.high is None or at.low <= 1 <= at.high:
-        return None
-    return at.high < 1
+    return at.estimate < 1 if at.significant else None
 
 
 def _mean(model: CostModel, count: int) -> float:
