@@ -47,7 +47,11 @@ CASES = (*_cases("encode", ENCODE), *_cases("decode", DECODE))
 @cache
 def _scenarios(direction: str) -> tuple[Scenario, ...]:
     overrides = Overrides(
-        targets=("aiohttp-h1", "grpc"), repeats=3, directions=(direction,), profiles=("quarter",)
+        targets=("aiohttp-h1", "grpc"),
+        repeats=3,
+        directions=(direction,),
+        profiles=("quarter",),
+        counts=COUNTS,
     )
     return expand(load_matrix(ROOT / "matrix.toml"), "local", "payload", overrides).scenarios
 

@@ -32,7 +32,11 @@ Costs = Mapping[str, Mapping[int, Sequence[float]]]  # target -> count -> ms per
 @cache
 def _scenarios(repeats: int) -> tuple[Scenario, ...]:
     overrides = Overrides(
-        targets=("aiohttp-h1", "grpc"), repeats=repeats, directions=("download",), profiles=("quarter",)
+        targets=("aiohttp-h1", "grpc"),
+        repeats=repeats,
+        directions=("download",),
+        profiles=("quarter",),
+        counts=COUNTS,
     )
     return expand(load_matrix(ROOT / "matrix.toml"), "local", "payload", overrides).scenarios
 

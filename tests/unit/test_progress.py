@@ -30,7 +30,7 @@ from labrunner.run.outcome import ScenarioOutcome
 from tests.support import ROOT
 
 # A terminal's line, about: the longest id of every preset (an upload's, aiohttp-h1-tls...c1000
-# .closed.upload in the payload preset's 192 scenarios) with one flag fits.
+# .closed.upload in the payload preset's 240 scenarios) with one flag fits.
 MAX_LINE = 155
 ANSI_ESCAPE = re.compile(r"\x1b\[")
 
