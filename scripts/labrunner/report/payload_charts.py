@@ -3,7 +3,7 @@ against records with the cost model's ratio and crossover."""
 
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -86,10 +86,7 @@ def sweep_facets(
     count (a shape whose bodies payload cannot measure, a --proto run's, has no facet)."""
     swept = sweep_groups(groups)
     swept_counts = {g.count for g in swept}
-    by_shape = {
-        shape: {n: r.json_bytes for n, r in body_sizes(rows, swept_counts, shape).items()}
-        for shape in {g.shape for g in swept}
-    }
+    by_shape = {shape: json_sizes(rows, swept_counts, shape) for shape in {g.shape for g in swept}}
     facets: dict[tuple[str, str], list[Group]] = {}
     for g in swept:
         if g.results and g.count in by_shape[g.shape]:
@@ -151,9 +148,8 @@ def crossover(sweeps: Sequence[Sweep], rows: Sequence[PayloadRow], path: Path) -
     axes = fig.subplots(len(facets), len(SWEPT), squeeze=False)
     legend: dict[str, Artist] = {}
     for row, (title, members) in zip(axes, facets.items(), strict=True):
-        # Ticks name the JSON body of the records where they are the default shape's (payload.json's).
-        sizes = {r.count: r.json_bytes for r in rows} if members[0].shape == DEFAULT_SHAPE else {}
         counts = sorted({g.count for s in members for g in s.grpc})
+        sizes = json_sizes(rows, counts, members[0].shape)
         for ax, metric in zip(row, SWEPT, strict=True):
             for s in members:
                 _ratio_line(ax, s, metric)
@@ -227,6 +223,13 @@ def _ratio_curve(ax: Axes, ratio: Callable[[float], float], ends: Sequence[float
     if model:
         records, ratios = zip(*model, strict=True)
         ax.plot(records, ratios, color=FAMILY_COLOURS["REST"], linestyle=":", linewidth=1.5)
+
+
+def json_sizes(rows: Sequence[PayloadRow], counts: Iterable[int], shape: str) -> dict[int, int]:
+    """The JSON body bytes of `shape`'s records at each count, for the ticks: the run's payload table
+    (payload.json), measured now for a count it lacks (300 in the payload preset, whose table has 1,
+    10, 100 and 1,000) or a shape of its own; none for a shape payload cannot measure (body_sizes)."""
+    return {n: r.json_bytes for n, r in body_sizes(rows, set(counts), shape).items()}
 
 
 def _tick(count: int, sizes: Mapping[int, int]) -> str:
