@@ -552,7 +552,7 @@ DUET_COSTS = {"grpc": (0.5, 0.002), "aiohttp-h1": (0.3, 0.007), "quart-h1": (0.6
 
 
 def _duet_sweeps() -> list[ps.Sweep]:
-    """The payload preset's duet plan for aiohttp-h1, quart-h1 and grpc, downloads, 3 blocks: every
+    """The payload preset's duet plan for aiohttp-h1, quart-h1 and grpc, downloads, at COUNTS, 3 blocks: every
     block at its own host speed (both sides alike), none the same as another block's."""
     overrides = Overrides(targets=("aiohttp-h1", "quart-h1", "grpc"), directions=("download",), counts=COUNTS)
     plan = duet.plan_duets(

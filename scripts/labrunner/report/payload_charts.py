@@ -233,7 +233,7 @@ def json_sizes(rows: Sequence[PayloadRow], counts: Iterable[int], shape: str) ->
 
 
 def _tick(count: int, sizes: Mapping[int, int]) -> str:
-    """A count's tick: its JSON body size (when the payload table has it) over its records."""
+    """A count's tick: its JSON body size (where json_sizes knows it) over its records."""
     return f"{size(sizes[count])}\n{count:,} rec" if count in sizes else f"{count:,} rec"
 
 
