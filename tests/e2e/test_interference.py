@@ -26,9 +26,6 @@ HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\
 # half of it, so what others took is far above the 5% threshold; a quiet host leaves well under 5%.
 HOG_SHARE_AT_LEAST = 0.25
 QUIET_ATTEMPTS = 3
-# A host whose other processes used at most this share of its CPUs over a whole run is quiet: a
-# scenario flagged there is the measurement's fault, not the host's.
-QUIET_HOST = 0.02
 
 
 def _service_cpu() -> int:
@@ -119,9 +116,12 @@ def test_a_cpu_hog_on_the_services_cpu_makes_the_scenario_suspect(tmp_path: Path
 
 def test_the_same_scenario_without_the_hog_is_not_flagged(tmp_path: Path) -> None:
     # Neighbours on a shared host are what the measurement is for, so a busy moment may rightly
-    # flag a run: up to QUIET_ATTEMPTS runs, one of which must be clean. A run flagged while the
-    # host was quiet (measured independently, over the whole run) fails at once: the runner took
-    # the scenario's own time for others'. Over-subtraction shows as a negative share in any run.
+    # flag a run (steal, the hypervisor's, too): up to QUIET_ATTEMPTS runs, one of which must be
+    # clean. A runner that took the scenario's own time for others' flags every run; over-subtraction
+    # shows as a negative share in any. The host's share measured independently over the whole run
+    # is reported, not judged: it cannot resolve a neighbour's burst of 0.2 CPU s in a 3 s window (the
+    # clean-clone check of 1b9e649 read -3.2% over a run flagged for 6.8% of k6's CPU, 0.21 CPU s,
+    # with CI's two dockerd and containerd running beside it, as through every phase).
     seen = []
     for attempt in range(QUIET_ATTEMPTS):
         result, output, host_others = _run(tmp_path / f"quiet{attempt}")
@@ -134,14 +134,9 @@ def test_the_same_scenario_without_the_hog_is_not_flagged(tmp_path: Path) -> Non
             assert all(share <= 0.05 for share in shares)
             assert ", others " in output and "SUSPECT:others" not in output
             return
-        # Steal is the hypervisor's, outside this host's processes: a busy moment, not a miscount.
-        assert not flagged or host_others > QUIET_HOST, (
-            f"flagged although other processes used only {host_others:.1%} of the host over the run",
-            flagged,
-        )
         steal = ", and steal flagged" if stolen else ""
         seen.append(f"{host_others:.0%} of the host over the run, {shares[0]:.0%} / {shares[1]:.0%}{steal}")
     raise AssertionError(
-        f"the host was busy in each of {QUIET_ATTEMPTS} runs ({'; '.join(seen)}): flagged rightly, "
-        "but the quiet case could not be shown; run this test on a quiet host"
+        f"flagged in each of {QUIET_ATTEMPTS} runs ({'; '.join(seen)}): a busy host each time, or the "
+        "runner counting the scenario's own time as others'; on a quiet host it is the runner"
     )
