@@ -444,19 +444,20 @@ def test_a_shape_is_swept_on_its_own_bodies_and_benchmark_and_told_apart_from_ca
     assert "| grpc | aiohttp-h1 (numeric) | 1,000 |" in text
     # The charts: one row of panels per shape, each ticked with its own records' bodies.
     assert payload_charts.sweep(groups, ROWS, tmp_path / "sweep.png") is not None
-    assert payload_charts.crossover(list(by_shape.values()), ROWS, tmp_path / "crossover.png") is not None
+    assert payload_charts.crossover(list(by_shape.values()), tmp_path / "crossover.png") is not None
 
 
 def test_a_count_the_payload_table_lacks_is_ticked_with_its_own_json_body() -> None:
     # payload.json holds 1, 10, 100 and 1,000 records; the payload preset sweeps 300 too. Its tick
-    # once read "300 rec" alone between "18.3 KB / 100 rec" and "183 KB / 1,000 rec".
-    sizes = payload_charts.json_sizes(ROWS, PRESET_COUNTS, DEFAULT_SHAPE)
-    assert sizes[100] == JSON_BYTES[100] and sizes[1000] == JSON_BYTES[1000]
-    assert JSON_BYTES[100] < sizes[300] < JSON_BYTES[1000]
-    assert sizes[300] == payload.measure([300])[0].json_bytes
-    assert payload_charts.json_sizes(ROWS, PRESET_COUNTS, "numeric")[300] == (
-        payload.measure([300], "numeric")[0].json_bytes
-    )
+    # once read "300 rec" alone between "18.3 KB / 100 rec" and "183 KB / 1,000 rec". Here the table
+    # lacks 100 records: the crossover chart ticks it with what the sweep measured.
+    without_100 = tuple(r for r in ROWS if r.count != 100)
+    groups = group_results(parse_results(_results(_rates())))
+    sizes = payload_charts.tick_sizes(ps.sweeps(groups, without_100))
+    assert sizes == {**JSON_BYTES, 100: payload.measure([100])[0].json_bytes}
+    numeric = group_results(parse_results(_results(_rates(), shape="numeric")))
+    by_count = {r.count: r.json_bytes for r in payload.measure(COUNTS, "numeric")}
+    assert payload_charts.tick_sizes(ps.sweeps(numeric, without_100)) == by_count
 
 
 def test_the_forest_plot_labels_each_pair_by_what_tells_it_from_the_others() -> None:

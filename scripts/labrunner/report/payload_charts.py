@@ -3,7 +3,7 @@ against records with the cost model's ratio and crossover."""
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +42,7 @@ def drawn(
             "TLS; hollow: a lower bound, in no ratio",
         ),
         (
-            crossover(sweeps(groups, rows), rows, out / "payload_crossover.png"),
+            crossover(sweeps(groups, rows), out / "payload_crossover.png"),
             "Payload crossover: gRPC / REST against records",
             f"points: measured ratio of geometric means, band its {CONFIDENCE:.0%} Welch interval; "
             "dotted: the cost model's ratio of CPU per request (fitted to the paired ratios, else the "
@@ -86,7 +86,10 @@ def sweep_facets(
     count (a shape whose bodies payload cannot measure, a --proto run's, has no facet)."""
     swept = sweep_groups(groups)
     swept_counts = {g.count for g in swept}
-    by_shape = {shape: json_sizes(rows, swept_counts, shape) for shape in {g.shape for g in swept}}
+    by_shape = {
+        shape: {n: r.json_bytes for n, r in body_sizes(rows, swept_counts, shape).items()}
+        for shape in {g.shape for g in swept}
+    }
     facets: dict[tuple[str, str], list[Group]] = {}
     for g in swept:
         if g.results and g.count in by_shape[g.shape]:
@@ -134,7 +137,7 @@ def _target_line(ax: Axes, members: Sequence[Group], metric: str, sizes: Mapping
         ax.scatter(bound_x, bound_y, s=90, facecolors="white", edgecolors=colour, zorder=3)
 
 
-def crossover(sweeps: Sequence[Sweep], rows: Sequence[PayloadRow], path: Path) -> Path | None:
+def crossover(sweeps: Sequence[Sweep], path: Path) -> Path | None:
     """gRPC / REST per pair against records: the measured ratios with their intervals as a band and,
     for CPU per request, the cost model's ratio and its crossover with its interval; one row of
     panels per direction and record shape."""
@@ -149,7 +152,7 @@ def crossover(sweeps: Sequence[Sweep], rows: Sequence[PayloadRow], path: Path) -
     legend: dict[str, Artist] = {}
     for row, (title, members) in zip(axes, facets.items(), strict=True):
         counts = sorted({g.count for s in members for g in s.grpc})
-        sizes = json_sizes(rows, counts, members[0].shape)
+        sizes = tick_sizes(members)
         for ax, metric in zip(row, SWEPT, strict=True):
             for s in members:
                 _ratio_line(ax, s, metric)
@@ -225,15 +228,21 @@ def _ratio_curve(ax: Axes, ratio: Callable[[float], float], ends: Sequence[float
         ax.plot(records, ratios, color=FAMILY_COLOURS["REST"], linestyle=":", linewidth=1.5)
 
 
-def json_sizes(rows: Sequence[PayloadRow], counts: Iterable[int], shape: str) -> dict[int, int]:
-    """The JSON body bytes of `shape`'s records at each count, for the ticks: the run's payload table
-    (payload.json), measured now for a count it lacks (300 in the payload preset, whose table has 1,
-    10, 100 and 1,000) or a shape of its own; none for a shape payload cannot measure (body_sizes)."""
-    return {n: r.json_bytes for n, r in body_sizes(rows, set(counts), shape).items()}
+def tick_sizes(members: Sequence[Sweep]) -> dict[int, int]:
+    """The JSON body bytes at each count as the sweeps' points carry them: the run's payload table, and
+    for a count it lacks (300 in the payload preset, whose table has 1, 10, 100 and 1,000) or a shape
+    of its own, what payload_sweep measured (body_sizes); none for a shape payload cannot measure."""
+    return {
+        p.count: p.json_bytes
+        for s in members
+        for series in s.points.values()
+        for p in series
+        if p.json_bytes is not None
+    }
 
 
 def _tick(count: int, sizes: Mapping[int, int]) -> str:
-    """A count's tick: its JSON body size (where json_sizes knows it) over its records."""
+    """A count's tick: its JSON body size (where the sweep has it) over its records."""
     return f"{size(sizes[count])}\n{count:,} rec" if count in sizes else f"{count:,} rec"
 
 
