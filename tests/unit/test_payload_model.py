@@ -614,3 +614,37 @@ def test_a_sweep_reads_both_targets_at_the_runs_one_speed_and_says_so() -> None:
     assert sweep.rest_model.line.per_record.high - sweep.rest_model.line.per_record.low < 1e-9
     text = " ".join(str(block) for block in payload_section.section(groups, []))
     assert "at one host speed" in text and "Costs are read at one host speed" in text
+
+
+@pytest.mark.parametrize(
+    ("grpc_fixed", "grpc_per_record", "sharpest"),
+    [(0.3, 0.02, 1), (0.3, 0.0024, 100), (0.35, 0.00175, 300), (0.35, 0.0017, 1000)],
+)
+def test_the_next_block_goes_to_the_count_where_it_narrows_the_crossover_most(
+    grpc_fixed: float, grpc_per_record: float, sharpest: int
+) -> None:
+    # gRPC's line against REST 0.4 + 0.0016 n over five counts, four rounds each 1-3% apart: they
+    # cross at 5, 125, 334 and 502 records. By hand: one more block, on the fitted model, at each count
+    # in turn; the count whose block narrows the profile interval most is the one the model names. It
+    # is not always the nearest: at 502 records a block at 1,000 pins the slope the crossing hangs on.
+    counts, noise = (1, 10, 100, 300, 1000), (1.03, 0.98, 0.99, 1.0)
+    ratios = [(n, (grpc_fixed + grpc_per_record * n) / (0.4 + 0.0016 * n) * e) for n in counts for e in noise]
+    c = pm.paired_crossover(ratios, (1, 1000))
+    assert c is not None and c.paired is not None and c.interval is not None
+
+    def width_with_a_block_at(count: int) -> float:
+        assert c is not None and c.paired is not None
+        more = pm.paired_crossover([*ratios, (count, c.paired.at(count))], (1, 1000))
+        assert more is not None and more.interval is not None
+        return more.interval[1] / more.interval[0]
+
+    widths = {n: width_with_a_block_at(n) for n in counts}
+    assert min(widths, key=widths.__getitem__) == c.paired.sharpest == sharpest
+
+
+def test_without_a_crossover_at_a_positive_count_no_count_is_the_sharpest() -> None:
+    ratios = [
+        (n, (0.3 + 0.0024 * n) / (0.2 + 0.0016 * n) * e) for n in (1, 10, 100, 1000) for e in (1.01, 0.99)
+    ]
+    c = pm.paired_crossover(ratios, (1, 1000))
+    assert c is not None and c.paired is not None and c.resolved is None and c.paired.sharpest is None

@@ -103,10 +103,11 @@ def _sweep_groups(grpc: dict[int, list[float]], rest: dict[int, list[float]]) ->
     return [g for side in _groups({"grpc": grpc, "aiohttp-h1": rest}).values() for g in side]
 
 
-def test_a_payload_crossover_wider_than_its_bound_sends_blocks_to_the_counts_either_side() -> None:
+def test_a_payload_crossover_wider_than_its_bound_sends_blocks_to_the_count_that_narrows_it_most() -> None:
     # gRPC 0.3 + 0.0017 n ms against REST 0.35 + 0.0009 n: they cross at 62.5 records, between 10 and
     # 100, and three rounds whose host moves ±25% place it from the rounds' paired ratios; REST's
-    # rounds 5% apart on top of that leave the crossover at 62 records [47, 84], 1.81x end to end.
+    # rounds 5% apart on top of that leave the crossover at 62 records [47, 84], 1.81x end to end. A
+    # block at 100 records narrows it most (RatioModel.sharpest): a round is that block alone.
     grpc = _drifting(0.3, 0.0017, "grpc")
     rest = _drifting(0.35, 0.0009, "aiohttp-h1")
     noisy = {n: [c * f for c, f in zip(costs, (1.05, 0.95, 1.0), strict=True)] for n, costs in rest.items()}
@@ -118,11 +119,12 @@ def test_a_payload_crossover_wider_than_its_bound_sends_blocks_to_the_counts_eit
         *(precision.FIXED, precision.PER_RECORD) * 2,
     ]
     assert [[(g.target, g.count) for g in p.groups] for p in entries] == [
-        [("grpc", 10), ("aiohttp-h1", 10), ("grpc", 100), ("aiohttp-h1", 100)]
+        [("grpc", 100), ("aiohttp-h1", 100)]
     ]
     (sweep,) = sweeps(groups, None)
     crossover = sweep.crossover
     assert crossover is not None and crossover.interval is not None and crossover.paired is not None
+    assert crossover.paired.sharpest == 100
     low, high = crossover.interval
     assert high / low == pytest.approx(1.81, abs=0.01)
     for p in entries:
@@ -132,9 +134,7 @@ def test_a_payload_crossover_wider_than_its_bound_sends_blocks_to_the_counts_eit
         assert p.rounds == 3 and p.rounds - 1 + p.prior_df == crossover.paired.df
         assert not p.reached(0.05) and precision.rounds_to_go(p, 0.05) >= 1
     assert sorted((g.target, g.count) for g in precision.to_repeat(entries, 0.05)) == [
-        ("aiohttp-h1", 10),
         ("aiohttp-h1", 100),
-        ("grpc", 10),
         ("grpc", 100),
     ]
     assert precision.outcome(entries, 0.05) == (

@@ -511,6 +511,9 @@ class RatioModel:
     # The lack-of-fit F test's p: the counts' mean ratios about the model against the rounds about their
     # count's mean; None without degrees of freedom for either (three counts, or one round each).
     lack_of_fit: float | None
+    # The count where one more block narrows the crossover's interval most (_sharpest_count); None
+    # without a crossover at a positive count.
+    sharpest: int | None = None
 
     def at(self, records: float) -> float:
         return (self.fixed + self.per_record * records) / (1 + self.rest_per_record * records)
@@ -547,8 +550,11 @@ def paired_crossover(ratios: Sequence[tuple[int, float]], span: tuple[int, int])
     )
     alpha, beta, gamma = (float(v) for v in np.exp(fit.x))
     rss = float(np.sum(fit.fun**2))
-    model = RatioModel(alpha, beta, gamma, math.sqrt(rss / df), df, _lack_of_fit(records, logs, rss))
     crossing = (alpha - 1) / (gamma - beta) if gamma != beta else None
+    sharpest = _sharpest_count(fit, records) if crossing is not None and crossing > 0 else None
+    model = RatioModel(
+        alpha, beta, gamma, math.sqrt(rss / df), df, _lack_of_fit(records, logs, rss), sharpest
+    )
     limit = rss + rss / df * t_quantile(CONFIDENCE, df) ** 2
 
     def profile(at: float) -> float:
@@ -576,6 +582,25 @@ def paired_crossover(ratios: Sequence[tuple[int, float]], span: tuple[int, int])
         span=span,
         paired=model,
     )
+
+
+def _sharpest_count(fit: optimize.OptimizeResult, records: np.ndarray) -> int:
+    """The count where one more block, agreeing with the fitted model, narrows the crossover's interval
+    most (the c-optimal next block of a sequential design): the largest drop of ln n*'s delta-method
+    variance s² gᵀ(JᵀJ)⁻¹g, g its gradient in the model's log parameters and J the blocks' rows of the
+    fit's Jacobian, that the count's row j adds to JᵀJ: (gᵀA⁻¹j)² / (1 + jᵀA⁻¹j) with A = JᵀJ
+    (Sherman-Morrison). A count where the ratio is near 1 places n* by itself; the others, by the slope
+    of the ratio there, less so the farther they are."""
+    alpha, beta, gamma = np.exp(fit.x)
+    # ln n* = ln(alpha - 1) - ln(gamma - beta), differentiated in ln alpha, ln beta and ln gamma.
+    gradient = np.array([alpha / (alpha - 1), beta / (gamma - beta), -gamma / (gamma - beta)])
+    inverse = np.linalg.pinv(fit.jac.T @ fit.jac)
+
+    def drop(count: float) -> float:
+        row = fit.jac[np.flatnonzero(records == count)[0]]
+        return float((gradient @ inverse @ row) ** 2 / (1 + row @ inverse @ row))
+
+    return int(max(np.unique(records), key=drop))
 
 
 # A sum of squared log ratios this small is rounding: rounds that agree to about 1e-9 have no spread to

@@ -12,8 +12,10 @@ settles it at its centre whatever --precision asks above: within ±2% of 1
 (report.aa_control.settling_half_width; an interval clear of 1 is no reason to stop).
 
 So is a payload sweep's crossover between two counts, to its own bound whatever --precision asks: an
-interval within CROSSOVER_FACTOR end to end. Its blocks go to the two counts either side of it, whose
-ratios place it (payload_model.crossover).
+interval within CROSSOVER_FACTOR end to end. Where the blocks' ratios place it (payload_model's ratio
+model), each block goes to the one count where it narrows the interval most (RatioModel.sharpest): the
+count nearest the crossing, whose ratio is near 1, unless the slope there is what is unknown. Where the
+two lines fitted apart place it, or nothing yet does, a round is a block at each count either side.
 
 And so are each sweep target's own a and b (payload_model.fit_target), to --precision as the ratios:
 a is pinned by the fewest records a call, b by the most, so a block goes to that count."""
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 OPTIMISM = 0.9
 
 CROSSOVER = "payload crossover"
-# How wide a crossover's interval may be, high / low, before blocks go to the counts either side of it.
+# How wide a crossover's interval may be, high / low, before blocks go to the counts that place it.
 CROSSOVER_FACTOR = 1.5
 # A payload sweep target's fixed cost a and per-record cost b, each sharpened as a question of its own
 # (cost_lines).
@@ -118,16 +120,18 @@ def payload_entries(groups: Sequence[Group]) -> list[Sharpness]:
 
 
 def crossovers(pairs: Sequence["Sweep"]) -> list[Sharpness]:
-    """Each payload sweep's crossover between two of its counts, as one entry whose round repeats both
-    counts' (gRPC, REST) groups (a block at each): its half width ln(high / low) / 2 as a share (the
-    interval's reach either side of its centre on the log scale; None while it has no bounded interval,
-    as a pair without one), its goal CROSSOVER_FACTOR end to end, its rounds the fewer blocks of the two
-    counts, and the degrees of freedom of the ratio model beyond those (prior_df), so that rounds_to_go
-    takes t where the interval does. The two counts are those either side of the crossover, or where
-    none is resolved, those between which the two costs change order (Crossover.segment): blocks there
-    are what would place it. No entry for a crossover outside the counts, a sweep whose costs keep one
-    order, or a crossover sought between the largest count and the one below it (a line bends there, and
-    payload_model places a crossover from the blocks' ratios only below it)."""
+    """Each payload sweep's crossover between two of its counts, as one entry whose round repeats the
+    (gRPC, REST) groups of the count where one more block narrows its interval most, when the ratio
+    model placed it (RatioModel.sharpest), else of both counts either side of it, or where none is
+    resolved, of the two between which the costs change order (Crossover.segment): blocks there are
+    what would place it. Its half width is ln(high / low) / 2 as a share (the interval's reach either
+    side of its centre on the log scale; None while it has no bounded interval, as a pair without one),
+    its goal CROSSOVER_FACTOR end to end, its rounds the fewer blocks of its counts, and the degrees of
+    freedom of the ratio model beyond those (prior_df), so that rounds_to_go takes t where the interval
+    does (at one count it reads the interval as if that count's blocks alone set it: the other counts'
+    share makes it narrow more slowly than that). No entry for a crossover outside the counts, a sweep
+    whose costs keep one order, or a crossover sought between the largest count and the one below it
+    (a line bends there, and payload_model places a crossover from the blocks' ratios only below it)."""
     found = []
     for sweep in pairs:
         c = sweep.crossover
@@ -139,7 +143,8 @@ def crossovers(pairs: Sequence["Sweep"]) -> list[Sharpness]:
         either_side = _either_side(counts, c.resolved) if c.resolved is not None else c.segment
         if either_side is None:
             continue
-        low, high = either_side
+        sharpest = c.paired.sharpest if c.paired is not None and c.resolved is not None else None
+        low, high = either_side if sharpest is None else (sharpest, sharpest)
         grpc, rest = sweep.grpc[counts.index(low)], sweep.rest[counts.index(low)]
         also = () if high == low else (sweep.grpc[counts.index(high)], sweep.rest[counts.index(high)])
         rounds = min(len(g.results) for g in (grpc, rest, *also))
