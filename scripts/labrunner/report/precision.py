@@ -13,9 +13,10 @@ settles it at its centre whatever --precision asks above: within ±2% of 1
 
 So is a payload sweep's crossover between two counts, to its own bound whatever --precision asks: an
 interval within CROSSOVER_FACTOR end to end. Where the blocks' ratios place it (payload_model's ratio
-model), each block goes to the one count where it narrows the interval most (RatioModel.sharpest): the
-count nearest the crossing, whose ratio is near 1, unless the slope there is what is unknown. Where the
-two lines fitted apart place it, or nothing yet does, a round is a block at each count either side.
+model), each block goes to the one count where it narrows the interval most (RatioModel.sharpest):
+mostly the count nearest the crossing, whose ratio is near 1, or a farther one where the slope is
+what is unknown. Where the two lines fitted apart place it, or nothing yet does, a round is a block at
+each count either side.
 
 And so are each sweep target's own a and b (payload_model.fit_target), to --precision as the ratios:
 a is pinned by the fewest records a call, b by the most, so a block goes to that count."""
