@@ -5,7 +5,6 @@ serial`: docs/testing.md)."""
 import os
 import shutil
 import signal
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,16 +32,8 @@ from tests.support import (  # noqa: E402  (imports grpc after the setting)
 
 
 def pytest_unconfigure() -> None:
-    """Every service has been stopped: remove their metrics directories, those of killed ones included.
-    Again for up to 5 s while the root stays: a service told to stop a moment before may still write
-    or remove its own directory while rmtree walks it, and an empty root was once left that way (the
-    clean-clone check of 1b9e649, an xdist worker's)."""
-    if (root := service_metrics_root()) is None:
-        return
-    deadline = time.monotonic() + 5
-    shutil.rmtree(root, ignore_errors=True)
-    while root.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    """Every service has been stopped: remove their metrics directories, those of killed ones included."""
+    if (root := service_metrics_root()) is not None:
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from collections.abc import Callable, Mapping
@@ -31,7 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # process, made when the first service starts and removed when pytest ends (tests/conftest.py): a
 # service a test kills outright cannot remove its own, and thousands were left in the temp directory.
 # Made lazily: the helper processes that import this module start no service, and never remove it.
+# Made under a lock: a fixture starting services from threads at once (test_compose_native.py) made
+# one root per thread, and only the first is removed (an empty root, left twice by clean-clone checks).
 _SERVICE_METRICS_ROOT: list[Path] = []
+_SERVICE_METRICS_ROOT_LOCK = threading.Lock()
 
 
 def service_metrics_root() -> Path | None:
@@ -40,10 +44,11 @@ def service_metrics_root() -> Path | None:
 
 
 def _service_metrics_dir() -> str:
-    if not _SERVICE_METRICS_ROOT:
-        # Named by the pytest process (and xdist worker) that owns it: a root left behind says whose.
-        owner = f"{os.getpid()}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
-        _SERVICE_METRICS_ROOT.append(Path(tempfile.mkdtemp(prefix=f"protolab-test-metrics-{owner}-")))
+    with _SERVICE_METRICS_ROOT_LOCK:
+        if not _SERVICE_METRICS_ROOT:
+            # Named by the pytest process (and xdist worker) that owns it: a root left behind says whose.
+            owner = f"{os.getpid()}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+            _SERVICE_METRICS_ROOT.append(Path(tempfile.mkdtemp(prefix=f"protolab-test-metrics-{owner}-")))
     return tempfile.mkdtemp(dir=_SERVICE_METRICS_ROOT[0])
 
 
