@@ -32,7 +32,7 @@ from tests.support import (  # noqa: E402  (imports grpc after the setting)
 
 
 def pytest_unconfigure() -> None:
-    """Every service has been stopped: remove their metrics directories, those of killed ones included."""
+    """Every service has stopped: remove their metrics directories, those of killed ones included."""
     if (root := service_metrics_root()) is not None:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -589,8 +589,9 @@ def _sharpest_count(fit: optimize.OptimizeResult, records: np.ndarray) -> int:
     most (the c-optimal next block of a sequential design): the largest drop of ln n*'s delta-method
     variance s² gᵀ(JᵀJ)⁻¹g, g its gradient in the model's log parameters and J the blocks' rows of the
     fit's Jacobian, that the count's row j adds to JᵀJ: (gᵀA⁻¹j)² / (1 + jᵀA⁻¹j) with A = JᵀJ
-    (Sherman-Morrison). A count where the ratio is near 1 places n* by itself; the others, by the slope
-    of the ratio there, less so the farther they are."""
+    (Sherman-Morrison). A count where the ratio is near 1 places n* almost by itself; another tells it
+    through the slope, and may be the one to measure where the slope is what is unknown (a crossing
+    at 502 records of 1-1,000 sends the block to 1,000: test_payload_model)."""
     alpha, beta, gamma = np.exp(fit.x)
     # ln n* = ln(alpha - 1) - ln(gamma - beta), differentiated in ln alpha, ln beta and ln gamma.
     gradient = np.array([alpha / (alpha - 1), beta / (gamma - beta), -gamma / (gamma - beta)])
